@@ -1,0 +1,612 @@
+//! The capture state machine (SPEC §2.2–2.4).
+//!
+//! A [`Capture`] follows one tool invocation's output from the first delta to the terminal
+//! completion. It never touches a file: the driver (agentrun-fs's `CaptureSession`) writes
+//! each accepted chunk to the stream's capture file and then tells the machine about it.
+//!
+//! # Driving order
+//!
+//! 1. [`Capture::new`] with the tool's [`OutputDeclaration`] and [`PreviewLimits`].
+//! 2. For every delta:
+//!    1. [`Capture::resolve`] the delta's [`Channel`]; an error rejects the whole delta
+//!       (undeclared stream, named chunk on single output, …) and changes nothing.
+//!    2. Append the chunk to that stream's capture file. On a write error call
+//!       [`Capture::handle_capture_error`] and stop writing that stream.
+//!    3. Otherwise [`Capture::handle_chunk`]; then drain [`Capture::poll_index_entry`] for the
+//!       stream and append each entry to its index file.
+//!    4. If the delta has display text, [`Capture::handle_display`].
+//! 3. For a non-streaming tool, instead of deltas: [`Capture::begin_full`] (rejects mixed
+//!    mode), then each supplied output goes through step 2.1–2.3.
+//! 4. [`Capture::finish`] with the final display and status consumes the machine and returns a
+//!    [`CaptureSummary`]: digests, counts, bounded previews and the last index entries.
+//!
+//! Memory stays bounded whatever the output size: per stream the machine keeps a preview prefix
+//! of at most `max_bytes` bytes, an optional tail window of the same size, and the index
+//! entries not yet drained.
+
+use serde::{Deserialize, Serialize};
+
+use crate::digest::{Digest, StreamingDigest};
+use crate::index::{BlockIndexer, IndexEntry, IndexHeader};
+use crate::limits::{LimitsError, PreviewLimits};
+use crate::manifest::{Manifest, ManifestEntry};
+use crate::stream::{Channel, ChannelError, OutputDeclaration, StreamIndex, StreamName};
+
+/// Default bound of the live display, in bytes.
+pub const DEFAULT_DISPLAY_BYTES: usize = 64 * 1024;
+
+/// Longest capture-fault message kept, in bytes.
+pub const MAX_FAULT_BYTES: usize = 256;
+
+/// Terminal status of a tool invocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// The tool finished normally.
+    Succeeded,
+    /// The tool failed; what it produced is kept, marked incomplete.
+    Failed,
+    /// The invocation was cancelled; what it produced is kept, marked incomplete.
+    Cancelled,
+}
+
+impl Status {
+    /// Lowercase name, as in records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Outputs supplied once by a tool that does not stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FullOutput {
+    /// The single output.
+    Single(Vec<u8>),
+    /// Named outputs; streams left out are retained empty.
+    Named(Vec<(StreamName, Vec<u8>)>),
+}
+
+/// How an invocation ends. The two variants make the completion modes unambiguous.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Completion {
+    /// Finalize the chunks already accepted; nothing is resent.
+    Streamed {
+        /// Final display; replaces the live display. `None` keeps the live display.
+        display: Option<String>,
+        /// Terminal status.
+        status: Status,
+    },
+    /// Supply the whole output once. Rejected after any accepted chunk (mixed mode).
+    Full {
+        /// Final display; replaces the live display.
+        display: Option<String>,
+        /// Terminal status.
+        status: Status,
+        /// The outputs.
+        outputs: FullOutput,
+    },
+}
+
+/// Why the capture machine refused an input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CaptureError {
+    /// The chunk's channel does not fit the declaration.
+    #[error(transparent)]
+    Channel(#[from] ChannelError),
+    /// A full completion after streamed chunks.
+    #[error(
+        "mixed completion modes: chunks were already streamed, so the output cannot be \
+         resupplied in full; finish with a streamed completion instead"
+    )]
+    MixedCompletion,
+    /// A full completion names a stream twice.
+    #[error("full output supplies stream \"{0}\" twice")]
+    DuplicateFullOutput(StreamName),
+    /// The limits cannot be honoured.
+    #[error(transparent)]
+    Limits(#[from] LimitsError),
+}
+
+/// Something that went wrong while capturing; the output is then incomplete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureFault {
+    /// Affected stream, when the fault is specific to one.
+    pub stream: Option<StreamName>,
+    /// What happened (at most [`MAX_FAULT_BYTES`]).
+    pub message: String,
+}
+
+/// The display shown live in a UI: appended text, bounded, newest text kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LiveDisplay {
+    text: String,
+    cap: usize,
+    dropped: bool,
+}
+
+impl LiveDisplay {
+    /// A display keeping at most `cap` bytes.
+    pub fn new(cap: usize) -> Self {
+        Self { text: String::new(), cap, dropped: false }
+    }
+
+    /// Appends text, dropping the oldest text beyond the bound (on a character boundary).
+    pub fn push(&mut self, s: &str) {
+        self.text.push_str(s);
+        if self.text.len() > self.cap {
+            let mut cut = self.text.len() - self.cap;
+            while !self.text.is_char_boundary(cut) {
+                cut += 1;
+            }
+            self.text.drain(..cut);
+            self.dropped = true;
+        }
+    }
+
+    /// The current text.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether older text was dropped to respect the bound.
+    pub fn dropped(&self) -> bool {
+        self.dropped
+    }
+}
+
+/// A window over the end of a stream, for the optional tail view.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TailWindow {
+    /// The last bytes of the stream (at most the window size).
+    pub bytes: Vec<u8>,
+    /// Stream offset of `bytes[0]`.
+    pub start: u64,
+    /// Lines before `bytes[0]` (the number of `\n` in the stream before it).
+    pub newlines_before: u64,
+}
+
+#[derive(Debug)]
+struct TailCapture {
+    cap: usize,
+    window: TailWindow,
+}
+
+impl TailCapture {
+    fn push(&mut self, chunk: &[u8]) {
+        let w = &mut self.window;
+        w.bytes.extend_from_slice(chunk);
+        // Trim lazily to twice the window so each byte is moved O(1) times on average.
+        if w.bytes.len() > 2 * self.cap {
+            let drop = w.bytes.len() - self.cap;
+            w.newlines_before += memchr::memchr_iter(b'\n', &w.bytes[..drop]).count() as u64;
+            w.start += drop as u64;
+            w.bytes.drain(..drop);
+        }
+    }
+
+    fn finish(mut self) -> TailWindow {
+        if self.window.bytes.len() > self.cap {
+            self.push(&[]);
+            let w = &mut self.window;
+            let drop = w.bytes.len() - self.cap;
+            w.newlines_before += memchr::memchr_iter(b'\n', &w.bytes[..drop]).count() as u64;
+            w.start += drop as u64;
+            w.bytes.drain(..drop);
+        }
+        self.window
+    }
+}
+
+#[derive(Debug)]
+struct StreamCapture {
+    digest: StreamingDigest,
+    indexer: BlockIndexer,
+    head: Vec<u8>,
+    head_cap: usize,
+    head_line_cap: u64,
+    head_newlines: u64,
+    tail: Option<TailCapture>,
+}
+
+impl StreamCapture {
+    fn new(limits: &PreviewLimits) -> Self {
+        let head_cap = limits.retained_head_bytes();
+        Self {
+            digest: StreamingDigest::default(),
+            indexer: BlockIndexer::default(),
+            head: Vec::new(),
+            head_cap,
+            head_line_cap: limits.max_lines,
+            head_newlines: 0,
+            tail: (limits.tail_lines > 0)
+                .then(|| TailCapture { cap: head_cap, window: TailWindow::default() }),
+        }
+    }
+
+    fn push(&mut self, chunk: &[u8]) {
+        self.digest.update(chunk);
+        self.indexer.update(chunk);
+        // Keep the head until it holds max_lines lines or max_bytes bytes: no preview can
+        // show more. A later line limit would never reach further.
+        let mut rest = chunk;
+        while self.head.len() < self.head_cap
+            && self.head_newlines < self.head_line_cap
+            && !rest.is_empty()
+        {
+            let room = self.head_cap - self.head.len();
+            let take = match memchr::memchr(b'\n', &rest[..room.min(rest.len())]) {
+                Some(i) => {
+                    self.head_newlines += 1;
+                    i + 1
+                }
+                None => room.min(rest.len()),
+            };
+            self.head.extend_from_slice(&rest[..take]);
+            rest = &rest[take..];
+        }
+        if let Some(tail) = &mut self.tail {
+            tail.push(chunk);
+        }
+    }
+}
+
+/// Per-stream facts at finalization.
+#[derive(Debug, Clone)]
+pub struct StreamSummary {
+    /// Stream name (`None` for single output).
+    pub name: Option<StreamName>,
+    /// SHA-256 of the stream.
+    pub digest: Digest,
+    /// Length in bytes.
+    pub bytes: u64,
+    /// Line count.
+    pub lines: u64,
+    /// The retained head (a prefix of the stream, within the limits).
+    pub head: Vec<u8>,
+    /// The retained tail window, when the tail view is on.
+    pub tail: Option<TailWindow>,
+    /// Index entries not yet drained, in block order (the last partial block included).
+    pub index_entries: Vec<IndexEntry>,
+    /// The index header.
+    pub index_header: IndexHeader,
+}
+
+impl StreamSummary {
+    /// Whether the retained head is the whole stream.
+    pub fn head_is_complete(&self) -> bool {
+        self.head.len() as u64 == self.bytes
+    }
+}
+
+/// Everything known at finalization: the input to publication and to the result record.
+#[derive(Debug, Clone)]
+pub struct CaptureSummary {
+    /// The declaration.
+    pub declaration: OutputDeclaration,
+    /// The limits the capture ran with.
+    pub limits: PreviewLimits,
+    /// Terminal status.
+    pub status: Status,
+    /// Final display (the final display given at completion, else the live display).
+    pub display: String,
+    /// Capture faults, in the order they happened.
+    pub faults: Vec<CaptureFault>,
+    /// Streams in declaration order.
+    pub streams: Vec<StreamSummary>,
+}
+
+impl CaptureSummary {
+    /// Whether the output must be presented as incomplete.
+    pub fn incomplete(&self) -> bool {
+        self.status != Status::Succeeded || !self.faults.is_empty()
+    }
+
+    /// The manifest of named output (`None` for single output).
+    pub fn manifest(&self) -> Option<Manifest> {
+        match &self.declaration {
+            OutputDeclaration::Single => None,
+            OutputDeclaration::Named(_) => Some(Manifest::new(
+                self.streams
+                    .iter()
+                    .filter_map(|s| {
+                        Some(ManifestEntry {
+                            name: s.name.clone()?,
+                            sha256: s.digest,
+                            bytes: s.bytes,
+                            lines: s.lines,
+                        })
+                    })
+                    .collect(),
+            )),
+        }
+    }
+}
+
+/// The capture state machine; see the module documentation for the driving order.
+#[derive(Debug)]
+pub struct Capture {
+    declaration: OutputDeclaration,
+    limits: PreviewLimits,
+    streams: Vec<StreamCapture>,
+    failed: Vec<bool>,
+    display: LiveDisplay,
+    faults: Vec<CaptureFault>,
+    accepted_chunk: bool,
+    full_started: bool,
+}
+
+impl Capture {
+    /// Starts capturing for `declaration` under `limits` (validated here).
+    pub fn new(declaration: OutputDeclaration, limits: PreviewLimits) -> Result<Self, LimitsError> {
+        Self::with_display_bound(declaration, limits, DEFAULT_DISPLAY_BYTES)
+    }
+
+    /// Like [`Capture::new`] with a custom live-display bound.
+    pub fn with_display_bound(
+        declaration: OutputDeclaration,
+        limits: PreviewLimits,
+        display_bytes: usize,
+    ) -> Result<Self, LimitsError> {
+        limits.validate()?;
+        let n = declaration.channel_count();
+        Ok(Self {
+            streams: (0..n).map(|_| StreamCapture::new(&limits)).collect(),
+            failed: vec![false; n],
+            declaration,
+            limits,
+            display: LiveDisplay::new(display_bytes),
+            faults: Vec::new(),
+            accepted_chunk: false,
+            full_started: false,
+        })
+    }
+
+    /// The declaration.
+    pub fn declaration(&self) -> &OutputDeclaration {
+        &self.declaration
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &PreviewLimits {
+        &self.limits
+    }
+
+    /// Resolves a delta's channel. Once a stream had a capture fault, its further chunks are
+    /// refused too (`Ok(None)`), so the caller stops writing it.
+    pub fn resolve(&self, channel: &Channel) -> Result<Option<StreamIndex>, CaptureError> {
+        let ix = self.declaration.resolve(channel)?;
+        Ok((!self.failed[ix.0]).then_some(ix))
+    }
+
+    /// Records a chunk the caller has appended to stream `stream`'s capture file.
+    pub fn handle_chunk(&mut self, stream: StreamIndex, chunk: &[u8]) {
+        if chunk.is_empty() {
+            return;
+        }
+        if !self.full_started {
+            self.accepted_chunk = true;
+        }
+        self.streams[stream.0].push(chunk);
+    }
+
+    /// Appends delta display text to the live display (never to a stream).
+    pub fn handle_display(&mut self, text: &str) {
+        self.display.push(text);
+    }
+
+    /// Records a capture failure (for example a failed write). The output becomes incomplete;
+    /// a stream-specific fault also stops that stream's capture.
+    pub fn handle_capture_error(&mut self, stream: Option<StreamIndex>, message: &str) {
+        let mut message = message.to_owned();
+        if message.len() > MAX_FAULT_BYTES {
+            let mut cut = MAX_FAULT_BYTES;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+        }
+        if let Some(ix) = stream {
+            self.failed[ix.0] = true;
+        }
+        let stream = stream.and_then(|ix| self.declaration.name(ix).cloned());
+        self.faults.push(CaptureFault { stream, message });
+    }
+
+    /// The next completed index entry of `stream`, in block order.
+    pub fn poll_index_entry(&mut self, stream: StreamIndex) -> Option<IndexEntry> {
+        self.streams[stream.0].indexer.poll_entry()
+    }
+
+    /// Bytes accepted so far on `stream`.
+    pub fn stream_bytes(&self, stream: StreamIndex) -> u64 {
+        self.streams[stream.0].indexer.total_bytes()
+    }
+
+    /// The live display.
+    pub fn display(&self) -> &LiveDisplay {
+        &self.display
+    }
+
+    /// Starts a non-streaming completion: checks it is not mixed with streamed chunks and that
+    /// the outputs fit the declaration, and returns them as `(stream, bytes)` in the order to
+    /// feed them (through steps 2.1–2.3 of the driving order).
+    pub fn begin_full(
+        &mut self,
+        outputs: FullOutput,
+    ) -> Result<Vec<(StreamIndex, Vec<u8>)>, CaptureError> {
+        if self.accepted_chunk {
+            return Err(CaptureError::MixedCompletion);
+        }
+        let feeds = match outputs {
+            FullOutput::Single(bytes) => vec![(self.declaration.resolve(&Channel::Single)?, bytes)],
+            FullOutput::Named(outputs) => {
+                let mut feeds: Vec<(StreamIndex, Vec<u8>)> = Vec::new();
+                for (name, bytes) in outputs {
+                    let ix = self.declaration.resolve(&Channel::Named(name.clone()))?;
+                    if feeds.iter().any(|(i, _)| *i == ix) {
+                        return Err(CaptureError::DuplicateFullOutput(name));
+                    }
+                    feeds.push((ix, bytes));
+                }
+                feeds
+            }
+        };
+        self.full_started = true;
+        Ok(feeds)
+    }
+
+    /// Finalizes: consumes the machine and returns what publication and the record need.
+    pub fn finish(self, display: Option<String>, status: Status) -> CaptureSummary {
+        let declaration = self.declaration;
+        let streams = self
+            .streams
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let digest = s.digest.finish();
+                let lines = s.indexer.lines();
+                let (index_entries, index_header) = s.indexer.finish(digest);
+                StreamSummary {
+                    name: declaration.name(StreamIndex(i)).cloned(),
+                    digest,
+                    bytes: index_header.total_bytes,
+                    lines,
+                    head: s.head,
+                    tail: s.tail.map(TailCapture::finish),
+                    index_entries,
+                    index_header,
+                }
+            })
+            .collect();
+        CaptureSummary {
+            limits: self.limits,
+            status,
+            display: display.unwrap_or_else(|| self.display.text),
+            faults: self.faults,
+            streams,
+            declaration,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(names: &[&str]) -> OutputDeclaration {
+        OutputDeclaration::named(names).unwrap()
+    }
+
+    fn ch(name: &str) -> Channel {
+        Channel::Named(StreamName::new(name).unwrap())
+    }
+
+    fn feed(c: &mut Capture, channel: &Channel, bytes: &[u8]) -> Result<(), CaptureError> {
+        if let Some(ix) = c.resolve(channel)? {
+            c.handle_chunk(ix, bytes);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn interleaved_deltas_stay_in_their_streams_and_display_stays_out() {
+        let mut c = Capture::new(named(&["results", "diagnostics"]), PreviewLimits::default()).unwrap();
+        feed(&mut c, &ch("results"), b"r1\n").unwrap();
+        c.handle_display("working…");
+        feed(&mut c, &ch("diagnostics"), b"d1\n").unwrap();
+        feed(&mut c, &ch("results"), b"r2\n").unwrap();
+        assert!(matches!(feed(&mut c, &ch("stdout"), b"x"), Err(CaptureError::Channel(_))));
+        assert!(matches!(feed(&mut c, &Channel::Single, b"x"), Err(CaptureError::Channel(_))));
+        let s = c.finish(None, Status::Succeeded);
+        assert_eq!(s.streams[0].head, b"r1\nr2\n");
+        assert_eq!(s.streams[1].head, b"d1\n");
+        assert_eq!(s.streams[0].digest, Digest::of(b"r1\nr2\n"));
+        assert_eq!((s.streams[0].bytes, s.streams[0].lines), (6, 2));
+        assert_eq!(s.display, "working…");
+        assert!(!s.incomplete());
+        let m = s.manifest().unwrap();
+        assert_eq!(m.names().iter().map(StreamName::as_str).collect::<Vec<_>>(), ["results", "diagnostics"]);
+    }
+
+    #[test]
+    fn final_display_replaces_the_live_display() {
+        let mut c = Capture::new(OutputDeclaration::Single, PreviewLimits::default()).unwrap();
+        c.handle_display("a");
+        c.handle_display("b");
+        let s = c.finish(Some("done".into()), Status::Succeeded);
+        assert_eq!(s.display, "done");
+    }
+
+    #[test]
+    fn live_display_is_bounded_and_keeps_the_newest_text() {
+        let mut d = LiveDisplay::new(8);
+        d.push("0123456");
+        d.push("é9ab");
+        assert!(d.as_str().len() <= 8);
+        assert!(d.as_str().ends_with("9ab"));
+        assert!(d.dropped());
+    }
+
+    #[test]
+    fn mixed_mode_is_rejected_and_full_output_is_validated() {
+        let mut c = Capture::new(OutputDeclaration::stdout_stderr(), PreviewLimits::default()).unwrap();
+        feed(&mut c, &ch("stdout"), b"x").unwrap();
+        assert_eq!(
+            c.begin_full(FullOutput::Named(vec![])),
+            Err(CaptureError::MixedCompletion)
+        );
+        let mut c = Capture::new(OutputDeclaration::stdout_stderr(), PreviewLimits::default()).unwrap();
+        let out = StreamName::new("stdout").unwrap();
+        assert_eq!(
+            c.begin_full(FullOutput::Named(vec![(out.clone(), vec![]), (out.clone(), vec![])])),
+            Err(CaptureError::DuplicateFullOutput(out.clone()))
+        );
+        assert!(c.begin_full(FullOutput::Single(vec![])).is_err());
+        let feeds = c.begin_full(FullOutput::Named(vec![(out, b"all".to_vec())])).unwrap();
+        assert_eq!(feeds, vec![(StreamIndex(0), b"all".to_vec())]);
+    }
+
+    #[test]
+    fn capture_faults_mark_incomplete_and_stop_the_stream() {
+        let mut c = Capture::new(OutputDeclaration::stdout_stderr(), PreviewLimits::default()).unwrap();
+        feed(&mut c, &ch("stdout"), b"kept\n").unwrap();
+        c.handle_capture_error(Some(StreamIndex(0)), "No space left on device");
+        assert_eq!(c.resolve(&ch("stdout")), Ok(None));
+        assert_eq!(c.resolve(&ch("stderr")), Ok(Some(StreamIndex(1))));
+        let s = c.finish(None, Status::Succeeded);
+        assert!(s.incomplete());
+        assert_eq!(s.faults[0].stream.as_ref().unwrap().as_str(), "stdout");
+        assert_eq!(s.streams[0].head, b"kept\n");
+    }
+
+    #[test]
+    fn head_is_bounded_by_lines_and_bytes() {
+        let limits = PreviewLimits { max_lines: 2, max_bytes: 10, ..Default::default() };
+        let mut c = Capture::new(OutputDeclaration::Single, limits).unwrap();
+        for chunk in [&b"a\nb"[..], b"\nc\nd\n"] {
+            feed(&mut c, &Channel::Single, chunk).unwrap();
+        }
+        let s = c.finish(None, Status::Succeeded);
+        assert_eq!(s.streams[0].head, b"a\nb\n");
+        let mut c = Capture::new(OutputDeclaration::Single, limits).unwrap();
+        feed(&mut c, &Channel::Single, &[b'x'; 100]).unwrap();
+        assert_eq!(c.finish(None, Status::Failed).streams[0].head.len(), 10);
+    }
+
+    #[test]
+    fn tail_window_tracks_the_end() {
+        let limits = PreviewLimits { max_bytes: 4, tail_lines: 2, ..Default::default() };
+        let mut c = Capture::new(OutputDeclaration::Single, limits).unwrap();
+        for chunk in [&b"ab\ncd\n"[..], b"ef\ngh\n", b"ij"] {
+            feed(&mut c, &Channel::Single, chunk).unwrap();
+        }
+        let t = c.finish(None, Status::Succeeded).streams[0].tail.clone().unwrap();
+        assert_eq!(t.bytes, b"h\nij");
+        assert_eq!(t.start, 10);
+        assert_eq!(t.newlines_before, 3);
+    }
+}

@@ -1,0 +1,37 @@
+//! agentrun-core: the sans-IO heart of agentrun.
+//!
+//! Every type here is a pure state machine or value: inputs are bytes, events and times passed
+//! as arguments; outputs are values. Nothing in this crate opens a file, spawns a process, reads
+//! a clock or the environment (checked by `core/clippy.toml` and `scripts/check-sans-io.sh`).
+//! The drivers (agentrun-fs, agentrun-smol, agentrun-tokio) do the I/O.
+//!
+//! The concepts, in the order output flows through them:
+//!
+//! * [`stream`]: output declarations and the one stream-name validator;
+//! * [`capture`]: the capture state machine fed by deltas and a completion;
+//! * [`index`]: the sparse line/block index written beside each artifact;
+//! * [`manifest`]: the deterministic manifest of named output;
+//! * [`preview`] and [`record`]: bounded previews, hints and the terminal result record;
+//! * [`uri`] and [`page`]: the public artifact URI grammar and paged reads.
+
+#![forbid(unsafe_code)]
+
+pub mod capture;
+pub mod digest;
+pub mod index;
+pub mod limits;
+pub mod manifest;
+pub mod page;
+pub mod preview;
+pub mod record;
+pub mod stream;
+pub mod uri;
+
+pub use capture::{Capture, CaptureError, CaptureSummary, Completion, FullOutput, Status};
+pub use digest::Digest;
+pub use limits::PreviewLimits;
+pub use manifest::Manifest;
+pub use page::{ByteRange, BytePage, Page, PageError, PageRequest};
+pub use record::ResultRecord;
+pub use stream::{Channel, OutputDeclaration, StreamName};
+pub use uri::ArtifactUri;

@@ -1,0 +1,355 @@
+//! The terminal result record and the model-facing rendering (SPEC §2.4, §3).
+//!
+//! [`ResultRecord::from_summary`] decides every preview once, at finalization; the record then
+//! holds everything needed to render the model text and the final display again
+//! ([`ResultRecord::render`], [`ResultRecord::display`]) without rerunning the tool or reading
+//! artifacts, so a replay is identical to the live run by construction.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::capture::{CaptureFault, CaptureSummary, Status, StreamSummary};
+use crate::digest::Digest;
+use crate::limits::PreviewLimits;
+use crate::preview::{cut_head, cut_tail};
+use crate::stream::StreamName;
+use crate::uri::ArtifactUri;
+
+/// The format tag of records.
+pub const RECORD_FORMAT: &str = "agentrun.record.v1";
+
+/// The head preview of one stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadPreview {
+    /// The preview as shown (lossily decoded raw prefix).
+    pub text: String,
+    /// Raw stream bytes the preview covers (it is exactly the stream's first `raw_bytes`).
+    pub raw_bytes: u64,
+    /// `\n` bytes in the preview: the continuation offset when truncated.
+    pub newlines: u64,
+    /// Whether the stream continues past the preview.
+    pub truncated: bool,
+}
+
+/// The optional tail view of a truncated stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TailPreview {
+    /// The last lines as shown.
+    pub text: String,
+    /// Zero-based index of the tail's first line.
+    pub first_line: u64,
+    /// Lines shown.
+    pub lines: u64,
+}
+
+/// One stream of a record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamRecord {
+    /// Stream name (`None` for single output).
+    pub name: Option<StreamName>,
+    /// Content address of the stream.
+    pub sha256: Digest,
+    /// Length in bytes.
+    pub bytes: u64,
+    /// Line count.
+    pub lines: u64,
+    /// Head preview.
+    pub preview: HeadPreview,
+    /// Tail view, when enabled and useful.
+    pub tail: Option<TailPreview>,
+}
+
+/// The retained output of a record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum RecordOutput {
+    /// Single output: one artifact.
+    Single {
+        /// The artifact.
+        stream: StreamRecord,
+    },
+    /// Named output: a manifest and its streams.
+    Named {
+        /// The manifest artifact.
+        manifest: Digest,
+        /// Streams in declaration order.
+        streams: Vec<StreamRecord>,
+    },
+}
+
+/// The terminal result of one invocation: what is persisted, replayed and rendered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultRecord {
+    /// Always [`RECORD_FORMAT`].
+    pub format: String,
+    /// The invocation's identifier (unique within a store).
+    pub run_id: String,
+    /// Terminal status.
+    pub status: Status,
+    /// Whether the output must be presented as incomplete.
+    pub incomplete: bool,
+    /// Capture faults.
+    pub faults: Vec<CaptureFault>,
+    /// Final display.
+    pub display: String,
+    /// The limits previews were cut with.
+    pub limits: PreviewLimits,
+    /// The retained output.
+    pub output: RecordOutput,
+}
+
+impl ResultRecord {
+    /// Builds the record of a finalized capture, cutting every preview within the limits and
+    /// the payload bound.
+    pub fn from_summary(run_id: String, summary: &CaptureSummary) -> Self {
+        let limits = summary.limits;
+        let budget = limits.stream_budget(summary.streams.len());
+        let streams: Vec<StreamRecord> =
+            summary.streams.iter().map(|s| stream_record(s, &limits, budget)).collect();
+        let output = match summary.manifest() {
+            None => RecordOutput::Single {
+                stream: streams.into_iter().next().unwrap_or_else(|| empty_stream(None)),
+            },
+            Some(m) => RecordOutput::Named { manifest: Digest::of(&m.to_bytes()), streams },
+        };
+        Self {
+            format: RECORD_FORMAT.to_owned(),
+            run_id,
+            status: summary.status,
+            incomplete: summary.incomplete(),
+            faults: summary.faults.clone(),
+            display: summary.display.clone(),
+            limits,
+            output,
+        }
+    }
+
+    /// Streams in rendering order.
+    pub fn streams(&self) -> &[StreamRecord] {
+        match &self.output {
+            RecordOutput::Single { stream } => std::slice::from_ref(stream),
+            RecordOutput::Named { streams, .. } => streams,
+        }
+    }
+
+    /// The stream of that name.
+    pub fn stream(&self, name: &str) -> Option<&StreamRecord> {
+        self.streams().iter().find(|s| s.name.as_ref().is_some_and(|n| n.as_str() == name))
+    }
+
+    /// The URI that reads a stream in full: `artifact://<digest>` for single output,
+    /// `artifact://<manifest>/<name>` for a named stream.
+    pub fn stream_uri(&self, stream: &StreamRecord) -> ArtifactUri {
+        match (&self.output, &stream.name) {
+            (RecordOutput::Named { manifest, .. }, Some(name)) => {
+                ArtifactUri::stream(*manifest, name.clone())
+            }
+            _ => ArtifactUri::new(stream.sha256),
+        }
+    }
+
+    /// The URI of the whole output (the manifest for named output).
+    pub fn output_uri(&self) -> ArtifactUri {
+        match &self.output {
+            RecordOutput::Single { stream } => ArtifactUri::new(stream.sha256),
+            RecordOutput::Named { manifest, .. } => ArtifactUri::new(*manifest),
+        }
+    }
+
+    /// Every artifact the record references: the GC roots it contributes.
+    pub fn artifacts(&self) -> Vec<Digest> {
+        let mut out: Vec<Digest> = self.streams().iter().map(|s| s.sha256).collect();
+        if let RecordOutput::Named { manifest, .. } = &self.output {
+            out.insert(0, *manifest);
+        }
+        out
+    }
+
+    /// The final display, identical for the live run and any replay.
+    pub fn display(&self) -> &str {
+        &self.display
+    }
+
+    /// The model-facing text: an incomplete marker when needed, then per stream its heading
+    /// (named output only), preview, hint when truncated, and optional tail view. Its length
+    /// never exceeds `limits.max_payload_bytes`.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if self.incomplete {
+            out.push_str(&self.status_line());
+            out.push('\n');
+        }
+        let named = matches!(self.output, RecordOutput::Named { .. });
+        for (i, s) in self.streams().iter().enumerate() {
+            if named {
+                if i > 0 {
+                    out.push('\n');
+                }
+                if let Some(name) = &s.name {
+                    let _ = writeln!(out, "[{name}]");
+                }
+            }
+            out.push_str(&s.preview.text);
+            let more_follows = s.preview.truncated || (named && i + 1 < self.streams().len());
+            if more_follows && !s.preview.text.is_empty() && !s.preview.text.ends_with('\n') {
+                out.push('\n');
+            }
+            if s.preview.truncated {
+                let _ = writeln!(
+                    out,
+                    "[Truncated. Read more: read(filePath=\"{}\", offset={})]",
+                    self.stream_uri(s),
+                    s.preview.newlines
+                );
+                if let Some(t) = &s.tail {
+                    let _ = writeln!(
+                        out,
+                        "[Lines {}-{} not shown in full; the last {} lines follow]",
+                        s.preview.newlines,
+                        t.first_line - 1,
+                        t.lines
+                    );
+                    out.push_str(&t.text);
+                }
+            }
+        }
+        out
+    }
+
+    fn status_line(&self) -> String {
+        let mut line = format!("[Incomplete output: the run {}", self.status.as_str());
+        if self.status == Status::Succeeded {
+            line = "[Incomplete output: capture failed".to_owned();
+        }
+        if let Some(f) = self.faults.first() {
+            match &f.stream {
+                Some(s) => {
+                    let _ = write!(line, "; capture fault on {s}: {}", f.message);
+                }
+                None => {
+                    let _ = write!(line, "; capture fault: {}", f.message);
+                }
+            }
+            if self.faults.len() > 1 {
+                let _ = write!(line, " (+{} more)", self.faults.len() - 1);
+            }
+        }
+        line.push(']');
+        line
+    }
+}
+
+fn empty_stream(name: Option<StreamName>) -> StreamRecord {
+    StreamRecord {
+        name,
+        sha256: Digest::of(b""),
+        bytes: 0,
+        lines: 0,
+        preview: HeadPreview { text: String::new(), raw_bytes: 0, newlines: 0, truncated: false },
+        tail: None,
+    }
+}
+
+fn stream_record(s: &StreamSummary, limits: &PreviewLimits, budget: usize) -> StreamRecord {
+    // With the tail view on, a quarter of the stream's budget is kept for the tail.
+    let tail_budget = if limits.tail_lines > 0 { budget / 4 } else { 0 };
+    let head_budget = budget - tail_budget;
+    let cut = cut_head(&s.head, s.head_is_complete(), head_budget, limits.max_lines);
+    let truncated = (cut.raw_len as u64) < s.bytes;
+    let preview = HeadPreview {
+        text: String::from_utf8_lossy(&s.head[..cut.raw_len]).into_owned(),
+        raw_bytes: cut.raw_len as u64,
+        newlines: cut.newlines,
+        truncated,
+    };
+    let tail = match (&s.tail, truncated) {
+        (Some(window), true) => {
+            cut_tail(window, s.lines, cut.newlines, limits.tail_lines, tail_budget).map(|t| {
+                TailPreview {
+                    text: String::from_utf8_lossy(&window.bytes[t.window_offset..]).into_owned(),
+                    first_line: t.first_line,
+                    lines: t.lines,
+                }
+            })
+        }
+        _ => None,
+    };
+    StreamRecord { name: s.name.clone(), sha256: s.digest, bytes: s.bytes, lines: s.lines, preview, tail }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::Capture;
+    use crate::stream::{Channel, OutputDeclaration};
+
+    fn run(decl: OutputDeclaration, limits: PreviewLimits, chunks: &[(&str, &[u8])]) -> ResultRecord {
+        let mut c = Capture::new(decl, limits).unwrap();
+        for (name, bytes) in chunks {
+            let ch = if name.is_empty() { Channel::Single } else { Channel::Named(StreamName::new(name).unwrap()) };
+            let ix = c.resolve(&ch).unwrap().unwrap();
+            c.handle_chunk(ix, bytes);
+        }
+        ResultRecord::from_summary("r1".into(), &c.finish(None, Status::Succeeded))
+    }
+
+    #[test]
+    fn single_output_has_no_heading_and_a_bare_uri_hint() {
+        let limits = PreviewLimits { max_lines: 2, ..Default::default() };
+        let r = run(OutputDeclaration::Single, limits, &[("", b"a\nb\nc\n")]);
+        let d = Digest::of(b"a\nb\nc\n");
+        assert_eq!(r.render(), format!("a\nb\n[Truncated. Read more: read(filePath=\"artifact://{d}\", offset=2)]\n"));
+        let r = run(OutputDeclaration::Single, PreviewLimits::default(), &[("", b"a\nb")]);
+        assert_eq!(r.render(), "a\nb");
+    }
+
+    #[test]
+    fn named_streams_truncate_independently_with_manifest_hints() {
+        let limits = PreviewLimits { max_lines: 1, ..Default::default() };
+        let r = run(OutputDeclaration::stdout_stderr(), limits, &[("stdout", b"o1\no2\n"), ("stderr", b"e1\n")]);
+        let RecordOutput::Named { manifest, .. } = &r.output else { panic!() };
+        assert_eq!(
+            r.render(),
+            format!("[stdout]\no1\n[Truncated. Read more: read(filePath=\"artifact://{manifest}/stdout\", offset=1)]\n\n[stderr]\ne1\n")
+        );
+        assert_eq!(r.artifacts()[0], *manifest);
+    }
+
+    #[test]
+    fn cut_lines_are_re_read_from_their_start() {
+        let limits = PreviewLimits { max_bytes: 5, ..Default::default() };
+        let r = run(OutputDeclaration::Single, limits, &[("", b"ab\ncdefgh\n")]);
+        let s = &r.streams()[0];
+        assert_eq!((s.preview.text.as_str(), s.preview.newlines), ("ab\ncd", 1));
+        assert!(r.render().ends_with("offset=1)]\n"));
+    }
+
+    #[test]
+    fn incomplete_output_says_so() {
+        let mut c = Capture::new(OutputDeclaration::Single, PreviewLimits::default()).unwrap();
+        c.handle_chunk(crate::stream::StreamIndex(0), b"partial");
+        let r = ResultRecord::from_summary("r".into(), &c.finish(None, Status::Cancelled));
+        assert!(r.incomplete);
+        assert_eq!(r.render(), "[Incomplete output: the run cancelled]\npartial");
+    }
+
+    #[test]
+    fn tail_view_shows_exact_last_lines() {
+        let limits = PreviewLimits { max_lines: 2, tail_lines: 2, ..Default::default() };
+        let data: Vec<u8> = (0..10).flat_map(|i| format!("l{i}\n").into_bytes()).collect();
+        let r = run(OutputDeclaration::Single, limits, &[("", &data)]);
+        let text = r.render();
+        assert!(text.starts_with("l0\nl1\n[Truncated. Read more:"), "{text}");
+        assert!(text.ends_with("offset=2)]\n[Lines 2-7 not shown in full; the last 2 lines follow]\nl8\nl9\n"), "{text}");
+    }
+
+    #[test]
+    fn record_round_trips_through_json_and_renders_the_same() {
+        let r = run(OutputDeclaration::stdout_stderr(), PreviewLimits::default(), &[("stdout", b"x\xff\n")]);
+        let json = serde_json::to_string(&r).unwrap();
+        let back: ResultRecord = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(back.render(), r.render());
+    }
+}
