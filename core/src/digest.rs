@@ -54,7 +54,10 @@ fn nibble(b: u8, whole: &str) -> Result<u8, DigestError> {
         b'0'..=b'9' => Ok(b - b'0'),
         b'a'..=b'f' => Ok(b - b'a' + 10),
         _ => Err(DigestError::NotLowerHex(
-            whole.chars().find(|c| !matches!(c, '0'..='9' | 'a'..='f')).unwrap_or('?'),
+            whole
+                .chars()
+                .find(|c| !matches!(c, '0'..='9' | 'a'..='f'))
+                .unwrap_or('?'),
         )),
     }
 }
@@ -135,9 +138,18 @@ mod tests {
     fn rejects_non_canonical_hex() {
         let upper = "BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD";
         assert_eq!(Digest::from_hex(upper), Err(DigestError::NotLowerHex('B')));
-        assert_eq!(Digest::from_hex(&"a".repeat(63)), Err(DigestError::Length(63)));
-        assert_eq!(Digest::from_hex(&"a".repeat(65)), Err(DigestError::Length(65)));
-        assert!(matches!(Digest::from_hex(&"g".repeat(64)), Err(DigestError::NotLowerHex('g'))));
+        assert_eq!(
+            Digest::from_hex(&"a".repeat(63)),
+            Err(DigestError::Length(63))
+        );
+        assert_eq!(
+            Digest::from_hex(&"a".repeat(65)),
+            Err(DigestError::Length(65))
+        );
+        assert!(matches!(
+            Digest::from_hex(&"g".repeat(64)),
+            Err(DigestError::NotLowerHex('g'))
+        ));
         // 64 bytes but multi-byte characters: never panics on a char boundary.
         assert!(Digest::from_hex(&"é".repeat(32)).is_err());
     }

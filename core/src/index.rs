@@ -156,7 +156,9 @@ impl IndexEntry {
 
     /// Decodes and checks the entry of block `block`.
     pub fn decode(block: u64, bytes: &[u8]) -> Result<Self, IndexError> {
-        let bytes = bytes.get(..ENTRY_LEN).ok_or(IndexError::CorruptEntry(block))?;
+        let bytes = bytes
+            .get(..ENTRY_LEN)
+            .ok_or(IndexError::CorruptEntry(block))?;
         if entry_crc(block, &bytes[..12]) != u32::from_le_bytes(le(&bytes[12..16])) {
             return Err(IndexError::CorruptEntry(block));
         }
@@ -165,6 +167,12 @@ impl IndexEntry {
             crc: u32::from_le_bytes(le(&bytes[8..12])),
         })
     }
+}
+
+/// CRC-32 of one block's bytes: the value its [`IndexEntry::crc`] must hold. Readers check
+/// every block they return against it.
+pub fn block_crc(block: &[u8]) -> u32 {
+    crc32fast::hash(block)
 }
 
 fn entry_crc(block: u64, fields: &[u8]) -> u32 {
@@ -269,7 +277,10 @@ impl BlockIndexer {
 
     fn close_block(&mut self) {
         let crc = std::mem::replace(&mut self.crc, crc32fast::Hasher::new()).finalize();
-        self.ready.push_back(IndexEntry { newlines_before: self.block_newlines_before, crc });
+        self.ready.push_back(IndexEntry {
+            newlines_before: self.block_newlines_before,
+            crc,
+        });
         self.block_newlines_before = self.newlines;
         self.in_block = 0;
     }
@@ -350,14 +361,17 @@ mod tests {
             let mut bad = sidecar.clone();
             bad[i] ^= 0x20;
             let header_ok = IndexHeader::decode(&bad).is_ok();
-            let entries_ok = (0..5).all(|b| IndexEntry::decode(b, &bad[entry_offset(b) as usize..]).is_ok());
+            let entries_ok =
+                (0..5).all(|b| IndexEntry::decode(b, &bad[entry_offset(b) as usize..]).is_ok());
             assert!(!(header_ok && entries_ok), "flip at {i} went unnoticed");
         }
     }
 
     #[test]
     fn chunking_does_not_change_the_index() {
-        let data: Vec<u8> = (0..5000u32).flat_map(|i| format!("line {i}\n").into_bytes()).collect();
+        let data: Vec<u8> = (0..5000u32)
+            .flat_map(|i| format!("line {i}\n").into_bytes())
+            .collect();
         let whole = encode_index_of(&data, 100);
         let mut ix = BlockIndexer::new(100);
         let mut polled = Vec::new();
@@ -376,18 +390,28 @@ mod tests {
 
     #[test]
     fn finds_the_block_of_any_line_start() {
-        let data: Vec<u8> = (0..3000u32).flat_map(|i| ("x".repeat((i % 13) as usize) + "\n").into_bytes()).collect();
+        let data: Vec<u8> = (0..3000u32)
+            .flat_map(|i| ("x".repeat((i % 13) as usize) + "\n").into_bytes())
+            .collect();
         let sidecar = encode_index_of(&data, 64);
         let (header, es) = entries(&sidecar);
         let newline_positions: Vec<usize> = memchr::memchr_iter(b'\n', &data).collect();
         for n in [1u64, 2, 17, 1000, 2999, 3000] {
-            let block = block_of_newline(&header, n, |b| Ok::<_, ()>(es[b as usize])).unwrap().unwrap();
+            let block = block_of_newline(&header, n, |b| Ok::<_, ()>(es[b as usize]))
+                .unwrap()
+                .unwrap();
             let (start, end) = header.block_range(block);
             let k = n - es[block as usize].newlines_before;
             let pos = after_nth_newline(&data[start as usize..end as usize], k).unwrap();
             assert_eq!(start as usize + pos, newline_positions[n as usize - 1] + 1);
         }
-        assert_eq!(block_of_newline(&header, 3001, |b| Ok::<_, ()>(es[b as usize])).unwrap(), None);
-        assert_eq!(block_of_newline(&header, 0, |b| Ok::<_, ()>(es[b as usize])).unwrap(), None);
+        assert_eq!(
+            block_of_newline(&header, 3001, |b| Ok::<_, ()>(es[b as usize])).unwrap(),
+            None
+        );
+        assert_eq!(
+            block_of_newline(&header, 0, |b| Ok::<_, ()>(es[b as usize])).unwrap(),
+            None
+        );
     }
 }

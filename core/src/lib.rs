@@ -23,6 +23,7 @@ pub mod limits;
 pub mod manifest;
 pub mod page;
 pub mod preview;
+pub mod process;
 pub mod record;
 pub mod stream;
 pub mod uri;
@@ -31,7 +32,7 @@ pub use capture::{Capture, CaptureError, CaptureSummary, Completion, FullOutput,
 pub use digest::Digest;
 pub use limits::PreviewLimits;
 pub use manifest::Manifest;
-pub use page::{ByteRange, BytePage, Page, PageError, PageRequest};
+pub use page::{BytePage, ByteRange, Page, PageError, PageRequest};
 pub use record::ResultRecord;
 pub use stream::{Channel, OutputDeclaration, StreamName};
 pub use uri::ArtifactUri;

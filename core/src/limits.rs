@@ -32,7 +32,12 @@ pub struct PreviewLimits {
 
 impl Default for PreviewLimits {
     fn default() -> Self {
-        Self { max_lines: 2000, max_bytes: 51_200, max_payload_bytes: 1 << 20, tail_lines: 0 }
+        Self {
+            max_lines: 2000,
+            max_bytes: 51_200,
+            max_payload_bytes: 1 << 20,
+            tail_lines: 0,
+        }
     }
 }
 
@@ -77,9 +82,12 @@ impl PreviewLimits {
     }
 
     /// Bytes a capture must keep in memory per stream to render any preview under these limits:
-    /// the raw prefix is never longer than its rendered form.
+    /// the raw prefix is never longer than its rendered form. Three bytes more let the preview
+    /// tell an invalid sequence at the budget's edge (shown as U+FFFD) from the start of a
+    /// character the next bytes complete (held back); without them it must hold both back and
+    /// the preview is shorter than the longest prefix within the limits.
     pub fn retained_head_bytes(&self) -> usize {
-        self.max_bytes.min(self.max_payload_bytes)
+        self.max_bytes.min(self.max_payload_bytes) + 3
     }
 }
 
@@ -90,22 +98,35 @@ mod tests {
     #[test]
     fn defaults_match_the_spec() {
         let l = PreviewLimits::default();
-        assert_eq!((l.max_lines, l.max_bytes, l.max_payload_bytes, l.tail_lines), (2000, 51200, 1 << 20, 0));
+        assert_eq!(
+            (l.max_lines, l.max_bytes, l.max_payload_bytes, l.tail_lines),
+            (2000, 51200, 1 << 20, 0)
+        );
         assert_eq!(l.validate(), Ok(()));
         assert_eq!(l.stream_budget(8), 51200);
     }
 
     #[test]
     fn budget_shrinks_so_the_payload_fits() {
-        let l = PreviewLimits { max_bytes: 1 << 20, ..Default::default() };
+        let l = PreviewLimits {
+            max_bytes: 1 << 20,
+            ..Default::default()
+        };
         let b = l.stream_budget(8);
         assert!(8 * (b + STREAM_OVERHEAD_BYTES) + STATUS_OVERHEAD_BYTES <= l.max_payload_bytes);
         assert!(b >= 256);
-        let tight = PreviewLimits { max_payload_bytes: MIN_PAYLOAD_BYTES, ..l };
+        let tight = PreviewLimits {
+            max_payload_bytes: MIN_PAYLOAD_BYTES,
+            ..l
+        };
         assert_eq!(tight.validate(), Ok(()));
         assert_eq!(tight.stream_budget(8), 256);
         assert_eq!(
-            PreviewLimits { max_payload_bytes: MIN_PAYLOAD_BYTES - 1, ..l }.validate(),
+            PreviewLimits {
+                max_payload_bytes: MIN_PAYLOAD_BYTES - 1,
+                ..l
+            }
+            .validate(),
             Err(LimitsError::PayloadTooSmall(MIN_PAYLOAD_BYTES - 1))
         );
     }

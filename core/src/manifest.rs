@@ -50,7 +50,10 @@ pub enum ManifestError {
 impl Manifest {
     /// A manifest of `streams` in the given (declaration) order.
     pub fn new(streams: Vec<ManifestEntry>) -> Self {
-        Self { format: MANIFEST_FORMAT.to_owned(), streams }
+        Self {
+            format: MANIFEST_FORMAT.to_owned(),
+            streams,
+        }
     }
 
     /// The canonical encoding.
@@ -101,8 +104,18 @@ mod tests {
 
     fn sample() -> Manifest {
         Manifest::new(vec![
-            ManifestEntry { name: StreamName::new("stdout").unwrap(), sha256: Digest::of(b"a\n"), bytes: 2, lines: 1 },
-            ManifestEntry { name: StreamName::new("stderr").unwrap(), sha256: Digest::of(b""), bytes: 0, lines: 0 },
+            ManifestEntry {
+                name: StreamName::new("stdout").unwrap(),
+                sha256: Digest::of(b"a\n"),
+                bytes: 2,
+                lines: 1,
+            },
+            ManifestEntry {
+                name: StreamName::new("stderr").unwrap(),
+                sha256: Digest::of(b""),
+                bytes: 0,
+                lines: 0,
+            },
         ])
     }
 
@@ -110,7 +123,12 @@ mod tests {
     fn encoding_is_canonical_and_round_trips() {
         let bytes = sample().to_bytes();
         let text = std::str::from_utf8(&bytes).unwrap();
-        assert!(text.starts_with(r#"{"format":"agentrun.manifest.v1","streams":[{"name":"stdout","sha256":""#), "{text}");
+        assert!(
+            text.starts_with(
+                r#"{"format":"agentrun.manifest.v1","streams":[{"name":"stdout","sha256":""#
+            ),
+            "{text}"
+        );
         assert!(!text.contains(' ') && !text.contains('\n'));
         assert_eq!(Manifest::parse(&bytes), Ok(sample()));
         assert_eq!(Digest::of(&sample().to_bytes()), Digest::of(&bytes));
@@ -119,12 +137,18 @@ mod tests {
     #[test]
     fn non_manifests_and_non_canonical_forms_are_refused() {
         assert_eq!(Manifest::parse(b"hello"), Err(ManifestError::NotAManifest));
-        assert_eq!(Manifest::parse(b"{\"streams\":[]}"), Err(ManifestError::NotAManifest));
+        assert_eq!(
+            Manifest::parse(b"{\"streams\":[]}"),
+            Err(ManifestError::NotAManifest)
+        );
         let pretty = serde_json::to_vec_pretty(&sample()).unwrap();
         assert!(Manifest::parse(&pretty).is_err());
         let text = String::from_utf8(sample().to_bytes()).unwrap();
         let dup = text.replace("\"stderr\"", "\"stdout\"");
-        assert_eq!(Manifest::parse(dup.as_bytes()), Err(ManifestError::Invalid("duplicate stream name")));
+        assert_eq!(
+            Manifest::parse(dup.as_bytes()),
+            Err(ManifestError::Invalid("duplicate stream name"))
+        );
         let extra = text.replacen("\"bytes\":2", "\"bytes\":2,\"x\":1", 1);
         assert!(Manifest::parse(extra.as_bytes()).is_err());
         let truncated = &text.as_bytes()[..text.len() - 3];

@@ -86,7 +86,10 @@ impl PageRequest {
 
 impl Default for PageRequest {
     fn default() -> Self {
-        Self { offset: 0, limit: MAX_PAGE_LINES }
+        Self {
+            offset: 0,
+            limit: MAX_PAGE_LINES,
+        }
     }
 }
 
@@ -151,9 +154,18 @@ impl PageCursor {
     /// `request.offset` starts at byte `start_byte`.
     pub fn new(request: PageRequest, total_lines: u64, start_byte: u64) -> Result<Self, PageError> {
         if request.offset > total_lines {
-            return Err(PageError::OffsetPastEnd { offset: request.offset, total_lines });
+            return Err(PageError::OffsetPastEnd {
+                offset: request.offset,
+                total_lines,
+            });
         }
-        Ok(Self { request, total_lines, start_byte, bytes: Vec::new(), lines: 0 })
+        Ok(Self {
+            request,
+            total_lines,
+            start_byte,
+            bytes: Vec::new(),
+            lines: 0,
+        })
     }
 
     /// Feeds the next bytes. Bytes after the page's last line are ignored.
@@ -173,7 +185,11 @@ impl PageCursor {
                 self.lines += 1;
             }
         }
-        Ok(if self.lines >= limit { CursorState::Complete } else { CursorState::NeedMore })
+        Ok(if self.lines >= limit {
+            CursorState::Complete
+        } else {
+            CursorState::NeedMore
+        })
     }
 
     fn too_large(&self) -> PageError {
@@ -224,7 +240,10 @@ pub fn line_start(content: &[u8], line: u64) -> Option<usize> {
 pub fn extract_page(content: &[u8], request: PageRequest) -> Result<Page, PageError> {
     let total = count_lines(content);
     if request.offset > total {
-        return Err(PageError::OffsetPastEnd { offset: request.offset, total_lines: total });
+        return Err(PageError::OffsetPastEnd {
+            offset: request.offset,
+            total_lines: total,
+        });
     }
     let start = line_start(content, request.offset).unwrap_or(content.len());
     let mut cursor = PageCursor::new(request, total, start as u64)?;
@@ -254,9 +273,15 @@ impl ByteRange {
     /// offset past the end (an offset exactly at the end gives an empty range).
     pub fn clip(&self, total_bytes: u64) -> Result<(u64, u64), PageError> {
         if self.offset > total_bytes {
-            return Err(PageError::ByteOffsetPastEnd { offset: self.offset, total_bytes });
+            return Err(PageError::ByteOffsetPastEnd {
+                offset: self.offset,
+                total_bytes,
+            });
         }
-        Ok((self.offset, (self.offset + u64::from(self.limit)).min(total_bytes)))
+        Ok((
+            self.offset,
+            (self.offset + u64::from(self.limit)).min(total_bytes),
+        ))
     }
 }
 
@@ -277,14 +302,23 @@ impl BytePage {
     /// Wraps the bytes read for a clipped range.
     pub fn new(offset: u64, total_bytes: u64, bytes: Vec<u8>) -> Self {
         let end = offset + bytes.len() as u64;
-        Self { offset, total_bytes, next_byte_offset: (end < total_bytes).then_some(end), bytes }
+        Self {
+            offset,
+            total_bytes,
+            next_byte_offset: (end < total_bytes).then_some(end),
+            bytes,
+        }
     }
 }
 
 /// Reference byte-range extraction over a whole in-memory artifact.
 pub fn extract_bytes(content: &[u8], range: ByteRange) -> Result<BytePage, PageError> {
     let (start, end) = range.clip(content.len() as u64)?;
-    Ok(BytePage::new(start, content.len() as u64, content[start as usize..end as usize].to_vec()))
+    Ok(BytePage::new(
+        start,
+        content.len() as u64,
+        content[start as usize..end as usize].to_vec(),
+    ))
 }
 
 #[cfg(test)]
@@ -308,14 +342,23 @@ mod tests {
     fn pages_hold_whole_lines_with_continuation() {
         let content = b"a\nbb\r\nccc\nd";
         let p = extract_page(content, req(0, 2)).unwrap();
-        assert_eq!((p.bytes.as_slice(), p.lines, p.total_lines, p.next_offset), (&b"a\nbb\r\n"[..], 2, 4, Some(2)));
+        assert_eq!(
+            (p.bytes.as_slice(), p.lines, p.total_lines, p.next_offset),
+            (&b"a\nbb\r\n"[..], 2, 4, Some(2))
+        );
         let p = extract_page(content, req(2, 2000)).unwrap();
-        assert_eq!((p.bytes.as_slice(), p.lines, p.next_offset), (&b"ccc\nd"[..], 2, None));
+        assert_eq!(
+            (p.bytes.as_slice(), p.lines, p.next_offset),
+            (&b"ccc\nd"[..], 2, None)
+        );
         let p = extract_page(content, req(4, 10)).unwrap();
         assert_eq!((p.bytes.len(), p.lines, p.next_offset), (0, 0, None));
         assert_eq!(
             extract_page(content, req(5, 10)),
-            Err(PageError::OffsetPastEnd { offset: 5, total_lines: 4 })
+            Err(PageError::OffsetPastEnd {
+                offset: 5,
+                total_lines: 4
+            })
         );
         assert_eq!(extract_page(b"", req(0, 1)).unwrap().total_lines, 0);
     }
@@ -326,17 +369,34 @@ mod tests {
         content.push(b'\n');
         content.extend(std::iter::repeat_n(b'y', MAX_PAGE_BYTES + 5));
         let err = extract_page(&content, req(0, 2)).unwrap_err();
-        assert_eq!(err, PageError::PageTooLarge { offset: 0, lines: 1, line_start_byte: 11 });
+        assert_eq!(
+            err,
+            PageError::PageTooLarge {
+                offset: 0,
+                lines: 1,
+                line_start_byte: 11
+            }
+        );
         assert!(err.to_string().contains("limit 1 fits"));
         let err = extract_page(&content, req(1, 1)).unwrap_err();
-        assert_eq!(err, PageError::PageTooLarge { offset: 1, lines: 0, line_start_byte: 11 });
+        assert_eq!(
+            err,
+            PageError::PageTooLarge {
+                offset: 1,
+                lines: 0,
+                line_start_byte: 11
+            }
+        );
         assert!(err.to_string().contains("--byte-offset 11"), "{err}");
     }
 
     #[test]
     fn byte_ranges_clip_and_continue() {
         let p = extract_bytes(b"hello", ByteRange::new(1, 3).unwrap()).unwrap();
-        assert_eq!((p.bytes.as_slice(), p.next_byte_offset), (&b"ell"[..], Some(4)));
+        assert_eq!(
+            (p.bytes.as_slice(), p.next_byte_offset),
+            (&b"ell"[..], Some(4))
+        );
         let p = extract_bytes(b"hello", ByteRange::new(5, 3).unwrap()).unwrap();
         assert_eq!((p.bytes.len(), p.next_byte_offset), (0, None));
         assert!(extract_bytes(b"hello", ByteRange::new(6, 3).unwrap()).is_err());

@@ -21,7 +21,11 @@ pub struct HeadCut {
 /// Cuts the head preview out of `head`, a prefix of the stream (`head_is_stream` when it is the
 /// whole stream: only then may a trailing incomplete UTF-8 sequence be shown, as U+FFFD).
 pub fn cut_head(head: &[u8], head_is_stream: bool, max_rendered: usize, max_lines: u64) -> HeadCut {
-    let mut cut = HeadCut { raw_len: 0, rendered_len: 0, newlines: 0 };
+    let mut cut = HeadCut {
+        raw_len: 0,
+        rendered_len: 0,
+        newlines: 0,
+    };
     if max_lines == 0 {
         return cut;
     }
@@ -104,7 +108,12 @@ pub fn cut_tail(
         }
         taken += 1;
         end = start;
-        best = Some(TailCut { window_offset: start, first_line: line, lines: taken, rendered_len: rendered });
+        best = Some(TailCut {
+            window_offset: start,
+            first_line: line,
+            lines: taken,
+            rendered_len: rendered,
+        });
     }
     best
 }
@@ -118,7 +127,10 @@ mod tests {
         let s = "aé€😀\n".as_bytes();
         for budget in 0..s.len() + 2 {
             let cut = cut_head(s, true, budget, 10);
-            assert!(std::str::from_utf8(&s[..cut.raw_len]).is_ok(), "budget {budget}");
+            assert!(
+                std::str::from_utf8(&s[..cut.raw_len]).is_ok(),
+                "budget {budget}"
+            );
             assert!(cut.rendered_len <= budget);
         }
         assert_eq!(cut_head(s, true, 3, 10).raw_len, 3); // "aé"
@@ -146,7 +158,11 @@ mod tests {
 
     #[test]
     fn tail_takes_whole_last_lines_after_the_head() {
-        let window = TailWindow { bytes: b"x\nl7\nl8\nl9".to_vec(), start: 100, newlines_before: 6 };
+        let window = TailWindow {
+            bytes: b"x\nl7\nl8\nl9".to_vec(),
+            start: 100,
+            newlines_before: 6,
+        };
         let t = cut_tail(&window, 10, 0, 2, 100).unwrap();
         assert_eq!((t.window_offset, t.first_line, t.lines), (5, 8, 2));
         assert_eq!(&window.bytes[t.window_offset..], b"l8\nl9");
@@ -155,7 +171,11 @@ mod tests {
         assert_eq!(cut_tail(&window, 10, 9, 5, 100), None);
         assert_eq!(cut_tail(&window, 10, 0, 5, 5).unwrap().lines, 2);
         assert_eq!(cut_tail(&window, 10, 0, 5, 4).unwrap().lines, 1);
-        let terminated = TailWindow { bytes: b"a\nb\n".to_vec(), start: 0, newlines_before: 0 };
+        let terminated = TailWindow {
+            bytes: b"a\nb\n".to_vec(),
+            start: 0,
+            newlines_before: 0,
+        };
         let t = cut_tail(&terminated, 2, 0, 5, 100).unwrap();
         assert_eq!((t.window_offset, t.first_line, t.lines), (2, 1, 1));
     }

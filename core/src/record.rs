@@ -105,13 +105,22 @@ impl ResultRecord {
     pub fn from_summary(run_id: String, summary: &CaptureSummary) -> Self {
         let limits = summary.limits;
         let budget = limits.stream_budget(summary.streams.len());
-        let streams: Vec<StreamRecord> =
-            summary.streams.iter().map(|s| stream_record(s, &limits, budget)).collect();
+        let streams: Vec<StreamRecord> = summary
+            .streams
+            .iter()
+            .map(|s| stream_record(s, &limits, budget))
+            .collect();
         let output = match summary.manifest() {
             None => RecordOutput::Single {
-                stream: streams.into_iter().next().unwrap_or_else(|| empty_stream(None)),
+                stream: streams
+                    .into_iter()
+                    .next()
+                    .unwrap_or_else(|| empty_stream(None)),
             },
-            Some(m) => RecordOutput::Named { manifest: Digest::of(&m.to_bytes()), streams },
+            Some(m) => RecordOutput::Named {
+                manifest: Digest::of(&m.to_bytes()),
+                streams,
+            },
         };
         Self {
             format: RECORD_FORMAT.to_owned(),
@@ -135,7 +144,9 @@ impl ResultRecord {
 
     /// The stream of that name.
     pub fn stream(&self, name: &str) -> Option<&StreamRecord> {
-        self.streams().iter().find(|s| s.name.as_ref().is_some_and(|n| n.as_str() == name))
+        self.streams()
+            .iter()
+            .find(|s| s.name.as_ref().is_some_and(|n| n.as_str() == name))
     }
 
     /// The URI that reads a stream in full: `artifact://<digest>` for single output,
@@ -246,7 +257,12 @@ fn empty_stream(name: Option<StreamName>) -> StreamRecord {
         sha256: Digest::of(b""),
         bytes: 0,
         lines: 0,
-        preview: HeadPreview { text: String::new(), raw_bytes: 0, newlines: 0, truncated: false },
+        preview: HeadPreview {
+            text: String::new(),
+            raw_bytes: 0,
+            newlines: 0,
+            truncated: false,
+        },
         tail: None,
     }
 }
@@ -264,18 +280,28 @@ fn stream_record(s: &StreamSummary, limits: &PreviewLimits, budget: usize) -> St
         truncated,
     };
     let tail = match (&s.tail, truncated) {
-        (Some(window), true) => {
-            cut_tail(window, s.lines, cut.newlines, limits.tail_lines, tail_budget).map(|t| {
-                TailPreview {
-                    text: String::from_utf8_lossy(&window.bytes[t.window_offset..]).into_owned(),
-                    first_line: t.first_line,
-                    lines: t.lines,
-                }
-            })
-        }
+        (Some(window), true) => cut_tail(
+            window,
+            s.lines,
+            cut.newlines,
+            limits.tail_lines,
+            tail_budget,
+        )
+        .map(|t| TailPreview {
+            text: String::from_utf8_lossy(&window.bytes[t.window_offset..]).into_owned(),
+            first_line: t.first_line,
+            lines: t.lines,
+        }),
         _ => None,
     };
-    StreamRecord { name: s.name.clone(), sha256: s.digest, bytes: s.bytes, lines: s.lines, preview, tail }
+    StreamRecord {
+        name: s.name.clone(),
+        sha256: s.digest,
+        bytes: s.bytes,
+        lines: s.lines,
+        preview,
+        tail,
+    }
 }
 
 #[cfg(test)]
@@ -284,10 +310,18 @@ mod tests {
     use crate::capture::Capture;
     use crate::stream::{Channel, OutputDeclaration};
 
-    fn run(decl: OutputDeclaration, limits: PreviewLimits, chunks: &[(&str, &[u8])]) -> ResultRecord {
+    fn run(
+        decl: OutputDeclaration,
+        limits: PreviewLimits,
+        chunks: &[(&str, &[u8])],
+    ) -> ResultRecord {
         let mut c = Capture::new(decl, limits).unwrap();
         for (name, bytes) in chunks {
-            let ch = if name.is_empty() { Channel::Single } else { Channel::Named(StreamName::new(name).unwrap()) };
+            let ch = if name.is_empty() {
+                Channel::Single
+            } else {
+                Channel::Named(StreamName::new(name).unwrap())
+            };
             let ix = c.resolve(&ch).unwrap().unwrap();
             c.handle_chunk(ix, bytes);
         }
@@ -296,29 +330,53 @@ mod tests {
 
     #[test]
     fn single_output_has_no_heading_and_a_bare_uri_hint() {
-        let limits = PreviewLimits { max_lines: 2, ..Default::default() };
+        let limits = PreviewLimits {
+            max_lines: 2,
+            ..Default::default()
+        };
         let r = run(OutputDeclaration::Single, limits, &[("", b"a\nb\nc\n")]);
         let d = Digest::of(b"a\nb\nc\n");
-        assert_eq!(r.render(), format!("a\nb\n[Truncated. Read more: read(filePath=\"artifact://{d}\", offset=2)]\n"));
-        let r = run(OutputDeclaration::Single, PreviewLimits::default(), &[("", b"a\nb")]);
+        assert_eq!(
+            r.render(),
+            format!("a\nb\n[Truncated. Read more: read(filePath=\"artifact://{d}\", offset=2)]\n")
+        );
+        let r = run(
+            OutputDeclaration::Single,
+            PreviewLimits::default(),
+            &[("", b"a\nb")],
+        );
         assert_eq!(r.render(), "a\nb");
     }
 
     #[test]
     fn named_streams_truncate_independently_with_manifest_hints() {
-        let limits = PreviewLimits { max_lines: 1, ..Default::default() };
-        let r = run(OutputDeclaration::stdout_stderr(), limits, &[("stdout", b"o1\no2\n"), ("stderr", b"e1\n")]);
-        let RecordOutput::Named { manifest, .. } = &r.output else { panic!() };
+        let limits = PreviewLimits {
+            max_lines: 1,
+            ..Default::default()
+        };
+        let r = run(
+            OutputDeclaration::stdout_stderr(),
+            limits,
+            &[("stdout", b"o1\no2\n"), ("stderr", b"e1\n")],
+        );
+        let RecordOutput::Named { manifest, .. } = &r.output else {
+            panic!()
+        };
         assert_eq!(
             r.render(),
-            format!("[stdout]\no1\n[Truncated. Read more: read(filePath=\"artifact://{manifest}/stdout\", offset=1)]\n\n[stderr]\ne1\n")
+            format!(
+                "[stdout]\no1\n[Truncated. Read more: read(filePath=\"artifact://{manifest}/stdout\", offset=1)]\n\n[stderr]\ne1\n"
+            )
         );
         assert_eq!(r.artifacts()[0], *manifest);
     }
 
     #[test]
     fn cut_lines_are_re_read_from_their_start() {
-        let limits = PreviewLimits { max_bytes: 5, ..Default::default() };
+        let limits = PreviewLimits {
+            max_bytes: 5,
+            ..Default::default()
+        };
         let r = run(OutputDeclaration::Single, limits, &[("", b"ab\ncdefgh\n")]);
         let s = &r.streams()[0];
         assert_eq!((s.preview.text.as_str(), s.preview.newlines), ("ab\ncd", 1));
@@ -331,22 +389,40 @@ mod tests {
         c.handle_chunk(crate::stream::StreamIndex(0), b"partial");
         let r = ResultRecord::from_summary("r".into(), &c.finish(None, Status::Cancelled));
         assert!(r.incomplete);
-        assert_eq!(r.render(), "[Incomplete output: the run cancelled]\npartial");
+        assert_eq!(
+            r.render(),
+            "[Incomplete output: the run cancelled]\npartial"
+        );
     }
 
     #[test]
     fn tail_view_shows_exact_last_lines() {
-        let limits = PreviewLimits { max_lines: 2, tail_lines: 2, ..Default::default() };
-        let data: Vec<u8> = (0..10).flat_map(|i| format!("l{i}\n").into_bytes()).collect();
+        let limits = PreviewLimits {
+            max_lines: 2,
+            tail_lines: 2,
+            ..Default::default()
+        };
+        let data: Vec<u8> = (0..10)
+            .flat_map(|i| format!("l{i}\n").into_bytes())
+            .collect();
         let r = run(OutputDeclaration::Single, limits, &[("", &data)]);
         let text = r.render();
         assert!(text.starts_with("l0\nl1\n[Truncated. Read more:"), "{text}");
-        assert!(text.ends_with("offset=2)]\n[Lines 2-7 not shown in full; the last 2 lines follow]\nl8\nl9\n"), "{text}");
+        assert!(
+            text.ends_with(
+                "offset=2)]\n[Lines 2-7 not shown in full; the last 2 lines follow]\nl8\nl9\n"
+            ),
+            "{text}"
+        );
     }
 
     #[test]
     fn record_round_trips_through_json_and_renders_the_same() {
-        let r = run(OutputDeclaration::stdout_stderr(), PreviewLimits::default(), &[("stdout", b"x\xff\n")]);
+        let r = run(
+            OutputDeclaration::stdout_stderr(),
+            PreviewLimits::default(),
+            &[("stdout", b"x\xff\n")],
+        );
         let json = serde_json::to_string(&r).unwrap();
         let back: ResultRecord = serde_json::from_str(&json).unwrap();
         assert_eq!(back, r);

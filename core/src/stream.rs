@@ -60,7 +60,10 @@ impl StreamName {
             .chars()
             .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
         {
-            return Err(StreamNameError::InvalidByte { name: name.to_owned(), byte: c });
+            return Err(StreamNameError::InvalidByte {
+                name: name.to_owned(),
+                byte: c,
+            });
         }
         Ok(Self(name.to_owned()))
     }
@@ -141,7 +144,9 @@ impl OutputDeclaration {
             }
             streams.push(name);
             if streams.len() > MAX_STREAMS {
-                return Err(DeclarationError::TooManyStreams { count: streams.len() });
+                return Err(DeclarationError::TooManyStreams {
+                    count: streams.len(),
+                });
             }
         }
         if streams.is_empty() {
@@ -152,7 +157,10 @@ impl OutputDeclaration {
 
     /// The conventional process declaration: `stdout` then `stderr`.
     pub fn stdout_stderr() -> Self {
-        Self::Named(vec![StreamName("stdout".into()), StreamName("stderr".into())])
+        Self::Named(vec![
+            StreamName("stdout".into()),
+            StreamName("stderr".into()),
+        ])
     }
 
     /// Number of channels (1 for single output).
@@ -167,9 +175,7 @@ impl OutputDeclaration {
     pub fn resolve(&self, channel: &Channel) -> Result<StreamIndex, ChannelError> {
         match (self, channel) {
             (Self::Single, Channel::Single) => Ok(StreamIndex(0)),
-            (Self::Single, Channel::Named(name)) => {
-                Err(ChannelError::NamedOnSingle(name.clone()))
-            }
+            (Self::Single, Channel::Named(name)) => Err(ChannelError::NamedOnSingle(name.clone())),
             (Self::Named(_), Channel::Single) => Err(ChannelError::UnnamedOnNamed),
             (Self::Named(names), Channel::Named(name)) => names
                 .iter()
@@ -224,7 +230,11 @@ pub enum ChannelError {
 }
 
 pub(crate) fn list(names: &[StreamName]) -> String {
-    names.iter().map(StreamName::as_str).collect::<Vec<_>>().join(", ")
+    names
+        .iter()
+        .map(StreamName::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -233,7 +243,16 @@ mod tests {
 
     #[test]
     fn accepts_generic_names() {
-        for ok in ["stdout", "stderr", "results", "diagnostics", "a", "A.b_c-9", "..a", "a..b"] {
+        for ok in [
+            "stdout",
+            "stderr",
+            "results",
+            "diagnostics",
+            "a",
+            "A.b_c-9",
+            "..a",
+            "a..b",
+        ] {
             assert_eq!(StreamName::new(ok).unwrap().as_str(), ok);
         }
         assert!(StreamName::new(&"x".repeat(64)).is_ok());
@@ -242,12 +261,26 @@ mod tests {
     #[test]
     fn rejects_bad_names() {
         assert_eq!(StreamName::new(""), Err(StreamNameError::Empty));
-        assert_eq!(StreamName::new(&"x".repeat(65)), Err(StreamNameError::TooLong { len: 65 }));
-        assert!(matches!(StreamName::new("."), Err(StreamNameError::Traversal(_))));
-        assert!(matches!(StreamName::new(".."), Err(StreamNameError::Traversal(_))));
-        for bad in ["a/b", "a\\b", "a b", "a\nb", "a%2e", "é", "a?b", "a#b", "\0"] {
+        assert_eq!(
+            StreamName::new(&"x".repeat(65)),
+            Err(StreamNameError::TooLong { len: 65 })
+        );
+        assert!(matches!(
+            StreamName::new("."),
+            Err(StreamNameError::Traversal(_))
+        ));
+        assert!(matches!(
+            StreamName::new(".."),
+            Err(StreamNameError::Traversal(_))
+        ));
+        for bad in [
+            "a/b", "a\\b", "a b", "a\nb", "a%2e", "é", "a?b", "a#b", "\0",
+        ] {
             assert!(
-                matches!(StreamName::new(bad), Err(StreamNameError::InvalidByte { .. })),
+                matches!(
+                    StreamName::new(bad),
+                    Err(StreamNameError::InvalidByte { .. })
+                ),
                 "{bad:?} must be rejected"
             );
         }
@@ -256,7 +289,9 @@ mod tests {
     #[test]
     fn declarations_validate_count_duplicates_and_order() {
         let decl = OutputDeclaration::named(["results", "diagnostics"]).unwrap();
-        let OutputDeclaration::Named(names) = &decl else { panic!() };
+        let OutputDeclaration::Named(names) = &decl else {
+            panic!()
+        };
         assert_eq!(names[0].as_str(), "results");
         assert_eq!(names[1].as_str(), "diagnostics");
         assert_eq!(
@@ -284,16 +319,24 @@ mod tests {
         let decl = OutputDeclaration::stdout_stderr();
         let stderr = Channel::Named(StreamName::new("stderr").unwrap());
         assert_eq!(decl.resolve(&stderr), Ok(StreamIndex(1)));
-        let err = decl.resolve(&Channel::Named(StreamName::new("results").unwrap())).unwrap_err();
+        let err = decl
+            .resolve(&Channel::Named(StreamName::new("results").unwrap()))
+            .unwrap_err();
         assert_eq!(
             err.to_string(),
             "stream \"results\" was not declared (declared: stdout, stderr)"
         );
-        assert_eq!(decl.resolve(&Channel::Single), Err(ChannelError::UnnamedOnNamed));
+        assert_eq!(
+            decl.resolve(&Channel::Single),
+            Err(ChannelError::UnnamedOnNamed)
+        );
         assert!(matches!(
             OutputDeclaration::Single.resolve(&stderr),
             Err(ChannelError::NamedOnSingle(_))
         ));
-        assert_eq!(OutputDeclaration::Single.resolve(&Channel::Single), Ok(StreamIndex(0)));
+        assert_eq!(
+            OutputDeclaration::Single.resolve(&Channel::Single),
+            Ok(StreamIndex(0))
+        );
     }
 }

@@ -59,12 +59,18 @@ pub enum UriError {
 impl ArtifactUri {
     /// A URI for the whole artifact.
     pub fn new(digest: Digest) -> Self {
-        Self { digest, stream: None }
+        Self {
+            digest,
+            stream: None,
+        }
     }
 
     /// A URI for one stream of a manifest.
     pub fn stream(manifest: Digest, stream: StreamName) -> Self {
-        Self { digest: manifest, stream: Some(stream) }
+        Self {
+            digest: manifest,
+            stream: Some(stream),
+        }
     }
 
     /// Parses the public grammar; see the module documentation.
@@ -142,23 +148,44 @@ mod tests {
     #[test]
     fn rejects_everything_outside_the_grammar() {
         let cases: Vec<(String, UriError)> = vec![
-            (format!("artifact://{}", D.to_uppercase()), UriError::Digest(DigestError::NotLowerHex('B'))),
-            (format!("artifact://{}", &D[..63]), UriError::Digest(DigestError::Length(63))),
-            (format!("artifact://{D}a"), UriError::Digest(DigestError::Length(65))),
+            (
+                format!("artifact://{}", D.to_uppercase()),
+                UriError::Digest(DigestError::NotLowerHex('B')),
+            ),
+            (
+                format!("artifact://{}", &D[..63]),
+                UriError::Digest(DigestError::Length(63)),
+            ),
+            (
+                format!("artifact://{D}a"),
+                UriError::Digest(DigestError::Length(65)),
+            ),
             (format!("artifact://{D}?x=1"), UriError::QueryOrFragment),
             (format!("artifact://{D}#frag"), UriError::QueryOrFragment),
             (format!("artifact://{D}/%2e%2e"), UriError::PercentEncoding),
-            (format!("artifact://{D}/.."), UriError::Stream(StreamNameError::Traversal("..".into()))),
-            (format!("artifact://{D}/."), UriError::Stream(StreamNameError::Traversal(".".into()))),
+            (
+                format!("artifact://{D}/.."),
+                UriError::Stream(StreamNameError::Traversal("..".into())),
+            ),
+            (
+                format!("artifact://{D}/."),
+                UriError::Stream(StreamNameError::Traversal(".".into())),
+            ),
             (format!("artifact://{D}/"), UriError::TrailingSlash),
             (format!("artifact://{D}/stdout/"), UriError::TrailingSlash),
             (format!("artifact://{D}/stdout/x"), UriError::ExtraSegment),
             (format!("artifact://{D}/../x"), UriError::ExtraSegment),
             (format!("artifact://{D} "), UriError::Whitespace),
-            (format!("artifact://sha256/{D}"), UriError::Digest(DigestError::Length(6))),
+            (
+                format!("artifact://sha256/{D}"),
+                UriError::Digest(DigestError::Length(6)),
+            ),
             (format!("ARTIFACT://{D}"), UriError::Scheme),
             (format!("file://{D}"), UriError::Scheme),
-            ("artifact://".to_string(), UriError::Digest(DigestError::Length(0))),
+            (
+                "artifact://".to_string(),
+                UriError::Digest(DigestError::Length(0)),
+            ),
         ];
         for (input, expected) in cases {
             assert_eq!(ArtifactUri::parse(&input), Err(expected), "{input:?}");

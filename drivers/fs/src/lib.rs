@@ -1,1 +1,79 @@
-//! placeholder
+//! agentrun-fs: the blocking file-system side of agentrun.
+//!
+//! [`agentrun_core`] decides everything (digests, indexes, previews, pages, records) without
+//! touching a file; this crate does the file work: the content-addressed artifact [`Store`],
+//! capture files ([`CaptureSession`]), verified reads, garbage collection ([`Store::gc`]) and
+//! verification ([`Store::verify`]). Every call blocks; async drivers run them on their
+//! blocking pools so no file logic is written twice.
+//!
+//! # On-disk layout
+//!
+//! Everything under the root is owner-only: directories 0700, files 0600.
+//! [`Store::open`] refuses a root or store subdirectory with group/other access or another
+//! owner, with a message saying how to fix it.
+//!
+//! ```text
+//! <root>/
+//!   gc.lock                        flock: shared by publishers, exclusive for GC
+//!   objects/<2 hex>/<62 hex>       artifact bytes, named by their SHA-256
+//!   objects/<2 hex>/<62 hex>.idx   the artifact's line/block index (agentrun_core::index:
+//!                                  80-byte header, then 16 bytes per 64 KiB block)
+//!   captures/<run_id>/             one live capture:
+//!     lock                           exclusive flock held for the session's life
+//!     s<i>, s<i>.idx                 capture file and index temp file of stream i
+//!     m, m.idx                       the manifest of named output (at finish)
+//!     protect                        digests being published
+//!   records/<run_id>.json          terminal result records (JSON of ResultRecord): GC roots
+//!   runtime/                       reserved for per-run runtime directories
+//! ```
+//!
+//! Run ids are `<unix-millis>-<pid>-<counter>`, zero-padded, so they are unique and sort by
+//! start time.
+//!
+//! # Crash safety
+//!
+//! The invariants, and why a SIGKILL (or power loss) at any point keeps them:
+//!
+//! * **No object holds bytes that do not match its name.** Bytes are only ever written to
+//!   files inside `captures/<run_id>/`. At finish the capture file is cut to exactly the
+//!   bytes the core machine hashed, `fsync`ed, and only then renamed into `objects/` (a
+//!   rename is atomic), followed by an `fsync` of the object directory. A crash before the
+//!   rename leaves nothing under the name; after it, the complete file.
+//! * **No object is visible without its index.** The `.idx` is renamed into place (and its
+//!   directory synced) before the object. GC removes the object before its index.
+//! * **No record points at a missing object.** The record is written (temp + `fsync` +
+//!   rename + `fsync` dir) only after every object it references is published, while the
+//!   publisher holds `gc.lock` shared, so no GC can remove an object in between.
+//! * **GC never removes what a live run needs.** A live capture's files sit in its own
+//!   directory, which GC removes only when it can take the directory's `lock` (the owning
+//!   process is gone: the kernel drops an `flock` with its last descriptor). Capture
+//!   directories are created and locked under the shared `gc.lock`, so GC never sees one in
+//!   between. Objects younger than the grace period are kept even when unreferenced, and a
+//!   dedupe hit refreshes the existing object's mtime.
+//! * Leftovers of a crash (an unlocked capture directory, a record temp file, an index whose
+//!   object is gone, unreferenced objects) are harmless and removed by the next GC.
+//!
+//! # Integrity of reads
+//!
+//! Every block a read returns is checked against the CRC-32 in its index entry, and every
+//! index entry carries its own checksum, so a flipped byte anywhere in a returned range is an
+//! error ([`ReadError::Corrupt`] / [`ReadError::CorruptIndex`]), never data. Reading a page
+//! costs `O(log blocks)` index entries plus the blocks covering the page. [`Store::verify`]
+//! re-hashes whole objects.
+
+mod atomic;
+mod capture;
+mod error;
+pub mod gc;
+mod layout;
+mod lock;
+mod read;
+mod store;
+mod verify;
+
+pub use capture::{CaptureSession, CaptureWriteError};
+pub use error::IoError;
+pub use gc::{GcOptions, GcReport};
+pub use read::{MAX_MANIFEST_BYTES, ReadError};
+pub use store::{Store, StoreError};
+pub use verify::VerifyReport;

@@ -1,0 +1,408 @@
+//! End-to-end scenarios of the `agentrun` binary: run, read, gc, verify, and their errors.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use agentrun_core::ResultRecord;
+
+struct Env {
+    _dir: tempfile::TempDir,
+    store: PathBuf,
+}
+
+impl Env {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        Self { _dir: dir, store }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_agentrun"));
+        c.arg("--store")
+            .arg(&self.store)
+            .args(args)
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    fn objects(&self) -> usize {
+        count_files(&self.store.join("objects"))
+    }
+}
+
+fn count_files(dir: &Path) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .map(|e| e.unwrap().path())
+        .map(|p| if p.is_dir() { count_files(&p) } else { 1 })
+        .sum()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The `agentrun read …` suggestion printed on stderr by `run`.
+fn suggested_read(o: &Output) -> Vec<String> {
+    let err = stderr(o);
+    let line = err
+        .lines()
+        .find_map(|l| l.split_once(": agentrun read "))
+        .expect("a read suggestion");
+    line.1.split_whitespace().map(str::to_owned).collect()
+}
+
+fn run_json(env: &Env, args: &[&str]) -> (serde_json::Value, ResultRecord) {
+    let mut all = vec!["run", "--json"];
+    all.extend_from_slice(args);
+    let o = env.run(&all);
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
+    let record: ResultRecord = serde_json::from_value(v["record"].clone()).unwrap();
+    (v, record)
+}
+
+#[test]
+fn run_previews_and_the_suggested_read_continues_exactly() {
+    let env = Env::new();
+    let o = env.run(&["run", "--max-lines", "100", "--", "seq", "1", "5000"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    let expected_head: String = (1..=100).map(|i| format!("{i}\n")).collect();
+    assert!(out.starts_with(&format!(
+        "[stdout]\n{expected_head}[Truncated. Read more: read(filePath=\"artifact://"
+    )));
+    assert!(
+        out.contains("/stdout\", offset=100)]\n\n[stderr]\n"),
+        "{out}"
+    );
+    let read = suggested_read(&o);
+    assert_eq!(read[1..], ["--offset".to_owned(), "100".to_owned()]);
+    let page = env.run(&["read", &read[0], "--offset", "100", "--limit", "3"]);
+    assert_eq!(stdout(&page), "101\n102\n103\n");
+    assert!(
+        stderr(&page).contains("lines 100-102 of 5000; next: agentrun read"),
+        "{}",
+        stderr(&page)
+    );
+    let all = env.run(&["read", &read[0], "--all"]);
+    let expected: String = (1..=5000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(stdout(&all), expected);
+}
+
+#[test]
+fn exit_code_mirrors_the_child() {
+    let env = Env::new();
+    for code in [0, 1, 3, 255] {
+        let o = env.run(&["run", "--", "sh", "-c", &format!("exit {code}")]);
+        assert_eq!(o.status.code(), Some(code));
+    }
+    let o = env.run(&["run", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(o.status.code(), Some(128 + 15));
+    let o = env.run(&["run", "--", "definitely-not-a-program-xyz"]);
+    assert_eq!(o.status.code(), Some(127));
+    assert!(
+        stderr(&o).contains("definitely-not-a-program-xyz"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn replay_of_the_record_renders_the_live_text() {
+    let env = Env::new();
+    let (v, record) = run_json(
+        &env,
+        &[
+            "--max-bytes",
+            "300",
+            "--tail-lines",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            "seq 1 1000; echo oops >&2",
+        ],
+    );
+    assert_eq!(record.render(), v["model_text"].as_str().unwrap());
+    let stored: ResultRecord = serde_json::from_slice(
+        &fs::read(
+            env.store
+                .join("records")
+                .join(format!("{}.json", record.run_id)),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(stored, record);
+    assert_eq!(stored.render(), v["model_text"].as_str().unwrap());
+    assert_eq!(stored.display(), record.display());
+    assert!(
+        stored
+            .render()
+            .contains("the last 3 lines follow]\n998\n999\n1000\n"),
+        "{}",
+        stored.render()
+    );
+}
+
+#[test]
+fn read_serves_manifests_streams_and_reports_each_error_distinctly() {
+    let env = Env::new();
+    let (_, record) = run_json(
+        &env,
+        &["--", "sh", "-c", "printf 'a\\nb\\n'; printf 'e\\n' >&2"],
+    );
+    let manifest = record.output_uri().to_string();
+    let bare = env.run(&["read", &manifest]);
+    assert!(stdout(&bare).starts_with("{\"format\":\"agentrun.manifest.v1\",\"streams\":["));
+    assert_eq!(
+        stdout(&env.run(&["read", &format!("{manifest}/stderr")])),
+        "e\n"
+    );
+
+    let unknown = env.run(&["read", &format!("{manifest}/results")]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(
+        stderr(&unknown).contains("stdout") && stderr(&unknown).contains("stderr"),
+        "{}",
+        stderr(&unknown)
+    );
+
+    let stdout_uri = format!("artifact://{}", record.stream("stdout").unwrap().sha256);
+    let on_plain = env.run(&["read", &format!("{stdout_uri}/stdout")]);
+    assert_eq!(on_plain.status.code(), Some(1));
+    assert!(
+        stderr(&on_plain).contains("not a manifest"),
+        "{}",
+        stderr(&on_plain)
+    );
+
+    let missing = env.run(&["read", &format!("artifact://{}", "0".repeat(64))]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        stderr(&missing).contains("is not in this store"),
+        "{}",
+        stderr(&missing)
+    );
+
+    let before = env.objects();
+    let past = env.run(&["read", &stdout_uri, "--offset", "3"]);
+    assert_eq!(past.status.code(), Some(1));
+    assert!(stderr(&past).contains("past the end"), "{}", stderr(&past));
+    let at_end = env.run(&["read", &stdout_uri, "--offset", "2"]);
+    assert_eq!(
+        (at_end.status.code(), stdout(&at_end).as_str()),
+        (Some(0), "")
+    );
+    for bad in ["0", "2001"] {
+        let o = env.run(&["read", &stdout_uri, "--limit", bad]);
+        assert_eq!(o.status.code(), Some(2), "limit {bad}");
+        assert!(stderr(&o).contains("between 1 and 2000"));
+    }
+    assert_eq!(
+        env.objects(),
+        before,
+        "reads must never retain new artifacts"
+    );
+}
+
+#[test]
+fn malformed_uris_are_usage_errors_never_paths() {
+    let env = Env::new();
+    let d = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+    let cases = [
+        format!("artifact://{}", d.to_uppercase()),
+        format!("artifact://{}", &d[..63]),
+        format!("artifact://{d}0"),
+        format!("artifact://{d}?q=1"),
+        format!("artifact://{d}#f"),
+        format!("artifact://{d}/%2e%2e"),
+        format!("artifact://{d}/.."),
+        format!("artifact://{d}/"),
+        format!("artifact://{d}/stdout/extra"),
+        "/etc/passwd".to_owned(),
+    ];
+    for uri in cases {
+        let o = env.run(&["read", &uri]);
+        assert_eq!(o.status.code(), Some(2), "{uri}: {}", stderr(&o));
+        assert!(stderr(&o).starts_with("agentrun: error: "), "{uri}");
+        assert!(o.stdout.is_empty(), "{uri} produced output");
+    }
+}
+
+#[test]
+fn oversized_pages_fail_with_advice_and_byte_ranges_reach_every_byte() {
+    let env = Env::new();
+    let (_, record) = run_json(
+        &env,
+        &[
+            "--",
+            "sh",
+            "-c",
+            "head -c 3000000 /dev/zero | tr '\\0' x; echo",
+        ],
+    );
+    let uri = record
+        .stream_uri(record.stream("stdout").unwrap())
+        .to_string();
+    let o = env.run(&["read", &uri]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--byte-offset 0"), "{}", stderr(&o));
+    let mut all = Vec::new();
+    let mut offset = 0u64;
+    loop {
+        let o = env.run(&[
+            "read",
+            &uri,
+            "--byte-offset",
+            &offset.to_string(),
+            "--byte-limit",
+            "2097152",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        all.extend_from_slice(&o.stdout);
+        match stderr(&o).split_once("--byte-offset ") {
+            Some((_, next)) => offset = next.trim().parse().unwrap(),
+            None => break,
+        }
+    }
+    assert_eq!(all.len(), 3_000_001);
+    assert!(all[..3_000_000].iter().all(|&b| b == b'x'));
+}
+
+#[test]
+fn a_corrupted_object_byte_is_an_error_never_data() {
+    let env = Env::new();
+    let (_, record) = run_json(&env, &["--", "seq", "1", "20000"]);
+    let digest = record.stream("stdout").unwrap().sha256.to_hex();
+    let path = env
+        .store
+        .join("objects")
+        .join(&digest[..2])
+        .join(&digest[2..]);
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[70_000] ^= 1;
+    fs::write(&path, &bytes).unwrap();
+    let uri = format!("artifact://{digest}");
+    let o = env.run(&["read", &uri, "--offset", "15000"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("corrupt"), "{}", stderr(&o));
+    assert!(o.stdout.is_empty());
+    let o = env.run(&["read", &uri, "--offset", "0"]);
+    assert_eq!(o.status.code(), Some(0), "an intact page still reads");
+    let v = env.run(&["verify"]);
+    assert_eq!(v.status.code(), Some(1));
+    assert!(stdout(&v).contains(&digest), "{}", stdout(&v));
+}
+
+#[test]
+fn store_with_loose_permissions_is_refused_with_the_fix() {
+    let env = Env::new();
+    fs::create_dir_all(&env.store).unwrap();
+    fs::set_permissions(&env.store, fs::Permissions::from_mode(0o755)).unwrap();
+    let o = env.run(&["verify"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("chmod 700"), "{}", stderr(&o));
+}
+
+#[test]
+fn fresh_store_is_owner_only() {
+    let env = Env::new();
+    env.run(&["run", "--", "echo", "hi"]);
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&env.store), 0o700);
+    let mut stack = vec![env.store.clone()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                assert_eq!(mode(&p), 0o700, "{}", p.display());
+                stack.push(p);
+            } else {
+                assert_eq!(mode(&p), 0o600, "{}", p.display());
+            }
+        }
+    }
+}
+
+#[test]
+fn a_full_disk_is_reported_and_loses_nothing_accepted() {
+    let env = Env::new();
+    env.run(&["verify"]); // create the store
+    // RLIMIT_FSIZE stands in for a full disk; SIGXFSZ is ignored so writes fail with EFBIG.
+    let script = format!(
+        "trap '' XFSZ; ulimit -f 2048; exec {} --store {} run -- seq 1 2000000",
+        env!("CARGO_BIN_EXE_agentrun"),
+        env.store.display()
+    );
+    let o = Command::new("sh").arg("-c").arg(&script).output().unwrap();
+    assert_ne!(o.status.code(), Some(0));
+    let err = stderr(&o);
+    assert!(err.contains("agentrun: error:"), "{err}");
+    assert!(
+        err.contains("capturing stdout failed") && err.contains("File too large"),
+        "{err}"
+    );
+    assert!(stdout(&o).starts_with("[Incomplete output: capture failed; capture fault on stdout"));
+    assert!(!err.contains("panicked"));
+    let v = env.run(&["verify"]);
+    assert_eq!(v.status.code(), Some(0), "{}", stdout(&v));
+}
+
+#[test]
+fn sigkill_mid_capture_leaves_a_clean_store_after_gc() {
+    let env = Env::new();
+    let mut child = env
+        .cmd(&["run", "--", "sh", "-c", "seq 1 100000; sleep 30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let captures = env.store.join("captures");
+    for _ in 0..200 {
+        if count_files(&captures) > 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        count_files(&captures) > 0,
+        "the killed run left its capture"
+    );
+    let v = env.run(&["verify"]);
+    assert_eq!(v.status.code(), Some(0), "{}", stdout(&v));
+    let gc = env.run(&["gc", "--grace", "0s", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&gc.stdout).unwrap();
+    assert_eq!(report["captures_removed"], 1, "{report}");
+    assert_eq!(fs::read_dir(&captures).unwrap().count(), 0);
+}
+
+#[test]
+fn gc_keeps_what_records_reference() {
+    let env = Env::new();
+    let (_, record) = run_json(&env, &["--", "sh", "-c", "echo out; echo err >&2"]);
+    let gc = env.run(&["gc", "--grace", "0s", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&gc.stdout).unwrap();
+    assert_eq!(report["objects_removed"], 0, "{report}");
+    for digest in record.artifacts() {
+        let o = env.run(&["read", &format!("artifact://{digest}")]);
+        assert_eq!(o.status.code(), Some(0));
+    }
+}

@@ -1,0 +1,575 @@
+//! Capture sessions: the file side of [`agentrun_core::Capture`].
+//!
+//! A [`CaptureSession`] owns `captures/<run_id>/`:
+//!
+//! * `lock`: held with an exclusive `flock` for the session's life; GC treats a directory
+//!   whose lock it can take as left by a dead process and removes it;
+//! * `s<i>` and `s<i>.idx`: the capture file and index temp file of declared stream `i`;
+//! * `m` and `m.idx`: the manifest of named output, written at finish;
+//! * `protect`: the digests being published, roots for any GC that runs while the lock is
+//!   held.
+//!
+//! Every chunk is appended to its capture file **before** the core machine accepts it, so the
+//! machine's digest, counts and index describe exactly the bytes on disk (a failed write is
+//! cut back to the accepted length). Memory stays bounded: chunks are not kept, index entries
+//! go to the index file as soon as a block completes.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, FileExt};
+use std::path::{Path, PathBuf};
+
+use agentrun_core::capture::CaptureSummary;
+use agentrun_core::digest::StreamingDigest;
+use agentrun_core::index::{BlockIndexer, HEADER_LEN, IndexEntry};
+use agentrun_core::stream::StreamIndex;
+use agentrun_core::{
+    Capture, CaptureError, Channel, Completion, Digest, OutputDeclaration, PreviewLimits,
+    ResultRecord, Status,
+};
+
+use crate::atomic::{self, fsync_dir, publish_object, write_atomic};
+use crate::error::{IoContext, IoError};
+use crate::layout::{self, RECORD_SUFFIX};
+use crate::lock::GcLock;
+use crate::store::{Store, StoreError};
+
+/// How many fresh run ids to try when a capture directory name is already taken.
+const RUN_ID_ATTEMPTS: usize = 16;
+
+/// Why a chunk was not captured.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureWriteError {
+    /// The chunk does not fit the declaration (undeclared stream, named chunk on single output,
+    /// …). Nothing was written.
+    #[error("chunk rejected: {0}")]
+    Rejected(#[from] CaptureError),
+    /// Writing the capture file failed. The fault is recorded, so the record will be marked
+    /// incomplete; the stream accepts no further chunks (they get this error too), and what
+    /// was accepted before is still published at finish.
+    #[error("capturing stream {stream} failed: {source}")]
+    Io {
+        /// The stream (`output` for single output).
+        stream: String,
+        /// The write error.
+        source: io::Error,
+    },
+}
+
+impl Store {
+    /// Starts capturing one tool invocation's output under a fresh run id.
+    ///
+    /// Creates `captures/<run_id>/` with its lock held and one capture file per declared
+    /// channel. Invalid limits are refused before anything is created.
+    pub fn begin_capture(
+        &self,
+        declaration: OutputDeclaration,
+        limits: PreviewLimits,
+    ) -> Result<CaptureSession, StoreError> {
+        let capture = Capture::new(declaration, limits)?;
+        // Shared GC lock while the directory exists without its lock taken: a GC in that
+        // window would take it for a crashed run's leftovers.
+        let _gc = GcLock::shared(&self.layout)?;
+        let (run_id, path) = self.create_capture_dir()?;
+        let lock_path = path.join("lock");
+        let lock = layout::new_private_file()
+            .open(&lock_path)
+            .and_then(|f| f.lock().map(|()| f))
+            .at("create and lock", &lock_path);
+        let dir = match lock {
+            Ok(lock) => CaptureDir { path, _lock: lock },
+            Err(e) => {
+                let _ = fs::remove_dir_all(&path);
+                return Err(e.into());
+            }
+        };
+        let streams = (0..capture.declaration().channel_count())
+            .map(|i| StreamFiles::create(&dir.path, i, label(capture.declaration(), i)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(CaptureSession {
+            store: self.clone(),
+            run_id,
+            capture,
+            streams,
+            dir,
+        })
+    }
+
+    /// Creates `captures/<run_id>` exclusively under a fresh run id.
+    fn create_capture_dir(&self) -> Result<(String, PathBuf), StoreError> {
+        let mut last = None;
+        for _ in 0..RUN_ID_ATTEMPTS {
+            let run_id = layout::new_run_id();
+            let path = self.layout.capture(&run_id);
+            match fs::DirBuilder::new().mode(layout::DIR_MODE).create(&path) {
+                Ok(()) => return Ok((run_id, path)),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(IoError::at("create directory", &path, e).into()),
+            }
+        }
+        let e = last.unwrap_or_else(|| io::Error::other("no free run id"));
+        Err(IoError::at("find a free run id in", &self.layout.captures(), e).into())
+    }
+}
+
+fn label(declaration: &OutputDeclaration, i: usize) -> String {
+    declaration
+        .name(StreamIndex(i))
+        .map_or_else(|| "output".to_owned(), |n| n.to_string())
+}
+
+/// The capture directory; removed (best effort) when dropped, which also releases its lock.
+/// Whatever is left behind by a failed removal is cleaned by GC once the lock is free.
+#[derive(Debug)]
+struct CaptureDir {
+    path: PathBuf,
+    _lock: File,
+}
+
+impl Drop for CaptureDir {
+    fn drop(&mut self) {
+        // Removed while the lock is still held (the field drops after this), so a concurrent
+        // GC never sees a lock-free directory that is still in use.
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// One stream's capture file and index temp file.
+#[derive(Debug)]
+struct StreamFiles {
+    label: String,
+    data_path: PathBuf,
+    data: File,
+    index_path: PathBuf,
+    index: File,
+    /// Index entries appended so far (the next entry's block number).
+    entries_written: u64,
+    /// Set once writing the index failed: the index is rebuilt from the capture file at
+    /// finish instead.
+    index_broken: bool,
+    /// The first write error, once the stream failed.
+    failed: Option<(io::ErrorKind, String)>,
+}
+
+impl StreamFiles {
+    fn create(dir: &Path, i: usize, label: String) -> Result<Self, IoError> {
+        let data_path = dir.join(format!("s{i}"));
+        let index_path = dir.join(format!("s{i}.idx"));
+        let data = layout::new_private_file()
+            .open(&data_path)
+            .at("create", &data_path)?;
+        let mut index = layout::new_private_file()
+            .open(&index_path)
+            .at("create", &index_path)?;
+        // Room for the header, which is only known at finish; entries follow it.
+        index
+            .write_all(&[0u8; HEADER_LEN])
+            .at("write", &index_path)?;
+        Ok(Self {
+            label,
+            data_path,
+            data,
+            index_path,
+            index,
+            entries_written: 0,
+            index_broken: false,
+            failed: None,
+        })
+    }
+
+    /// The error for a chunk sent after the stream failed.
+    fn failed_error(&self) -> Option<CaptureWriteError> {
+        self.failed
+            .as_ref()
+            .map(|(kind, msg)| CaptureWriteError::Io {
+                stream: self.label.clone(),
+                source: io::Error::new(
+                    *kind,
+                    format!("the stream is no longer captured after an earlier write error: {msg}"),
+                ),
+            })
+    }
+}
+
+/// One tool invocation's live capture. Create with [`Store::begin_capture`], feed with
+/// [`write`](Self::write) / [`write_channel`](Self::write_channel) and
+/// [`display`](Self::display), end with [`finish`](Self::finish).
+///
+/// Dropping a session without finishing it removes its capture directory: nothing is
+/// published and no record is written.
+#[derive(Debug)]
+pub struct CaptureSession {
+    store: Store,
+    run_id: String,
+    capture: Capture,
+    streams: Vec<StreamFiles>,
+    // Last, so the directory is removed after the files in it are closed.
+    dir: CaptureDir,
+}
+
+impl CaptureSession {
+    /// The run id; the record is persisted as `records/<run_id>.json`.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The capture directory (`captures/<run_id>`).
+    pub fn dir(&self) -> &Path {
+        &self.dir.path
+    }
+
+    /// The stream a chunk for `channel` goes to. A channel that does not fit the declaration is
+    /// [`CaptureWriteError::Rejected`]; a stream that already failed gives its
+    /// [`CaptureWriteError::Io`] again.
+    pub fn resolve(&self, channel: &Channel) -> Result<StreamIndex, CaptureWriteError> {
+        let ix = self
+            .capture
+            .declaration()
+            .resolve(channel)
+            .map_err(CaptureError::from)?;
+        match self.streams[ix.0].failed_error() {
+            Some(e) => Err(e),
+            None => Ok(ix),
+        }
+    }
+
+    /// Appends `bytes` to stream `stream`: capture file first, then the core machine, then the
+    /// index entries of every block the chunk completed. Blocks until the bytes are written
+    /// (backpressure, never dropping).
+    ///
+    /// # Panics
+    ///
+    /// If `stream` was not returned by [`resolve`](Self::resolve) of this session.
+    pub fn write(&mut self, stream: StreamIndex, bytes: &[u8]) -> Result<(), CaptureWriteError> {
+        let files = &mut self.streams[stream.0];
+        if let Some(e) = files.failed_error() {
+            return Err(e);
+        }
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = files.data.write_all(bytes) {
+            // A partial write may have appended part of the chunk; cut the file back so it
+            // holds exactly the accepted bytes (finish checks this again).
+            let _ = files.data.set_len(self.capture.stream_bytes(stream));
+            return Err(self.fail(stream, "writing the capture file", e));
+        }
+        self.capture.handle_chunk(stream, bytes);
+        while let Some(entry) = self.capture.poll_index_entry(stream) {
+            let files = &mut self.streams[stream.0];
+            if files.index_broken {
+                continue; // rebuilt at finish; keep draining so memory stays bounded
+            }
+            match files.index.write_all(&entry.encode(files.entries_written)) {
+                Ok(()) => files.entries_written += 1,
+                Err(e) => {
+                    // The chunk itself is on disk and accepted; only the index is lost, and
+                    // finish rebuilds it from the capture file. The stream still stops, as
+                    // for any capture fault, so the failure is not silent.
+                    files.index_broken = true;
+                    let err = self.fail(stream, "writing the line index", e);
+                    while self.capture.poll_index_entry(stream).is_some() {}
+                    return Err(err);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a capture fault in the machine and in the stream's state.
+    fn fail(&mut self, stream: StreamIndex, what: &str, e: io::Error) -> CaptureWriteError {
+        let message = format!("{what} failed: {e}");
+        self.capture.handle_capture_error(Some(stream), &message);
+        let files = &mut self.streams[stream.0];
+        files.failed = Some((e.kind(), message));
+        CaptureWriteError::Io {
+            stream: files.label.clone(),
+            source: e,
+        }
+    }
+
+    /// [`resolve`](Self::resolve) then [`write`](Self::write).
+    pub fn write_channel(
+        &mut self,
+        channel: &Channel,
+        bytes: &[u8],
+    ) -> Result<(), CaptureWriteError> {
+        let ix = self.resolve(channel)?;
+        self.write(ix, bytes)
+    }
+
+    /// Appends text to the live display (never to a stream).
+    pub fn display(&mut self, text: &str) {
+        self.capture.handle_display(text);
+    }
+
+    /// Ends the capture: finalizes every stream, publishes the artifacts (and the manifest of
+    /// named output), persists the record, then removes the capture directory.
+    ///
+    /// A [`Completion::Full`] after streamed chunks is refused with
+    /// [`StoreError::Capture`] (mixed completion modes). Capture faults do not fail `finish`:
+    /// the record is marked incomplete and the accepted bytes are published.
+    pub fn finish(mut self, completion: Completion) -> Result<ResultRecord, StoreError> {
+        let (display, status) = match completion {
+            Completion::Streamed { display, status } => (display, status),
+            Completion::Full {
+                display,
+                status,
+                outputs,
+            } => {
+                for (ix, bytes) in self.capture.begin_full(outputs)? {
+                    // A write fault is recorded in the machine (the record will say
+                    // incomplete); the other outputs are still captured.
+                    let _ = self.write(ix, &bytes);
+                }
+                (display, status)
+            }
+        };
+        self.finalize(display, status)
+    }
+
+    fn finalize(self, display: Option<String>, status: Status) -> Result<ResultRecord, StoreError> {
+        let CaptureSession {
+            store,
+            run_id,
+            capture,
+            mut streams,
+            dir,
+        } = self;
+        let summary = capture.finish(display, status);
+        for (files, s) in streams.iter_mut().zip(&summary.streams) {
+            seal_stream(files, s)?;
+        }
+        let manifest = write_manifest(&dir.path, &summary)?;
+
+        let layout = &store.layout;
+        let gc = GcLock::shared(layout)?;
+        let mut digests: Vec<Digest> = summary.streams.iter().map(|s| s.digest).collect();
+        digests.extend(manifest.as_ref().map(|(d, _, _)| *d));
+        protect(&dir.path, &digests)?;
+        for (files, s) in streams.iter().zip(&summary.streams) {
+            publish_object(layout, &s.digest, &files.data_path, &files.index_path)?;
+        }
+        if let Some((digest, data, index)) = &manifest {
+            publish_object(layout, digest, data, index)?;
+        }
+        // The record goes last: once it exists, everything it references is published. It is
+        // written before the GC lock and the capture lock (the protection) are released.
+        let record = ResultRecord::from_summary(run_id.clone(), &summary);
+        let json = serde_json::to_vec_pretty(&record).map_err(io::Error::other);
+        let json = json.at("serialize the record of", &layout.record(&run_id))?;
+        write_atomic(
+            &layout.records(),
+            &format!("{run_id}{RECORD_SUFFIX}"),
+            &json,
+        )?;
+        drop(gc);
+        drop(streams);
+        drop(dir);
+        Ok(record)
+    }
+}
+
+/// Makes a stream's capture file and index temp file final and durable.
+fn seal_stream(
+    files: &mut StreamFiles,
+    s: &agentrun_core::capture::StreamSummary,
+) -> Result<(), StoreError> {
+    // The file must hold exactly the accepted bytes: a failed write may have left extra bytes.
+    let len = files.data.metadata().at("inspect", &files.data_path)?.len();
+    if len < s.bytes {
+        return Err(StoreError::CaptureFileTruncated {
+            path: files.data_path.clone(),
+            expected: s.bytes,
+        });
+    }
+    if len > s.bytes {
+        let f = OpenOptions::new().write(true).open(&files.data_path);
+        f.and_then(|f| f.set_len(s.bytes))
+            .at("truncate", &files.data_path)?;
+    }
+    let header = s.index_header.encode();
+    let complete =
+        files.entries_written + s.index_entries.len() as u64 == s.index_header.block_count();
+    if files.index_broken || !complete {
+        rebuild_index(files, s.digest)?;
+    } else {
+        for (k, entry) in s.index_entries.iter().enumerate() {
+            let block = files.entries_written + k as u64;
+            files
+                .index
+                .write_all(&entry.encode(block))
+                .at("write", &files.index_path)?;
+        }
+        files
+            .index
+            .write_all_at(&header, 0)
+            .at("write", &files.index_path)?;
+    }
+    files.data.sync_all().at("sync", &files.data_path)?;
+    files.index.sync_all().at("sync", &files.index_path)?;
+    Ok(())
+}
+
+/// Rewrites a stream's index from its capture file, after the incremental index was lost to a
+/// write error. Also checks that the file still hashes to the digest the machine computed.
+fn rebuild_index(files: &mut StreamFiles, digest: Digest) -> Result<(), StoreError> {
+    let path = files.data_path.clone();
+    let mut data = File::open(&path).at("open", &path)?;
+    let mut indexer = BlockIndexer::default();
+    let mut hasher = StreamingDigest::default();
+    let mut buf = vec![0u8; agentrun_core::index::BLOCK_SIZE as usize];
+    let mut entries: Vec<IndexEntry> = Vec::new();
+    let idx_path = files.index_path.clone();
+    let mut index = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&idx_path)
+        .at("open", &idx_path)?;
+    index.write_all(&[0u8; HEADER_LEN]).at("write", &idx_path)?;
+    let mut block = 0u64;
+    loop {
+        let n = data.read(&mut buf).at("read", &path)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        indexer.update(&buf[..n]);
+        entries.extend(std::iter::from_fn(|| indexer.poll_entry()));
+        for e in entries.drain(..) {
+            index.write_all(&e.encode(block)).at("write", &idx_path)?;
+            block += 1;
+        }
+    }
+    if hasher.finish() != digest {
+        let e = io::Error::other("the capture file no longer matches the bytes accepted");
+        return Err(IoError::at("rebuild the index of", &path, e).into());
+    }
+    let (rest, header) = indexer.finish(digest);
+    for e in rest {
+        index.write_all(&e.encode(block)).at("write", &idx_path)?;
+        block += 1;
+    }
+    index.seek(SeekFrom::Start(0)).at("seek", &idx_path)?;
+    index.write_all(&header.encode()).at("write", &idx_path)?;
+    index.sync_all().at("sync", &idx_path)?;
+    Ok(())
+}
+
+/// Writes the manifest of named output and its index into the capture directory.
+fn write_manifest(
+    dir: &Path,
+    summary: &CaptureSummary,
+) -> Result<Option<(Digest, PathBuf, PathBuf)>, StoreError> {
+    let Some(manifest) = summary.manifest() else {
+        return Ok(None);
+    };
+    let bytes = manifest.to_bytes();
+    let digest = Digest::of(&bytes);
+    let data = dir.join("m");
+    let index = dir.join("m.idx");
+    let sidecar = agentrun_core::index::encode_index_of(&bytes, agentrun_core::index::BLOCK_SIZE);
+    atomic::write_new_file(&data, &bytes)?;
+    atomic::write_new_file(&index, &sidecar)?;
+    Ok(Some((digest, data, index)))
+}
+
+/// Appends the digests about to be published to the capture's `protect` file.
+fn protect(dir: &Path, digests: &[Digest]) -> Result<(), StoreError> {
+    let path = dir.join("protect");
+    let mut f = layout::append_private_file(&path)?;
+    let text: String = digests.iter().map(|d| format!("{d}\n")).collect();
+    f.write_all(text.as_bytes()).at("write", &path)?;
+    f.sync_all().at("sync", &path)?;
+    fsync_dir(dir)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use agentrun_core::{PageRequest, StreamName};
+
+    use super::*;
+
+    fn named(name: &str) -> Channel {
+        Channel::Named(StreamName::new(name).unwrap())
+    }
+
+    fn done() -> Completion {
+        Completion::Streamed {
+            display: None,
+            status: Status::Succeeded,
+        }
+    }
+
+    fn read_stream(store: &Store, record: &ResultRecord, name: &str) -> Vec<u8> {
+        let uri = record.stream_uri(record.stream(name).unwrap());
+        store.read_page(&uri, PageRequest::default()).unwrap().bytes
+    }
+
+    #[test]
+    fn a_write_fault_is_reported_recorded_and_the_accepted_bytes_are_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let mut s = store
+            .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
+            .unwrap();
+        s.write_channel(&named("stdout"), b"kept\n").unwrap();
+        // Swap the capture file for a read-only handle: the next write fails as on a full disk.
+        let path = s.streams[0].data_path.clone();
+        s.streams[0].data = File::open(&path).unwrap();
+        let err = s.write_channel(&named("stdout"), b"lost\n").unwrap_err();
+        assert!(
+            matches!(&err, CaptureWriteError::Io { stream, .. } if stream == "stdout"),
+            "{err:?}"
+        );
+        // Later chunks for that stream are refused too, never silently dropped.
+        let err = s.write_channel(&named("stdout"), b"more\n").unwrap_err();
+        assert!(err.to_string().contains("earlier write error"), "{err}");
+        let err = s.resolve(&named("stdout")).unwrap_err();
+        assert!(matches!(err, CaptureWriteError::Io { .. }));
+        // Other streams go on.
+        s.write_channel(&named("stderr"), b"e\n").unwrap();
+        let record = s.finish(done()).unwrap();
+        assert!(record.incomplete);
+        assert_eq!(record.faults[0].stream.as_ref().unwrap().as_str(), "stdout");
+        assert!(
+            record
+                .render()
+                .starts_with("[Incomplete output: capture failed")
+        );
+        assert_eq!(read_stream(&store, &record, "stdout"), b"kept\n");
+        assert_eq!(read_stream(&store, &record, "stderr"), b"e\n");
+        assert_eq!(store.record(&record.run_id).unwrap(), record);
+    }
+
+    #[test]
+    fn a_lost_index_is_rebuilt_from_the_capture_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let mut s = store
+            .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+            .unwrap();
+        let path = s.streams[0].index_path.clone();
+        s.streams[0].index = File::open(&path).unwrap();
+        let content: Vec<u8> = (0..30_000)
+            .flat_map(|i| format!("{i}\n").into_bytes())
+            .collect();
+        let err = s
+            .write_channel(&Channel::Single, &content[..100_000])
+            .unwrap_err();
+        assert!(matches!(err, CaptureWriteError::Io { .. }), "{err:?}");
+        let record = s.finish(done()).unwrap();
+        assert!(record.incomplete);
+        let uri = record.output_uri();
+        let page = store
+            .read_page(&uri, PageRequest::new(15_000, 5).unwrap())
+            .unwrap();
+        let want = agentrun_core::page::extract_page(
+            &content[..100_000],
+            PageRequest::new(15_000, 5).unwrap(),
+        );
+        assert_eq!(page, want.unwrap());
+        assert!(store.verify().unwrap().is_healthy());
+    }
+}

@@ -1,0 +1,284 @@
+//! Garbage collection: mark from the roots, sweep what is unreachable and old.
+//!
+//! Roots are
+//!
+//! * the digests in `protect` of every capture directory whose lock is held (a live run);
+//! * every artifact of every record in `records/`;
+//! * every object younger than the grace period (a publisher between rename and record, or a
+//!   result a caller has not recorded yet, keeps its objects for that long).
+//!
+//! Manifests are followed transitively: an object that parses as a manifest roots its streams.
+//! GC holds `gc.lock` exclusive throughout, so no capture is being published and no capture
+//! directory is being created while it decides; it removes capture directories whose lock it
+//! can take (their process is gone) and stray temporary files.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File, TryLockError};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use agentrun_core::{Digest, Manifest};
+use serde::Serialize;
+
+use crate::error::{IoContext, IoError};
+use crate::layout::{self, INDEX_SUFFIX, Layout, TEMP_SUFFIX};
+use crate::lock::GcLock;
+use crate::read::read_small;
+use crate::store::{Store, StoreError, parse_record, record_id};
+
+/// How a GC runs.
+#[derive(Debug, Clone)]
+pub struct GcOptions {
+    /// Unreferenced objects younger than this are kept (default 1 hour).
+    pub grace: Duration,
+    /// Count what would be removed without removing anything.
+    pub dry_run: bool,
+    /// The current time, against which object ages are measured.
+    pub now: SystemTime,
+}
+
+impl Default for GcOptions {
+    fn default() -> Self {
+        Self {
+            grace: Duration::from_secs(3600),
+            dry_run: false,
+            now: SystemTime::now(),
+        }
+    }
+}
+
+/// What a GC did (or, in a dry run, would do).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GcReport {
+    /// Objects kept.
+    pub objects_kept: u64,
+    /// Objects removed (with their index).
+    pub objects_removed: u64,
+    /// Bytes of removed objects and their indexes.
+    pub bytes_removed: u64,
+    /// Capture directories of dead runs removed.
+    pub captures_removed: u64,
+    /// Records found (the roots).
+    pub records: u64,
+}
+
+/// One object found in `objects/`.
+#[derive(Debug, Clone)]
+pub(crate) struct ObjectEntry {
+    pub(crate) path: PathBuf,
+    pub(crate) len: u64,
+    pub(crate) mtime: SystemTime,
+}
+
+/// Everything in `objects/`.
+#[derive(Debug, Default)]
+pub(crate) struct ObjectScan {
+    pub(crate) objects: HashMap<Digest, ObjectEntry>,
+    /// Index sidecars, by the digest they are named after.
+    pub(crate) indexes: HashMap<Digest, (PathBuf, u64)>,
+}
+
+/// Lists every object and index under `objects/`.
+pub(crate) fn scan_objects(layout: &Layout) -> Result<ObjectScan, IoError> {
+    let mut scan = ObjectScan::default();
+    let objects = layout.objects();
+    for fan in fs::read_dir(&objects).at("list", &objects)? {
+        let fan = fan.at("list", &objects)?;
+        let fan_path = fan.path();
+        let Some(fan_name) = fan.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if !fan.file_type().at("inspect", &fan_path)?.is_dir() {
+            continue;
+        }
+        for entry in fs::read_dir(&fan_path).at("list", &fan_path)? {
+            let entry = entry.at("list", &fan_path)?;
+            let path = entry.path();
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            let meta = match entry.metadata() {
+                Ok(m) => m,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(IoError::at("inspect", &path, e)),
+            };
+            if !meta.is_file() {
+                continue;
+            }
+            if let Some(stem) = name.strip_suffix(INDEX_SUFFIX) {
+                if let Some(d) = layout::parse_object_name(&fan_name, stem) {
+                    scan.indexes.insert(d, (path, meta.len()));
+                }
+            } else if let Some(d) = layout::parse_object_name(&fan_name, &name) {
+                let mtime = meta.modified().at("inspect", &path)?;
+                scan.objects.insert(
+                    d,
+                    ObjectEntry {
+                        path,
+                        len: meta.len(),
+                        mtime,
+                    },
+                );
+            }
+        }
+    }
+    Ok(scan)
+}
+
+/// Whether a capture directory belongs to a running capture.
+enum CaptureState {
+    /// Its lock is held: the digests it protects.
+    Live(Vec<Digest>),
+    /// Its lock is free (held now by GC while it removes the directory) or absent.
+    Dead(Option<File>),
+}
+
+fn probe_capture(dir: &Path) -> Result<CaptureState, IoError> {
+    let lock_path = dir.join("lock");
+    let lock = match File::open(&lock_path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(CaptureState::Dead(None)),
+        Err(e) => return Err(IoError::at("open", &lock_path, e)),
+    };
+    match lock.try_lock() {
+        Ok(()) => Ok(CaptureState::Dead(Some(lock))),
+        Err(TryLockError::WouldBlock) => {
+            let protect = dir.join("protect");
+            let text = match fs::read_to_string(&protect) {
+                Ok(t) => t,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+                Err(e) => return Err(IoError::at("read", &protect, e)),
+            };
+            Ok(CaptureState::Live(
+                text.lines()
+                    .filter_map(|l| Digest::from_hex(l).ok())
+                    .collect(),
+            ))
+        }
+        Err(TryLockError::Error(e)) => Err(IoError::at("probe the lock", &lock_path, e)),
+    }
+}
+
+/// Removes a file, treating "already gone" as success.
+fn remove_file(path: &Path) -> Result<(), IoError> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(IoError::at("remove", path, e)),
+        _ => Ok(()),
+    }
+}
+
+impl Store {
+    /// Collects garbage; see the [module documentation](crate::gc) for what is kept.
+    ///
+    /// Waits for running publications to finish, and blocks new ones while it runs; live
+    /// captures keep streaming meanwhile.
+    pub fn gc(&self, options: &GcOptions) -> Result<GcReport, StoreError> {
+        let layout = &self.layout;
+        let _lock = GcLock::exclusive(layout)?;
+        let scan = scan_objects(layout)?;
+        let mut report = GcReport::default();
+        let mut roots: Vec<Digest> = Vec::new();
+
+        let captures = layout.captures();
+        for entry in fs::read_dir(&captures).at("list", &captures)? {
+            let dir = entry.at("list", &captures)?.path();
+            if !fs::symlink_metadata(&dir).at("inspect", &dir)?.is_dir() {
+                continue;
+            }
+            match probe_capture(&dir)? {
+                CaptureState::Live(protected) => roots.extend(protected),
+                CaptureState::Dead(lock) => {
+                    report.captures_removed += 1;
+                    if !options.dry_run {
+                        fs::remove_dir_all(&dir).at("remove the dead capture", &dir)?;
+                    }
+                    drop(lock);
+                }
+            }
+        }
+
+        let records = layout.records();
+        for entry in fs::read_dir(&records).at("list", &records)? {
+            let entry = entry.at("list", &records)?;
+            let path = entry.path();
+            let name = entry.file_name();
+            if name.to_str().is_some_and(|n| n.ends_with(TEMP_SUFFIX)) {
+                // A record write interrupted before its rename (writers hold gc.lock shared,
+                // so none is in progress now).
+                if !options.dry_run {
+                    remove_file(&path)?;
+                }
+                continue;
+            }
+            if record_id(&name).is_none() {
+                continue;
+            }
+            // A record that cannot be read would lose its artifacts: stop rather than guess.
+            let bytes = fs::read(&path).at("read", &path)?;
+            let record = parse_record(&path, &bytes)?;
+            roots.extend(record.artifacts());
+            report.records += 1;
+        }
+
+        // Young objects are roots too. If the grace reaches before the epoch, all are young.
+        let cutoff = options.now.checked_sub(options.grace);
+        roots.extend(
+            scan.objects
+                .iter()
+                .filter(|(_, o)| cutoff.is_none_or(|c| o.mtime > c))
+                .map(|(d, _)| *d),
+        );
+
+        let reachable = mark(&scan, roots);
+        for (digest, object) in &scan.objects {
+            if reachable.contains(digest) {
+                report.objects_kept += 1;
+                continue;
+            }
+            let index = scan.indexes.get(digest);
+            report.objects_removed += 1;
+            report.bytes_removed += object.len + index.map_or(0, |(_, len)| *len);
+            if !options.dry_run {
+                // Object first: an index without its object is harmless (removed below or by
+                // the next GC); an object without its index would be unreadable.
+                remove_file(&object.path)?;
+                if let Some((path, _)) = index {
+                    remove_file(path)?;
+                }
+            }
+        }
+        if !options.dry_run {
+            for (digest, (path, _)) in &scan.indexes {
+                if !scan.objects.contains_key(digest) {
+                    remove_file(path)?;
+                }
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// Everything reachable from `roots`, following manifests to their streams.
+fn mark(scan: &ObjectScan, roots: Vec<Digest>) -> HashSet<Digest> {
+    let mut reachable = HashSet::new();
+    let mut stack = roots;
+    while let Some(digest) = stack.pop() {
+        if !reachable.insert(digest) {
+            continue;
+        }
+        let Some(object) = scan.objects.get(&digest) else {
+            continue;
+        };
+        if object.len > crate::read::MAX_MANIFEST_BYTES {
+            continue;
+        }
+        // An unreadable object cannot root anything; it is kept itself (it is reachable).
+        if let Ok(Some(bytes)) = read_small(&object.path)
+            && let Ok(manifest) = Manifest::parse(&bytes)
+        {
+            stack.extend(manifest.streams.iter().map(|e| e.sha256));
+        }
+    }
+    reachable
+}

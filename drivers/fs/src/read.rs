@@ -1,0 +1,413 @@
+//! Reads: line pages, byte ranges and whole artifacts, every returned byte verified.
+//!
+//! A read opens the object and its index sidecar, checks the index header against the object
+//! (digest = name, length = file length), finds the first block it needs by binary search over
+//! index entries (`O(log blocks)` 16-byte reads, whatever the offset) and reads whole blocks,
+//! each checked against its entry's CRC-32 before any of its bytes is used. Corrupt data is
+//! reported, never returned.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+
+use agentrun_core::digest::StreamingDigest;
+use agentrun_core::index::{
+    self, BLOCK_SIZE, ENTRY_LEN, HEADER_LEN, IndexEntry, IndexHeader, after_nth_newline,
+    block_of_newline, entry_offset,
+};
+use agentrun_core::page::{CursorState, PageCursor};
+use agentrun_core::{
+    ArtifactUri, BytePage, ByteRange, Digest, Manifest, Page, PageError, PageRequest,
+};
+
+use crate::error::{IoContext, IoError};
+use crate::layout::Layout;
+use crate::store::Store;
+
+/// Largest object considered as a manifest. Manifests of at most 8 streams are well under
+/// 2 KiB; the cap keeps a stream-segment read from loading a large artifact into memory.
+pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
+
+/// Why a read failed. Each variant is a distinct situation with its own remedy.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// No object with this digest is in the store.
+    #[error(
+        "artifact {0} is not in this store (it was never stored here or has been \
+         garbage-collected); check the URI and the store (--store / AGENTRUN_HOME)"
+    )]
+    Missing(Digest),
+    /// The object's bytes do not match its checksums.
+    #[error(
+        "artifact {digest} is corrupt: {detail}; its bytes are not returned (`agentrun verify` \
+         lists every damaged object)"
+    )]
+    Corrupt {
+        /// The object.
+        digest: Digest,
+        /// What does not match.
+        detail: String,
+    },
+    /// The object's line index is missing or damaged, so the object cannot be read safely.
+    #[error(
+        "the line index of artifact {digest} is missing or corrupt: {detail}; the artifact \
+         cannot be read safely (`agentrun verify` lists every damaged object)"
+    )]
+    CorruptIndex {
+        /// The object.
+        digest: Digest,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A stream segment on an artifact that is not a manifest.
+    #[error(
+        "artifact {0} is not a manifest of named streams, so it has no stream segment; read \
+         artifact://{0} without one"
+    )]
+    NotAManifest(Digest),
+    /// The manifest declares no such stream.
+    #[error("the manifest declares no stream \"{stream}\" (declared: {})", .declared.join(", "))]
+    UnknownStream {
+        /// The requested stream.
+        stream: String,
+        /// The declared streams, in order.
+        declared: Vec<String>,
+    },
+    /// The request cannot be served (offset past the end, page over the size bound, …).
+    #[error(transparent)]
+    Page(#[from] PageError),
+    /// An I/O error.
+    #[error(transparent)]
+    Io(#[from] IoError),
+}
+
+impl Store {
+    /// One page of whole lines of the artifact `uri` names.
+    ///
+    /// Costs `O(log n)` index entries plus the blocks covering the page, whatever the offset.
+    pub fn read_page(&self, uri: &ArtifactUri, request: PageRequest) -> Result<Page, ReadError> {
+        let object = Object::open(&self.layout, &self.resolve(uri)?)?;
+        object.page(request)
+    }
+
+    /// A byte range of the artifact `uri` names (for lines longer than a page).
+    pub fn read_bytes(&self, uri: &ArtifactUri, range: ByteRange) -> Result<BytePage, ReadError> {
+        let object = Object::open(&self.layout, &self.resolve(uri)?)?;
+        object.bytes(range)
+    }
+
+    /// Streams the whole artifact `uri` names to `out`, block by block, each block verified
+    /// before it is written. Returns the bytes written. After the last block the SHA-256 of
+    /// everything written is compared with the name too; a mismatch is reported as
+    /// [`ReadError::Corrupt`] (the caller must then discard the output).
+    pub fn copy_to(&self, uri: &ArtifactUri, out: &mut dyn io::Write) -> Result<u64, ReadError> {
+        let object = Object::open(&self.layout, &self.resolve(uri)?)?;
+        let mut hasher = StreamingDigest::default();
+        let mut buf = Vec::new();
+        for block in 0..object.header.block_count() {
+            object.block(block, &mut buf)?;
+            hasher.update(&buf);
+            out.write_all(&buf)
+                .map_err(|e| IoError::bare("write the artifact to the output", e))?;
+        }
+        out.flush()
+            .map_err(|e| IoError::bare("write the artifact to the output", e))?;
+        if hasher.finish() != object.digest {
+            return Err(object.corrupt("its content does not hash to its name".to_owned()));
+        }
+        Ok(object.header.total_bytes)
+    }
+
+    /// The manifest stored under `digest`, or `None` if that object is not a manifest.
+    pub fn manifest(&self, digest: &Digest) -> Result<Option<Manifest>, ReadError> {
+        let object = Object::open(&self.layout, digest)?;
+        if object.header.total_bytes > MAX_MANIFEST_BYTES {
+            return Ok(None);
+        }
+        let mut bytes = Vec::with_capacity(object.header.total_bytes as usize);
+        let mut buf = Vec::new();
+        for block in 0..object.header.block_count() {
+            object.block(block, &mut buf)?;
+            bytes.extend_from_slice(&buf);
+        }
+        // Small enough to check in full: what decides where stream reads go must be exact.
+        if Digest::of(&bytes) != *digest {
+            return Err(object.corrupt("its content does not hash to its name".to_owned()));
+        }
+        Ok(Manifest::parse(&bytes).ok())
+    }
+
+    /// The digest of the object a URI reads: itself, or the selected stream of a manifest.
+    fn resolve(&self, uri: &ArtifactUri) -> Result<Digest, ReadError> {
+        let Some(stream) = &uri.stream else {
+            return Ok(uri.digest);
+        };
+        let manifest = self
+            .manifest(&uri.digest)?
+            .ok_or(ReadError::NotAManifest(uri.digest))?;
+        match manifest.stream(stream) {
+            Some(entry) => Ok(entry.sha256),
+            None => Err(ReadError::UnknownStream {
+                stream: stream.to_string(),
+                declared: manifest.names().iter().map(ToString::to_string).collect(),
+            }),
+        }
+    }
+}
+
+/// An open object with its checked index header.
+#[derive(Debug)]
+pub(crate) struct Object {
+    digest: Digest,
+    path: PathBuf,
+    file: File,
+    index_path: PathBuf,
+    index: File,
+    pub(crate) header: IndexHeader,
+    /// Index entries and blocks read so far, for the cost tests.
+    #[cfg(test)]
+    reads: std::cell::Cell<(u64, u64)>,
+}
+
+impl Object {
+    /// Opens `digest`'s object and index and checks that the index describes the object.
+    pub(crate) fn open(layout: &Layout, digest: &Digest) -> Result<Self, ReadError> {
+        let path = layout.object(digest);
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(ReadError::Missing(*digest));
+            }
+            Err(e) => return Err(IoError::at("open", &path, e).into()),
+        };
+        let meta = file.metadata().at("inspect", &path)?;
+        if !meta.is_file() {
+            let e = io::Error::new(io::ErrorKind::InvalidData, "not a regular file");
+            return Err(IoError::at("read", &path, e).into());
+        }
+        let index_path = layout.index(digest);
+        let bad_index = |detail: String| ReadError::CorruptIndex {
+            digest: *digest,
+            detail,
+        };
+        let index = match File::open(&index_path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(bad_index("the index file is missing".to_owned()));
+            }
+            Err(e) => return Err(IoError::at("open", &index_path, e).into()),
+        };
+        let mut raw = [0u8; HEADER_LEN];
+        match index.read_exact_at(&mut raw, 0) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                return Err(bad_index("the index file is truncated".to_owned()));
+            }
+            Err(e) => return Err(IoError::at("read", &index_path, e).into()),
+        }
+        let header = IndexHeader::decode(&raw).map_err(|e| bad_index(e.to_string()))?;
+        if header.digest != *digest {
+            return Err(bad_index(format!(
+                "it describes artifact {}",
+                header.digest
+            )));
+        }
+        if header.total_bytes != meta.len() {
+            return Err(bad_index(format!(
+                "it describes {} bytes but the object has {}",
+                header.total_bytes,
+                meta.len()
+            )));
+        }
+        if header.block_size != BLOCK_SIZE {
+            return Err(bad_index(format!(
+                "unexpected block size {}",
+                header.block_size
+            )));
+        }
+        let index_len = index.metadata().at("inspect", &index_path)?.len();
+        let expected = HEADER_LEN as u64 + header.block_count() * ENTRY_LEN as u64;
+        if index_len != expected {
+            return Err(bad_index(format!(
+                "it has {index_len} bytes, expected {expected}"
+            )));
+        }
+        Ok(Self {
+            digest: *digest,
+            path,
+            file,
+            index_path,
+            index,
+            header,
+            #[cfg(test)]
+            reads: std::cell::Cell::new((0, 0)),
+        })
+    }
+
+    fn corrupt(&self, detail: String) -> ReadError {
+        ReadError::Corrupt {
+            digest: self.digest,
+            detail,
+        }
+    }
+
+    /// The checked index entry of `block`.
+    pub(crate) fn entry(&self, block: u64) -> Result<IndexEntry, ReadError> {
+        #[cfg(test)]
+        self.reads.set((self.reads.get().0 + 1, self.reads.get().1));
+        let mut raw = [0u8; ENTRY_LEN];
+        self.index
+            .read_exact_at(&mut raw, entry_offset(block))
+            .at("read", &self.index_path)?;
+        IndexEntry::decode(block, &raw).map_err(|e| ReadError::CorruptIndex {
+            digest: self.digest,
+            detail: e.to_string(),
+        })
+    }
+
+    /// Reads `block` into `buf` and checks it against its entry's CRC; returns the entry.
+    pub(crate) fn block(&self, block: u64, buf: &mut Vec<u8>) -> Result<IndexEntry, ReadError> {
+        let entry = self.entry(block)?;
+        #[cfg(test)]
+        self.reads.set((self.reads.get().0, self.reads.get().1 + 1));
+        let (start, end) = self.header.block_range(block);
+        buf.resize((end - start) as usize, 0);
+        match self.file.read_exact_at(buf, start) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                return Err(self.corrupt(format!("the object ends inside block {block}")));
+            }
+            Err(e) => return Err(IoError::at("read", &self.path, e).into()),
+        }
+        if index::block_crc(buf) != entry.crc {
+            return Err(self.corrupt(format!(
+                "bytes {start}..{end} (block {block}) do not match their checksum"
+            )));
+        }
+        Ok(entry)
+    }
+
+    /// A line page; see [`Store::read_page`].
+    fn page(&self, request: PageRequest) -> Result<Page, ReadError> {
+        let header = &self.header;
+        let total_lines = header.total_lines();
+        if request.offset > total_lines {
+            return Err(PageError::OffsetPastEnd {
+                offset: request.offset,
+                total_lines,
+            }
+            .into());
+        }
+        let mut buf = Vec::new();
+        // Where line `offset` starts: just after the offset-th newline. Line 0 starts at byte
+        // 0; the line after the last one starts at the end.
+        let found = block_of_newline(header, request.offset, |b| self.entry(b))?;
+        let (first_block, mut skip, mut loaded) = match found {
+            Some(block) => {
+                let entry = self.block(block, &mut buf)?;
+                let k = request.offset - entry.newlines_before;
+                let skip = after_nth_newline(&buf, k).ok_or_else(|| ReadError::CorruptIndex {
+                    digest: self.digest,
+                    detail: format!("block {block} has fewer newlines than its entry claims"),
+                })?;
+                (block, skip, true)
+            }
+            None if request.offset == 0 => (0, 0, false),
+            None => (header.block_count(), 0, false),
+        };
+        let start_byte =
+            (first_block * u64::from(header.block_size) + skip as u64).min(header.total_bytes);
+        let mut cursor = PageCursor::new(request, total_lines, start_byte)?;
+        for block in first_block..header.block_count() {
+            if !loaded {
+                self.block(block, &mut buf)?;
+            }
+            loaded = false;
+            let state = cursor.handle_bytes(&buf[skip..])?;
+            skip = 0;
+            if state == CursorState::Complete {
+                break;
+            }
+        }
+        Ok(cursor.finish())
+    }
+
+    /// A byte range; see [`Store::read_bytes`].
+    fn bytes(&self, range: ByteRange) -> Result<BytePage, ReadError> {
+        let (start, end) = range.clip(self.header.total_bytes)?;
+        let block_size = u64::from(self.header.block_size);
+        let mut out = Vec::with_capacity((end - start) as usize);
+        let mut buf = Vec::new();
+        let mut block = start / block_size;
+        while block * block_size < end {
+            self.block(block, &mut buf)?;
+            let (block_start, block_end) = self.header.block_range(block);
+            let from = (start.max(block_start) - block_start) as usize;
+            let to = (end.min(block_end) - block_start) as usize;
+            out.extend_from_slice(&buf[from..to]);
+            block += 1;
+        }
+        Ok(BytePage::new(start, self.header.total_bytes, out))
+    }
+}
+
+/// Reads a small object whole, without its index (GC and verify use this to recognise
+/// manifests even when an index is damaged). `None` when the object is larger than
+/// [`MAX_MANIFEST_BYTES`].
+pub(crate) fn read_small(path: &std::path::Path) -> Result<Option<Vec<u8>>, IoError> {
+    let file = File::open(path).at("open", path)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .at("read", path)?;
+    Ok((bytes.len() as u64 <= MAX_MANIFEST_BYTES).then_some(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use agentrun_core::{Channel, Completion, OutputDeclaration, PreviewLimits, Status};
+
+    use super::*;
+
+    #[test]
+    fn page_cost_does_not_grow_with_the_offset() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let mut s = store
+            .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+            .unwrap();
+        let line = [b'z'; 99];
+        let mut content = Vec::new();
+        for _ in 0..80_000 {
+            content.extend_from_slice(&line);
+            content.push(b'\n');
+        }
+        s.write_channel(&Channel::Single, &content).unwrap();
+        s.finish(Completion::Streamed {
+            display: None,
+            status: Status::Succeeded,
+        })
+        .unwrap();
+        let object = Object::open(&store.layout, &Digest::of(&content)).unwrap();
+        let blocks = object.header.block_count(); // 123 blocks of 64 KiB
+        assert!(blocks > 100);
+        let log = u64::from(64 - blocks.leading_zeros());
+        for offset in [0u64, 1, 40_000, 79_990] {
+            object.reads.set((0, 0));
+            let page = object.page(PageRequest::new(offset, 10).unwrap()).unwrap();
+            assert_eq!(page.lines, 10.min(80_000 - offset));
+            let (entries, read_blocks) = object.reads.get();
+            // Binary search + the entries of the blocks read; one or two blocks for 1000 bytes.
+            assert!(
+                entries <= log + 2 + read_blocks,
+                "offset {offset}: {entries} entries"
+            );
+            assert!(read_blocks <= 2, "offset {offset}: {read_blocks} blocks");
+        }
+        object.reads.set((0, 0));
+        let range = ByteRange::new(5_000_000, 100).unwrap();
+        assert_eq!(object.bytes(range).unwrap().bytes.len(), 100);
+        assert_eq!(object.reads.get(), (1, 1));
+    }
+}

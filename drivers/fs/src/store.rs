@@ -1,0 +1,366 @@
+//! The store handle: opening (and checking) a root, locating records.
+//!
+//! The other operations are implemented next to their concept: captures in
+//! [`crate::capture`], reads in [`crate::read`], GC in [`crate::gc`], verification in
+//! [`crate::verify`].
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use agentrun_core::ResultRecord;
+use agentrun_core::capture::CaptureError;
+use agentrun_core::limits::LimitsError;
+
+use crate::error::{IoContext, IoError};
+use crate::layout::{self, Layout, RECORD_SUFFIX};
+
+/// Why a store operation (other than a read) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// An I/O operation failed; the error names the path.
+    #[error(transparent)]
+    Io(#[from] IoError),
+    /// A store directory is accessible to group or others.
+    #[error(
+        "store directory {} has mode {mode:04o}; it must be 0700 (owner-only): run chmod 700 {}",
+        .path.display(), .path.display()
+    )]
+    Permissions {
+        /// The directory.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// A store directory belongs to another user.
+    #[error(
+        "store directory {} is owned by uid {owner}, but agentrun runs as uid {uid}; use a store \
+         directory you own (--store DIR or AGENTRUN_HOME), or give it to uid {uid} with \
+         chown {uid} {}",
+        .path.display(), .path.display()
+    )]
+    ForeignOwner {
+        /// The directory.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// The effective uid of this process.
+        uid: u32,
+    },
+    /// Something other than a directory sits where the store needs one.
+    #[error(
+        "{} is not a directory; move it away or choose another store (--store DIR or AGENTRUN_HOME)",
+        .path.display()
+    )]
+    NotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
+    /// No environment variable locates a default store.
+    #[error("cannot locate the store: set AGENTRUN_HOME (or HOME), or pass --store DIR")]
+    NoHome,
+    /// The preview limits of a capture are invalid.
+    #[error("invalid preview limits: {0}")]
+    Limits(#[from] LimitsError),
+    /// The completion does not fit the capture (for example mixed completion modes).
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
+    /// A run id that cannot name a record.
+    #[error(
+        "invalid run id {0:?}: run ids are 1-128 characters of A-Z, a-z, 0-9, '-', '_' and '.', \
+         not starting with '.'"
+    )]
+    InvalidRunId(String),
+    /// No record of that run exists.
+    #[error("no record of run {0} in this store")]
+    UnknownRun(String),
+    /// A record file cannot be parsed.
+    #[error(
+        "record {} is corrupt ({detail}); run `agentrun verify`, and remove the file if it \
+         cannot be repaired",
+        .path.display()
+    )]
+    CorruptRecord {
+        /// The record file.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// A captured stream's file does not hold the bytes that were accepted for it.
+    #[error("capture file {} is shorter than the {expected} bytes accepted for it", .path.display())]
+    CaptureFileTruncated {
+        /// The capture file.
+        path: PathBuf,
+        /// Bytes accepted.
+        expected: u64,
+    },
+}
+
+/// A content-addressed artifact store rooted at one owner-only directory.
+///
+/// Cheap to clone; every clone refers to the same root. All methods block on file I/O: async
+/// drivers call them on their blocking pools.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pub(crate) layout: Arc<Layout>,
+}
+
+impl Store {
+    /// Opens the store at `root`, creating missing directories (mode 0700).
+    ///
+    /// Refuses a root or store subdirectory that is not owner-only or that another user owns,
+    /// with a message saying how to fix it.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Store, StoreError> {
+        let root = root.into();
+        // Absolute, so errors name an unambiguous path and a later chdir changes nothing.
+        let root = std::path::absolute(&root).at("resolve", &root)?;
+        if !layout::exists(&root)?
+            && let Some(parent) = root.parent()
+        {
+            // Parents are ordinary directories (e.g. ~/.local/share); only the store itself
+            // is made owner-only.
+            fs::create_dir_all(parent).at("create directory", parent)?;
+        }
+        let layout = Layout::new(root);
+        for dir in layout.directories() {
+            layout::create_private_dir(&dir)?;
+            layout::check_private_dir(&dir)?;
+        }
+        let lock = layout.gc_lock();
+        layout::append_private_file(&lock)?;
+        Ok(Store {
+            layout: Arc::new(layout),
+        })
+    }
+
+    /// The default root: `$AGENTRUN_HOME`, else `$XDG_DATA_HOME/agentrun`, else
+    /// `$HOME/.local/share/agentrun`. Empty variables count as unset.
+    pub fn default_root() -> Result<PathBuf, StoreError> {
+        default_root_from(|name| std::env::var_os(name))
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        self.layout.root()
+    }
+
+    /// The reserved directory for per-run runtime directories (result sinks).
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.layout.runtime()
+    }
+
+    /// The persisted record of run `run_id`.
+    pub fn record(&self, run_id: &str) -> Result<ResultRecord, StoreError> {
+        if !layout::valid_run_id(run_id) {
+            return Err(StoreError::InvalidRunId(run_id.to_owned()));
+        }
+        let path = self.layout.record(run_id);
+        match fs::read(&path) {
+            Ok(bytes) => parse_record(&path, &bytes),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Err(StoreError::UnknownRun(run_id.to_owned()))
+            }
+            Err(e) => Err(IoError::at("read", &path, e).into()),
+        }
+    }
+
+    /// The run ids of all persisted records, oldest first (run ids sort by start time).
+    pub fn records(&self) -> Result<Vec<String>, StoreError> {
+        let dir = self.layout.records();
+        let mut ids = Vec::new();
+        for entry in fs::read_dir(&dir).at("list", &dir)? {
+            let entry = entry.at("list", &dir)?;
+            if let Some(id) = record_id(&entry.file_name()) {
+                ids.push(id);
+            }
+        }
+        ids.sort();
+        Ok(ids)
+    }
+}
+
+/// [`Store::default_root`] over an environment lookup (a parameter, so tests need not
+/// mutate the process environment).
+fn default_root_from(
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<PathBuf, StoreError> {
+    let var = |name: &str| env(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(home) = var("AGENTRUN_HOME") {
+        return Ok(home);
+    }
+    // The XDG spec says relative values are invalid and must be ignored.
+    if let Some(data) = var("XDG_DATA_HOME").filter(|p| p.is_absolute()) {
+        return Ok(data.join("agentrun"));
+    }
+    var("HOME")
+        .map(|h| h.join(".local/share/agentrun"))
+        .ok_or(StoreError::NoHome)
+}
+
+/// The run id of a record file name (`<run_id>.json`), if it is one.
+pub(crate) fn record_id(name: &std::ffi::OsStr) -> Option<String> {
+    let id = name.to_str()?.strip_suffix(RECORD_SUFFIX)?;
+    layout::valid_run_id(id).then(|| id.to_owned())
+}
+
+/// Parses a record file's bytes.
+pub(crate) fn parse_record(path: &Path, bytes: &[u8]) -> Result<ResultRecord, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::CorruptRecord {
+        path: path.to_owned(),
+        detail: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        fs::metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn open_creates_an_owner_only_layout() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("a/b/store");
+        let store = Store::open(&root).unwrap();
+        assert_eq!(store.root(), root);
+        for sub in ["", "objects", "captures", "records", "runtime"] {
+            assert_eq!(mode(&root.join(sub)), 0o700, "{sub}");
+        }
+        assert_eq!(mode(&root.join("gc.lock")), 0o600);
+        // Reopening an existing store works.
+        Store::open(&root).unwrap();
+    }
+
+    #[test]
+    fn open_refuses_a_root_readable_by_others_and_says_how_to_fix_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("store");
+        fs::create_dir(&root).unwrap();
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+        let err = Store::open(&root).unwrap_err();
+        assert!(
+            matches!(err, StoreError::Permissions { mode: 0o755, .. }),
+            "{err:?}"
+        );
+        let msg = err.to_string();
+        assert_eq!(
+            msg,
+            format!(
+                "store directory {0} has mode 0755; it must be 0700 (owner-only): run chmod 700 {0}",
+                root.display()
+            )
+        );
+    }
+
+    #[test]
+    fn open_refuses_an_open_subdirectory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("store");
+        Store::open(&root).unwrap();
+        fs::set_permissions(root.join("objects"), fs::Permissions::from_mode(0o750)).unwrap();
+        let err = Store::open(&root).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&format!("{}", root.join("objects").display()))
+        );
+        assert!(err.to_string().contains("chmod 700"));
+    }
+
+    #[test]
+    fn open_refuses_a_root_owned_by_another_user() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("store");
+        fs::create_dir(&root).unwrap();
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o700)).unwrap();
+        if std::os::unix::fs::chown(&root, Some(12345), None).is_err() {
+            eprintln!("skipped: not allowed to chown (tests need root for this case)");
+            return;
+        }
+        let err = Store::open(&root).unwrap_err();
+        assert!(
+            matches!(err, StoreError::ForeignOwner { owner: 12345, .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("owned by uid 12345"), "{err}");
+    }
+
+    #[test]
+    fn open_refuses_a_file_as_root() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("store");
+        fs::write(&root, b"x").unwrap();
+        assert!(matches!(
+            Store::open(&root),
+            Err(StoreError::NotADirectory { .. })
+        ));
+    }
+
+    #[test]
+    fn default_root_follows_the_environment_in_order() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| std::ffi::OsString::from(v))
+            }
+        };
+        let all = env(&[
+            ("AGENTRUN_HOME", "/a"),
+            ("XDG_DATA_HOME", "/x"),
+            ("HOME", "/h"),
+        ]);
+        assert_eq!(default_root_from(all).unwrap(), PathBuf::from("/a"));
+        let xdg = env(&[
+            ("AGENTRUN_HOME", ""),
+            ("XDG_DATA_HOME", "/x"),
+            ("HOME", "/h"),
+        ]);
+        assert_eq!(
+            default_root_from(xdg).unwrap(),
+            PathBuf::from("/x/agentrun")
+        );
+        let home = env(&[("XDG_DATA_HOME", "relative"), ("HOME", "/h")]);
+        assert_eq!(
+            default_root_from(home).unwrap(),
+            PathBuf::from("/h/.local/share/agentrun")
+        );
+        assert!(matches!(
+            default_root_from(env(&[])),
+            Err(StoreError::NoHome)
+        ));
+    }
+
+    #[test]
+    fn handles_cross_threads() {
+        fn send<T: Send>() {}
+        fn sync<T: Sync>() {}
+        send::<Store>();
+        sync::<Store>();
+        send::<crate::CaptureSession>();
+    }
+
+    #[test]
+    fn unknown_and_invalid_runs_are_distinct_errors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        assert!(matches!(
+            store.record("0-0-0"),
+            Err(StoreError::UnknownRun(_))
+        ));
+        assert!(matches!(
+            store.record("../x"),
+            Err(StoreError::InvalidRunId(_))
+        ));
+        fs::write(store.layout.record("bad"), b"{").unwrap();
+        assert!(matches!(
+            store.record("bad"),
+            Err(StoreError::CorruptRecord { .. })
+        ));
+        assert_eq!(store.records().unwrap(), ["bad"]);
+    }
+}

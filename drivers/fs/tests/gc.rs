@@ -1,0 +1,223 @@
+//! Garbage collection: roots, grace, live captures, dead captures, strays.
+
+mod common;
+
+use std::fs;
+use std::time::{Duration, SystemTime};
+
+use agentrun_core::record::RecordOutput;
+use agentrun_core::{ArtifactUri, Channel, Digest, OutputDeclaration, PreviewLimits, StreamName};
+use agentrun_fs::{GcOptions, GcReport, StoreError};
+use common::*;
+
+/// Options under which every unreferenced object is past its grace.
+fn later() -> GcOptions {
+    GcOptions {
+        now: SystemTime::now() + Duration::from_secs(2 * 3600),
+        ..GcOptions::default()
+    }
+}
+
+fn object_count(store: &agentrun_fs::Store) -> usize {
+    let mut n = 0;
+    for fan in fs::read_dir(store.root().join("objects")).unwrap() {
+        for f in fs::read_dir(fan.unwrap().path()).unwrap() {
+            if !f.unwrap().file_name().to_string_lossy().ends_with(".idx") {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+#[test]
+fn records_keep_manifests_and_their_streams() {
+    let (_tmp, store) = store();
+    let named = capture_named(&store, &[("stdout", b"out\n"), ("stderr", b"err\n")]);
+    let single = capture_single(&store, b"single\n", 3);
+    let report = store.gc(&later()).unwrap();
+    assert_eq!(
+        report,
+        GcReport {
+            objects_kept: 4,
+            objects_removed: 0,
+            bytes_removed: 0,
+            captures_removed: 0,
+            records: 2
+        }
+    );
+    let RecordOutput::Named { manifest, .. } = named.output else {
+        panic!()
+    };
+    let u = ArtifactUri::stream(manifest, StreamName::new("stderr").unwrap());
+    assert_eq!(read_all_pages(&store, &u, 10).unwrap(), b"err\n");
+    assert_eq!(
+        read_all_pages(&store, &single.output_uri(), 10).unwrap(),
+        b"single\n"
+    );
+}
+
+#[test]
+fn a_manifest_alone_roots_its_streams() {
+    let (_tmp, store) = store();
+    let named = capture_named(&store, &[("stdout", b"out\n")]);
+    let RecordOutput::Named { manifest, .. } = &named.output else {
+        panic!()
+    };
+    // Rewrite the record so that it references only the manifest: the stream must survive
+    // through the manifest.
+    let path = store
+        .root()
+        .join("records")
+        .join(format!("{}.json", named.run_id));
+    let mut record = named.clone();
+    let RecordOutput::Named { streams, .. } = &mut record.output else {
+        panic!()
+    };
+    let keep = streams[0].sha256;
+    streams[0].sha256 = *manifest;
+    fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
+    let report = store.gc(&later()).unwrap();
+    assert_eq!(report.objects_removed, 0);
+    assert!(object_path(&store, &keep).exists());
+}
+
+#[test]
+fn unreferenced_objects_go_after_the_grace_period_only() {
+    let (_tmp, store) = store();
+    let kept = capture_single(&store, b"kept\n", 100);
+    let dropped = capture_single(&store, b"dropped\n", 100);
+    fs::remove_file(
+        store
+            .root()
+            .join("records")
+            .join(format!("{}.json", dropped.run_id)),
+    )
+    .unwrap();
+    let d = Digest::of(b"dropped\n");
+
+    // Within grace: kept.
+    let report = store.gc(&GcOptions::default()).unwrap();
+    assert_eq!(
+        (report.objects_kept, report.objects_removed, report.records),
+        (2, 0, 1)
+    );
+    assert!(object_path(&store, &d).exists());
+
+    // Dry run past grace: counted, not removed.
+    let dry = store
+        .gc(&GcOptions {
+            dry_run: true,
+            ..later()
+        })
+        .unwrap();
+    assert_eq!((dry.objects_kept, dry.objects_removed), (1, 1));
+    assert!(dry.bytes_removed > 8);
+    assert!(object_path(&store, &d).exists());
+
+    // Past grace: removed with its index.
+    let report = store.gc(&later()).unwrap();
+    assert_eq!(report, dry);
+    assert!(!object_path(&store, &d).exists());
+    assert!(!index_path(&store, &d).exists());
+    assert_eq!(
+        read_all_pages(&store, &kept.output_uri(), 10).unwrap(),
+        b"kept\n"
+    );
+    assert_eq!(object_count(&store), 1);
+}
+
+#[test]
+fn gc_beside_a_live_capture_deletes_nothing_of_it() {
+    let (_tmp, store) = store();
+    let mut session = store
+        .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
+        .unwrap();
+    let content = lines(10_000);
+    let stdout = Channel::Named(StreamName::new("stdout").unwrap());
+    session.write_channel(&stdout, &content[..300_000]).unwrap();
+    let before: Vec<_> = fs::read_dir(session.dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+
+    let report = store.gc(&later()).unwrap();
+    assert_eq!(report.captures_removed, 0);
+    let after: Vec<_> = fs::read_dir(session.dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(before, after);
+
+    session.write_channel(&stdout, &content[300_000..]).unwrap();
+    let record = session.finish(done()).unwrap();
+    let u = record.stream_uri(record.stream("stdout").unwrap());
+    assert_eq!(read_all_pages(&store, &u, 2000).unwrap(), content);
+    assert_eq!(store.gc(&later()).unwrap().objects_removed, 0);
+}
+
+#[test]
+fn capture_directories_of_dead_runs_are_cleaned() {
+    let (_tmp, store) = store();
+    let captures = store.root().join("captures");
+    // A run that died with its lock file (the kernel released the lock) ...
+    let dead = captures.join("1-1-1");
+    fs::create_dir(&dead).unwrap();
+    fs::write(dead.join("lock"), b"").unwrap();
+    fs::write(dead.join("s0"), b"partial output").unwrap();
+    fs::write(dead.join("s0.idx"), [0u8; 80]).unwrap();
+    // ... and one that died before creating it.
+    let early = captures.join("1-1-2");
+    fs::create_dir(&early).unwrap();
+    let live = store
+        .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+        .unwrap();
+
+    let dry = store
+        .gc(&GcOptions {
+            dry_run: true,
+            ..GcOptions::default()
+        })
+        .unwrap();
+    assert_eq!(dry.captures_removed, 2);
+    assert!(dead.exists());
+
+    let report = store.gc(&GcOptions::default()).unwrap();
+    assert_eq!(report.captures_removed, 2);
+    assert!(!dead.exists() && !early.exists());
+    assert!(live.dir().exists());
+    live.finish(done()).unwrap();
+}
+
+#[test]
+fn stray_temporary_files_and_orphan_indexes_are_removed() {
+    let (_tmp, store) = store();
+    let r = capture_single(&store, b"x\n", 1);
+    let d = Digest::of(b"x\n");
+    let tmp_record = store.root().join("records").join("9-9-9.json.tmp");
+    fs::write(&tmp_record, b"{").unwrap();
+    // An index whose object is gone (a GC or publish interrupted between the two files).
+    fs::remove_file(
+        store
+            .root()
+            .join("records")
+            .join(format!("{}.json", r.run_id)),
+    )
+    .unwrap();
+    fs::remove_file(object_path(&store, &d)).unwrap();
+    store.gc(&GcOptions::default()).unwrap();
+    assert!(!tmp_record.exists());
+    assert!(!index_path(&store, &d).exists());
+}
+
+#[test]
+fn a_corrupt_record_stops_gc_instead_of_losing_its_artifacts() {
+    let (_tmp, store) = store();
+    capture_single(&store, b"precious\n", 100);
+    let bad = store.root().join("records").join("1-1-1.json");
+    fs::write(&bad, b"{not json").unwrap();
+    let err = store.gc(&later()).unwrap_err();
+    assert!(matches!(err, StoreError::CorruptRecord { .. }), "{err:?}");
+    assert!(err.to_string().contains("1-1-1.json"));
+    assert!(object_path(&store, &Digest::of(b"precious\n")).exists());
+}

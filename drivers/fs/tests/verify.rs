@@ -1,0 +1,76 @@
+//! Verification reports every kind of damage.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::FileExt;
+
+use agentrun_core::Digest;
+use common::*;
+
+fn flip(path: &std::path::Path, at: u64) {
+    let f = fs::File::options()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).unwrap();
+    b[0] ^= 0x40;
+    f.write_all_at(&b, at).unwrap();
+}
+
+#[test]
+fn a_healthy_store_verifies_clean() {
+    let (_tmp, store) = store();
+    capture_named(&store, &[("stdout", &lines(20_000)), ("stderr", b"")]);
+    capture_single(&store, b"x", 1);
+    let report = store.verify().unwrap();
+    assert!(report.is_healthy(), "{:?}", report.problems);
+    assert_eq!((report.objects_checked, report.records_checked), (4, 2));
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["objects_checked"], 4);
+}
+
+#[test]
+fn damage_is_reported_per_object_and_record() {
+    let (_tmp, store) = store();
+    let big = lines(20_000);
+    capture_single(&store, &big, 10_000);
+    let small = capture_single(&store, b"small\n", 1);
+    capture_single(&store, b"gone\n", 1);
+    let big_d = Digest::of(&big);
+    flip(&object_path(&store, &big_d), 70_000);
+    flip(&index_path(&store, &Digest::of(b"small\n")), 3);
+    fs::remove_file(object_path(&store, &Digest::of(b"gone\n"))).unwrap();
+    fs::write(store.root().join("records").join("1-1-1.json"), b"[]").unwrap();
+
+    let report = store.verify().unwrap();
+    let problems = report.problems.join("\n");
+    assert!(
+        problems.contains(&format!("artifact {big_d}: block 1 does not match")),
+        "{problems}"
+    );
+    assert!(
+        problems.contains(&format!("artifact {big_d}: content hashes to")),
+        "{problems}"
+    );
+    assert!(
+        problems.contains(&format!(
+            "line index of artifact {}",
+            Digest::of(b"small\n")
+        )),
+        "{problems}"
+    );
+    assert!(
+        problems.contains(&format!(
+            "artifact {}, which is missing",
+            Digest::of(b"gone\n")
+        )),
+        "{problems}"
+    );
+    assert!(problems.contains("1-1-1.json is corrupt"), "{problems}");
+    assert_eq!(report.records_checked, 4);
+    assert!(!report.is_healthy());
+    drop(small);
+}
