@@ -67,6 +67,7 @@ mod error;
 pub mod gc;
 mod layout;
 mod lock;
+pub mod process;
 mod read;
 mod store;
 mod verify;

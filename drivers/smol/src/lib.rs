@@ -15,8 +15,6 @@
 //! # });
 //! ```
 
-mod pump;
-
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::os::fd::OwnedFd;
@@ -30,7 +28,7 @@ use agentrun_fs::{Store, StoreError};
 use futures_lite::FutureExt as _;
 use rustix::process::{Pid, Signal, kill_process_group};
 
-use crate::pump::{SharedSession, blocking_pipe, captures, command, pump, stdio};
+use agentrun_fs::process::{SharedSession, blocking_pipe, captures, command, pump, stdio};
 
 /// Why a run could not be carried out (a child that runs and fails is not an error).
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,8 @@
-//! Blocking plumbing shared by the process drivers: building the child command, and pumping a
-//! pipe into a capture session. Lives here until agentrun-fs grows a `process` module.
+//! Blocking process plumbing shared by every process driver: building the child command from
+//! [`RunOptions`], and pumping a pipe into a capture session.
+//!
+//! The async drivers only spawn the command with their runtime, run [`pump`] on their blocking
+//! pool for each captured pipe, and wait; nothing here depends on a runtime.
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -8,9 +11,9 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
+use crate::CaptureSession;
 use agentrun_core::process::{RunOptions, StdinMode};
 use agentrun_core::stream::{Channel, OutputDeclaration, StreamIndex};
-use agentrun_fs::CaptureSession;
 
 /// Pipe reads go straight into the capture file; larger reads mean fewer wakeups and syscalls.
 const READ_BUF: usize = 256 * 1024;
@@ -21,7 +24,7 @@ const PIPE_SIZE: usize = 1 << 20;
 /// The child's stdin, stdout and stderr for `options`. Set separately from [`command`]
 /// because a runtime's command wrapper may reset the standard streams when it adopts a std
 /// command (async-process does).
-pub(crate) fn stdio(options: &RunOptions) -> [Stdio; 3] {
+pub fn stdio(options: &RunOptions) -> [Stdio; 3] {
     let captured = |name: &str| {
         if captures(options, name).is_some() {
             Stdio::piped()
@@ -39,7 +42,7 @@ pub(crate) fn stdio(options: &RunOptions) -> [Stdio; 3] {
 
 /// The std command for `options`: argv only (never a shell), environment changes, working
 /// directory, and its own process group.
-pub(crate) fn command(options: &RunOptions) -> Command {
+pub fn command(options: &RunOptions) -> Command {
     let mut cmd = Command::new(&options.program);
     cmd.args(&options.args);
     if let Some(dir) = &options.current_dir {
@@ -59,7 +62,7 @@ pub(crate) fn command(options: &RunOptions) -> Command {
 /// The channel a child pipe (`stdout` or `stderr`) is captured into: the declared stream of
 /// that name, or for single output the stdout pipe. Pipes not captured are connected to
 /// `/dev/null` rather than left unread (an unread pipe would block the child).
-pub(crate) fn captures(options: &RunOptions, pipe: &str) -> Option<Channel> {
+pub fn captures(options: &RunOptions, pipe: &str) -> Option<Channel> {
     match &options.declaration {
         OutputDeclaration::Single => (pipe == "stdout").then_some(Channel::Single),
         OutputDeclaration::Named(names) => names
@@ -71,7 +74,7 @@ pub(crate) fn captures(options: &RunOptions, pipe: &str) -> Option<Channel> {
 }
 
 /// Turns an async pipe end into a blocking file for [`pump`].
-pub(crate) fn blocking_pipe(fd: OwnedFd) -> io::Result<File> {
+pub fn blocking_pipe(fd: OwnedFd) -> io::Result<File> {
     use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
     let flags = fcntl_getfl(&fd)?;
     fcntl_setfl(&fd, flags - OFlags::NONBLOCK)?;
@@ -81,11 +84,11 @@ pub(crate) fn blocking_pipe(fd: OwnedFd) -> io::Result<File> {
 }
 
 /// The session shared by the pumps of one run; `None` once the run has finalized it.
-pub(crate) type SharedSession = Arc<Mutex<Option<CaptureSession>>>;
+pub type SharedSession = Arc<Mutex<Option<CaptureSession>>>;
 
 /// Copies `pipe` into stream `stream` of the session until end of file. Backpressure, not
 /// dropping: the child blocks on a full pipe while a chunk is being written.
-pub(crate) fn pump(session: &SharedSession, stream: StreamIndex, mut pipe: File) -> io::Result<()> {
+pub fn pump(session: &SharedSession, stream: StreamIndex, mut pipe: File) -> io::Result<()> {
     let mut buf = vec![0u8; READ_BUF];
     loop {
         let n = match pipe.read(&mut buf) {
