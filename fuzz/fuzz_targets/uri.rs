@@ -1,0 +1,5 @@
+//! Fuzzes the artifact URI grammar: parse accepts exactly the grammar and round-trips.
+//! The body lives in `agentrun_tests::fuzz_bodies` so stable CI replays this corpus too.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| agentrun_tests::fuzz_bodies::uri(data));

@@ -1,0 +1,212 @@
+//! The bodies of the fuzz targets (`fuzz/fuzz_targets/*.rs`), kept here so the stable test suite
+//! replays the committed corpora through exactly the same code (`tests/fuzz_corpus_replay.rs`).
+//!
+//! Each body turns arbitrary bytes into a case and runs the matching check of
+//! [`crate::checks`]; it panics only when a property is violated. The byte layouts are simple
+//! and documented so seeds can be written by hand (`scripts/make-fuzz-seeds.py`): a reader
+//! past the end of the input yields zeros.
+
+use agentrun_core::limits::MIN_PAYLOAD_BYTES;
+use agentrun_core::{OutputDeclaration, PreviewLimits, Status};
+
+use crate::checks::{self, Delta, PageCase, PreviewCase};
+
+/// Most stream bytes one preview input may expand to. Keeps every run fast (paging a stream
+/// with one-line pages is quadratic in its length) while still far above `max_bytes`.
+pub const MAX_PREVIEW_STREAM_BYTES: usize = 64 * 1024;
+
+/// Reads fields off the front of a fuzz input.
+struct Input<'a>(&'a [u8]);
+
+impl<'a> Input<'a> {
+    fn byte(&mut self) -> u8 {
+        let (&b, rest) = self.0.split_first().unwrap_or((&0, &[]));
+        self.0 = rest;
+        b
+    }
+
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.byte(), self.byte()])
+    }
+
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes([self.byte(), self.byte(), self.byte(), self.byte()])
+    }
+
+    fn u64(&mut self) -> u64 {
+        u64::from(self.u32()) | (u64::from(self.u32()) << 32)
+    }
+
+    /// Up to `n` bytes (fewer at the end of the input).
+    fn take(&mut self, n: usize) -> &'a [u8] {
+        let (head, rest) = self.0.split_at(n.min(self.0.len()));
+        self.0 = rest;
+        head
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// URI target: the input, lossily decoded, is a candidate `artifact://` URI.
+pub fn uri(data: &[u8]) {
+    checks::check_uri(&String::from_utf8_lossy(data));
+}
+
+/// Preview target. Layout:
+///
+/// ```text
+/// u8  max_lines   = 1 + b % 50          u16 max_bytes = 1 + v % 4096
+/// u8  tail_lines  = b % 6               u16 max_payload_bytes = MIN_PAYLOAD_BYTES + v
+/// u8  status      = b % 3 (succeeded, failed, cancelled)
+/// u8  streams     = b % 9 (0: single output)
+///     per named stream: u8 L; L == 0: name "s<i>", else name = the next 1 + L % 64 bytes
+///     mapped onto [A-Za-z0-9._-] (a duplicate or "."/".." falls back to "s<i>" for all)
+/// u8  pages       = 1 + b % 4, then per page u16 line limit = 1 + v % 2000
+/// then deltas until the input ends, each u8 op:
+///     op % 4 == 0, 1: chunk     u8 stream (% streams), u8 repeat = 1 + b % 32, u8 len, bytes
+///     op % 4 == 2:    foreign   u8 named (odd), u8 len, bytes (dropped: never captured)
+///     op % 4 == 3:    display   u8 len, bytes (lossily decoded)
+/// ```
+///
+/// A chunk's bytes repeated `repeat` times make lines far longer than `max_bytes` from short
+/// inputs; the arbitrary lengths split multi-byte characters across chunks.
+pub fn preview(data: &[u8]) {
+    checks::check_preview(&preview_case(data));
+}
+
+fn preview_case(data: &[u8]) -> PreviewCase {
+    let mut input = Input(data);
+    let limits = PreviewLimits {
+        max_lines: 1 + u64::from(input.byte() % 50),
+        max_bytes: 1 + usize::from(input.u16() % 4096),
+        tail_lines: u64::from(input.byte() % 6),
+        max_payload_bytes: MIN_PAYLOAD_BYTES + usize::from(input.u16()),
+    };
+    let status =
+        [Status::Succeeded, Status::Failed, Status::Cancelled][usize::from(input.byte() % 3)];
+    let declaration = declaration(&mut input);
+    let streams = declaration.channel_count();
+    let pages = 1 + input.byte() % 4;
+    let page_limits = (0..pages)
+        .map(|_| 1 + u64::from(input.u16() % 2000))
+        .collect();
+
+    let mut deltas = Vec::new();
+    let mut total = 0;
+    while !input.is_empty() && total < MAX_PREVIEW_STREAM_BYTES {
+        match input.byte() % 4 {
+            0 | 1 => {
+                let stream = usize::from(input.byte()) % streams;
+                let repeat = 1 + usize::from(input.byte() % 32);
+                let len = usize::from(input.byte());
+                let bytes = input.take(len).repeat(repeat);
+                total += bytes.len();
+                deltas.push(Delta::Chunk(stream, bytes));
+            }
+            2 => {
+                let named = input.byte() % 2 == 1;
+                let len = usize::from(input.byte());
+                // The refused chunk's bytes: never captured, so nothing to keep.
+                input.take(len);
+                deltas.push(Delta::Foreign(named));
+            }
+            _ => {
+                let len = usize::from(input.byte());
+                deltas.push(Delta::Display(
+                    String::from_utf8_lossy(input.take(len)).into_owned(),
+                ));
+            }
+        }
+    }
+    PreviewCase {
+        declaration,
+        limits,
+        deltas,
+        status,
+        page_limits,
+    }
+}
+
+fn declaration(input: &mut Input<'_>) -> OutputDeclaration {
+    const NAME_BYTES: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-";
+    let count = usize::from(input.byte() % 9);
+    if count == 0 {
+        return OutputDeclaration::Single;
+    }
+    let names: Vec<String> = (0..count)
+        .map(|i| match input.byte() {
+            0 => format!("s{i}"),
+            len => {
+                let raw = input.take(1 + usize::from(len % 64));
+                raw.iter()
+                    .map(|&b| char::from(NAME_BYTES[usize::from(b) % NAME_BYTES.len()]))
+                    .collect()
+            }
+        })
+        .collect();
+    OutputDeclaration::named(&names)
+        .or_else(|_| OutputDeclaration::named((0..count).map(|i| format!("s{i}"))))
+        .expect("generated names are valid")
+}
+
+/// Page target. Layout:
+///
+/// ```text
+/// u8  flags       bit 0: line offset is a raw u64, else u16 % (lines + 3)
+///                 bit 1: byte offset is a raw u64, else u16 % (bytes + 3)
+/// u64 / u16 line offset      u16 line limit (raw: 0 and > 2000 are refused)
+/// u64 / u16 byte offset      u32 byte limit (raw: 0 and > 2 MiB are refused)
+/// u8  feed size   = 1 + b (pieces the page cursor is fed)
+/// u8  block size  = 1 + b (line index blocks)
+/// the rest: the artifact's content
+/// ```
+///
+/// The whole input also goes through the index-header, index-entry and manifest decoders.
+pub fn page(data: &[u8]) {
+    checks::check_decoders(data);
+    let mut input = Input(data);
+    let flags = input.byte();
+    let line_offset = if flags & 1 == 1 {
+        Offset::Raw(input.u64())
+    } else {
+        Offset::Near(input.u16())
+    };
+    let limit = u64::from(input.u16());
+    let byte_offset = if flags & 2 == 2 {
+        Offset::Raw(input.u64())
+    } else {
+        Offset::Near(input.u16())
+    };
+    let byte_limit = u64::from(input.u32());
+    let feed_size = 1 + usize::from(input.byte());
+    let block_size = 1 + u32::from(input.byte());
+    let content = input.take(usize::MAX).to_vec();
+    let lines = checks::reference_lines(&content).len() as u64;
+    checks::check_page(&PageCase {
+        offset: line_offset.resolve(lines),
+        limit,
+        byte_offset: byte_offset.resolve(content.len() as u64),
+        byte_limit,
+        feed_size,
+        block_size,
+        content,
+    });
+}
+
+/// An offset either taken as is or brought near the valid range, so most inputs exercise the
+/// interesting boundaries rather than `OffsetPastEnd`.
+enum Offset {
+    Raw(u64),
+    Near(u16),
+}
+
+impl Offset {
+    fn resolve(self, end: u64) -> u64 {
+        match self {
+            Self::Raw(v) => v,
+            Self::Near(v) => u64::from(v) % (end + 3),
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! Replays every committed fuzz corpus input through its target's body on stable Rust, so CI
+//! checks the seeds and every crash input ever found without nightly or cargo-fuzz.
+
+use std::path::Path;
+
+use agentrun_tests::fuzz_bodies;
+
+fn replay(target: &str, body: fn(&[u8])) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus")
+        .join(target);
+    let mut inputs: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    inputs.sort();
+    assert!(!inputs.is_empty(), "corpus {} is empty", dir.display());
+    for path in inputs {
+        let data = std::fs::read(&path).unwrap();
+        // Name the input in the failure: the body's own panic message says which property broke.
+        let outcome = std::panic::catch_unwind(|| body(&data));
+        assert!(
+            outcome.is_ok(),
+            "{target} corpus input {} violates a property",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn uri_corpus() {
+    replay("uri", fuzz_bodies::uri);
+}
+
+#[test]
+fn preview_corpus() {
+    replay("preview", fuzz_bodies::preview);
+}
+
+#[test]
+fn page_corpus() {
+    replay("page", fuzz_bodies::page);
+}
