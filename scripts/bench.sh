@@ -6,8 +6,8 @@
 # Builds agentrun in release mode, makes a 1 GiB text file and a multi-GiB artifact in WORKDIR
 # (default: a fresh directory under /tmp; needs ~8 GiB free), and prints, side by side in one
 # run: capture throughput against `cat | cat` and `cat | tee | sha256sum`, peak RSS for 1 MiB
-# and 4 GiB outputs, deep paging against `sed -n`, and preview rendering cost. Each timing is
-# the median of RUNS runs (default 5).
+# and 4 GiB outputs, and deep paging against `sed -n`. Each timing is the median of RUNS runs
+# (default 5). Preview rendering cost has its own criterion bench (see docs/benchmarks.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
@@ -75,7 +75,5 @@ printf 'read --offset 40000000   %6.3f s\n' "$t_read_deeper"
 printf "sed -n at 10000000       %6.3f s\n" "$t_sed"
 printf 'sed / read at depth: %.1fx\n' "$(echo "$t_sed / $t_read_deep" | bc -l)"
 echo
-echo "## Preview rendering cost (criterion-free: run --json on growing outputs)"
-for n in 1000 1000000 10000000; do
-    printf 'seq 1 %-9s  %6.3f s\n' "$n" "$(median "'$bin' run -- seq 1 $n")"
-done
+echo "## Preview rendering cost"
+echo "(criterion: cargo bench -p agentrun-core --bench render)"
