@@ -34,6 +34,10 @@ use crate::layout::{self, RECORD_SUFFIX};
 use crate::lock::GcLock;
 use crate::store::{Store, StoreError};
 
+/// Chunks at least this large are written and hashed in parallel (see `CaptureSession::write`);
+/// below it a thread hand-off costs more than it saves.
+const PARALLEL_CHUNK: usize = 128 * 1024;
+
 /// How many fresh run ids to try when a capture directory name is already taken.
 const RUN_ID_ATTEMPTS: usize = 16;
 
@@ -248,13 +252,37 @@ impl CaptureSession {
         if bytes.is_empty() {
             return Ok(());
         }
-        if let Err(e) = files.data.write_all(bytes) {
+        let accepted = self.capture.stream_bytes(stream);
+        let written = if bytes.len() >= PARALLEL_CHUNK {
+            // Copying into the page cache and hashing each cost about as much as the other;
+            // on separate cores a large chunk takes the time of the slower one, not the sum.
+            let checkpoint = self.capture.checkpoint(stream);
+            let capture = &mut self.capture;
+            let written = std::thread::scope(|scope| {
+                let writer = scope.spawn(|| files.data.write_all(bytes));
+                capture.handle_chunk(stream, bytes);
+                writer
+                    .join()
+                    .unwrap_or_else(|_| Err(io::Error::other("capture writer panicked")))
+            });
+            if written.is_err() {
+                // The machine must only describe bytes that are on disk.
+                self.capture.rollback(checkpoint);
+            }
+            written
+        } else {
+            let written = files.data.write_all(bytes);
+            if written.is_ok() {
+                self.capture.handle_chunk(stream, bytes);
+            }
+            written
+        };
+        if let Err(e) = written {
             // A partial write may have appended part of the chunk; cut the file back so it
             // holds exactly the accepted bytes (finish checks this again).
-            let _ = files.data.set_len(self.capture.stream_bytes(stream));
+            let _ = self.streams[stream.0].data.set_len(accepted);
             return Err(self.fail(stream, "writing the capture file", e));
         }
-        self.capture.handle_chunk(stream, bytes);
         while let Some(entry) = self.capture.poll_index_entry(stream) {
             let files = &mut self.streams[stream.0];
             if files.index_broken {
@@ -541,6 +569,31 @@ mod tests {
         assert_eq!(read_stream(&store, &record, "stdout"), b"kept\n");
         assert_eq!(read_stream(&store, &record, "stderr"), b"e\n");
         assert_eq!(store.record(&record.run_id).unwrap(), record);
+    }
+
+    #[test]
+    fn a_failed_large_chunk_is_undone_in_the_machine_too() {
+        // Large chunks are hashed while they are written; a failed write must leave the
+        // digest, counts and preview describing only the bytes on disk.
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let mut s = store
+            .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+            .unwrap();
+        let kept = vec![b'k'; PARALLEL_CHUNK + 1];
+        s.write_channel(&Channel::Single, &kept).unwrap();
+        let path = s.streams[0].data_path.clone();
+        s.streams[0].data = File::open(&path).unwrap();
+        let lost = vec![b'x'; 2 * PARALLEL_CHUNK];
+        assert!(s.write_channel(&Channel::Single, &lost).is_err());
+        let record = s.finish(done()).unwrap();
+        let stream = &record.streams()[0];
+        assert_eq!(stream.sha256, Digest::of(&kept));
+        assert_eq!((stream.bytes, stream.lines), (kept.len() as u64, 1));
+        assert!(!stream.preview.text.contains('x'));
+        let mut stored = Vec::new();
+        store.copy_to(&record.output_uri(), &mut stored).unwrap();
+        assert_eq!(stored, kept);
     }
 
     #[test]
