@@ -287,3 +287,40 @@ fn concurrent_sessions_get_distinct_run_ids() {
     ids.dedup();
     assert_eq!(ids.len(), 8);
 }
+
+#[test]
+fn failed_and_cancelled_runs_publish_what_was_accepted_marked_incomplete() {
+    for status in [Status::Failed, Status::Cancelled] {
+        let (_tmp, store) = store();
+        let mut s = store
+            .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
+            .unwrap();
+        let stdout = Channel::Named(StreamName::new("stdout").unwrap());
+        s.write_channel(&stdout, b"partial line 1\npartial")
+            .unwrap();
+        s.display("still running");
+        let record = s
+            .finish(Completion::Streamed {
+                display: None,
+                status,
+            })
+            .unwrap();
+        assert!(record.incomplete);
+        assert_eq!(record.status, status);
+        assert_eq!(record.display(), "still running");
+        let text = record.render();
+        assert!(
+            text.starts_with(&format!(
+                "[Incomplete output: the run {}]\n[stdout]\n",
+                status.as_str()
+            )),
+            "{text}"
+        );
+        let uri = record.stream_uri(record.stream("stdout").unwrap());
+        assert_eq!(
+            read_all_pages(&store, &uri, 1).unwrap(),
+            b"partial line 1\npartial"
+        );
+        assert_eq!(store.record(&record.run_id).unwrap(), record);
+    }
+}
