@@ -10,10 +10,16 @@ use agentrun_core::{PreviewLimits, ResultRecord, Status};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
 fn summary_of(stream_bytes: usize) -> agentrun_core::CaptureSummary {
-    let limits = PreviewLimits { tail_lines: 50, ..Default::default() };
+    let limits = PreviewLimits {
+        tail_lines: 50,
+        ..Default::default()
+    };
     let mut capture = Capture::new(OutputDeclaration::Single, limits).expect("valid limits");
     let line: Vec<u8> = b"2026-11-30T05:00:00Z INFO worker processed item status=ok\n".repeat(1024);
-    let stream = capture.resolve(&Channel::Single).expect("declared").expect("no fault");
+    let stream = capture
+        .resolve(&Channel::Single)
+        .expect("declared")
+        .expect("no fault");
     let mut fed = 0;
     while fed < stream_bytes {
         capture.handle_chunk(stream, &line);
@@ -27,9 +33,11 @@ fn render(c: &mut Criterion) {
     let mut group = c.benchmark_group("from_summary+render");
     for mib in [1usize, 64, 1024] {
         let summary = summary_of(mib << 20);
-        group.bench_with_input(BenchmarkId::from_parameter(format!("{mib}MiB")), &summary, |b, s| {
-            b.iter(|| ResultRecord::from_summary("bench".into(), s).render().len())
-        });
+        group.bench_with_input(
+            BenchmarkId::from_parameter(format!("{mib}MiB")),
+            &summary,
+            |b, s| b.iter(|| ResultRecord::from_summary("bench".into(), s).render().len()),
+        );
     }
     group.finish();
 }
