@@ -12,12 +12,15 @@
 //! * [`index`]: the sparse line/block index written beside each artifact;
 //! * [`manifest`]: the deterministic manifest of named output;
 //! * [`preview`] and [`record`]: bounded previews, hints and the terminal result record;
-//! * [`uri`] and [`page`]: the public artifact URI grammar and paged reads.
+//! * [`uri`] and [`page`]: the public artifact URI grammar and paged reads;
+//! * [`process`] and [`sink`]: process run descriptions and results, and the clean result
+//!   channel's values.
 
 #![forbid(unsafe_code)]
 
 pub mod capture;
 pub mod digest;
+pub mod harness;
 pub mod index;
 pub mod limits;
 pub mod manifest;
@@ -25,6 +28,7 @@ pub mod page;
 pub mod preview;
 pub mod process;
 pub mod record;
+pub mod sink;
 pub mod stream;
 pub mod uri;
 

@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::capture::Status;
 use crate::limits::PreviewLimits;
 use crate::record::{ResultRecord, StreamRecord};
+use crate::sink::{DEFAULT_SINK_CAP, DEFAULT_SINK_VAR, NotReadReason, ResultSink, SinkOutcome};
 use crate::stream::OutputDeclaration;
 
 /// Default grace between SIGTERM and SIGKILL.
@@ -48,8 +50,53 @@ pub struct RunOptions {
     pub limits: PreviewLimits,
     /// Wall-clock timeout.
     pub timeout: Option<Duration>,
+    /// Idle timeout: the child is stopped when no captured stream produced output for this
+    /// long.
+    pub idle_timeout: Option<Duration>,
     /// Grace between SIGTERM and SIGKILL.
     pub kill_grace: Duration,
+    /// The clean result channel (SPEC §6); `None`: not requested, and the variable is removed
+    /// from the child's environment.
+    pub result_sink: Option<ResultSink>,
+    /// The variable the sink path is exported in (and removed when not requested).
+    pub sink_var: OsString,
+    /// Largest sink accepted, in bytes.
+    pub sink_cap: u64,
+}
+
+/// Why run options were refused (before anything was spawned).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsError {
+    /// The caller's environment changes set the result-sink variable.
+    #[error(
+        "the environment of the child may not set {var:?}: the runner owns that variable; use \
+         with_result_sink (agentrun run --sink) to request the clean result channel"
+    )]
+    SinkVarInEnv {
+        /// The variable.
+        var: String,
+    },
+    /// The result-sink variable name cannot be an environment variable name.
+    #[error(
+        "invalid result-sink variable name {var:?}: it must be non-empty and contain no '=' or \
+         NUL"
+    )]
+    InvalidSinkVar {
+        /// The name as given.
+        var: String,
+    },
+    /// A caller-supplied sink path is relative (the child may run in another directory).
+    #[error("the result-sink path {} must be absolute", .path.display())]
+    RelativeSinkPath {
+        /// The path as given.
+        path: PathBuf,
+    },
+    /// A timeout of zero.
+    #[error("{which} must be greater than zero")]
+    ZeroTimeout {
+        /// `"timeout"` or `"idle timeout"`.
+        which: &'static str,
+    },
 }
 
 impl RunOptions {
@@ -64,8 +111,47 @@ impl RunOptions {
             declaration: OutputDeclaration::stdout_stderr(),
             limits: PreviewLimits::default(),
             timeout: None,
+            idle_timeout: None,
             kill_grace: DEFAULT_KILL_GRACE,
+            result_sink: None,
+            sink_var: OsString::from(DEFAULT_SINK_VAR),
+            sink_cap: DEFAULT_SINK_CAP,
         }
+    }
+
+    /// Checks the options before anything is spawned: the environment changes may not set the
+    /// sink variable, whose name must be valid; a caller sink path must be absolute;
+    /// timeouts must be non-zero.
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        let var = self.sink_var.as_encoded_bytes();
+        if var.is_empty() || var.contains(&b'=') || var.contains(&0) {
+            return Err(OptionsError::InvalidSinkVar {
+                var: self.sink_var.to_string_lossy().into_owned(),
+            });
+        }
+        if self
+            .env
+            .iter()
+            .any(|(key, value)| value.is_some() && *key == self.sink_var)
+        {
+            return Err(OptionsError::SinkVarInEnv {
+                var: self.sink_var.to_string_lossy().into_owned(),
+            });
+        }
+        if let Some(ResultSink::Path(path)) = &self.result_sink
+            && !path.is_absolute()
+        {
+            return Err(OptionsError::RelativeSinkPath { path: path.clone() });
+        }
+        if self.timeout == Some(Duration::ZERO) {
+            return Err(OptionsError::ZeroTimeout { which: "timeout" });
+        }
+        if self.idle_timeout == Some(Duration::ZERO) {
+            return Err(OptionsError::ZeroTimeout {
+                which: "idle timeout",
+            });
+        }
+        Ok(())
     }
 
     /// Adds one argument.
@@ -118,9 +204,36 @@ impl RunOptions {
         self
     }
 
+    /// Sets the idle timeout: stop the child when no output arrived on any captured stream
+    /// for this long.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = Some(timeout);
+        self
+    }
+
     /// Sets the grace between SIGTERM and SIGKILL.
     pub fn kill_grace(mut self, grace: Duration) -> Self {
         self.kill_grace = grace;
+        self
+    }
+
+    /// Requests the clean result channel: the sink path is exported to the child in
+    /// [`sink_var`](Self::sink_var) and read back verbatim after a normal exit.
+    pub fn with_result_sink(mut self, sink: ResultSink) -> Self {
+        self.result_sink = Some(sink);
+        self
+    }
+
+    /// Names the variable the sink path is exported in (default `AGENTRUN_RESULT_SINK`; e.g.
+    /// `AMPLIHACK_RESULT_SINK` for agents honouring that contract).
+    pub fn sink_var(mut self, name: impl AsRef<OsStr>) -> Self {
+        self.sink_var = name.as_ref().to_owned();
+        self
+    }
+
+    /// Sets the largest sink accepted, in bytes (default 16 MiB).
+    pub fn sink_cap(mut self, cap: u64) -> Self {
+        self.sink_cap = cap;
         self
     }
 }
@@ -153,6 +266,32 @@ pub enum Outcome {
     Completed,
     /// The wall-clock timeout fired; the child's group was stopped.
     TimedOut,
+    /// No output arrived for the idle timeout; the child's group was stopped.
+    IdleTimedOut,
+}
+
+impl Outcome {
+    /// The status the capture is finalized with: a stopped run is incomplete.
+    pub fn capture_status(self) -> Status {
+        match self {
+            Self::Completed => Status::Succeeded,
+            Self::TimedOut | Self::IdleTimedOut => Status::Cancelled,
+        }
+    }
+
+    /// Why the sink is not read for this outcome (`None`: it is read).
+    pub fn sink_not_read(self) -> Option<NotReadReason> {
+        match self {
+            Self::Completed => None,
+            Self::TimedOut => Some(NotReadReason::TimedOut),
+            Self::IdleTimedOut => Some(NotReadReason::IdleTimedOut),
+        }
+    }
+
+    /// Whether a timeout stopped the run.
+    pub fn timed_out(self) -> bool {
+        !matches!(self, Self::Completed)
+    }
 }
 
 /// The result of one process run.
@@ -166,6 +305,11 @@ pub struct ProcessResult {
     pub duration: Duration,
     /// The terminal record (artifact references, counts, previews).
     pub record: ResultRecord,
+    /// The clean answer from the result sink, verbatim; `Some` only when `sink` is
+    /// [`SinkOutcome::Read`].
+    pub result: Option<String>,
+    /// What reading the result sink found.
+    pub sink: SinkOutcome,
 }
 
 impl ProcessResult {
@@ -179,8 +323,69 @@ impl ProcessResult {
         self.record.stream("stdout")
     }
 
+    /// The consumer idiom: the clean answer when the child wrote one, else the stdout preview.
+    pub fn answer(&self) -> &str {
+        match &self.result {
+            Some(result) => result,
+            None => self.stdout().map_or("", |s| s.preview.text.as_str()),
+        }
+    }
+
     /// The stderr stream's record, if declared.
     pub fn stderr(&self) -> Option<&StreamRecord> {
         self.record.stream("stderr")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sink_variable_belongs_to_the_runner() {
+        let ok = RunOptions::new("true").env_remove(DEFAULT_SINK_VAR);
+        assert_eq!(ok.validate(), Ok(()));
+        let err = RunOptions::new("true")
+            .env(DEFAULT_SINK_VAR, "/tmp/x")
+            .validate()
+            .unwrap_err();
+        assert!(matches!(err, OptionsError::SinkVarInEnv { .. }), "{err}");
+        assert!(err.to_string().contains("with_result_sink"), "{err}");
+        // The configured name is the one guarded.
+        let custom = RunOptions::new("true").sink_var("AMPLIHACK_RESULT_SINK");
+        assert_eq!(custom.clone().env(DEFAULT_SINK_VAR, "x").validate(), Ok(()));
+        assert!(matches!(
+            custom.env("AMPLIHACK_RESULT_SINK", "x").validate(),
+            Err(OptionsError::SinkVarInEnv { .. })
+        ));
+        for bad in ["", "A=B", "A\0"] {
+            assert!(matches!(
+                RunOptions::new("true").sink_var(bad).validate(),
+                Err(OptionsError::InvalidSinkVar { .. })
+            ));
+        }
+        assert!(matches!(
+            RunOptions::new("true")
+                .with_result_sink(ResultSink::Path("rel/x".into()))
+                .validate(),
+            Err(OptionsError::RelativeSinkPath { .. })
+        ));
+        assert!(matches!(
+            RunOptions::new("true")
+                .idle_timeout(Duration::ZERO)
+                .validate(),
+            Err(OptionsError::ZeroTimeout { .. })
+        ));
+    }
+
+    #[test]
+    fn stopped_runs_are_incomplete_and_their_sink_is_not_read() {
+        assert_eq!(Outcome::Completed.capture_status(), Status::Succeeded);
+        assert_eq!(Outcome::Completed.sink_not_read(), None);
+        assert_eq!(Outcome::TimedOut.capture_status(), Status::Cancelled);
+        assert_eq!(
+            Outcome::IdleTimedOut.sink_not_read(),
+            Some(NotReadReason::IdleTimedOut)
+        );
     }
 }

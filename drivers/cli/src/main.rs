@@ -6,6 +6,7 @@
 //! (including malformed URIs and limits).
 
 mod duration;
+mod interpret;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -14,6 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use agentrun_core::page::{ByteRange, PageRequest};
 use agentrun_core::process::{Exit, Outcome, RunOptions};
+use agentrun_core::sink::{DEFAULT_SINK_VAR, ResultSink};
 use agentrun_core::{ArtifactUri, PreviewLimits};
 use agentrun_fs::{GcOptions, Store};
 use clap::{Args, Parser, Subcommand};
@@ -37,7 +39,12 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a program, capture its output, print the bounded model-facing preview, and exit
-    /// with the program's exit code.
+    /// with the program's exit code (124 on timeout).
+    ///
+    /// With --sink the program also gets a clean result channel: a private file whose path is
+    /// in $AGENTRUN_RESULT_SINK (see --sink-var). Then stdout carries only the clean answer,
+    /// byte for byte, and the preview goes to stderr; when the program wrote no answer, stdout
+    /// stays empty and stderr says why.
     Run(RunArgs),
     /// Page an artifact: raw stored bytes to stdout, continuation metadata to stderr.
     Read(ReadArgs),
@@ -45,6 +52,9 @@ enum Command {
     Gc(GcArgs),
     /// Check every object's digest and index and every record's references.
     Verify(JsonArg),
+    /// Decode a recorded or piped harness stream: progress lines as they are decoded, then
+    /// the observed models and the completion report.
+    Interpret(interpret::InterpretArgs),
 }
 
 #[derive(Debug, Args)]
@@ -64,6 +74,18 @@ struct RunArgs {
     /// Stop the program after this long (e.g. 30s, 5m, 1h); exit code 124.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     timeout: Option<Duration>,
+    /// Stop the program when it printed nothing on stdout or stderr for this long; exit code
+    /// 124.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    idle_timeout: Option<Duration>,
+    /// Give the program a clean result channel (a private file named in $AGENTRUN_RESULT_SINK)
+    /// and print its answer verbatim on stdout, the preview on stderr.
+    #[arg(long)]
+    sink: bool,
+    /// The variable that names the result sink (e.g. AMPLIHACK_RESULT_SINK). It is removed
+    /// from the program's environment unless --sink is given.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_SINK_VAR)]
+    sink_var: String,
     /// Time between SIGTERM and SIGKILL when stopping the program.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "5s")]
     kill_grace: Duration,
@@ -152,17 +174,24 @@ fn main() -> ExitCode {
 }
 
 fn dispatch(cli: Cli) -> Result<ExitCode, Failure> {
-    let root = match cli.store {
+    let store = cli.store;
+    match cli.command {
+        // Decoding a stream touches no store: it works without one.
+        Command::Interpret(args) => interpret::run(args),
+        Command::Run(args) => run(open_store(store)?, args),
+        Command::Read(args) => read(&open_store(store)?, args),
+        Command::Gc(args) => gc(&open_store(store)?, args),
+        Command::Verify(args) => verify(&open_store(store)?, args),
+    }
+}
+
+/// The store named by `--store`, else the default root; created owner-only if missing.
+fn open_store(dir: Option<PathBuf>) -> Result<Store, Failure> {
+    let root = match dir {
         Some(dir) => dir,
         None => Store::default_root().map_err(Failure::runtime)?,
     };
-    let store = Store::open(root).map_err(Failure::runtime)?;
-    match cli.command {
-        Command::Run(args) => run(store, args),
-        Command::Read(args) => read(&store, args),
-        Command::Gc(args) => gc(&store, args),
-        Command::Verify(args) => verify(&store, args),
-    }
+    Store::open(root).map_err(Failure::runtime)
 }
 
 fn run(store: Store, args: RunArgs) -> Result<ExitCode, Failure> {
@@ -180,10 +209,18 @@ fn run(store: Store, args: RunArgs) -> Result<ExitCode, Failure> {
     let mut options = RunOptions::new(program)
         .args(rest)
         .limits(limits)
-        .kill_grace(args.kill_grace);
+        .kill_grace(args.kill_grace)
+        .sink_var(&args.sink_var);
     if let Some(t) = args.timeout {
         options = options.timeout(t);
     }
+    if let Some(t) = args.idle_timeout {
+        options = options.idle_timeout(t);
+    }
+    if args.sink {
+        options = options.with_result_sink(ResultSink::Allocate);
+    }
+    options.validate().map_err(Failure::usage)?;
     let runner = agentrun_smol::Runner::new(store);
     let result = match smol::block_on(runner.run(options)) {
         Ok(r) => r,
@@ -202,7 +239,7 @@ fn run(store: Store, args: RunArgs) -> Result<ExitCode, Failure> {
         Err(e) => return Err(Failure::runtime(e)),
     };
     let mut code = match (result.outcome, result.exit) {
-        (Outcome::TimedOut, _) => 124,
+        (Outcome::TimedOut | Outcome::IdleTimedOut, _) => 124,
         (Outcome::Completed, Some(exit)) => exit.shell_code(),
         (Outcome::Completed, None) => 1,
     };
@@ -219,8 +256,24 @@ fn run(store: Store, args: RunArgs) -> Result<ExitCode, Failure> {
             "duration_ms": result.duration.as_millis() as u64,
             "model_text": result.model_text(),
             "record": result.record,
+            "result": result.result,
+            "sink": result.sink,
         });
         write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())?;
+    } else if args.sink {
+        // stdout is the clean channel: the answer alone, verbatim; everything else on stderr.
+        eprint!("{}", result.model_text());
+        eprintln!(
+            "{}",
+            run_footer(&result.record, result.outcome, result.exit)
+        );
+        match &result.result {
+            Some(answer) => write_or_quiet(&mut out, answer.as_bytes())?,
+            None => eprintln!(
+                "agentrun: no clean result: the sink was {}; the preview above is the fallback",
+                result.sink.describe()
+            ),
+        }
     } else {
         write_or_quiet(&mut out, result.model_text().as_bytes())?;
         let _ = out.flush();
@@ -248,6 +301,7 @@ fn run_footer(
 ) -> String {
     let ended = match (outcome, exit) {
         (Outcome::TimedOut, _) => "timed out".to_owned(),
+        (Outcome::IdleTimedOut, _) => "stopped after the idle timeout".to_owned(),
         (_, Some(Exit::Code(c))) => format!("exit {c}"),
         (_, Some(Exit::Signal(s))) => format!("killed by signal {s}"),
         (_, None) => "ended".to_owned(),

@@ -406,3 +406,123 @@ fn gc_keeps_what_records_reference() {
         assert_eq!(o.status.code(), Some(0));
     }
 }
+
+// ---- Process drivers and the clean result channel (issue 3) ----
+
+/// `run --sink`: stdout is the clean answer alone, byte for byte; the preview (with the noisy
+/// stdout) and the footer go to stderr.
+#[test]
+fn run_sink_prints_the_clean_answer_alone_on_stdout() {
+    let env = Env::new();
+    let answer = "{ \"verdict\": \"MERGE\" }\n\x1b[31mstray\x1b[0m\r\n";
+    let o = env
+        .cmd(&[
+            "run",
+            "--sink",
+            "--",
+            "sh",
+            "-c",
+            r#"printf '\033[32mINFO\033[0m noisy {"verdict":"REJECT"}\n'; printf '%s' "$ANSWER" > "$AGENTRUN_RESULT_SINK"; exit 3"#,
+        ])
+        .env("ANSWER", answer)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert_eq!(o.stdout, answer.as_bytes());
+    assert!(stderr(&o).contains("noisy"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("exit 3"), "{}", stderr(&o));
+
+    let (v, _) = run_json(
+        &env,
+        &[
+            "--sink",
+            "--",
+            "sh",
+            "-c",
+            r#"printf 'A' > "$AGENTRUN_RESULT_SINK""#,
+        ],
+    );
+    assert_eq!(v["result"], "A");
+    assert_eq!(v["sink"]["outcome"], "read");
+}
+
+#[test]
+fn run_sink_without_an_answer_leaves_stdout_empty_and_says_why() {
+    let env = Env::new();
+    let o = env.run(&["run", "--sink", "--", "sh", "-c", "echo only-stdout"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(o.stdout.is_empty(), "{}", stdout(&o));
+    assert!(stderr(&o).contains("only-stdout"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no clean result"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("unwritten"), "{}", stderr(&o));
+}
+
+/// A value of the sink variable inherited from agentrun's own environment never reaches the
+/// child without --sink; --sink-var renames the variable.
+#[test]
+fn run_removes_an_inherited_sink_variable_and_honours_sink_var() {
+    let env = Env::new();
+    let probe =
+        r#"printf '%s|%s' "${AGENTRUN_RESULT_SINK-unset}" "${AMPLIHACK_RESULT_SINK-unset}""#;
+    let o = env
+        .cmd(&["run", "--", "sh", "-c", probe])
+        .env("AGENTRUN_RESULT_SINK", "/tmp/stale")
+        .output()
+        .unwrap();
+    assert!(stdout(&o).contains("\nunset|unset"), "{}", stdout(&o));
+    assert!(!stdout(&o).contains("/tmp/stale"), "{}", stdout(&o));
+    let o = env
+        .cmd(&[
+            "run",
+            "--sink",
+            "--sink-var",
+            "AMPLIHACK_RESULT_SINK",
+            "--",
+            "sh",
+            "-c",
+            r#"printf 'amp' > "$AMPLIHACK_RESULT_SINK""#,
+        ])
+        .env("AMPLIHACK_RESULT_SINK", "/tmp/stale")
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&o), "amp", "{}", stderr(&o));
+    let o = env.run(&["run", "--sink-var", "A=B", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("invalid result-sink variable"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn run_timeouts_exit_124() {
+    let env = Env::new();
+    let started = std::time::Instant::now();
+    let o = env.run(&[
+        "run",
+        "--timeout",
+        "300ms",
+        "--kill-grace",
+        "200ms",
+        "--",
+        "sh",
+        "-c",
+        "echo started; sleep 30",
+    ]);
+    assert_eq!(o.status.code(), Some(124), "{}", stderr(&o));
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert!(stdout(&o).contains("started"), "{}", stdout(&o));
+    assert!(stderr(&o).contains("timed out"), "{}", stderr(&o));
+    let o = env.run(&[
+        "run",
+        "--idle-timeout",
+        "300ms",
+        "--",
+        "sh",
+        "-c",
+        "echo once; sleep 30",
+    ]);
+    assert_eq!(o.status.code(), Some(124), "{}", stderr(&o));
+    assert!(stderr(&o).contains("idle timeout"), "{}", stderr(&o));
+}

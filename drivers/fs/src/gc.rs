@@ -10,7 +10,9 @@
 //! Manifests are followed transitively: an object that parses as a manifest roots its streams.
 //! GC holds `gc.lock` exclusive throughout, so no capture is being published and no capture
 //! directory is being created while it decides; it removes capture directories whose lock it
-//! can take (their process is gone) and stray temporary files.
+//! can take (their process is gone) and stray temporary files, and the result-sink directories
+//! `runtime/<run_id>/` of runs whose capture is not live (a run removes its own; these are
+//! left by a crash).
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, TryLockError};
@@ -59,6 +61,8 @@ pub struct GcReport {
     pub bytes_removed: u64,
     /// Capture directories of dead runs removed.
     pub captures_removed: u64,
+    /// Result-sink directories (`runtime/<run_id>/`) of dead runs removed.
+    pub runtime_dirs_removed: u64,
     /// Records found (the roots).
     pub records: u64,
 }
@@ -181,19 +185,46 @@ impl Store {
         let mut roots: Vec<Digest> = Vec::new();
 
         let captures = layout.captures();
+        let mut live = HashSet::new();
         for entry in fs::read_dir(&captures).at("list", &captures)? {
-            let dir = entry.at("list", &captures)?.path();
+            let entry = entry.at("list", &captures)?;
+            let dir = entry.path();
             if !fs::symlink_metadata(&dir).at("inspect", &dir)?.is_dir() {
                 continue;
             }
             match probe_capture(&dir)? {
-                CaptureState::Live(protected) => roots.extend(protected),
+                CaptureState::Live(protected) => {
+                    roots.extend(protected);
+                    live.insert(entry.file_name());
+                }
                 CaptureState::Dead(lock) => {
                     report.captures_removed += 1;
                     if !options.dry_run {
                         fs::remove_dir_all(&dir).at("remove the dead capture", &dir)?;
                     }
                     drop(lock);
+                }
+            }
+        }
+
+        // A run creates its sink directory after its capture and removes it before finishing
+        // the capture, so a sink directory without a live capture belongs to a dead run.
+        let runtime = layout.runtime();
+        for entry in fs::read_dir(&runtime).at("list", &runtime)? {
+            let entry = entry.at("list", &runtime)?;
+            if live.contains(&entry.file_name()) {
+                continue;
+            }
+            let dir = entry.path();
+            report.runtime_dirs_removed += 1;
+            if !options.dry_run {
+                match fs::remove_dir_all(&dir) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                        return Err(
+                            IoError::at("remove the dead result-sink directory", &dir, e).into(),
+                        );
+                    }
+                    _ => {}
                 }
             }
         }

@@ -24,7 +24,8 @@
 //!     m, m.idx                       the manifest of named output (at finish)
 //!     protect                        digests being published
 //!   records/<run_id>.json          terminal result records (JSON of ResultRecord): GC roots
-//!   runtime/                       reserved for per-run runtime directories
+//!   runtime/<run_id>/              0700 runtime directory of a run's result sink
+//!     result                         the sink file the child writes (removed after the run)
 //! ```
 //!
 //! Run ids are `<unix-millis>-<pid>-<counter>`, zero-padded, so they are unique and sort by
@@ -69,6 +70,7 @@ mod layout;
 mod lock;
 pub mod process;
 mod read;
+pub mod sink;
 mod store;
 mod verify;
 
@@ -76,5 +78,6 @@ pub use capture::{CaptureSession, CaptureWriteError};
 pub use error::IoError;
 pub use gc::{GcOptions, GcReport};
 pub use read::{MAX_MANIFEST_BYTES, ReadError};
+pub use sink::{PreparedSink, read_sink};
 pub use store::{Store, StoreError};
 pub use verify::VerifyReport;

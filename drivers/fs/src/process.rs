@@ -1,25 +1,98 @@
-//! Blocking process plumbing shared by every process driver: building the child command from
-//! [`RunOptions`], and pumping a pipe into a capture session.
+//! Blocking process plumbing shared by every process driver (SPEC §7): checking the options,
+//! opening the capture and the result sink, building the child command, pumping pipes into the
+//! capture, and finishing the run (sink read, capture finalization, result assembly).
 //!
-//! The async drivers only spawn the command with their runtime, run [`pump`] on their blocking
-//! pool for each captured pipe, and wait; nothing here depends on a runtime.
+//! An async driver does only what differs by runtime:
+//!
+//! 1. run [`prepare`] on its blocking pool; spawn [`Prepared::command`] with
+//!    [`Prepared::stdio`] (on spawn failure, return [`LiveRun::spawn_failed`]);
+//! 2. run the jobs of [`LiveRun::output_jobs`] and [`LiveRun::stdin_job`] on its blocking pool;
+//! 3. wait for the child and the output jobs, racing the wall-clock timeout and the idle
+//!    timeout ([`LiveRun::idle_for`]); on a timeout, SIGTERM the group ([`signal_group`]),
+//!    wait [`LiveRun::kill_grace`], SIGKILL, reap;
+//! 4. run [`LiveRun::finish`] on its blocking pool.
+//!
+//! If the run future is dropped before step 4, the driver runs [`LiveRun::cancel`] on its
+//! blocking pool (from `Drop`, so it cannot wait): the group is stopped and the output captured
+//! so far is finalized as cancelled (incomplete) and stays readable.
 
+use std::ffi::OsString;
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use crate::CaptureSession;
-use agentrun_core::process::{RunOptions, StdinMode};
+use agentrun_core::process::{Exit, OptionsError, Outcome, ProcessResult, RunOptions, StdinMode};
+use agentrun_core::sink::SinkOutcome;
 use agentrun_core::stream::{Channel, OutputDeclaration, StreamIndex};
+use agentrun_core::{Completion, Status};
+use rustix::process::{Pid, Signal};
+
+use crate::sink::PreparedSink;
+use crate::{CaptureSession, Store, StoreError};
 
 /// Pipe reads go straight into the capture file; larger reads mean fewer wakeups and syscalls.
 const READ_BUF: usize = 256 * 1024;
 
 /// Linux pipes default to 64 KiB; a bigger pipe lets a fast child run ahead of the capture.
 const PIPE_SIZE: usize = 1 << 20;
+
+/// How long a driver waits for the output jobs after the group was killed. Every process of
+/// the group is gone by then, so the pipes are at end of file; only a process that left the
+/// group (`setsid`) can hold them open, and the run does not wait for it.
+pub const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
+
+/// Why a run could not be carried out (a child that runs and fails is not an error). Shared by
+/// every driver, re-exported as `agentrun_smol::RunError` and `agentrun_tokio::RunError`.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The options were refused before anything was spawned.
+    #[error("invalid run options: {0}")]
+    InvalidOptions(#[from] OptionsError),
+    /// The working directory does not exist or is not a directory.
+    #[error(
+        "cannot run {program:?} in {}: {source}; create the directory or choose another \
+         working directory",
+        .dir.display()
+    )]
+    WorkingDirectory {
+        /// The program as given.
+        program: OsString,
+        /// The working directory as given.
+        dir: PathBuf,
+        /// Why it cannot be used.
+        source: io::Error,
+    },
+    /// The program could not be started.
+    #[error("cannot run {program:?}: {source}{}", spawn_hint(.source))]
+    Spawn {
+        /// The program as given.
+        program: OsString,
+        /// Why.
+        source: io::Error,
+    },
+    /// The store refused to capture or publish, or the result sink could not be prepared.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Talking to the child failed.
+    #[error("process I/O failed: {0}")]
+    Io(#[from] io::Error),
+}
+
+fn spawn_hint(e: &io::Error) -> &'static str {
+    match e.kind() {
+        io::ErrorKind::NotFound => {
+            " (no such program; a name without '/' is looked up in PATH, never run by a shell)"
+        }
+        io::ErrorKind::PermissionDenied => " (is the file executable? chmod +x)",
+        _ => "",
+    }
+}
 
 /// The child's stdin, stdout and stderr for `options`. Set separately from [`command`]
 /// because a runtime's command wrapper may reset the standard streams when it adopts a std
@@ -41,8 +114,9 @@ pub fn stdio(options: &RunOptions) -> [Stdio; 3] {
 }
 
 /// The std command for `options`: argv only (never a shell), environment changes, working
-/// directory, and its own process group.
-pub fn command(options: &RunOptions) -> Command {
+/// directory, its own process group, and the result-sink variable: set to `sink` when given,
+/// removed otherwise (so a value inherited from an ancestor never reaches the child).
+pub fn command(options: &RunOptions, sink: Option<&Path>) -> Command {
     let mut cmd = Command::new(&options.program);
     cmd.args(&options.args);
     if let Some(dir) = &options.current_dir {
@@ -54,6 +128,10 @@ pub fn command(options: &RunOptions) -> Command {
             None => cmd.env_remove(key),
         };
     }
+    match sink {
+        Some(path) => cmd.env(&options.sink_var, path),
+        None => cmd.env_remove(&options.sink_var),
+    };
     // Its own group, so a timeout or cancellation can stop grandchildren too.
     cmd.process_group(0);
     cmd
@@ -86,9 +164,51 @@ pub fn blocking_pipe(fd: OwnedFd) -> io::Result<File> {
 /// The session shared by the pumps of one run; `None` once the run has finalized it.
 pub type SharedSession = Arc<Mutex<Option<CaptureSession>>>;
 
-/// Copies `pipe` into stream `stream` of the session until end of file. Backpressure, not
-/// dropping: the child blocks on a full pipe while a chunk is being written.
-pub fn pump(session: &SharedSession, stream: StreamIndex, mut pipe: File) -> io::Result<()> {
+/// When output last arrived on any stream of a run (for the idle timeout).
+#[derive(Debug)]
+pub struct Activity {
+    origin: Instant,
+    /// Nanoseconds after `origin` of the last output.
+    last: AtomicU64,
+}
+
+impl Activity {
+    /// Activity starting now.
+    pub fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    /// Records output now.
+    pub fn touch(&self) {
+        let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Time since the last output (or since the start).
+    pub fn idle_for(&self) -> Duration {
+        let last = Duration::from_nanos(self.last.load(Ordering::Relaxed));
+        self.origin.elapsed().saturating_sub(last)
+    }
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Copies `pipe` into stream `stream` of the session until end of file, recording activity.
+/// Backpressure, not dropping: the child blocks on a full pipe while a chunk is written. Ends
+/// early (quietly) once the session was finalized by a stop or a cancellation.
+pub fn pump(
+    session: &SharedSession,
+    stream: StreamIndex,
+    mut pipe: File,
+    activity: &Activity,
+) -> io::Result<()> {
     let mut buf = vec![0u8; READ_BUF];
     loop {
         let n = match pipe.read(&mut buf) {
@@ -97,6 +217,7 @@ pub fn pump(session: &SharedSession, stream: StreamIndex, mut pipe: File) -> io:
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
+        activity.touch();
         let mut guard = session.lock().unwrap_or_else(|p| p.into_inner());
         let Some(session) = guard.as_mut() else {
             return Ok(());
@@ -104,5 +225,236 @@ pub fn pump(session: &SharedSession, stream: StreamIndex, mut pipe: File) -> io:
         // A write error is recorded in the session (the output becomes incomplete); keep
         // draining the pipe so the child is not blocked forever on a full pipe.
         let _ = session.write(stream, &buf[..n]);
+    }
+}
+
+/// A blocking job for the driver's blocking pool.
+pub type Job = Box<dyn FnOnce() -> io::Result<()> + Send + 'static>;
+
+/// Everything needed to spawn the child, from [`prepare`].
+#[derive(Debug)]
+pub struct Prepared {
+    /// The command: argv, environment (with the sink variable set or removed), working
+    /// directory, own process group.
+    pub command: Command,
+    /// stdin, stdout, stderr.
+    pub stdio: [Stdio; 3],
+    /// The run's capture and sink.
+    pub run: LiveRun,
+}
+
+/// Checks `options` and opens the run: the capture session and, on opt-in, the result sink.
+/// Blocking; nothing is spawned. Errors name what to fix.
+pub fn prepare(store: &Store, options: RunOptions) -> Result<Prepared, RunError> {
+    options.validate()?;
+    if let Some(dir) = &options.current_dir {
+        let problem = match std::fs::metadata(dir) {
+            Ok(meta) if meta.is_dir() => None,
+            Ok(_) => Some(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                "not a directory",
+            )),
+            Err(e) => Some(e),
+        };
+        if let Some(source) = problem {
+            return Err(RunError::WorkingDirectory {
+                program: options.program.clone(),
+                dir: dir.clone(),
+                source,
+            });
+        }
+    }
+    let session = store.begin_capture(options.declaration.clone(), options.limits)?;
+    let sink = match &options.result_sink {
+        Some(sink) => Some(store.prepare_sink(sink, session.run_id())?),
+        None => None,
+    };
+    let stdout = captures(&options, "stdout").and_then(|c| session.resolve(&c).ok());
+    let stderr = captures(&options, "stderr").and_then(|c| session.resolve(&c).ok());
+    let command = command(&options, sink.as_ref().map(PreparedSink::path));
+    let stdio = stdio(&options);
+    let stdin = match &options.stdin {
+        StdinMode::Bytes(bytes) => Some(bytes.clone()),
+        _ => None,
+    };
+    Ok(Prepared {
+        command,
+        stdio,
+        run: LiveRun {
+            started: Instant::now(),
+            session: Arc::new(Mutex::new(Some(session))),
+            activity: Arc::new(Activity::new()),
+            streams: [stdout, stderr],
+            stdin,
+            sink,
+            options,
+        },
+    })
+}
+
+/// One run between [`prepare`] and [`LiveRun::finish`] (or [`LiveRun::cancel`]).
+#[derive(Debug)]
+pub struct LiveRun {
+    started: Instant,
+    session: SharedSession,
+    activity: Arc<Activity>,
+    streams: [Option<StreamIndex>; 2],
+    stdin: Option<Vec<u8>>,
+    sink: Option<PreparedSink>,
+    options: RunOptions,
+}
+
+impl LiveRun {
+    /// The wall-clock timeout.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.options.timeout
+    }
+
+    /// The idle timeout.
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        self.options.idle_timeout
+    }
+
+    /// The grace between SIGTERM and SIGKILL.
+    pub fn kill_grace(&self) -> Duration {
+        self.options.kill_grace
+    }
+
+    /// Time since output last arrived (or since the spawn).
+    pub fn idle_for(&self) -> Duration {
+        self.activity.idle_for()
+    }
+
+    /// The spawn failed: nothing ran, nothing is read; the capture and an allocated sink are
+    /// removed (blocking, small).
+    pub fn spawn_failed(self, source: io::Error) -> RunError {
+        RunError::Spawn {
+            program: self.options.program.clone(),
+            source,
+        }
+    }
+
+    /// Marks the spawn: the idle clock starts now.
+    pub fn spawned(&mut self) {
+        self.activity = Arc::new(Activity::new());
+    }
+
+    /// The pump jobs for the child's stdout and stderr pipes (`None` for a pipe that is not
+    /// captured). Each runs until its pipe is at end of file.
+    pub fn output_jobs(
+        &self,
+        stdout: Option<OwnedFd>,
+        stderr: Option<OwnedFd>,
+    ) -> io::Result<Vec<Job>> {
+        let mut jobs: Vec<Job> = Vec::new();
+        for (pipe, stream) in [stdout, stderr].into_iter().zip(self.streams) {
+            let (Some(pipe), Some(stream)) = (pipe, stream) else {
+                continue;
+            };
+            let file = blocking_pipe(pipe)?;
+            let (session, activity) = (self.session.clone(), self.activity.clone());
+            jobs.push(Box::new(move || pump(&session, stream, file, &activity)));
+        }
+        Ok(jobs)
+    }
+
+    /// The job writing [`StdinMode::Bytes`] to the child's stdin, then closing it. It runs
+    /// beside the pumps, so a child that writes before it reads cannot deadlock; a child
+    /// that exits without reading its input is not an error.
+    pub fn stdin_job(&mut self, stdin: Option<OwnedFd>) -> io::Result<Option<Job>> {
+        let (Some(pipe), Some(bytes)) = (stdin, self.stdin.take()) else {
+            return Ok(None);
+        };
+        let mut file = blocking_pipe(pipe)?;
+        Ok(Some(Box::new(move || {
+            let _ = file.write_all(&bytes);
+            Ok(())
+        })))
+    }
+
+    /// Ends the run (blocking): after a normal exit reads the sink, removes an allocated sink
+    /// (best effort), finalizes the capture (incomplete when stopped) and assembles the
+    /// result.
+    pub fn finish(self, outcome: Outcome, exit: Option<Exit>) -> Result<ProcessResult, RunError> {
+        let taken = self
+            .session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let session =
+            taken.ok_or_else(|| io::Error::other("capture session was finalized twice"))?;
+        let (sink, result) = match (&self.sink, outcome.sink_not_read()) {
+            (None, _) => (SinkOutcome::NotRequested, None),
+            (Some(_), Some(reason)) => (SinkOutcome::NotRead { reason }, None),
+            (Some(sink), None) => sink.read(self.options.sink_cap),
+        };
+        // Best effort, like the drop of a `PreparedSink`: a directory that cannot be removed is
+        // owner-only and harmless, and must not cost the caller the run's result.
+        if let Some(sink) = self.sink {
+            let _ = sink.remove();
+        }
+        let record = session.finish(Completion::Streamed {
+            display: None,
+            status: outcome.capture_status(),
+        })?;
+        Ok(ProcessResult {
+            outcome,
+            exit,
+            duration: self.started.elapsed(),
+            record,
+            result,
+            sink,
+        })
+    }
+
+    /// The run future was dropped (blocking; run from `Drop` on the blocking pool): SIGTERM to
+    /// `group`, the output captured so far finalized as cancelled (incomplete, readable), the
+    /// grace period (ended early when the group is gone), SIGKILL, and the allocated sink
+    /// removed. The child is reaped by the runtime's reaper of dropped children.
+    pub fn cancel(self, group: Option<Pid>) {
+        signal_group(group, Signal::TERM);
+        let taken = self
+            .session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(session) = taken {
+            let _ = session.finish(Completion::Streamed {
+                display: None,
+                status: Status::Cancelled,
+            });
+        }
+        let deadline = Instant::now() + self.options.kill_grace;
+        while Instant::now() < deadline && group_alive(group) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        signal_group(group, Signal::KILL);
+        drop(self.sink);
+    }
+}
+
+/// Sends `signal` to process group `group` (best effort: the group may be gone).
+pub fn signal_group(group: Option<Pid>, signal: Signal) {
+    if let Some(group) = group {
+        let _ = rustix::process::kill_process_group(group, signal);
+    }
+}
+
+fn group_alive(group: Option<Pid>) -> bool {
+    group.is_some_and(|g| rustix::process::test_kill_process_group(g).is_ok())
+}
+
+/// The process group of a child with id `pid` (its own, see [`command`]).
+pub fn group_of(pid: Option<u32>) -> Option<Pid> {
+    pid.and_then(|p| i32::try_from(p).ok())
+        .and_then(Pid::from_raw)
+}
+
+/// How a reaped child ended.
+pub fn exit_of(status: ExitStatus) -> Exit {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Exit::Code(code),
+        (None, Some(sig)) => Exit::Signal(sig),
+        (None, None) => Exit::Code(-1),
     }
 }

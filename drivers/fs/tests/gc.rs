@@ -43,6 +43,7 @@ fn records_keep_manifests_and_their_streams() {
             objects_removed: 0,
             bytes_removed: 0,
             captures_removed: 0,
+            runtime_dirs_removed: 0,
             records: 2
         }
     );

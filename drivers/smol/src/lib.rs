@@ -1,53 +1,44 @@
 //! agentrun-smol: the process driver on smol and async-process.
 //!
-//! Only what differs by runtime lives here: spawning, waiting, timers and signals. The run
-//! description and result types come from `agentrun_core::process`; capture and retention go
-//! through `agentrun_fs`, whose blocking calls run on smol's blocking pool.
+//! Only what differs by runtime lives here: spawning, waiting, timers, signals and
+//! cancellation. The run description and result types come from `agentrun_core::process` and
+//! `agentrun_core::sink`; option checks, capture, the result sink and result assembly are the
+//! blocking code of `agentrun_fs::process`, run on smol's blocking pool. `agentrun-tokio` has
+//! the same API, name for name, and both pass one conformance suite (`tests/tests/conformance.rs`).
 //!
 //! ```no_run
 //! # smol::block_on(async {
+//! use agentrun_smol::{ResultSink, RunOptions, Runner};
 //! let store = agentrun_fs::Store::open("/tmp/agentrun-store")?;
-//! let result = agentrun_smol::Runner::new(store)
-//!     .run(agentrun_smol::RunOptions::new("ls").arg("-l"))
+//! let result = Runner::new(store)
+//!     .run(RunOptions::new("my-agent").with_result_sink(ResultSink::Allocate))
 //!     .await?;
-//! println!("{}", result.model_text());
+//! // The clean answer when the child wrote one, else the stdout preview.
+//! println!("{}", result.answer());
 //! # Ok::<_, Box<dyn std::error::Error>>(())
 //! # });
 //! ```
 
-use std::ffi::OsString;
-use std::io::Write as _;
+use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::process::ExitStatusExt;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-pub use agentrun_core::process::{Exit, Outcome, ProcessResult, RunOptions, StdinMode};
-use agentrun_core::{Completion, Status};
-use agentrun_fs::{Store, StoreError};
+pub use agentrun_core::process::{
+    Exit, OptionsError, Outcome, ProcessResult, RunOptions, StdinMode,
+};
+pub use agentrun_core::sink::{
+    DEFAULT_SINK_CAP, DEFAULT_SINK_VAR, FileKind, NotReadReason, ResultSink, SinkOutcome,
+};
+use agentrun_fs::Store;
+pub use agentrun_fs::process::RunError;
+use agentrun_fs::process::{
+    DRAIN_AFTER_KILL, LiveRun, Prepared, exit_of, group_of, prepare, signal_group,
+};
+pub use agentrun_fs::sink::read_sink;
+use blocking::{Task, unblock};
 use futures_lite::FutureExt as _;
-use rustix::process::{Pid, Signal, kill_process_group};
-
-use agentrun_fs::process::{SharedSession, blocking_pipe, captures, command, pump, stdio};
-
-/// Why a run could not be carried out (a child that runs and fails is not an error).
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// The program could not be started.
-    #[error("cannot run {program:?}: {source}")]
-    Spawn {
-        /// The program as given.
-        program: OsString,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The store refused to capture or publish.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// Talking to the child failed.
-    #[error("process I/O failed: {0}")]
-    Io(#[from] std::io::Error),
-}
+use rustix::process::{Pid, Signal};
+use smol::Timer;
 
 /// Runs processes with their output captured into a store.
 #[derive(Debug, Clone)]
@@ -61,143 +52,110 @@ impl Runner {
         Self { store }
     }
 
-    /// Runs one process to completion (or timeout) and returns its result.
-    pub async fn run(&self, options: RunOptions) -> Result<ProcessResult, RunError> {
-        let started = Instant::now();
-        let store = self.store.clone();
-        let (declaration, limits) = (options.declaration.clone(), options.limits);
-        let session = blocking::unblock(move || store.begin_capture(declaration, limits)).await?;
-        let stdout_ix = captures(&options, "stdout").and_then(|c| session.resolve(&c).ok());
-        let stderr_ix = captures(&options, "stderr").and_then(|c| session.resolve(&c).ok());
-        let session: SharedSession = Arc::new(Mutex::new(Some(session)));
+    /// The store the runner captures into.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
 
-        let [stdin, stdout, stderr] = stdio(&options);
-        let mut child = async_process::Command::from(command(&options))
+    /// Runs one process to its end (exit, timeout or idle timeout) and returns its result.
+    /// Dropping the future cancels the run: the group is stopped and the output captured so
+    /// far is finalized as cancelled.
+    pub async fn run(&self, options: RunOptions) -> Result<ProcessResult, RunError> {
+        let store = self.store.clone();
+        let Prepared {
+            command,
+            stdio: [stdin, stdout, stderr],
+            mut run,
+        } = unblock(move || prepare(&store, options)).await?;
+        let spawned = async_process::Command::from(command)
             .stdin(stdin)
             .stdout(stdout)
             .stderr(stderr)
-            .spawn()
-            .map_err(|source| RunError::Spawn {
-                program: options.program.clone(),
-                source,
-            })?;
-        let group = i32::try_from(child.id()).ok().and_then(Pid::from_raw);
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => return Err(unblock(move || run.spawn_failed(e)).await),
+        };
+        run.spawned();
+        let group = group_of(Some(child.id()));
         let mut guard = CancelGuard {
             group,
-            grace: options.kill_grace,
-            session: Some(session.clone()),
+            run: Some(run),
         };
-
-        let mut pumps = Vec::new();
-        for (pipe, ix) in [
-            (child.stdout.take().map(OwnedFd::try_from), stdout_ix),
-            (child.stderr.take().map(OwnedFd::try_from), stderr_ix),
-        ] {
-            let (Some(pipe), Some(ix)) = (pipe, ix) else {
-                continue;
-            };
-            let file = blocking_pipe(pipe?)?;
-            let session = session.clone();
-            pumps.push(blocking::unblock(move || pump(&session, ix, file)));
+        let (stdin, stdout, stderr) = (
+            child.stdin.take().map(OwnedFd::try_from).transpose()?,
+            child.stdout.take().map(OwnedFd::try_from).transpose()?,
+            child.stderr.take().map(OwnedFd::try_from).transpose()?,
+        );
+        let live = guard.live();
+        let mut pumps: Vec<_> = live
+            .output_jobs(stdout, stderr)?
+            .into_iter()
+            .map(|job| Some(unblock(job)))
+            .collect();
+        if let Some(job) = live.stdin_job(stdin)? {
+            unblock(job).detach();
         }
-        if let (StdinMode::Bytes(bytes), Some(stdin)) = (&options.stdin, child.stdin.take()) {
-            let file = blocking_pipe(OwnedFd::try_from(stdin)?)?;
-            let bytes = bytes.clone();
-            // A child that exits without reading its input is not an error.
-            blocking::unblock(move || {
-                let mut file = file;
-                let _ = file.write_all(&bytes);
-            })
-            .detach();
-        }
-
-        let status = async { Some(child.status().await) };
-        let deadline = async {
-            match options.timeout {
-                Some(t) => {
-                    smol::Timer::after(t).await;
-                    None
-                }
-                None => std::future::pending().await,
+        let live = &*live;
+        let grace = live.kill_grace();
+        let ended = async {
+            let status = child.status().await;
+            Ok(drain(&mut pumps).await.and(status))
+        };
+        let stopped = async { Err(stop_timer(live).await) };
+        let (outcome, exit) = match ended.or(stopped).await {
+            Ok(status) => (Outcome::Completed, Some(exit_of(status?))),
+            Err(outcome) => {
+                let status = stop_group(group, grace, &mut child).await;
+                let _ = drain(&mut pumps).or(sleep_ok(DRAIN_AFTER_KILL)).await;
+                (outcome, status.map(exit_of))
             }
         };
-        let (outcome, exit) = match status.or(deadline).await {
-            Some(status) => (Outcome::Completed, Some(exit_of(status?))),
-            None => {
-                let status = stop_group(group, options.kill_grace, &mut child).await;
-                (Outcome::TimedOut, status.map(exit_of))
-            }
-        };
-        for p in pumps {
-            p.await?;
-        }
-        guard.session = None;
-        let status = match outcome {
-            Outcome::Completed => Status::Succeeded,
-            Outcome::TimedOut => Status::Cancelled,
-        };
-        let taken = session.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let session = taken.ok_or_else(|| {
-            RunError::Io(std::io::Error::other("capture session was finalized twice"))
-        })?;
-        let record = blocking::unblock(move || {
-            session.finish(Completion::Streamed {
-                display: None,
-                status,
-            })
-        })
-        .await?;
-        Ok(ProcessResult {
-            outcome,
-            exit,
-            duration: started.elapsed(),
-            record,
-        })
+        let run = guard.disarm();
+        unblock(move || run.finish(outcome, exit)).await
     }
 }
 
-fn exit_of(status: std::process::ExitStatus) -> Exit {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => Exit::Code(code),
-        (None, Some(sig)) => Exit::Signal(sig),
-        (None, None) => Exit::Code(-1),
-    }
-}
-
-/// Stops the run when its future is dropped before completion: SIGTERM to the group, SIGKILL
-/// after the grace period, and the output captured so far finalized as cancelled (incomplete)
-/// so it stays readable. Disarmed (`session = None`) once the run has finished normally.
-struct CancelGuard {
-    group: Option<Pid>,
-    grace: Duration,
-    session: Option<SharedSession>,
-}
-
-impl Drop for CancelGuard {
-    fn drop(&mut self) {
-        let Some(shared) = self.session.take() else {
-            return;
-        };
-        if let Some(group) = self.group {
-            let _ = kill_process_group(group, Signal::TERM);
+/// Awaits every pump that has not finished yet (re-entrant: a drain interrupted by a timer
+/// can be resumed).
+async fn drain(pumps: &mut [Option<Task<io::Result<()>>>]) -> io::Result<()> {
+    for slot in pumps.iter_mut() {
+        if let Some(task) = slot {
+            let result = task.await;
+            *slot = None;
+            result?;
         }
-        let (group, grace) = (self.group, self.grace);
-        // Drop cannot wait: finalize and escalate on the blocking pool.
-        blocking::unblock(move || {
-            let session = shared.lock().unwrap_or_else(|p| p.into_inner()).take();
-            if let Some(session) = session {
-                let _ = session.finish(Completion::Streamed {
-                    display: None,
-                    status: Status::Cancelled,
-                });
-            }
-            std::thread::sleep(grace);
-            if let Some(group) = group {
-                let _ = kill_process_group(group, Signal::KILL);
-            }
-        })
-        .detach();
     }
+    Ok(())
+}
+
+async fn sleep_ok(d: Duration) -> io::Result<()> {
+    Timer::after(d).await;
+    Ok(())
+}
+
+/// Resolves when the wall-clock timeout or the idle timeout fires (never, without either).
+async fn stop_timer(live: &LiveRun) -> Outcome {
+    let deadline = async {
+        match live.timeout() {
+            Some(t) => Timer::after(t).await,
+            None => std::future::pending().await,
+        };
+        Outcome::TimedOut
+    };
+    let idle = async {
+        let Some(limit) = live.idle_timeout() else {
+            return std::future::pending().await;
+        };
+        loop {
+            let idle = live.idle_for();
+            if idle >= limit {
+                return Outcome::IdleTimedOut;
+            }
+            Timer::after(limit - idle).await;
+        }
+    };
+    deadline.or(idle).await
 }
 
 /// SIGTERM to the group, the grace period, then SIGKILL; always reaps the child.
@@ -206,20 +164,48 @@ async fn stop_group(
     grace: Duration,
     child: &mut async_process::Child,
 ) -> Option<std::process::ExitStatus> {
-    if let Some(group) = group {
-        let _ = kill_process_group(group, Signal::TERM);
-    }
+    signal_group(group, Signal::TERM);
     let exited = async { child.status().await.ok() }
         .or(async {
-            smol::Timer::after(grace).await;
+            Timer::after(grace).await;
             None
         })
         .await;
-    if exited.is_some() {
-        return exited;
+    // Also after the leader exited: grandchildren in its group may still hold the pipes.
+    signal_group(group, Signal::KILL);
+    match exited {
+        Some(status) => Some(status),
+        None => child.status().await.ok(),
     }
-    if let Some(group) = group {
-        let _ = kill_process_group(group, Signal::KILL);
+}
+
+/// Cancels the run when its future is dropped before the end (see [`LiveRun::cancel`]).
+struct CancelGuard {
+    group: Option<Pid>,
+    run: Option<LiveRun>,
+}
+
+impl CancelGuard {
+    fn live(&mut self) -> &mut LiveRun {
+        self.run
+            .as_mut()
+            .expect("the guard holds the run until disarmed")
     }
-    child.status().await.ok()
+
+    fn disarm(mut self) -> LiveRun {
+        self.run
+            .take()
+            .expect("the guard holds the run until disarmed")
+    }
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if let Some(run) = self.run.take() {
+            signal_group(self.group, Signal::TERM);
+            let group = self.group;
+            // Drop cannot wait: finalize and escalate on the blocking pool.
+            unblock(move || run.cancel(group)).detach();
+        }
+    }
 }

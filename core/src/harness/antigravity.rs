@@ -1,0 +1,199 @@
+//! The Antigravity decoder (`agy -p --output-format stream-json`, SPEC §12). Lines are keyed
+//! by `event`. The single `--print --output-format json` envelope (no `event`, with
+//! `conversation_id` and `status`) is accepted too, as a result.
+
+use serde_json::Value;
+
+use super::json::{self, Line};
+use super::progress;
+use super::{Drift, Evidence, Facts, ModelScope, StreamDecoder, StreamUpdate, Usage};
+
+const QUIET_EVENTS: &[&str] = &["message", "text", "thinking", "heartbeat"];
+
+#[derive(Debug, Default)]
+pub(crate) struct AgyDecoder {
+    drift: Drift,
+    session_id: Option<String>,
+    started: bool,
+    shown_steps: Vec<u64>,
+    final_message: Option<String>,
+    failure: Option<String>,
+    usage: Option<Usage>,
+    terminal_seen: bool,
+    diagnostics: Vec<String>,
+}
+
+impl AgyDecoder {
+    fn init(&mut self, v: &Value, update: &mut StreamUpdate) {
+        let init = v.get("init").filter(|i| i.is_object()).unwrap_or(v);
+        // Every init can supply model evidence, whether or not identity was accepted before.
+        if let Some(model) = json::str(init, "model") {
+            let delegated = json::non_null(v, "parent_id") || json::non_null(init, "parent_id");
+            update.evidence.push(Evidence::ObservedModel {
+                name: model.to_owned(),
+                scope: if delegated {
+                    ModelScope::AttributionOnly
+                } else {
+                    ModelScope::MainLoop
+                },
+            });
+        }
+        // Identity while none: an init without one leaves the next init to supply it.
+        if self.session_id.is_none()
+            && let Some(id) = json::nonempty(v, "conversation_id")
+                .or_else(|| json::nonempty(init, "conversation_id"))
+        {
+            self.session_id = Some(id.to_owned());
+            if !self.started {
+                self.started = true;
+                update.progress.push(progress::SESSION_STARTED.to_owned());
+            }
+        }
+    }
+
+    fn step(&mut self, v: &Value, update: &mut StreamUpdate) {
+        let step = v.get("step").filter(|s| s.is_object()).unwrap_or(v);
+        if json::str(step, "step_type") != Some("tool") {
+            return;
+        }
+        let Some(index) = json::u64(step, "step_index") else {
+            return;
+        };
+        if self.shown_steps.contains(&index) {
+            return;
+        }
+        self.shown_steps.push(index);
+        let name = json::first_str(step, &["tool_name", "name", "tool"]).unwrap_or("tool");
+        let input = step
+            .get("input")
+            .or_else(|| step.get("args"))
+            .unwrap_or(&Value::Null);
+        let line = match json::str(input, "command") {
+            Some(cmd)
+                if matches!(
+                    name,
+                    "run_command" | "bash" | "shell" | "run_terminal_command"
+                ) =>
+            {
+                progress::shell(cmd)
+            }
+            _ => progress::tool(
+                name,
+                json::first_str(
+                    input,
+                    &[
+                        "file_path",
+                        "path",
+                        "pattern",
+                        "description",
+                        "url",
+                        "query",
+                        "command",
+                    ],
+                ),
+            ),
+        };
+        update.progress.push(line);
+    }
+
+    fn result(&mut self, v: &Value, update: &mut StreamUpdate) {
+        if self.session_id.is_none()
+            && let Some(id) = json::nonempty(v, "conversation_id")
+        {
+            self.session_id = Some(id.to_owned());
+            if !self.started {
+                self.started = true;
+                update.progress.push(progress::SESSION_STARTED.to_owned());
+            }
+        }
+        // Last result wins.
+        self.terminal_seen = true;
+        self.final_message = json::str(v, "response")
+            .filter(|r| !r.is_empty())
+            .map(str::to_owned);
+        let status = json::str(v, "status").unwrap_or("SUCCESS");
+        self.failure = if status.eq_ignore_ascii_case("SUCCESS") {
+            None
+        } else {
+            let error = v.get("error").and_then(|e| {
+                e.as_str()
+                    .map(str::to_owned)
+                    .or_else(|| json::str(e, "message").map(str::to_owned))
+            });
+            Some(error.unwrap_or_else(|| format!("status {status}")))
+        };
+        if let Some(u) = v.get("usage") {
+            self.usage = Some(Usage {
+                input_tokens: json::u64(u, "input_tokens").unwrap_or(0),
+                cached_input_tokens: json::u64(u, "cached_input_tokens").unwrap_or(0),
+                output_tokens: json::u64(u, "output_tokens").unwrap_or(0),
+                reasoning_tokens: json::u64(u, "thinking_tokens").unwrap_or(0),
+                cost_usd: None,
+                turns: json::u64(v, "num_turns"),
+            });
+        } else if let Some(turns) = json::u64(v, "num_turns") {
+            self.usage.get_or_insert_with(Usage::default).turns = Some(turns);
+        }
+    }
+}
+
+impl StreamDecoder for AgyDecoder {
+    fn condense(&mut self, line: &[u8]) -> StreamUpdate {
+        let mut update = StreamUpdate::default();
+        let v = match json::parse(line) {
+            Line::Blank => return update,
+            Line::Malformed => {
+                self.drift.malformed();
+                return update;
+            }
+            Line::Object(v) => v,
+        };
+        let Some(event) = json::str(&v, "event") else {
+            if v.get("status").is_some_and(Value::is_string) && v.get("conversation_id").is_some() {
+                self.result(&v, &mut update);
+            } else {
+                self.drift.malformed();
+            }
+            return update;
+        };
+        match event {
+            "init" => self.init(&v, &mut update),
+            "step_update" => self.step(&v, &mut update),
+            "result" => self.result(&v, &mut update),
+            "error" => {
+                if let Some(m) =
+                    json::nonempty(&v, "message").or_else(|| json::nonempty(&v, "error"))
+                    && self.diagnostics.len() < 16
+                {
+                    self.diagnostics.push(progress::detail(m));
+                }
+            }
+            e if QUIET_EVENTS.contains(&e) => {}
+            other => self.drift.unknown(other),
+        }
+        update
+    }
+
+    fn complete(self: Box<Self>) -> Facts {
+        let this = *self;
+        let summary = this.usage.as_ref().map(|u| match u.turns {
+            Some(t) => format!(
+                "{t} turns, {} input tokens, {} output tokens",
+                u.input_tokens, u.output_tokens
+            ),
+            None => u.summary(),
+        });
+        let mut facts = Facts {
+            session_id: this.session_id,
+            final_message: this.final_message,
+            failure: this.failure,
+            summary,
+            usage: this.usage,
+            diagnostics: this.diagnostics,
+            terminal_seen: this.terminal_seen,
+            ..Facts::default()
+        };
+        this.drift.into_facts(&mut facts);
+        facts
+    }
+}

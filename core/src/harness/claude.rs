@@ -1,0 +1,538 @@
+//! The Claude-shaped decoder, shared by Claude Code (`stream-json`) and Grok
+//! (`streaming-messages-json`, plus Grok's ACP-derived `streaming-json`). The dialect
+//! differences (SPEC §12) are private to this file.
+
+use serde_json::Value;
+
+use serde::Deserialize;
+
+use super::json::lenient::{self, Bool, NonNull, Obj, Seq, Str};
+use super::json::{self, Line};
+use super::progress;
+use super::{
+    Drift, Evidence, Facts, ModelScope, RefusalCategory, StreamDecoder, StreamUpdate, Usage,
+};
+
+/// Which Claude-shaped dialect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    Claude,
+    Grok,
+}
+
+/// Event types the dialects know but that produce nothing here.
+const QUIET_TYPES: &[&str] = &[
+    "user",
+    "stream_event",
+    "control_request",
+    "control_response",
+    "control_cancel_request",
+    "keep_alive",
+    "rate_limit_event",
+];
+
+/// Grok ACP (`streaming-json`) event types.
+const ACP_QUIET_TYPES: &[&str] = &[
+    "thought",
+    "tool_call_update",
+    "plan",
+    "available_commands_update",
+    "current_mode_update",
+];
+
+#[derive(Debug)]
+pub(crate) struct ClaudeDecoder {
+    dialect: Dialect,
+    drift: Drift,
+    /// The session id from the first init.
+    session_id: Option<String>,
+    /// Grok: the first `session_id`/`sessionId` on any event (used when no init has one).
+    any_session_id: Option<String>,
+    started: bool,
+    subscription: bool,
+    final_message: Option<String>,
+    failure: Option<String>,
+    turns: Option<u64>,
+    cost: Option<f64>,
+    usage: Option<Usage>,
+    terminal_seen: bool,
+    /// The text of the last root API-error assistant message (a diagnostic of last resort).
+    api_error_text: Option<String>,
+    /// Task descriptions by id, for killed-work rendering.
+    tasks: Vec<(String, String)>,
+    /// Tasks killed since the last root result, in order, deduplicated.
+    killed: Vec<String>,
+    /// Grok ACP: the text of the current reply.
+    acp_text: String,
+    acp_tool_since_text: bool,
+}
+
+impl ClaudeDecoder {
+    pub(crate) fn new(dialect: Dialect) -> Self {
+        Self {
+            dialect,
+            drift: Drift::default(),
+            session_id: None,
+            any_session_id: None,
+            started: false,
+            subscription: false,
+            final_message: None,
+            failure: None,
+            turns: None,
+            cost: None,
+            usage: None,
+            terminal_seen: false,
+            api_error_text: None,
+            tasks: Vec::new(),
+            killed: Vec::new(),
+            acp_text: String::new(),
+            acp_tool_since_text: false,
+        }
+    }
+
+    fn start_session(&mut self, update: &mut StreamUpdate) {
+        if !self.started {
+            self.started = true;
+            update.progress.push(progress::SESSION_STARTED.to_owned());
+        }
+    }
+
+    fn system(&mut self, v: &Value, update: &mut StreamUpdate) {
+        let subtype = json::str(v, "subtype").unwrap_or("");
+        if self.dialect == Dialect::Claude
+            && subtype == "model_refusal_no_fallback"
+            && json::str(v, "api_refusal_category") == Some("cyber")
+        {
+            update
+                .evidence
+                .push(Evidence::Refusal(RefusalCategory::ClaudeCyber));
+        }
+        match subtype {
+            // Init's `model` is the requested model: never evidence.
+            "init" => {
+                if self.session_id.is_none()
+                    && let Some(id) = json::nonempty(v, "session_id")
+                {
+                    self.session_id = Some(id.to_owned());
+                    self.subscription = json::str(v, "apiKeySource") == Some("none");
+                }
+                self.start_session(update);
+            }
+            "task_started" if self.dialect == Dialect::Claude => {
+                if let Some(id) = json::nonempty(v, "task_id") {
+                    let desc = json::first_str(v, &["description", "prompt"]).unwrap_or(id);
+                    if !self.tasks.iter().any(|(t, _)| t == id) {
+                        self.tasks.push((id.to_owned(), desc.to_owned()));
+                    }
+                }
+            }
+            "task_updated" if self.dialect == Dialect::Claude => {
+                let killed = v
+                    .get("patch")
+                    .is_some_and(|p| json::str(p, "status") == Some("killed"));
+                if killed && let Some(id) = json::nonempty(v, "task_id") {
+                    self.kill(id);
+                }
+            }
+            "task_notification" if self.dialect == Dialect::Claude => {
+                if json::str(v, "status") == Some("stopped")
+                    && let Some(id) = json::nonempty(v, "task_id")
+                {
+                    self.kill(id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn kill(&mut self, id: &str) {
+        if !self.killed.iter().any(|k| k == id) {
+            self.killed.push(id.to_owned());
+        }
+    }
+
+    fn assistant(&mut self, frame: &AssistantFrame<'_>, update: &mut StreamUpdate) {
+        let root = !frame.parent_tool_use_id.0;
+        let message = frame.message.0.as_ref();
+        let api_error = frame.is_api_error_message.0 == Some(true)
+            || message.is_some_and(|m| m.is_api_error_message.0 == Some(true));
+        // Evidence first, before any guard.
+        if !api_error && let Some(model) = message.and_then(|m| m.model.get()) {
+            update.evidence.push(Evidence::ObservedModel {
+                name: model.to_owned(),
+                scope: if root {
+                    ModelScope::MainLoop
+                } else {
+                    ModelScope::AttributionOnly
+                },
+            });
+        }
+        let Some(message) = message else { return };
+        if api_error {
+            if root {
+                let text: Vec<&str> = message
+                    .content
+                    .0
+                    .iter()
+                    .filter(|b| b.kind.get() == Some("text"))
+                    .filter_map(|b| b.text.get())
+                    .collect();
+                if !text.is_empty() {
+                    self.api_error_text = Some(text.join("\n"));
+                }
+            }
+            return;
+        }
+        for block in &message.content.0 {
+            if block.kind.get() != Some("tool_use") {
+                continue;
+            }
+            let Some(name) = block.name.get().filter(|n| !n.is_empty()) else {
+                continue;
+            };
+            update
+                .progress
+                .push(self.tool_line(name, block.input.0.as_ref()));
+        }
+    }
+
+    fn tool_line(&self, name: &str, input: Option<&ToolInput<'_>>) -> String {
+        let shell = match self.dialect {
+            Dialect::Claude => name == "Bash",
+            Dialect::Grok => matches!(name, "bash" | "run_terminal_command" | "Bash"),
+        };
+        let Some(input) = input else {
+            return progress::tool(name, None);
+        };
+        if shell && let Some(cmd) = input.command.get() {
+            return progress::shell(cmd);
+        }
+        if name == "Skill"
+            && let Some(skill) = first(&[&input.skill, &input.command, &input.name])
+        {
+            return progress::tool("skill", Some(skill));
+        }
+        let detail = first(&[
+            &input.file_path,
+            &input.pattern,
+            &input.description,
+            &input.url,
+            &input.query,
+        ]);
+        progress::tool(name, detail)
+    }
+
+    fn result(&mut self, v: &Value, update: &mut StreamUpdate) {
+        let delegated = json::non_null(v, "parent_tool_use_id");
+        let text = json::str(v, "result");
+        // Evidence from every result, delegated or not, before the completion guard.
+        if self.dialect == Dialect::Claude {
+            if let Some(usage) = v.get("modelUsage").and_then(Value::as_object) {
+                for name in usage.keys() {
+                    update.evidence.push(Evidence::ObservedModel {
+                        name: name.clone(),
+                        scope: ModelScope::AttributionOnly,
+                    });
+                }
+            }
+            if text.is_some_and(is_cyber_refusal_text) {
+                update
+                    .evidence
+                    .push(Evidence::Refusal(RefusalCategory::ClaudeCyber));
+            }
+        }
+        if delegated && self.dialect == Dialect::Claude {
+            return;
+        }
+        self.terminal_seen = true;
+        let failed = json::str(v, "subtype").is_some_and(|s| s != "success")
+            || json::bool(v, "is_error") == Some(true);
+        self.final_message = text.filter(|t| !t.is_empty()).map(str::to_owned);
+        self.turns = json::u64(v, "num_turns").or(self.turns);
+        self.cost = json::f64(v, "total_cost_usd").or(self.cost);
+        if let Some(u) = v.get("usage") {
+            let mut usage = token_usage(u);
+            usage.turns = json::u64(v, "num_turns");
+            usage.cost_usd = json::f64(v, "total_cost_usd");
+            self.usage = Some(usage);
+        }
+        if failed {
+            let errors: Vec<&str> = json::array(v, "errors")
+                .iter()
+                .filter_map(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .collect();
+            let diagnostic = if !errors.is_empty() {
+                errors.join("; ")
+            } else if let Some(t) = text.filter(|t| !t.trim().is_empty()) {
+                t.to_owned()
+            } else if let Some(t) = &self.api_error_text {
+                t.clone()
+            } else {
+                format!(
+                    "result {}",
+                    json::str(v, "subtype").unwrap_or("error (is_error)")
+                )
+            };
+            self.failure = Some(diagnostic);
+        } else {
+            self.failure = None;
+        }
+        // Killed work counts only after the last root result.
+        self.killed.clear();
+    }
+
+    /// Grok: remembers the first session id seen on any event.
+    fn take_any_session_id(&mut self, v: &Value) {
+        if self.any_session_id.is_none()
+            && let Some(id) = json::first_str(v, &["session_id", "sessionId"])
+        {
+            self.any_session_id = Some(id.to_owned());
+        }
+    }
+
+    /// Grok ACP (`--output-format streaming-json`) events.
+    fn acp(&mut self, kind: &str, v: &Value, update: &mut StreamUpdate) -> bool {
+        let data = v.get("data").unwrap_or(&Value::Null);
+        match kind {
+            "text" => {
+                let chunk = data.as_str().or_else(|| json::str(data, "text"));
+                if let Some(chunk) = chunk {
+                    if self.acp_tool_since_text {
+                        self.acp_text.clear();
+                        self.acp_tool_since_text = false;
+                    }
+                    self.acp_text.push_str(chunk);
+                }
+            }
+            "tool_call" => {
+                let obj = if data.is_object() { data } else { v };
+                let name = json::first_str(obj, &["title", "name", "kind"]).unwrap_or("tool");
+                let input: Option<Obj<ToolInput<'_>>> = obj
+                    .get("rawInput")
+                    .or_else(|| obj.get("input"))
+                    .and_then(lenient::from_value);
+                let input = input.and_then(|o| o.0);
+                update.progress.push(self.tool_line(name, input.as_ref()));
+                self.acp_tool_since_text = true;
+            }
+            "usage" => {
+                let obj = if data.is_object() { data } else { v };
+                self.usage = Some(token_usage(obj));
+            }
+            "end" => {
+                self.terminal_seen = true;
+                if !self.acp_text.is_empty() {
+                    self.final_message = Some(self.acp_text.clone());
+                }
+            }
+            k if ACP_QUIET_TYPES.contains(&k) => {}
+            _ => return false,
+        }
+        true
+    }
+}
+
+/// The fields of an `assistant` frame the decoder reads.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct AssistantFrame<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Str<'a>,
+    parent_tool_use_id: NonNull,
+    is_api_error_message: Bool,
+    #[serde(borrow)]
+    message: Obj<Message<'a>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Message<'a> {
+    #[serde(borrow)]
+    model: Str<'a>,
+    is_api_error_message: Bool,
+    #[serde(borrow)]
+    content: Seq<Block<'a>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Block<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Str<'a>,
+    #[serde(borrow)]
+    name: Str<'a>,
+    #[serde(borrow)]
+    text: Str<'a>,
+    #[serde(borrow)]
+    input: Obj<ToolInput<'a>>,
+}
+
+/// The tool input fields progress lines use.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ToolInput<'a> {
+    #[serde(borrow)]
+    command: Str<'a>,
+    #[serde(borrow)]
+    skill: Str<'a>,
+    #[serde(borrow)]
+    name: Str<'a>,
+    #[serde(borrow)]
+    file_path: Str<'a>,
+    #[serde(borrow)]
+    pattern: Str<'a>,
+    #[serde(borrow)]
+    description: Str<'a>,
+    #[serde(borrow)]
+    url: Str<'a>,
+    #[serde(borrow)]
+    query: Str<'a>,
+}
+
+/// The first non-empty string among `fields`.
+fn first<'a>(fields: &[&'a Str<'_>]) -> Option<&'a str> {
+    fields
+        .iter()
+        .find_map(|f| f.get().filter(|s| !s.is_empty()))
+}
+
+/// Claude's result-text refusal predicates: after leading whitespace, `[cyber]` at the start,
+/// or `API Error:` at the start with `[cyber]` anywhere.
+fn is_cyber_refusal_text(text: &str) -> bool {
+    let t = text.trim_start();
+    t.starts_with("[cyber]") || (t.starts_with("API Error:") && t.contains("[cyber]"))
+}
+
+/// Token counts from a `usage` object (snake or camel case).
+fn token_usage(u: &Value) -> Usage {
+    let get = |keys: &[&str]| keys.iter().find_map(|k| json::u64(u, k)).unwrap_or(0);
+    Usage {
+        input_tokens: get(&["input_tokens", "inputTokens", "prompt_tokens"]),
+        cached_input_tokens: get(&[
+            "cache_read_input_tokens",
+            "cached_input_tokens",
+            "cacheReadInputTokens",
+            "cachedTokens",
+        ]),
+        output_tokens: get(&["output_tokens", "outputTokens", "completion_tokens"]),
+        reasoning_tokens: get(&["reasoning_tokens", "reasoningTokens", "thoughtTokens"]),
+        cost_usd: None,
+        turns: None,
+    }
+}
+
+impl StreamDecoder for ClaudeDecoder {
+    fn condense(&mut self, line: &[u8]) -> StreamUpdate {
+        let mut update = StreamUpdate::default();
+        // Quiet events (tool results are most of a stream's bytes) are only scanned. Grok
+        // still needs every line while it has no session id.
+        // The peek runs only when a quoted quiet type name is near the start of the line, so
+        // other lines are not scanned twice; when it runs it still validates the whole line.
+        if (self.dialect == Dialect::Claude || self.any_session_id.is_some())
+            && json::mentions_early(line, QUIET_TYPES)
+            && let json::Peek::Str(kind) = json::peek_str(line, "type")
+            && QUIET_TYPES.contains(&kind.as_ref())
+        {
+            return update;
+        }
+        // Assistant frames of Claude are read straight into a borrowed typed view (no value
+        // tree); any failure (duplicate keys, another type) falls back to the value parse.
+        if self.dialect == Dialect::Claude
+            && json::mentions_early(line, &["assistant"])
+            && let Some(frame) = lenient::from_slice::<AssistantFrame<'_>>(line)
+            && frame.kind.get() == Some("assistant")
+        {
+            self.assistant(&frame, &mut update);
+            return update;
+        }
+        let v = match json::parse(line) {
+            Line::Blank => return update,
+            Line::Malformed => {
+                self.drift.malformed();
+                return update;
+            }
+            Line::Object(v) => v,
+        };
+        let Some(kind) = json::str(&v, "type") else {
+            self.drift.malformed();
+            return update;
+        };
+        if self.dialect == Dialect::Grok {
+            self.take_any_session_id(&v);
+        }
+        match kind {
+            "system" => self.system(&v, &mut update),
+            "assistant" => {
+                if let Some(frame) = lenient::from_value::<AssistantFrame<'_>>(&v) {
+                    self.assistant(&frame, &mut update);
+                }
+            }
+            "result" => self.result(&v, &mut update),
+            "error" if self.dialect == Dialect::Grok => {
+                self.terminal_seen = true;
+                let message = json::nonempty(&v, "message")
+                    .or_else(|| v.get("data").and_then(|d| d.as_str()))
+                    .unwrap_or("error");
+                self.failure = Some(message.to_owned());
+            }
+            k if QUIET_TYPES.contains(&k) => {}
+            k if self.dialect == Dialect::Grok && self.acp(k, &v, &mut update) => {}
+            other => self.drift.unknown(other),
+        }
+        update
+    }
+
+    fn complete(self: Box<Self>) -> Facts {
+        let this = *self;
+        let session_id = match this.dialect {
+            Dialect::Claude => this.session_id,
+            Dialect::Grok => this.session_id.or(this.any_session_id),
+        };
+        let mut facts = Facts {
+            session_id,
+            final_message: this.final_message,
+            failure: this.failure,
+            terminal_seen: this.terminal_seen,
+            ..Facts::default()
+        };
+        match this.dialect {
+            Dialect::Claude => {
+                facts.killed_work = this
+                    .killed
+                    .iter()
+                    .map(|id| {
+                        this.tasks
+                            .iter()
+                            .find(|(t, _)| t == id)
+                            .map_or_else(|| id.clone(), |(_, d)| d.clone())
+                    })
+                    .collect();
+                if let Some(turns) = this.turns {
+                    let cost = this.cost.unwrap_or(0.0);
+                    let mut s = format!("{turns} turns, ${cost:.2}");
+                    if this.subscription {
+                        s.push_str(" at API prices");
+                    }
+                    facts.summary = Some(s);
+                }
+            }
+            Dialect::Grok => {
+                facts.summary = match (this.turns, this.cost) {
+                    (Some(turns), Some(cost)) if cost > 0.0 => {
+                        Some(format!("{turns} turns, ${cost:.2}"))
+                    }
+                    _ => this.usage.as_ref().map(|u| {
+                        format!(
+                            "{} input tokens, {} output tokens",
+                            u.input_tokens, u.output_tokens
+                        )
+                    }),
+                };
+            }
+        }
+        facts.usage = this.usage;
+        this.drift.into_facts(&mut facts);
+        facts
+    }
+}

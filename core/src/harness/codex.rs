@@ -1,0 +1,202 @@
+//! The Codex decoder (`codex exec --json`, SPEC §12).
+
+use serde_json::Value;
+
+use super::json::{self, Line};
+use super::progress;
+use super::{Drift, Evidence, Facts, RefusalCategory, StreamDecoder, StreamUpdate, Usage};
+
+#[derive(Debug, Default)]
+pub(crate) struct CodexDecoder {
+    drift: Drift,
+    session_id: Option<String>,
+    started: bool,
+    /// Item ids that already produced their progress line.
+    shown: Vec<String>,
+    /// Items started and not yet completed: (id, description).
+    in_progress: Vec<(String, String)>,
+    killed: Vec<String>,
+    final_message: Option<String>,
+    failure: Option<String>,
+    diagnostics: Vec<String>,
+    usage: Option<Usage>,
+    terminal_seen: bool,
+}
+
+/// Most non-fatal diagnostics kept.
+const MAX_DIAGNOSTICS: usize = 16;
+
+impl CodexDecoder {
+    fn diagnostic(&mut self, text: &str) {
+        if self.diagnostics.len() < MAX_DIAGNOSTICS {
+            self.diagnostics.push(progress::detail(text));
+        }
+    }
+
+    fn item(&mut self, event: &str, v: &Value, update: &mut StreamUpdate) {
+        let Some(item) = v.get("item").filter(|i| i.is_object()) else {
+            return;
+        };
+        let id = json::str(item, "id").unwrap_or("");
+        let kind = json::str(item, "type").unwrap_or("");
+        let line = render_item(kind, item);
+        if event == "item.completed" || json::str(item, "status") == Some("completed") {
+            self.in_progress.retain(|(i, _)| i != id);
+        } else if event == "item.started"
+            && let Some(line) = &line
+            && !self.in_progress.iter().any(|(i, _)| i == id)
+        {
+            self.in_progress.push((id.to_owned(), line.clone()));
+        }
+        if let Some(line) = line
+            && !self.shown.iter().any(|s| s == id)
+        {
+            self.shown.push(id.to_owned());
+            update.progress.push(line);
+        }
+        if event == "item.completed" {
+            match kind {
+                "agent_message" => {
+                    if let Some(text) = json::str(item, "text") {
+                        self.final_message = Some(text.to_owned());
+                    }
+                }
+                "error" => {
+                    if let Some(m) = json::nonempty(item, "message") {
+                        self.diagnostic(m);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+fn render_item(kind: &str, item: &Value) -> Option<String> {
+    match kind {
+        "command_execution" => {
+            let cmd = json::str(item, "command")?;
+            Some(progress::shell(&progress::strip_shell_wrapper(cmd)))
+        }
+        "file_change" => {
+            let parts: Vec<String> = json::array(item, "changes")
+                .iter()
+                .filter_map(|c| {
+                    let path = json::nonempty(c, "path")?;
+                    let verb = match json::str(c, "kind") {
+                        Some("add") => "Add",
+                        Some("delete") => "Delete",
+                        _ => "Edit",
+                    };
+                    Some(format!("{verb} {}", progress::detail(path)))
+                })
+                .collect();
+            (!parts.is_empty()).then(|| parts.join(", "))
+        }
+        "mcp_tool_call" => {
+            let server = json::str(item, "server").unwrap_or("mcp");
+            let tool = json::str(item, "tool").unwrap_or("tool");
+            Some(format!("{server} {tool}"))
+        }
+        "web_search" => {
+            let q = json::nonempty(item, "query")
+                .or_else(|| item.get("action").and_then(|a| json::nonempty(a, "query")))?;
+            Some(format!("web search {}", progress::detail(q)))
+        }
+        _ => None,
+    }
+}
+
+impl StreamDecoder for CodexDecoder {
+    fn condense(&mut self, line: &[u8]) -> StreamUpdate {
+        let mut update = StreamUpdate::default();
+        let v = match json::parse(line) {
+            Line::Blank => return update,
+            Line::Malformed => {
+                self.drift.malformed();
+                return update;
+            }
+            Line::Object(v) => v,
+        };
+        let Some(kind) = json::str(&v, "type") else {
+            self.drift.malformed();
+            return update;
+        };
+        match kind {
+            "thread.started" => {
+                // Every start signals the requested-model fallback (Codex streams carry no
+                // model), independently of identity acceptance.
+                update.evidence.push(Evidence::RequestedModelFallback);
+                if self.session_id.is_none()
+                    && let Some(id) = json::nonempty(&v, "thread_id")
+                {
+                    self.session_id = Some(id.to_owned());
+                }
+                if !self.started {
+                    self.started = true;
+                    update.progress.push(progress::SESSION_STARTED.to_owned());
+                }
+            }
+            "turn.started" => {}
+            "item.started" | "item.updated" | "item.completed" => {
+                self.item(kind, &v, &mut update);
+            }
+            "turn.completed" => {
+                self.terminal_seen = true;
+                self.failure = None;
+                if let Some(u) = v.get("usage") {
+                    let usage = self.usage.get_or_insert_with(Usage::default);
+                    usage.input_tokens += json::u64(u, "input_tokens").unwrap_or(0);
+                    usage.cached_input_tokens += json::u64(u, "cached_input_tokens").unwrap_or(0);
+                    usage.output_tokens += json::u64(u, "output_tokens").unwrap_or(0);
+                    usage.reasoning_tokens += json::u64(u, "reasoning_output_tokens").unwrap_or(0);
+                }
+                for (_, desc) in self.in_progress.drain(..) {
+                    if !self.killed.contains(&desc) {
+                        self.killed.push(desc);
+                    }
+                }
+            }
+            "turn.failed" => {
+                self.terminal_seen = true;
+                let message = v
+                    .get("error")
+                    .and_then(|e| json::str(e, "message"))
+                    .or_else(|| json::str(&v, "message"));
+                if let Some(m) = message
+                    && m.to_lowercase().contains("cybersecurity")
+                {
+                    update
+                        .evidence
+                        .push(Evidence::Refusal(RefusalCategory::CodexCyber));
+                }
+                self.failure = Some(message.unwrap_or("turn failed").to_owned());
+            }
+            // A diagnostic only: `Reconnecting... 1/5` must not fail the turn.
+            "error" => {
+                if let Some(m) = json::nonempty(&v, "message") {
+                    self.diagnostic(m);
+                }
+            }
+            other => self.drift.unknown(other),
+        }
+        update
+    }
+
+    fn complete(self: Box<Self>) -> Facts {
+        let this = *self;
+        let mut facts = Facts {
+            session_id: this.session_id,
+            final_message: this.final_message,
+            failure: this.failure,
+            killed_work: this.killed,
+            summary: this.usage.as_ref().map(Usage::summary),
+            usage: this.usage,
+            diagnostics: this.diagnostics,
+            terminal_seen: this.terminal_seen,
+            ..Facts::default()
+        };
+        this.drift.into_facts(&mut facts);
+        facts
+    }
+}

@@ -1,0 +1,401 @@
+//! [`Interpretation`]: a harness's stream decoder wrapped in the shared model and security
+//! policy (SPEC §8). The policy consumes semantic [`Evidence`] only; it contains no JSON
+//! parsing and no harness switch.
+//!
+//! # Driving order
+//!
+//! 1. [`Interpretation::new`] with the [`Harness`].
+//! 2. Optionally [`Interpretation::for_security`] with the requested model, before or between
+//!    lines. It enables (or resets) the security policy: the last progress model, the
+//!    once-per-reset requested-model wording and the sticky refusal start over; observed
+//!    models are kept and earlier evidence is not replayed.
+//! 3. For every line of the harness's stdout, without its newline:
+//!    [`Interpretation::handle_line`]. It returns the progress lines to show now: the
+//!    decoder's ordinary progress first, then the security progress (`Model: …`). It never
+//!    fails; an unknown or malformed line returns nothing and is counted.
+//!    [`Interpretation::observed_models`] and [`Interpretation::refusal`] may be read at any
+//!    time (e.g. to checkpoint a session log before completion).
+//! 4. Then exactly one of:
+//!    * the process ended: [`Interpretation::finish`] with the [`HarnessExit`] consumes the
+//!      interpretation and returns [`Finished`]. If [`Finished::retained_request`] names a
+//!      record, the caller reads it and parses it with
+//!      [`RetainedKind::parse`](super::RetainedKind::parse); then [`Finished::complete`] with
+//!      the record (`None` when absent or unreadable) returns the [`Completion`]: a
+//!      [`Report`] and a separate [`Outcome`]. A present record replaces the stream models
+//!      and usage, even when its model list is empty; an absent one keeps them.
+//!    * the run was interrupted: [`Interpretation::interrupt`] consumes it and returns
+//!      [`Interrupted`]: no report, no retained read, the observed models still readable.
+
+use serde::Serialize;
+
+use super::retained::{RetainedRecord, RetainedRequest};
+use super::{Evidence, Facts, Harness, ModelScope, RefusalCategory, StreamDecoder, Usage};
+
+/// The name Claude gives answers it synthesized itself; never a model.
+pub const SYNTHETIC_MODEL: &str = "<synthetic>";
+
+/// Whether a model name may be reported: not empty (after trimming) and not `<synthetic>`.
+pub(crate) fn is_reportable_model(name: &str) -> bool {
+    let t = name.trim();
+    !t.is_empty() && t != SYNTHETIC_MODEL
+}
+
+/// The optional security policy's state.
+#[derive(Debug, Clone, Default)]
+struct Security {
+    requested_model: Option<String>,
+    last_progress_model: Option<String>,
+    fallback_shown: bool,
+    refusal: Option<RefusalCategory>,
+}
+
+/// A harness stream being interpreted. See the module documentation for the driving order.
+pub struct Interpretation {
+    harness: Harness,
+    decoder: Box<dyn StreamDecoder + Send>,
+    models: Vec<String>,
+    security: Option<Security>,
+    lines: u64,
+}
+
+impl std::fmt::Debug for Interpretation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Interpretation")
+            .field("harness", &self.harness)
+            .field("models", &self.models)
+            .field("security", &self.security)
+            .field("lines", &self.lines)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Interpretation {
+    /// A new interpretation with the harness's decoder; security policy off.
+    pub fn new(harness: Harness) -> Self {
+        Self {
+            harness,
+            decoder: harness.decoder(),
+            models: Vec::new(),
+            security: None,
+            lines: 0,
+        }
+    }
+
+    /// The harness being interpreted.
+    pub fn harness(&self) -> Harness {
+        self.harness
+    }
+
+    /// Enables or resets the security policy for a session that requested `requested_model`
+    /// (`None`: the harness default). Keeps observed models; does not replay earlier evidence
+    /// (an earlier refusal is not enforced, an earlier model is printed again only when it
+    /// is observed again).
+    pub fn for_security(&mut self, requested_model: Option<&str>) {
+        self.security = Some(Security {
+            requested_model: requested_model
+                .map(str::trim)
+                .filter(|m| !m.is_empty())
+                .map(str::to_owned),
+            ..Security::default()
+        });
+    }
+
+    /// Whether the security policy is enabled.
+    pub fn security_enabled(&self) -> bool {
+        self.security.is_some()
+    }
+
+    /// Lines fed so far.
+    pub fn lines(&self) -> u64 {
+        self.lines
+    }
+
+    /// Feeds one line (without its newline) and returns the progress lines to show now:
+    /// ordinary progress, then security progress. Each is a single line (control characters
+    /// are shown escaped).
+    pub fn handle_line(&mut self, line: &[u8]) -> Vec<String> {
+        self.lines += 1;
+        let update = self.decoder.condense(line);
+        let mut progress = update.progress;
+        for evidence in update.evidence {
+            self.apply(evidence, &mut progress);
+        }
+        progress
+            .into_iter()
+            .map(super::progress::single_line)
+            .collect()
+    }
+
+    fn apply(&mut self, evidence: Evidence, progress: &mut Vec<String>) {
+        match evidence {
+            Evidence::ObservedModel { name, scope } => {
+                if !is_reportable_model(&name) {
+                    return;
+                }
+                if let Some(sec) = &mut self.security
+                    && scope == ModelScope::MainLoop
+                    && sec.last_progress_model.as_deref() != Some(name.as_str())
+                {
+                    progress.push(format!("Model: {name}"));
+                    sec.last_progress_model = Some(name.clone());
+                }
+                if !self.models.contains(&name) {
+                    self.models.push(name);
+                }
+            }
+            Evidence::RequestedModelFallback => {
+                if let Some(sec) = &mut self.security
+                    && !sec.fallback_shown
+                {
+                    sec.fallback_shown = true;
+                    progress.push(match &sec.requested_model {
+                        Some(m) => format!("Model: {m} (requested)"),
+                        None => "Model: Harness default (no Model requested)".to_owned(),
+                    });
+                }
+            }
+            Evidence::Refusal(category) => {
+                if let Some(sec) = &mut self.security
+                    && sec.refusal.is_none()
+                {
+                    sec.refusal = Some(category);
+                }
+            }
+        }
+    }
+
+    /// The observed models so far: first-seen order, deduplicated, without empty names or
+    /// `<synthetic>`. Requested models never appear here.
+    pub fn observed_models(&self) -> &[String] {
+        &self.models
+    }
+
+    /// The sticky safeguard refusal seen since security was last enabled or reset; always
+    /// `None` while security is off.
+    pub fn refusal(&self) -> Option<RefusalCategory> {
+        self.security.as_ref().and_then(|s| s.refusal)
+    }
+
+    /// The process ended: consumes the interpretation and completes the decoder.
+    pub fn finish(self, exit: HarnessExit) -> Finished {
+        let refusal = self.refusal();
+        Finished {
+            harness: self.harness,
+            facts: self.decoder.complete(),
+            models: self.models,
+            refusal,
+            exit,
+        }
+    }
+
+    /// The run was interrupted: no report and no retained read; the models stay readable.
+    pub fn interrupt(self) -> Interrupted {
+        Interrupted {
+            models: self.models,
+        }
+    }
+}
+
+/// How the harness process ended, as the driver saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HarnessExit {
+    /// Exit status 0 (or no process: a recorded stream).
+    Success,
+    /// The process failed (non-zero exit, signal, spawn failure).
+    Failed {
+        /// What the driver knows (exit code, stderr tail).
+        diagnostic: String,
+    },
+}
+
+/// An interrupted interpretation: only the models observed before the interruption.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interrupted {
+    models: Vec<String>,
+}
+
+impl Interrupted {
+    /// The models observed before the interruption.
+    pub fn observed_models(&self) -> &[String] {
+        &self.models
+    }
+}
+
+/// A finished stream, waiting for the optional retained record.
+#[derive(Debug)]
+pub struct Finished {
+    harness: Harness,
+    facts: Facts,
+    models: Vec<String>,
+    refusal: Option<RefusalCategory>,
+    exit: HarnessExit,
+}
+
+impl Finished {
+    /// The retained record the caller should read before [`Finished::complete`], if the
+    /// harness has one.
+    pub fn retained_request(&self) -> Option<RetainedRequest> {
+        self.harness.retained_kind().map(|kind| RetainedRequest {
+            kind,
+            session_id: self.facts.session_id.clone(),
+        })
+    }
+
+    /// The models observed on the stream (before retained reconciliation).
+    pub fn observed_models(&self) -> &[String] {
+        &self.models
+    }
+
+    /// The session id from the stream.
+    pub fn session_id(&self) -> Option<&str> {
+        self.facts.session_id.as_deref()
+    }
+
+    /// Completes with the retained record (`None`: absent or unreadable; ignored for
+    /// harnesses without one).
+    pub fn complete(self, retained: Option<RetainedRecord>) -> Completion {
+        let Finished {
+            harness,
+            facts,
+            models,
+            refusal,
+            exit,
+        } = self;
+        let mut warnings = Vec::new();
+        if facts.unrecognized_lines > 0 {
+            let mut w = format!(
+                "{} unrecognized line{}",
+                facts.unrecognized_lines,
+                if facts.unrecognized_lines == 1 {
+                    ""
+                } else {
+                    "s"
+                }
+            );
+            if !facts.unknown_types.is_empty() {
+                w.push_str(&format!(
+                    " (unknown event types: {})",
+                    facts.unknown_types.join(", ")
+                ));
+            }
+            w.push_str(&format!("; the {harness} stream format may have changed"));
+            warnings.push(w);
+        }
+        let mut report = Report {
+            warnings,
+            diagnostics: facts.diagnostics,
+            summary: facts.summary,
+            models,
+            usage: facts.usage,
+            retained: false,
+        };
+        if let Some(kind) = harness.retained_kind() {
+            match retained {
+                Some(record) => {
+                    report.retained = true;
+                    report.models = record.models;
+                    if let Some(usage) = record.usage {
+                        report.summary = Some(usage.summary());
+                        report.usage = Some(usage);
+                    }
+                }
+                None => report.warnings.push(format!(
+                    "the retained {} was not available; models and usage come from the stream",
+                    match kind {
+                        super::RetainedKind::MuseSessionLog => "Muse session log",
+                        super::RetainedKind::OpenCodeExport => "OpenCode session export",
+                    }
+                )),
+            }
+        }
+        let status = if let Some(category) = refusal {
+            OutcomeStatus::Refused { category }
+        } else if let Some(diagnostic) = facts.failure {
+            OutcomeStatus::TurnFailed { diagnostic }
+        } else if let HarnessExit::Failed { diagnostic } = exit {
+            OutcomeStatus::ExecutionFailed { diagnostic }
+        } else {
+            OutcomeStatus::Succeeded
+        };
+        Completion {
+            report,
+            outcome: Outcome {
+                session_id: facts.session_id,
+                final_message: facts.final_message,
+                killed_work: facts.killed_work,
+                terminal_seen: facts.terminal_seen,
+                status,
+            },
+        }
+    }
+}
+
+/// The completion of an interpretation: what to report, separate from how the session ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Completion {
+    /// Warnings, diagnostics, summary, models and usage.
+    pub report: Report,
+    /// Session id, final message, killed work and status.
+    pub outcome: Outcome,
+}
+
+/// The report part of a completion.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// Warnings (format drift, a missing retained record).
+    pub warnings: Vec<String>,
+    /// Non-fatal diagnostics the harness printed.
+    pub diagnostics: Vec<String>,
+    /// The human summary (`N turns, $X.XX`, token counts).
+    pub summary: Option<String>,
+    /// The models: observed on the stream, or the retained record's when it was present.
+    pub models: Vec<String>,
+    /// Usage, when known.
+    pub usage: Option<Usage>,
+    /// Whether a retained record replaced the stream's models.
+    pub retained: bool,
+}
+
+/// The outcome part of a completion.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    /// The harness session id.
+    pub session_id: Option<String>,
+    /// The final message.
+    pub final_message: Option<String>,
+    /// Work killed or left unfinished.
+    pub killed_work: Vec<String>,
+    /// Whether the stream had a terminal event (a stream without one is still accepted).
+    pub terminal_seen: bool,
+    /// How the session ended.
+    pub status: OutcomeStatus,
+}
+
+/// How a session ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum OutcomeStatus {
+    /// The session succeeded.
+    Succeeded,
+    /// The terminal turn failed.
+    TurnFailed {
+        /// Why.
+        diagnostic: String,
+    },
+    /// The process failed without a turn failure.
+    ExecutionFailed {
+        /// What the driver reported.
+        diagnostic: String,
+    },
+    /// The security policy saw a safeguard refusal.
+    Refused {
+        /// The refusal category.
+        category: RefusalCategory,
+    },
+}
+
+impl Serialize for RefusalCategory {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}

@@ -1,0 +1,514 @@
+//! Tolerant JSON access shared by the decoders: a field that is absent or of another type is
+//! simply `None`, so a rule keyed on it does not fire.
+
+use serde_json::Value;
+
+/// How one raw line parsed.
+pub(crate) enum Line {
+    /// Empty or whitespace only: not an event, not counted.
+    Blank,
+    /// Not a JSON object (malformed, truncated, non-UTF-8, an array, too deep, …).
+    Malformed,
+    /// A JSON object.
+    Object(Value),
+}
+
+/// Parses one line. Never panics; serde_json's recursion limit turns very deep nesting into
+/// [`Line::Malformed`].
+pub(crate) fn parse(line: &[u8]) -> Line {
+    let trimmed = line.trim_ascii();
+    if trimmed.is_empty() {
+        return Line::Blank;
+    }
+    // Cheap pre-check: every event of every dialect is an object.
+    if trimmed.first() != Some(&b'{') {
+        return Line::Malformed;
+    }
+    match serde_json::from_slice::<Value>(trimmed) {
+        Ok(v @ Value::Object(_)) => Line::Object(v),
+        _ => Line::Malformed,
+    }
+}
+
+/// The string at `key`.
+pub(crate) fn str<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key)?.as_str()
+}
+
+/// The non-empty string at `key`.
+pub(crate) fn nonempty<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    str(v, key).filter(|s| !s.is_empty())
+}
+
+/// The unsigned integer at `key` (floats are truncated, negatives ignored).
+pub(crate) fn u64(v: &Value, key: &str) -> Option<u64> {
+    let n = v.get(key)?;
+    n.as_u64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.is_finite() && *f >= 0.0)
+            .map(|f| f as u64)
+    })
+}
+
+/// The number at `key`.
+pub(crate) fn f64(v: &Value, key: &str) -> Option<f64> {
+    v.get(key)?.as_f64().filter(|f| f.is_finite())
+}
+
+/// The boolean at `key`.
+pub(crate) fn bool(v: &Value, key: &str) -> Option<bool> {
+    v.get(key)?.as_bool()
+}
+
+/// Whether `key` is present and not `null`.
+pub(crate) fn non_null(v: &Value, key: &str) -> bool {
+    v.get(key).is_some_and(|x| !x.is_null())
+}
+
+/// The array at `key`, or an empty slice.
+pub(crate) fn array<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+/// The first non-empty string among `keys`.
+pub(crate) fn first_str<'a>(v: &'a Value, keys: &[&str]) -> Option<&'a str> {
+    keys.iter().find_map(|k| nonempty(v, k))
+}
+
+/// What a cheap scan of a line's top-level `key` found.
+pub(crate) enum Peek<'a> {
+    /// The line is an object whose `key` is this string (each key once).
+    Str(std::borrow::Cow<'a, str>),
+    /// Anything else (absent, not a string, a duplicate key, not an object, malformed): parse
+    /// the line in full to decide.
+    Unknown,
+}
+
+/// Scans `line` for its top-level string `key` without building a value: other values are
+/// skipped, strings are borrowed when unescaped. Lets a decoder drop quiet event types
+/// (Claude's `user` tool results are most of a stream's bytes) at scanning cost. The whole
+/// line is still checked for JSON syntax, so a malformed line is never mistaken for a
+/// quiet one.
+pub(crate) fn peek_str<'a>(line: &'a [u8], key: &'static str) -> Peek<'a> {
+    use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+    use std::borrow::Cow;
+
+    /// A string borrowed from the input when possible; `None` for any other value.
+    struct LenientStr<'a>(Option<Cow<'a, str>>);
+    impl<'de> de::Deserialize<'de> for LenientStr<'de> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = LenientStr<'de>;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("any value")
+                }
+                fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Self::Value, E> {
+                    Ok(LenientStr(Some(Cow::Borrowed(s))))
+                }
+                fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+                    Ok(LenientStr(Some(Cow::Owned(s.to_owned()))))
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                    Ok(LenientStr(None))
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                    Ok(LenientStr(None))
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                    Ok(LenientStr(None))
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                    Ok(LenientStr(None))
+                }
+                fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                    Ok(LenientStr(None))
+                }
+                fn visit_seq<A: de::SeqAccess<'de>>(
+                    self,
+                    mut a: A,
+                ) -> Result<Self::Value, A::Error> {
+                    while a.next_element::<IgnoredAny>()?.is_some() {}
+                    Ok(LenientStr(None))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+                    while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                    Ok(LenientStr(None))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    struct Head<'a> {
+        found: Option<Cow<'a, str>>,
+        seen: u32,
+    }
+    struct HeadVisitor(&'static str);
+    impl<'de> Visitor<'de> for HeadVisitor {
+        type Value = Head<'de>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+            let mut head = Head {
+                found: None,
+                seen: 0,
+            };
+            while let Some(k) = a.next_key::<LenientStr<'de>>()? {
+                if k.0.as_deref() == Some(self.0) {
+                    head.seen += 1;
+                    head.found = a.next_value::<LenientStr<'de>>()?.0;
+                } else {
+                    a.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(head)
+        }
+    }
+
+    let trimmed = line.trim_ascii();
+    let mut de = serde_json::Deserializer::from_slice(trimmed);
+    let head = match de.deserialize_map(HeadVisitor(key)) {
+        Ok(h) if de.end().is_ok() => h,
+        _ => return Peek::Unknown,
+    };
+    match head {
+        Head {
+            found: Some(s),
+            seen: 1,
+        } => Peek::Str(s),
+        _ => Peek::Unknown,
+    }
+}
+
+/// How far into a line [`mentions_early`] looks.
+const EARLY_BYTES: usize = 128;
+
+/// Whether one of `names`, in double quotes, occurs in the first [`EARLY_BYTES`] bytes of
+/// `line`: a cheap hint that the line's type may be one of them (never a decision).
+pub(crate) fn mentions_early(line: &[u8], names: &[&str]) -> bool {
+    let head = &line[..line.len().min(EARLY_BYTES)];
+    memchr::memchr_iter(b'"', head).any(|i| {
+        let rest = &head[i + 1..];
+        names.iter().any(|name| {
+            rest.strip_prefix(name.as_bytes())
+                .is_some_and(|after| after.first() == Some(&b'"'))
+        })
+    })
+}
+
+/// Lenient typed views: serde types that accept any JSON value and keep only the expected
+/// shape, so a field of another type makes its rule not fire instead of failing the line.
+/// They deserialize from bytes (borrowing unescaped strings) or from a `&Value`, so one
+/// decoding logic serves both the fast path and the fallback.
+pub(crate) mod lenient {
+    use std::borrow::Cow;
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    use serde::de::value::MapAccessDeserializer;
+    use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+    /// Implements the non-matching visitor methods as "consume and yield the default".
+    macro_rules! other_values_default {
+        () => {
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Default::default())
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Default::default())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Default::default())
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Default::default())
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Default::default())
+            }
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(Default::default())
+            }
+        };
+    }
+
+    fn skip_seq<'de, A: SeqAccess<'de>>(mut a: A) -> Result<(), A::Error> {
+        while a.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+
+    fn skip_map<'de, A: MapAccess<'de>>(mut a: A) -> Result<(), A::Error> {
+        while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+
+    /// A string (borrowed when possible), else `None`.
+    #[derive(Debug, Default)]
+    pub(crate) struct Str<'a>(pub(crate) Option<Cow<'a, str>>);
+
+    impl Str<'_> {
+        pub(crate) fn get(&self) -> Option<&str> {
+            self.0.as_deref()
+        }
+    }
+
+    impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V<'a>(PhantomData<&'a ()>);
+            impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+                type Value = Str<'a>;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("any value")
+                }
+                fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Self::Value, E> {
+                    Ok(Str(Some(Cow::Borrowed(s))))
+                }
+                fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+                    Ok(Str(Some(Cow::Owned(s.to_owned()))))
+                }
+                fn visit_string<E>(self, s: String) -> Result<Self::Value, E> {
+                    Ok(Str(Some(Cow::Owned(s))))
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
+                    skip_seq(a).map(|()| Str(None))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
+                    skip_map(a).map(|()| Str(None))
+                }
+                other_values_default!();
+            }
+            d.deserialize_any(V(PhantomData))
+        }
+    }
+
+    /// A boolean, else `None`.
+    #[derive(Debug, Default, Clone, Copy)]
+    pub(crate) struct Bool(pub(crate) Option<bool>);
+
+    impl<'de> Deserialize<'de> for Bool {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Bool;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("any value")
+                }
+                fn visit_bool<E>(self, b: bool) -> Result<Self::Value, E> {
+                    Ok(Bool(Some(b)))
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                    Ok(Bool(None))
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                    Ok(Bool(None))
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                    Ok(Bool(None))
+                }
+                fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                    Ok(Bool(None))
+                }
+                fn visit_none<E>(self) -> Result<Self::Value, E> {
+                    Ok(Bool(None))
+                }
+                fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                    Ok(Bool(None))
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
+                    skip_seq(a).map(|()| Bool(None))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
+                    skip_map(a).map(|()| Bool(None))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// Whether a present field is non-null (absent: `false` by `Default`).
+    #[derive(Debug, Default, Clone, Copy)]
+    pub(crate) struct NonNull(pub(crate) bool);
+
+    impl<'de> Deserialize<'de> for NonNull {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = NonNull;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("any value")
+                }
+                fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                    Ok(NonNull(false))
+                }
+                fn visit_none<E>(self) -> Result<Self::Value, E> {
+                    Ok(NonNull(false))
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                    Ok(NonNull(true))
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                    Ok(NonNull(true))
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                    Ok(NonNull(true))
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                    Ok(NonNull(true))
+                }
+                fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                    Ok(NonNull(true))
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
+                    skip_seq(a).map(|()| NonNull(true))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
+                    skip_map(a).map(|()| NonNull(true))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// An object of shape `T`, else `None`.
+    #[derive(Debug)]
+    pub(crate) struct Obj<T>(pub(crate) Option<T>);
+
+    impl<T> Default for Obj<T> {
+        fn default() -> Self {
+            Obj(None)
+        }
+    }
+
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V<T>(PhantomData<T>);
+            impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+                type Value = Obj<T>;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("any value")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
+                    T::deserialize(MapAccessDeserializer::new(a)).map(|t| Obj(Some(t)))
+                }
+                fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                    Ok(Obj(None))
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
+                    skip_seq(a).map(|()| Obj(None))
+                }
+                other_values_default!();
+            }
+            d.deserialize_any(V(PhantomData))
+        }
+    }
+
+    /// An array's object elements of shape `T` (other elements skipped); not an array: empty.
+    #[derive(Debug)]
+    pub(crate) struct Seq<T>(pub(crate) Vec<T>);
+
+    impl<T> Default for Seq<T> {
+        fn default() -> Self {
+            Seq(Vec::new())
+        }
+    }
+
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Seq<T> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V<T>(PhantomData<T>);
+            impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+                type Value = Seq<T>;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("any value")
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Self::Value, A::Error> {
+                    let mut out = Vec::new();
+                    while let Some(Obj(item)) = a.next_element::<Obj<T>>()? {
+                        out.extend(item);
+                    }
+                    Ok(Seq(out))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
+                    skip_map(a).map(|()| Seq(Vec::new()))
+                }
+                fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                    Ok(Seq(Vec::new()))
+                }
+                other_values_default!();
+            }
+            d.deserialize_any(V(PhantomData))
+        }
+    }
+
+    /// Reads a typed view from a line's bytes; only a JSON object qualifies (a derived
+    /// struct would otherwise accept an array positionally).
+    pub(crate) fn from_slice<'a, T: Deserialize<'a>>(line: &'a [u8]) -> Option<T> {
+        let trimmed = line.trim_ascii();
+        if trimmed.first() != Some(&b'{') {
+            return None;
+        }
+        serde_json::from_slice(trimmed).ok()
+    }
+
+    /// Reads a typed view from a parsed value.
+    pub(crate) fn from_value<'a, T: Deserialize<'a>>(v: &'a serde_json::Value) -> Option<T> {
+        T::deserialize(v).ok()
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[derive(Debug, Default, serde::Deserialize)]
+        #[serde(default)]
+        struct Probe<'a> {
+            #[serde(borrow)]
+            s: Str<'a>,
+            b: Bool,
+            n: NonNull,
+            #[serde(borrow)]
+            o: Obj<Inner<'a>>,
+            #[serde(borrow)]
+            v: Seq<Inner<'a>>,
+        }
+
+        #[derive(Debug, Default, serde::Deserialize)]
+        #[serde(default)]
+        struct Inner<'a> {
+            #[serde(borrow)]
+            k: Str<'a>,
+        }
+
+        #[test]
+        fn wrong_types_do_not_fail() {
+            for line in [
+                r#"{"s":1,"b":"x","n":null,"o":[1],"v":{"k":"x"}}"#,
+                r#"{"s":{"a":[1,{}]},"b":[],"o":"str","v":[1,"x",{"k":2},{"k":"y"}]}"#,
+            ] {
+                let p: Probe<'_> = from_slice(line.as_bytes()).expect(line);
+                assert!(p.s.get().is_none());
+                assert!(p.b.0.is_none());
+                assert!(!p.n.0);
+                assert!(p.o.0.is_none());
+                assert!(p.v.0.iter().all(|i| i.k.get() != Some("x")));
+            }
+            let p: Probe<'_> =
+                from_slice(br#"{"s":"a\nb","b":true,"n":false,"o":{"k":"z"},"v":[{"k":"y"}]}"#)
+                    .expect("ok");
+            assert_eq!(p.s.get(), Some("a\nb"));
+            assert_eq!(p.b.0, Some(true));
+            assert!(p.n.0);
+            assert_eq!(p.o.0.expect("obj").k.get(), Some("z"));
+            assert_eq!(p.v.0.len(), 1);
+            // Duplicate keys fail: the caller falls back to a Value parse (last key wins).
+            assert!(from_slice::<Probe<'_>>(br#"{"s":"a","s":"b"}"#).is_none());
+            let v: serde_json::Value = serde_json::from_slice(br#"{"s":"a","s":"b"}"#).expect("v");
+            let p: Probe<'_> = from_value(&v).expect("from value");
+            assert_eq!(p.s.get(), Some("b"));
+        }
+    }
+}

@@ -1,0 +1,458 @@
+//! Harness stream interpretation (SPEC §8 and §12): six agent CLIs behind one evidence
+//! interface.
+//!
+//! * [`Harness`] is the registry: for each of Claude Code, Grok, Antigravity (`agy`), Codex,
+//!   Muse and OpenCode it gives the launch [`Invocation`] for a [`LaunchRequest`], the
+//!   [`StopSignals`] and a [`StreamDecoder`].
+//! * A [`StreamDecoder`] turns one raw line into a [`StreamUpdate`] (progress lines plus
+//!   semantic [`Evidence`]) and, consumed, into the completion [`Facts`]. All protocol
+//!   knowledge of a dialect lives in its decoder; Claude and Grok share one Claude-shaped
+//!   decoder with private dialect differences.
+//! * [`Interpretation`] is the one interface callers use: it feeds lines to the decoder,
+//!   applies the evidence to the shared model and security policy, and completes into a
+//!   report and an outcome (see its documentation for the driving order).
+//! * [`retained`] holds the pure parsers of the retained records (the Muse session log and the
+//!   OpenCode session export); reading them is the driver's job.
+//!
+//! Nothing here performs I/O: lines come in as `&[u8]`, values come out.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+mod antigravity;
+mod claude;
+mod codex;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod interpretation;
+mod json;
+mod muse;
+mod opencode;
+pub mod progress;
+pub mod retained;
+
+pub use interpretation::{
+    Completion, Finished, HarnessExit, Interrupted, Outcome, OutcomeStatus, Report,
+};
+pub use retained::{RetainedError, RetainedKind, RetainedRecord, RetainedRequest};
+
+/// The one interface callers use; see [`interpretation::Interpretation`].
+pub use interpretation::Interpretation;
+
+/// One of the six supported agent CLIs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Harness {
+    /// Claude Code (`claude -p --output-format stream-json`).
+    Claude,
+    /// Grok CLI (`grok --output-format streaming-messages-json`, or its ACP `streaming-json`).
+    Grok,
+    /// Antigravity (`agy -p --output-format stream-json`).
+    Antigravity,
+    /// OpenAI Codex (`codex exec --json`).
+    Codex,
+    /// Muse (`muse exec --json`).
+    Muse,
+    /// OpenCode (`opencode run --format json`).
+    OpenCode,
+}
+
+/// Error for a harness name that is not in the registry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown harness {0:?}; expected one of claude, grok, agy (antigravity), codex, muse, opencode"
+)]
+pub struct UnknownHarness(pub String);
+
+impl Harness {
+    /// All six harnesses, in registry order.
+    pub const ALL: [Harness; 6] = [
+        Harness::Claude,
+        Harness::Grok,
+        Harness::Antigravity,
+        Harness::Codex,
+        Harness::Muse,
+        Harness::OpenCode,
+    ];
+
+    /// The canonical short name (`claude`, `grok`, `agy`, `codex`, `muse`, `opencode`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Harness::Claude => "claude",
+            Harness::Grok => "grok",
+            Harness::Antigravity => "agy",
+            Harness::Codex => "codex",
+            Harness::Muse => "muse",
+            Harness::OpenCode => "opencode",
+        }
+    }
+
+    /// Looks a harness up by name, case-insensitively; `antigravity` is an alias of `agy`.
+    pub fn from_name(name: &str) -> Result<Harness, UnknownHarness> {
+        let lower = name.trim().to_ascii_lowercase();
+        Ok(match lower.as_str() {
+            "claude" | "claude-code" => Harness::Claude,
+            "grok" => Harness::Grok,
+            "agy" | "antigravity" => Harness::Antigravity,
+            "codex" => Harness::Codex,
+            "muse" => Harness::Muse,
+            "opencode" => Harness::OpenCode,
+            _ => return Err(UnknownHarness(name.to_owned())),
+        })
+    }
+
+    /// The launch invocation for a prompt with optional model, effort and resume id
+    /// (SPEC §12). Options a harness has no flag for (effort for Antigravity, Muse and
+    /// OpenCode) are left out.
+    pub fn invocation(self, request: &LaunchRequest) -> Invocation {
+        let mut args: Vec<String> = Vec::new();
+        let mut env = Vec::new();
+        let mut stdin = Stdin::Null;
+        let push = |args: &mut Vec<String>, flag: &str, value: &Option<String>| {
+            if let Some(v) = value {
+                args.push(flag.to_owned());
+                args.push(v.clone());
+            }
+        };
+        let program = match self {
+            Harness::Claude => {
+                args.extend(
+                    ["-p", "--output-format", "stream-json", "--verbose"].map(String::from),
+                );
+                push(&mut args, "--model", &request.model);
+                push(&mut args, "--effort", &request.effort);
+                push(&mut args, "--resume", &request.resume);
+                args.push(request.prompt.clone());
+                "claude"
+            }
+            Harness::Grok => {
+                args.extend(["--output-format", "streaming-messages-json"].map(String::from));
+                push(&mut args, "-m", &request.model);
+                push(&mut args, "--reasoning-effort", &request.effort);
+                push(&mut args, "-r", &request.resume);
+                args.push("-p".to_owned());
+                args.push(request.prompt.clone());
+                env.push(("GROK_DISABLE_AUTOUPDATER".to_owned(), "1".to_owned()));
+                "grok"
+            }
+            Harness::Antigravity => {
+                args.extend(["-p", "--output-format", "stream-json"].map(String::from));
+                push(&mut args, "--model", &request.model);
+                push(&mut args, "--conversation", &request.resume);
+                args.push(request.prompt.clone());
+                "agy"
+            }
+            Harness::Codex => {
+                args.extend(["exec", "--json"].map(String::from));
+                push(&mut args, "-m", &request.model);
+                if let Some(effort) = &request.effort {
+                    args.push("-c".to_owned());
+                    args.push(format!("model_reasoning_effort=\"{effort}\""));
+                }
+                if let Some(id) = &request.resume {
+                    args.push("resume".to_owned());
+                    args.push(id.clone());
+                }
+                args.push(request.prompt.clone());
+                "codex"
+            }
+            Harness::Muse => {
+                args.extend(["exec", "--json"].map(String::from));
+                push(&mut args, "--model", &request.model);
+                push(&mut args, "--session-id", &request.resume);
+                args.push(request.prompt.clone());
+                "muse"
+            }
+            Harness::OpenCode => {
+                args.extend(["run", "--format", "json"].map(String::from));
+                push(&mut args, "-m", &request.model);
+                push(&mut args, "-s", &request.resume);
+                stdin = Stdin::Prompt(request.prompt.clone());
+                "opencode"
+            }
+        };
+        Invocation {
+            program: program.to_owned(),
+            args,
+            env,
+            stdin,
+        }
+    }
+
+    /// How a driver stops this harness: send the signals in order, waiting the driver's grace
+    /// period between them, then kill the process group.
+    pub fn stop_signals(self) -> StopSignals {
+        match self {
+            // Node/Bun CLIs that finish their session log on SIGINT.
+            Harness::Claude | Harness::Grok | Harness::OpenCode | Harness::Muse => StopSignals {
+                sequence: &[StopSignal::Interrupt, StopSignal::Terminate],
+            },
+            Harness::Codex | Harness::Antigravity => StopSignals {
+                sequence: &[StopSignal::Terminate],
+            },
+        }
+    }
+
+    /// A fresh stream decoder for this harness's dialect.
+    pub fn decoder(self) -> Box<dyn StreamDecoder + Send> {
+        match self {
+            Harness::Claude => Box::new(claude::ClaudeDecoder::new(claude::Dialect::Claude)),
+            Harness::Grok => Box::new(claude::ClaudeDecoder::new(claude::Dialect::Grok)),
+            Harness::Antigravity => Box::new(antigravity::AgyDecoder::default()),
+            Harness::Codex => Box::new(codex::CodexDecoder::default()),
+            Harness::Muse => Box::new(muse::MuseDecoder::default()),
+            Harness::OpenCode => Box::new(opencode::OpenCodeDecoder::default()),
+        }
+    }
+
+    /// The retained record that is authoritative for models and usage when readable, if the
+    /// harness has one.
+    pub fn retained_kind(self) -> Option<RetainedKind> {
+        match self {
+            Harness::Muse => Some(RetainedKind::MuseSessionLog),
+            Harness::OpenCode => Some(RetainedKind::OpenCodeExport),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Harness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Harness {
+    type Err = UnknownHarness;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Harness::from_name(s)
+    }
+}
+
+/// What to launch: a prompt with optional model, effort and resume id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaunchRequest {
+    /// The prompt.
+    pub prompt: String,
+    /// The requested model, passed verbatim.
+    pub model: Option<String>,
+    /// The requested reasoning effort, passed verbatim.
+    pub effort: Option<String>,
+    /// A session id to resume.
+    pub resume: Option<String>,
+}
+
+/// A launch invocation: program, arguments, fixed environment and stdin. Values only: the
+/// driver spawns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    /// Program name, looked up on `PATH` by the driver.
+    pub program: String,
+    /// Arguments after the program name.
+    pub args: Vec<String>,
+    /// Fixed environment added to the inherited one.
+    pub env: Vec<(String, String)>,
+    /// What the child reads on stdin.
+    pub stdin: Stdin,
+}
+
+/// The child's stdin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stdin {
+    /// `/dev/null`.
+    Null,
+    /// The prompt, written once and then closed.
+    Prompt(String),
+}
+
+/// One stop signal, without naming an OS binding (the driver maps it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StopSignal {
+    /// `SIGINT`: let the CLI finish its session record.
+    Interrupt,
+    /// `SIGTERM`.
+    Terminate,
+}
+
+/// The signals a driver sends, in order, before killing the process group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StopSignals {
+    /// The signals, in order.
+    pub sequence: &'static [StopSignal],
+}
+
+/// How far an observed model's evidence reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ModelScope {
+    /// The main loop answered with it: attribution and eligible for security progress.
+    MainLoop,
+    /// Attribution only (a delegated agent, result usage).
+    AttributionOnly,
+}
+
+/// A safeguard refusal category.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RefusalCategory {
+    /// Claude's cyber safeguard (`claude-cyber`).
+    ClaudeCyber,
+    /// Codex's cybersecurity safeguard (`codex-cyber`).
+    CodexCyber,
+}
+
+impl RefusalCategory {
+    /// The stable name (`claude-cyber`, `codex-cyber`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalCategory::ClaudeCyber => "claude-cyber",
+            RefusalCategory::CodexCyber => "codex-cyber",
+        }
+    }
+}
+
+impl fmt::Display for RefusalCategory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Semantic evidence a decoder extracts from one line. Exactly three variants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Evidence {
+    /// A model that actually answered.
+    ObservedModel {
+        /// The model name as the stream spells it (the policy drops empty and `<synthetic>`).
+        name: String,
+        /// Main-loop or attribution-only.
+        scope: ModelScope,
+    },
+    /// The stream carries no model: the requested model (or the harness default) applies.
+    RequestedModelFallback,
+    /// A safeguard refusal.
+    Refusal(RefusalCategory),
+}
+
+/// What one line condenses to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamUpdate {
+    /// Ordinary progress lines, in order.
+    pub progress: Vec<String>,
+    /// Evidence, in order.
+    pub evidence: Vec<Evidence>,
+}
+
+impl StreamUpdate {
+    /// True when the update carries nothing.
+    pub fn is_empty(&self) -> bool {
+        self.progress.is_empty() && self.evidence.is_empty()
+    }
+}
+
+/// Token and cost usage of a session.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Usage {
+    /// Input tokens (including cached ones where the harness counts them so).
+    pub input_tokens: u64,
+    /// Cached input tokens.
+    pub cached_input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Reasoning/thinking tokens.
+    pub reasoning_tokens: u64,
+    /// Cost in US dollars, when reported.
+    pub cost_usd: Option<f64>,
+    /// Turns, when reported.
+    pub turns: Option<u64>,
+}
+
+impl Usage {
+    /// `N turns, $X.XX` when turns or cost are known, else token counts.
+    pub fn summary(&self) -> String {
+        match (self.turns, self.cost_usd) {
+            (Some(t), Some(c)) if c > 0.0 => format!("{t} turns, ${c:.2}"),
+            _ => {
+                let mut s = format!(
+                    "{} input tokens, {} output tokens",
+                    self.input_tokens, self.output_tokens
+                );
+                if self.cached_input_tokens > 0 {
+                    s.push_str(&format!(", {} cached", self.cached_input_tokens));
+                }
+                if self.reasoning_tokens > 0 {
+                    s.push_str(&format!(", {} reasoning", self.reasoning_tokens));
+                }
+                s
+            }
+        }
+    }
+}
+
+/// The completion facts of a decoder, before the shared policy and retained reconciliation.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Facts {
+    /// The harness session id, when the stream supplied one.
+    pub session_id: Option<String>,
+    /// The final message (the answer).
+    pub final_message: Option<String>,
+    /// The diagnostic of a failed terminal turn; `None` when the turn did not fail.
+    pub failure: Option<String>,
+    /// Work the harness killed or left unfinished (task descriptions or commands).
+    pub killed_work: Vec<String>,
+    /// The human summary (`N turns, $X.XX`, token counts, …).
+    pub summary: Option<String>,
+    /// Token and cost usage, when the stream reported it.
+    pub usage: Option<Usage>,
+    /// Non-fatal diagnostics (Codex top-level `error` events, error items, …).
+    pub diagnostics: Vec<String>,
+    /// Whether a terminal event (result, turn end, …) was seen.
+    pub terminal_seen: bool,
+    /// Lines that were not a recognizable event of the dialect (malformed JSON, non-objects,
+    /// unknown types).
+    pub unrecognized_lines: u64,
+    /// The unknown event types seen, sorted (bounded).
+    pub unknown_types: Vec<String>,
+}
+
+/// A stream decoder: one per dialect, fed one raw line at a time.
+///
+/// `condense` never fails: an unknown or malformed line yields an empty update and is counted
+/// in [`Facts::unrecognized_lines`]. Evidence is extracted before any progress or completion
+/// guard, so a repeated init or a delegated result still reports its evidence.
+pub trait StreamDecoder {
+    /// Condenses one line (without its newline; may be non-UTF-8, truncated or huge).
+    fn condense(&mut self, line: &[u8]) -> StreamUpdate;
+    /// Consumes the decoder and returns the completion facts.
+    fn complete(self: Box<Self>) -> Facts;
+}
+
+/// Most distinct unknown event types remembered for the drift warning.
+pub const MAX_UNKNOWN_TYPES: usize = 32;
+/// Longest unknown event type remembered, in characters.
+const MAX_UNKNOWN_TYPE_CHARS: usize = 64;
+
+/// Format-drift bookkeeping shared by the decoders.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Drift {
+    unrecognized: u64,
+    unknown: BTreeSet<String>,
+}
+
+impl Drift {
+    /// A line that is not a JSON object of the dialect.
+    pub(crate) fn malformed(&mut self) {
+        self.unrecognized += 1;
+    }
+
+    /// A well-formed line of an unknown event type.
+    pub(crate) fn unknown(&mut self, kind: &str) {
+        self.unrecognized += 1;
+        if self.unknown.len() < MAX_UNKNOWN_TYPES || self.unknown.contains(kind) {
+            self.unknown
+                .insert(kind.chars().take(MAX_UNKNOWN_TYPE_CHARS).collect());
+        }
+    }
+
+    /// Moves the counts into the facts.
+    pub(crate) fn into_facts(self, facts: &mut Facts) {
+        facts.unrecognized_lines = self.unrecognized;
+        facts.unknown_types = self.unknown.into_iter().collect();
+    }
+}

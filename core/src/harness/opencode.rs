@@ -1,0 +1,150 @@
+//! The OpenCode decoder (`opencode run --format json`, SPEC §12). OpenCode streams carry no
+//! live model or safeguard evidence: the session export is authoritative, so this decoder
+//! never returns evidence.
+
+use serde_json::Value;
+
+use super::json::{self, Line};
+use super::progress;
+use super::{Drift, Facts, StreamDecoder, StreamUpdate, Usage};
+
+#[derive(Debug, Default)]
+pub(crate) struct OpenCodeDecoder {
+    drift: Drift,
+    session_id: Option<String>,
+    started: bool,
+    shown: Vec<String>,
+    final_message: Option<String>,
+    failure: Option<String>,
+    usage: Option<Usage>,
+    terminal_seen: bool,
+}
+
+const QUIET_TYPES: &[&str] = &["step_start", "reasoning", "snapshot", "patch", "file"];
+
+impl OpenCodeDecoder {
+    fn tool(&mut self, part: &Value, update: &mut StreamUpdate) {
+        let id = json::first_str(part, &["callID", "id"]).unwrap_or("");
+        if !id.is_empty() {
+            if self.shown.iter().any(|s| s == id) {
+                return;
+            }
+            self.shown.push(id.to_owned());
+        }
+        let name = json::nonempty(part, "tool").unwrap_or("tool");
+        let state = part.get("state").unwrap_or(&Value::Null);
+        let input = state.get("input").unwrap_or(&Value::Null);
+        let line = match json::str(input, "command") {
+            Some(cmd) if name == "bash" => progress::shell(cmd),
+            _ => progress::tool(
+                name,
+                json::first_str(
+                    input,
+                    &[
+                        "filePath",
+                        "file_path",
+                        "pattern",
+                        "description",
+                        "url",
+                        "query",
+                    ],
+                )
+                .or_else(|| json::nonempty(state, "title")),
+            ),
+        };
+        update.progress.push(line);
+    }
+}
+
+impl StreamDecoder for OpenCodeDecoder {
+    fn condense(&mut self, line: &[u8]) -> StreamUpdate {
+        let mut update = StreamUpdate::default();
+        let v = match json::parse(line) {
+            Line::Blank => return update,
+            Line::Malformed => {
+                self.drift.malformed();
+                return update;
+            }
+            Line::Object(v) => v,
+        };
+        let Some(kind) = json::str(&v, "type") else {
+            self.drift.malformed();
+            return update;
+        };
+        if self.session_id.is_none()
+            && let Some(id) = json::nonempty(&v, "sessionID")
+        {
+            self.session_id = Some(id.to_owned());
+            if !self.started {
+                self.started = true;
+                update.progress.push(progress::SESSION_STARTED.to_owned());
+            }
+        }
+        let part = v.get("part").unwrap_or(&Value::Null);
+        match kind {
+            "text" => {
+                if let Some(text) = json::str(part, "text") {
+                    self.final_message = Some(text.to_owned());
+                }
+            }
+            "tool_use" => self.tool(part, &mut update),
+            "step_finish" => {
+                self.terminal_seen =
+                    json::str(part, "reason") == Some("stop") || self.terminal_seen;
+                if let Some(t) = part.get("tokens") {
+                    let usage = self.usage.get_or_insert_with(Usage::default);
+                    usage.input_tokens += json::u64(t, "input").unwrap_or(0);
+                    usage.output_tokens += json::u64(t, "output").unwrap_or(0);
+                    usage.reasoning_tokens += json::u64(t, "reasoning").unwrap_or(0);
+                    if let Some(c) = t.get("cache") {
+                        usage.cached_input_tokens += json::u64(c, "read").unwrap_or(0);
+                    }
+                }
+                if let Some(cost) = json::f64(part, "cost") {
+                    let usage = self.usage.get_or_insert_with(Usage::default);
+                    usage.cost_usd = Some(usage.cost_usd.unwrap_or(0.0) + cost);
+                }
+            }
+            "error" => {
+                self.terminal_seen = true;
+                let error = v.get("error").unwrap_or(&Value::Null);
+                let name = json::nonempty(error, "name").unwrap_or("Error");
+                let message = error
+                    .get("data")
+                    .and_then(|d| json::nonempty(d, "message"))
+                    .or_else(|| json::nonempty(error, "message"))
+                    .or_else(|| error.as_str())
+                    .unwrap_or("unknown error");
+                self.failure = Some(format!("{name}: {message}"));
+            }
+            k if QUIET_TYPES.contains(&k) => {}
+            other => self.drift.unknown(other),
+        }
+        update
+    }
+
+    fn complete(self: Box<Self>) -> Facts {
+        let this = *self;
+        let summary = this.usage.as_ref().map(|u| {
+            let mut s = format!(
+                "{} input tokens, {} output tokens",
+                u.input_tokens, u.output_tokens
+            );
+            if let Some(c) = u.cost_usd.filter(|c| *c > 0.0) {
+                s.push_str(&format!(", ${c:.2}"));
+            }
+            s
+        });
+        let mut facts = Facts {
+            session_id: this.session_id,
+            final_message: this.final_message,
+            failure: this.failure,
+            summary,
+            usage: this.usage,
+            terminal_seen: this.terminal_seen,
+            ..Facts::default()
+        };
+        this.drift.into_facts(&mut facts);
+        facts
+    }
+}

@@ -1,0 +1,189 @@
+//! The clean result channel (SPEC §6): what a caller asks for, and what reading the sink
+//! found. Pure values and the pure classification of the bytes read; opening, checking and
+//! reading the file is done by `agentrun_fs::sink`.
+//!
+//! The contract in one paragraph: on opt-in the runner exports `<var>=<path>` (default
+//! [`DEFAULT_SINK_VAR`]) to the child and, after a normal exit, hands back the file's bytes
+//! verbatim as `result` when they are a non-empty, valid UTF-8 regular file of at most the cap
+//! (default [`DEFAULT_SINK_CAP`]). Every other case gives `result: None` and a
+//! [`SinkOutcome`] saying why. Without opt-in the variable is removed from the child's
+//! environment.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The variable the sink path is exported in unless the caller names another.
+pub const DEFAULT_SINK_VAR: &str = "AGENTRUN_RESULT_SINK";
+
+/// The default cap on the sink size: larger files are refused, never read into memory.
+pub const DEFAULT_SINK_CAP: u64 = 16 << 20;
+
+/// Where the child's clean answer goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResultSink {
+    /// A fresh, unique path under a new owner-only (0700) runtime directory of the store,
+    /// removed with its directory after the run.
+    Allocate,
+    /// This path; the caller owns its directory (and its permissions), and the file is left
+    /// where it is after the run.
+    Path(PathBuf),
+}
+
+/// The kind of a non-regular file found at the sink path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileKind {
+    /// A directory.
+    Directory,
+    /// A named pipe.
+    Fifo,
+    /// A Unix socket.
+    Socket,
+    /// A character device.
+    CharDevice,
+    /// A block device.
+    BlockDevice,
+    /// Anything else.
+    Other,
+}
+
+/// Why the sink was not read at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotReadReason {
+    /// The wall-clock timeout stopped the child.
+    TimedOut,
+    /// The idle timeout stopped the child.
+    IdleTimedOut,
+}
+
+/// What reading the sink found. Only [`SinkOutcome::Read`] comes with `result: Some(..)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum SinkOutcome {
+    /// The caller did not opt in.
+    NotRequested,
+    /// The run did not end by a normal exit, so the sink was not read.
+    NotRead {
+        /// How the run ended instead.
+        reason: NotReadReason,
+    },
+    /// Nothing exists at the sink path: the child did not write an answer.
+    Unwritten,
+    /// The file exists and is empty: treated as unwritten.
+    Empty,
+    /// The answer: this many bytes, returned verbatim.
+    Read {
+        /// Size of the answer in bytes.
+        bytes: u64,
+    },
+    /// The file is larger than the cap; it was not read.
+    Oversize {
+        /// Its size (or `cap + 1` when it grew past the cap while being read).
+        size: u64,
+        /// The cap in force.
+        cap: u64,
+    },
+    /// The file is not valid UTF-8.
+    NotUtf8 {
+        /// Its size in bytes.
+        bytes: u64,
+    },
+    /// A symbolic link sits at the sink path; it was refused, not followed.
+    Symlink,
+    /// Something other than a regular file sits at the sink path.
+    NotRegularFile {
+        /// What it is.
+        kind: FileKind,
+    },
+    /// The sink could not be inspected or read.
+    Error {
+        /// The I/O error, with the path.
+        message: String,
+    },
+}
+
+impl SinkOutcome {
+    /// Classifies the bytes read from a regular file under `cap`: `bytes` must hold at most
+    /// `cap + 1` bytes (one more than the cap proves the file is oversize without reading the
+    /// rest). Returns the outcome and, for [`SinkOutcome::Read`], the answer verbatim.
+    pub fn classify(bytes: Vec<u8>, cap: u64) -> (SinkOutcome, Option<String>) {
+        let len = bytes.len() as u64;
+        if len > cap {
+            return (SinkOutcome::Oversize { size: len, cap }, None);
+        }
+        if bytes.is_empty() {
+            return (SinkOutcome::Empty, None);
+        }
+        match String::from_utf8(bytes) {
+            Ok(text) => (SinkOutcome::Read { bytes: len }, Some(text)),
+            Err(_) => (SinkOutcome::NotUtf8 { bytes: len }, None),
+        }
+    }
+
+    /// A short human description (`"read 12 bytes"`, `"unwritten"`, …).
+    pub fn describe(&self) -> String {
+        match self {
+            Self::NotRequested => "not requested".to_owned(),
+            Self::NotRead { reason } => match reason {
+                NotReadReason::TimedOut => "not read (timed out)".to_owned(),
+                NotReadReason::IdleTimedOut => "not read (idle timeout)".to_owned(),
+            },
+            Self::Unwritten => "unwritten".to_owned(),
+            Self::Empty => "empty (treated as unwritten)".to_owned(),
+            Self::Read { bytes } => format!("read {bytes} bytes"),
+            Self::Oversize { size, cap } => {
+                format!("refused: {size} bytes is over the cap of {cap} bytes")
+            }
+            Self::NotUtf8 { bytes } => format!("refused: {bytes} bytes of invalid UTF-8"),
+            Self::Symlink => "refused: a symbolic link".to_owned(),
+            Self::NotRegularFile { kind } => format!("refused: not a regular file ({kind:?})"),
+            Self::Error { message } => format!("error: {message}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification_is_verbatim_and_bounded() {
+        let (o, r) = SinkOutcome::classify(b" \r\n\x1b[31m{}\n".to_vec(), 100);
+        assert_eq!(o, SinkOutcome::Read { bytes: 11 });
+        assert_eq!(r.as_deref(), Some(" \r\n\x1b[31m{}\n"));
+        assert_eq!(
+            SinkOutcome::classify(Vec::new(), 10),
+            (SinkOutcome::Empty, None)
+        );
+        assert_eq!(
+            SinkOutcome::classify(vec![b'x'; 11], 10),
+            (SinkOutcome::Oversize { size: 11, cap: 10 }, None)
+        );
+        assert_eq!(
+            SinkOutcome::classify(vec![b'x'; 10], 10).0,
+            SinkOutcome::Read { bytes: 10 }
+        );
+        assert_eq!(
+            SinkOutcome::classify(vec![0xff, 0xfe], 10),
+            (SinkOutcome::NotUtf8 { bytes: 2 }, None)
+        );
+    }
+
+    #[test]
+    fn outcomes_serialize_with_an_outcome_tag() {
+        let json = serde_json::to_string(&SinkOutcome::NotRegularFile {
+            kind: FileKind::Fifo,
+        })
+        .unwrap();
+        assert_eq!(json, r#"{"outcome":"not_regular_file","kind":"fifo"}"#);
+        let back: SinkOutcome = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            back,
+            SinkOutcome::NotRegularFile {
+                kind: FileKind::Fifo
+            }
+        );
+    }
+}

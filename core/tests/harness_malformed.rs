@@ -1,0 +1,263 @@
+//! Malformed input never panics and never stops later lines from decoding; property tests of
+//! arbitrary line sequences (through `Interpretation` and the fuzz bodies).
+// Reading fixture files is the test harness's I/O, not the core's (the sans-IO rule covers
+// core/src; see scripts/check-sans-io.sh).
+#![allow(clippy::disallowed_methods)]
+
+mod harness_common;
+
+use agentrun_core::harness::{Harness, HarnessExit, Interpretation, fuzzing};
+use harness_common::*;
+use proptest::prelude::*;
+
+/// A valid line for `h` whose progress line is known; `n` keeps ids distinct.
+fn probe(h: Harness, n: usize) -> (Vec<u8>, String) {
+    let line = match h {
+        Harness::Claude | Harness::Grok => format!(
+            r#"{{"type":"assistant","message":{{"model":"probe-model","content":[{{"type":"tool_use","name":"Read","input":{{"file_path":"/p{n}"}}}}]}}}}"#
+        ),
+        Harness::Antigravity => format!(
+            r#"{{"event":"step_update","step_index":{n},"step_type":"tool","tool_name":"Read","input":{{"path":"/p{n}"}}}}"#
+        ),
+        Harness::Codex => format!(
+            r#"{{"type":"item.started","item":{{"id":"i{n}","type":"file_change","changes":[{{"path":"/p{n}","kind":"update"}}]}}}}"#
+        ),
+        Harness::Muse => format!(
+            r#"{{"payload_type":"task.lifecycle.proposed","payload":{{"task":{{"id":"t{n}","kind":"tool.Read","input":{{"path":"/p{n}"}}}}}}}}"#
+        ),
+        Harness::OpenCode => format!(
+            r#"{{"type":"tool_use","part":{{"callID":"c{n}","tool":"Read","state":{{"input":{{"filePath":"/p{n}"}}}}}}}}"#
+        ),
+    };
+    let expected = match h {
+        Harness::Codex => format!("Edit /p{n}"),
+        _ => format!("Read /p{n}"),
+    };
+    (line.into_bytes(), expected)
+}
+
+fn malformed_lines() -> Vec<(&'static str, Vec<u8>)> {
+    let mut v: Vec<(&'static str, Vec<u8>)> = vec![
+        (
+            "truncated",
+            br#"{"type":"assistant","message":{"model":"trunc"#.to_vec(),
+        ),
+        (
+            "array",
+            br#"[{"type":"assistant","message":{"model":"in-array"}}]"#.to_vec(),
+        ),
+        ("number", b"42".to_vec()),
+        ("string", br#""{\"type\":\"result\"}""#.to_vec()),
+        ("null", b"null".to_vec()),
+        (
+            "non-utf8",
+            b"{\"type\":\"assistant\",\"message\":{\"model\":\"\xff\xfe\"}}".to_vec(),
+        ),
+        ("binary", vec![0, 159, 146, 150, 0xc3, 0x28, b'\r']),
+        ("bom", b"\xef\xbb\xbf{\"type\":\"user\"}".to_vec()),
+        (
+            "trailing garbage",
+            br#"{"type":"user"} {"type":"user"}"#.to_vec(),
+        ),
+        (
+            "wrong types",
+            br#"{"type":7,"event":[],"payload_type":{},"message":"m","item":1,"part":false}"#
+                .to_vec(),
+        ),
+        (
+            "wrong inner types",
+            br#"{"type":"assistant","message":{"model":5,"content":"x"},"parent_tool_use_id":{}}"#
+                .to_vec(),
+        ),
+        (
+            "duplicate keys",
+            br#"{"type":"assistant","type":"result","result":"dup"}"#.to_vec(),
+        ),
+        ("empty object", b"{}".to_vec()),
+        ("whitespace", b"   \t ".to_vec()),
+    ];
+    // 10 MB lines: one valid event carrying a huge string, one run of garbage.
+    let mut huge = br#"{"type":"user","message":{"content":""#.to_vec();
+    huge.extend(std::iter::repeat_n(b'x', 10 << 20));
+    huge.extend_from_slice(b"\"}}");
+    v.push(("10 MB event", huge));
+    v.push(("10 MB garbage", vec![b'{'; 10 << 20]));
+    let mut huge_model = br#"{"type":"assistant","message":{"model":""#.to_vec();
+    huge_model.extend(std::iter::repeat_n(b'm', 10 << 20));
+    huge_model.extend_from_slice(b"\"}}");
+    v.push(("10 MB model name", huge_model));
+    // Deep nesting, past serde_json's recursion limit and far past any stack.
+    v.push(("deep arrays", vec![b'['; 1 << 20]));
+    let mut deep_obj = br#"{"type":"assistant","message":"#.to_vec();
+    for _ in 0..100_000 {
+        deep_obj.extend_from_slice(br#"{"a":"#);
+    }
+    v.push(("deep objects", deep_obj));
+    let mut deep_ok =
+        br#"{"type":"assistant","message":{"model":"deep-but-fine","content":"#.to_vec();
+    deep_ok.extend(std::iter::repeat_n(b'[', 100));
+    deep_ok.extend(std::iter::repeat_n(b']', 100));
+    deep_ok.extend_from_slice(b"}}");
+    v.push(("nested within the limit", deep_ok));
+    v
+}
+
+#[test]
+fn malformed_lines_never_panic_nor_stop_later_lines() {
+    let bad = malformed_lines();
+    for h in Harness::ALL {
+        for security in [false, true] {
+            let mut interp = Interpretation::new(h);
+            if security {
+                interp.for_security(Some("requested"));
+            }
+            for (i, (name, line)) in bad.iter().enumerate() {
+                let _ = interp.handle_line(line);
+                let (probe, expected) = probe(h, i);
+                let progress = interp.handle_line(&probe);
+                assert!(
+                    progress.contains(&expected),
+                    "{h}: after {name}: {progress:?}"
+                );
+            }
+            for m in interp.observed_models() {
+                assert!(!m.trim().is_empty() && m != "<synthetic>");
+            }
+            let c = interp.finish(HarnessExit::Success).complete(None);
+            assert!(
+                c.report.warnings.iter().any(|w| w.contains("unrecognized")),
+                "{h}: {:?}",
+                c.report.warnings
+            );
+        }
+    }
+}
+
+#[test]
+fn a_huge_model_name_is_kept_whole_and_a_truncated_one_is_not_invented() {
+    let bad = malformed_lines();
+    let mut interp = Interpretation::new(Harness::Claude);
+    for (_, line) in &bad {
+        interp.handle_line(line);
+    }
+    let models = interp.observed_models();
+    assert!(!models.iter().any(|m| m == "trunc" || m == "in-array"));
+    assert!(models.iter().any(|m| m.len() == 10 << 20));
+    assert!(models.iter().any(|m| m == "deep-but-fine"));
+}
+
+#[test]
+fn malformed_counts_in_the_drift_warning() {
+    let stream = b"{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n{\"type\":\"turn.sta\n[]\n\xff\n{\"type\":\"item.weird\"}\n{\"type\":\"turn.completed\",\"usage\":{}}\n";
+    let (_, interp) = interpret(Harness::Codex, None, stream);
+    let c = complete(interp);
+    assert_eq!(c.outcome.session_id.as_deref(), Some("t"));
+    assert!(c.outcome.terminal_seen);
+    assert_eq!(
+        c.report.warnings,
+        vec!["4 unrecognized lines (unknown event types: item.weird); the codex stream format may have changed".to_owned()]
+    );
+}
+
+#[test]
+fn fuzz_bodies_replay_every_fixture() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/harness");
+    for d in ["claude", "grok", "antigravity", "codex", "muse", "opencode"] {
+        for entry in std::fs::read_dir(format!("{dir}/{d}")).expect("dir") {
+            let bytes = std::fs::read(entry.expect("entry").path()).expect("read");
+            for control in [0u8, 1, 3, 0x15] {
+                let mut input = vec![control];
+                input.extend_from_slice(&bytes);
+                fuzzing::claude_bytes(&input);
+                fuzzing::grok_bytes(&input);
+                fuzzing::agy_bytes(&input);
+                fuzzing::codex_bytes(&input);
+                fuzzing::muse_bytes(&input);
+                fuzzing::opencode_bytes(&input);
+            }
+        }
+    }
+    let every: Vec<u8> = (0..=255u8).collect();
+    for f in [
+        fuzzing::claude_events,
+        fuzzing::grok_events,
+        fuzzing::agy_events,
+        fuzzing::codex_events,
+        fuzzing::muse_events,
+        fuzzing::opencode_events,
+    ] {
+        f(&every);
+        f(&[1]);
+        f(&[]);
+    }
+}
+
+/// Lines that look like events of any dialect, with arbitrary model names.
+fn event_line() -> impl Strategy<Value = Vec<u8>> {
+    let model = prop_oneof![
+        Just(String::new()),
+        Just(" ".to_owned()),
+        Just("<synthetic>".to_owned()),
+        Just(" <synthetic> ".to_owned()),
+        "[a-z0-9<>. -]{0,12}",
+        any::<String>(),
+    ];
+    let parent = prop_oneof![
+        Just("null".to_owned()),
+        Just("false".to_owned()),
+        Just("\"toolu\"".to_owned()),
+        Just("0".to_owned()),
+    ];
+    prop_oneof![
+        (model.clone(), parent.clone(), any::<bool>()).prop_map(|(m, p, e)| {
+            serde_json::json!({"type":"assistant","is_api_error_message":e,
+                "message":{"model":m,"content":[{"type":"tool_use","name":"Bash","input":{"command":m}}]}})
+            .to_string()
+            .replace("\"is_api_error_message\"", &format!("\"parent_tool_use_id\":{p},\"is_api_error_message\""))
+            .into_bytes()
+        }),
+        (model.clone(), any::<String>()).prop_map(|(m, r)| serde_json::json!({"type":"result","result":r,"modelUsage":{m:{}}}).to_string().into_bytes()),
+        model.clone().prop_map(|m| serde_json::json!({"event":"init","conversation_id":m,"init":{"model":m}}).to_string().into_bytes()),
+        model.clone().prop_map(|m| serde_json::json!({"type":"thread.started","thread_id":m}).to_string().into_bytes()),
+        model.clone().prop_map(|m| serde_json::json!({"type":"turn.failed","error":{"message":m}}).to_string().into_bytes()),
+        model.clone().prop_map(|m| serde_json::json!({"payload_type":"run.output.delta","payload":{"delta":m,"model":m}}).to_string().into_bytes()),
+        model.prop_map(|m| serde_json::json!({"type":"text","sessionID":m,"part":{"text":m}}).to_string().into_bytes()),
+        proptest::collection::vec(any::<u8>(), 0..200),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_line_sequences_never_panic_and_models_stay_clean(
+        pick in 0usize..6,
+        control in any::<u8>(),
+        lines in proptest::collection::vec(event_line(), 0..40),
+    ) {
+        let h = Harness::ALL[pick];
+        let mut interp = Interpretation::new(h);
+        if control & 1 == 1 {
+            interp.for_security(None);
+        }
+        for (i, line) in lines.iter().enumerate() {
+            if i == usize::from(control >> 3) {
+                interp.for_security(Some("r"));
+            }
+            interp.handle_line(line);
+            for m in interp.observed_models() {
+                prop_assert!(!m.trim().is_empty());
+                prop_assert_ne!(m.trim(), "<synthetic>");
+            }
+        }
+        let models = interp.observed_models().to_vec();
+        let c = interp.finish(HarnessExit::Success).complete(None);
+        prop_assert_eq!(c.report.models, models);
+    }
+
+    #[test]
+    fn fuzz_bodies_hold_on_arbitrary_bytes(data in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        fuzzing::arbitrary_bytes(&data);
+        fuzzing::plausible_events(&data);
+    }
+}

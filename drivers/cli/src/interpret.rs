@@ -1,0 +1,226 @@
+//! `agentrun interpret`: decode a recorded (or live, piped) harness stream with
+//! `agentrun_core::harness::Interpretation`.
+//!
+//! Streaming: the input is read line by line (`BufRead::read_until`, so memory is bounded by
+//! the longest line) and each line's progress is printed and flushed before the next line is
+//! read. At the end: the observed models, then the completion (human form, or one JSON
+//! object per line with `--json`).
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use agentrun_core::harness::{Completion, Harness, HarnessExit, Interpretation, OutcomeStatus};
+use clap::Args;
+
+use crate::Failure;
+
+/// Arguments of `agentrun interpret`.
+#[derive(Debug, Args)]
+pub(crate) struct InterpretArgs {
+    /// The harness whose dialect the stream is in: claude, grok, agy (antigravity), codex,
+    /// muse, opencode.
+    #[arg(long, value_name = "NAME", value_parser = parse_harness)]
+    harness: Harness,
+    /// Enable the security policy: `Model: …` progress and sticky safeguard refusals.
+    #[arg(long)]
+    security: bool,
+    /// The model the session requested (security wording; never an observation).
+    #[arg(long, value_name = "M", requires = "security")]
+    requested_model: Option<String>,
+    /// The retained record to reconcile with (Muse session log, OpenCode session export).
+    #[arg(long, value_name = "FILE")]
+    retained: Option<PathBuf>,
+    /// Print JSON lines: `{"progress": …}` per progress line, then one completion object.
+    #[arg(long)]
+    json: bool,
+    /// The stream to decode; `-` or absent for stdin.
+    #[arg(value_name = "FILE|-")]
+    input: Option<PathBuf>,
+}
+
+fn parse_harness(s: &str) -> Result<Harness, String> {
+    Harness::from_name(s).map_err(|e| e.to_string())
+}
+
+/// Runs `agentrun interpret`.
+pub(crate) fn run(args: InterpretArgs) -> Result<ExitCode, Failure> {
+    let input: Box<dyn Read> = match args.input.as_deref() {
+        None => Box::new(io::stdin().lock()),
+        Some(p) if p.as_os_str() == "-" => Box::new(io::stdin().lock()),
+        Some(p) => {
+            Box::new(File::open(p).map_err(|e| Failure::runtime(format!("{}: {e}", p.display())))?)
+        }
+    };
+    let mut reader = BufReader::with_capacity(256 * 1024, input);
+    let mut interp = Interpretation::new(args.harness);
+    if args.security {
+        interp.for_security(args.requested_model.as_deref());
+    }
+    let stdout = io::stdout();
+    let mut out = Out {
+        inner: io::BufWriter::with_capacity(64 * 1024, stdout.lock()),
+        closed: false,
+    };
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| Failure::runtime(format!("reading the stream: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        let mut bytes = line.as_slice();
+        if let Some(rest) = bytes.strip_suffix(b"\n") {
+            bytes = rest;
+        }
+        if let Some(rest) = bytes.strip_suffix(b"\r") {
+            bytes = rest;
+        }
+        let progress = interp.handle_line(bytes);
+        // Keep a huge line's buffer from pinning memory after it is done.
+        if line.capacity() > 16 << 20 {
+            line = Vec::new();
+        }
+        if progress.is_empty() {
+            continue;
+        }
+        for p in &progress {
+            if args.json {
+                out.line(&serde_json::json!({ "progress": p }).to_string())?;
+            } else {
+                out.line(p)?;
+            }
+        }
+        out.flush()?;
+    }
+    let finished = interp.finish(HarnessExit::Success);
+    let retained = match (finished.retained_request(), &args.retained) {
+        (Some(request), Some(path)) => {
+            let bytes = std::fs::read(path)
+                .map_err(|e| Failure::runtime(format!("{}: {e}", path.display())))?;
+            match request.kind.parse(&bytes) {
+                Ok(record) => Some(record),
+                Err(e) => {
+                    eprintln!("agentrun: warning: {}: {e}; ignoring it", path.display());
+                    None
+                }
+            }
+        }
+        (None, Some(path)) => {
+            eprintln!(
+                "agentrun: warning: {} has no retained record; ignoring {}",
+                args.harness,
+                path.display()
+            );
+            None
+        }
+        _ => None,
+    };
+    let models = finished.observed_models().to_vec();
+    let completion = finished.complete(retained);
+    if args.json {
+        let json = serde_json::json!({
+            "harness": args.harness.name(),
+            "observed_models": models,
+            "report": completion.report,
+            "outcome": completion.outcome,
+        });
+        out.line(&json.to_string())?;
+    } else {
+        out.line(&human(&models, &completion))?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn human(models: &[String], c: &Completion) -> String {
+    let mut s = String::new();
+    let list = |m: &[String]| {
+        if m.is_empty() {
+            "(none)".to_owned()
+        } else {
+            m.join(", ")
+        }
+    };
+    s.push_str(&format!("observed models: {}\n", list(models)));
+    if c.report.retained {
+        s.push_str(&format!(
+            "models (retained record): {}\n",
+            list(&c.report.models)
+        ));
+    }
+    let status = match &c.outcome.status {
+        OutcomeStatus::Succeeded => "succeeded".to_owned(),
+        OutcomeStatus::TurnFailed { diagnostic } => format!("turn failed: {diagnostic}"),
+        OutcomeStatus::ExecutionFailed { diagnostic } => {
+            format!("execution failed: {diagnostic}")
+        }
+        OutcomeStatus::Refused { category } => format!("refused ({category})"),
+    };
+    s.push_str(&format!("status: {status}\n"));
+    if let Some(id) = &c.outcome.session_id {
+        s.push_str(&format!("session: {id}\n"));
+    }
+    if let Some(summary) = &c.report.summary {
+        s.push_str(&format!("summary: {summary}\n"));
+    }
+    for k in &c.outcome.killed_work {
+        s.push_str(&format!("killed: {k}\n"));
+    }
+    for d in &c.report.diagnostics {
+        s.push_str(&format!("diagnostic: {d}\n"));
+    }
+    for w in &c.report.warnings {
+        s.push_str(&format!("warning: {w}\n"));
+    }
+    if let Some(m) = &c.outcome.final_message {
+        s.push_str("final message:\n");
+        s.push_str(m);
+        if !m.ends_with('\n') {
+            s.push('\n');
+        }
+    }
+    s.pop();
+    s
+}
+
+/// Stdout that ends quietly on a closed pipe (`agentrun interpret … | head`).
+struct Out<W: Write> {
+    inner: W,
+    closed: bool,
+}
+
+impl<W: Write> Out<W> {
+    fn line(&mut self, text: &str) -> Result<(), Failure> {
+        if self.closed {
+            return Ok(());
+        }
+        let r = self
+            .inner
+            .write_all(text.as_bytes())
+            .and_then(|()| self.inner.write_all(b"\n"));
+        self.check(r)
+    }
+
+    fn flush(&mut self) -> Result<(), Failure> {
+        if self.closed {
+            return Ok(());
+        }
+        let r = self.inner.flush();
+        self.check(r)
+    }
+
+    fn check(&mut self, r: io::Result<()>) -> Result<(), Failure> {
+        match r {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            Err(e) => Err(Failure::runtime(e)),
+            Ok(()) => Ok(()),
+        }
+    }
+}

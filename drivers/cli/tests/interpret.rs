@@ -1,0 +1,256 @@
+//! End-to-end scenarios of `agentrun interpret`: human and JSON output, stdin, retained
+//! records, usage errors, and streaming on a live pipe.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+fn fixture(path: &str) -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/harness"
+    ))
+    .join(path)
+}
+
+fn cmd(store: &tempfile::TempDir, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_agentrun"));
+    // `dispatch` opens the store before any command; a fresh subdirectory gets created 0700.
+    c.arg("--store")
+        .arg(store.path().join("store"))
+        .arg("interpret")
+        .args(args);
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    let store = tempfile::tempdir().unwrap();
+    cmd(&store, args).stdin(Stdio::null()).output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+#[test]
+fn golden_claude_human_output() {
+    let path = fixture("claude/agentrun-golden-synthetic.jsonl");
+    let o = run(&["--harness", "claude", "--security", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        stdout(&o),
+        "session started\n\
+         Read /work/src/lib.rs\n\
+         commit and push\n\
+         Model: root-opus\n\
+         Grep fn main\n\
+         Model: next-sonnet\n\
+         Model: root-opus\n\
+         observed models: child-haiku, false-parent, root-opus, next-sonnet, usage-only-model\n\
+         status: succeeded\n\
+         session: golden-session\n\
+         summary: 3 turns, $0.12 at API prices\n\
+         final message:\n\
+         root answer\n"
+    );
+}
+
+#[test]
+fn json_output_is_one_object_per_line() {
+    let path = fixture("codex/agentrun-cyber-synthetic.jsonl");
+    let o = run(&[
+        "--harness",
+        "codex",
+        "--security",
+        "--requested-model",
+        "gpt-5-codex",
+        "--json",
+        path.to_str().unwrap(),
+    ]);
+    assert!(o.status.success());
+    let lines: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["progress"], "session started");
+    assert_eq!(lines[1]["progress"], "Model: gpt-5-codex (requested)");
+    let last = lines.last().unwrap();
+    assert_eq!(last["harness"], "codex");
+    assert_eq!(last["observed_models"], serde_json::json!([]));
+    assert_eq!(last["outcome"]["status"]["status"], "refused");
+    assert_eq!(last["outcome"]["status"]["category"], "codex-cyber");
+    assert_eq!(last["outcome"]["session_id"], "codex-cyber-thread");
+    assert_eq!(last["report"]["diagnostics"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn reads_stdin_with_dash() {
+    let store = tempfile::tempdir().unwrap();
+    let out = cmd(&store, &["--harness", "opencode", "-"])
+        .stdin(
+            std::fs::File::open(fixture("opencode/takopi-opencode_stream_success.jsonl")).unwrap(),
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let s = stdout(&out);
+    assert!(s.starts_with("session started\n$ echo hello\n"), "{s}");
+    assert!(s.contains("session: ses_494719016ffe85dkDMj0FPRbHK\n"));
+    assert!(s.contains("warning: the retained OpenCode session export was not available"));
+    assert!(s.ends_with("final message:\n```\nhello\n```\n"), "{s}");
+}
+
+#[test]
+fn retained_record_replaces_stream_models() {
+    let stream = fixture("opencode/takopi-opencode_stream_success.jsonl");
+    let export = fixture("opencode/agentrun-session-export-synthetic.json");
+    let o = run(&[
+        "--harness",
+        "opencode",
+        "--retained",
+        export.to_str().unwrap(),
+        "--json",
+        stream.to_str().unwrap(),
+    ]);
+    let s = stdout(&o);
+    let last: serde_json::Value = serde_json::from_str(s.lines().last().unwrap()).unwrap();
+    assert_eq!(last["report"]["retained"], true);
+    assert_eq!(
+        last["report"]["models"],
+        serde_json::json!(["anthropic/claude-sonnet-4-5"])
+    );
+}
+
+#[test]
+fn every_harness_name_decodes_its_fixture() {
+    for (name, path, session) in [
+        (
+            "claude",
+            "claude/morpheus-claude_stream.jsonl",
+            "1ce8213d-f999-4838-8e26-c634d5150284",
+        ),
+        (
+            "grok",
+            "grok/task-mgr-framework-grok_stream.jsonl",
+            "019e69d1-5079-7552-bd4c-0d4fe21dc6a3",
+        ),
+        (
+            "agy",
+            "antigravity/agentrun-stream-synthetic.jsonl",
+            "agy-conv-1",
+        ),
+        (
+            "antigravity",
+            "antigravity/openagent-antigravity_print.jsonl",
+            "938442f7-bca6-422b-b9d8-f8aa598de783",
+        ),
+        (
+            "codex",
+            "codex/claude-codes-hello_world.jsonl",
+            "019c8140-6f07-7fb1-86f8-4813739c32bb",
+        ),
+        ("muse", "muse/agentrun-exec-synthetic.jsonl", "muse-sess-42"),
+        (
+            "opencode",
+            "opencode/noldor-opencode-events.jsonl",
+            "ses_09ec7fc10ffekAtgUWHv9M6Y0T",
+        ),
+    ] {
+        let p = fixture(path);
+        let o = run(&["--harness", name, p.to_str().unwrap()]);
+        assert!(o.status.success(), "{name}");
+        assert!(
+            stdout(&o).contains(&format!("session: {session}\n")),
+            "{name}: {}",
+            stdout(&o)
+        );
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let o = run(&["--harness", "gemini", "-"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown harness"));
+    let o = run(&["--harness", "claude", "--requested-model", "m", "-"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "--requested-model needs --security"
+    );
+    let o = run(&["--harness", "claude", "/nonexistent/stream.jsonl"]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn malformed_input_is_survived_and_reported() {
+    let store = tempfile::tempdir().unwrap();
+    let mut child = cmd(&store, &["--harness", "claude", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"\xff\xfe garbage\n[1,2]\n{\"type\":\"assistant\",\"mess\n")
+        .unwrap();
+    stdin.write_all(&vec![b'['; 1 << 20]).unwrap();
+    stdin.write_all(b"\n{\"type\":\"new_thing\"}\r\n").unwrap();
+    stdin
+        .write_all(b"{\"type\":\"result\",\"subtype\":\"success\",\"result\":\"still here\"}")
+        .unwrap();
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success());
+    let s = stdout(&o);
+    assert!(s.contains("final message:\nstill here\n"), "{s}");
+    assert!(
+        s.contains("warning: 5 unrecognized lines (unknown event types: new_thing)"),
+        "{s}"
+    );
+}
+
+#[test]
+fn streams_progress_from_a_live_pipe_before_eof() {
+    let store = tempfile::tempdir().unwrap();
+    let mut child = cmd(&store, &["--harness", "claude", "--security"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let timeout = Duration::from_secs(20);
+    stdin
+        .write_all(b"{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"live\"}\n")
+        .unwrap();
+    stdin.flush().unwrap();
+    assert_eq!(rx.recv_timeout(timeout).unwrap(), "session started");
+    stdin
+        .write_all(b"{\"type\":\"assistant\",\"message\":{\"model\":\"live-model\",\"content\":[{\"type\":\"tool_use\",\"name\":\"Bash\",\"input\":{\"command\":\"git push\"}}]}}\n")
+        .unwrap();
+    stdin.flush().unwrap();
+    assert_eq!(rx.recv_timeout(timeout).unwrap(), "push");
+    assert_eq!(rx.recv_timeout(timeout).unwrap(), "Model: live-model");
+    // Nothing else yet: the completion waits for EOF.
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+    stdin
+        .write_all(b"{\"type\":\"result\",\"subtype\":\"success\",\"result\":\"done live\"}\n")
+        .unwrap();
+    drop(stdin);
+    let rest: Vec<String> = rx.iter().collect();
+    reader.join().unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(rest[0], "observed models: live-model");
+    assert_eq!(rest.last().unwrap(), "done live");
+}

@@ -1,0 +1,332 @@
+//! Result sinks (SPEC §6): allocation under the store's runtime directory, the bounded,
+//! verbatim read, and removal. The values (`ResultSink`, `SinkOutcome`) and the classification
+//! of the bytes read are in `agentrun_core::sink`; this module does the file work once for
+//! every driver.
+//!
+//! The read never follows a symbolic link, never blocks on a FIFO, never opens a controlling
+//! terminal and never reads more than `cap + 1` bytes:
+//!
+//! 1. `open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)`: a symlink at the
+//!    path fails with `ELOOP` (refused as [`SinkOutcome::Symlink`]), a FIFO opens without
+//!    waiting for a writer;
+//! 2. `fstat` on the opened descriptor (not the path, so a swap after the open changes
+//!    nothing): anything but a regular file is [`SinkOutcome::NotRegularFile`]; a size over the
+//!    cap is [`SinkOutcome::Oversize`] without reading a byte;
+//! 3. read at most `cap + 1` bytes (a file growing under the read is still bounded), then
+//!    [`SinkOutcome::classify`].
+
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
+use std::path::{Path, PathBuf};
+
+use agentrun_core::sink::{FileKind, ResultSink, SinkOutcome};
+use rustix::fs::{FileType, Mode, OFlags};
+use rustix::io::Errno;
+
+use crate::Store;
+use crate::error::{IoContext, IoError};
+use crate::layout::DIR_MODE;
+
+/// File name of a runner-allocated sink inside its runtime directory.
+const SINK_FILE: &str = "result";
+
+/// The sink of one run: the path exported to the child, and for a runner-allocated sink the
+/// runtime directory that holds it. Dropping it removes an allocated sink with its directory
+/// (best effort); a caller-supplied path is never touched.
+#[derive(Debug)]
+pub struct PreparedSink {
+    path: PathBuf,
+    /// The runtime directory the runner created (`runtime/<run_id>`), if it allocated.
+    owned_dir: Option<PathBuf>,
+}
+
+impl PreparedSink {
+    /// The path exported to the child.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the runner allocated the path (and removes it).
+    pub fn is_allocated(&self) -> bool {
+        self.owned_dir.is_some()
+    }
+
+    /// Reads the sink verbatim under `cap` (see the module documentation).
+    pub fn read(&self, cap: u64) -> (SinkOutcome, Option<String>) {
+        read_sink(&self.path, cap)
+    }
+
+    /// Removes an allocated sink and its runtime directory, whatever the child left there
+    /// (a file, a FIFO, a directory tree, a symlink: links are removed, never followed).
+    pub fn remove(mut self) -> Result<(), IoError> {
+        self.remove_owned()
+    }
+
+    fn remove_owned(&mut self) -> Result<(), IoError> {
+        match self.owned_dir.take() {
+            Some(dir) => match fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    Err(IoError::at("remove the result-sink directory", &dir, e))
+                }
+                _ => Ok(()),
+            },
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for PreparedSink {
+    fn drop(&mut self) {
+        let _ = self.remove_owned();
+    }
+}
+
+impl Store {
+    /// Prepares the result sink of run `run_id`: for [`ResultSink::Allocate`] a fresh
+    /// owner-only (0700) directory `runtime/<run_id>/` (created exclusively, so never shared
+    /// with another run) and the path `runtime/<run_id>/result` in it, which does not exist
+    /// yet; for [`ResultSink::Path`] the caller's path as it is.
+    pub fn prepare_sink(
+        &self,
+        sink: &ResultSink,
+        run_id: &str,
+    ) -> Result<PreparedSink, crate::StoreError> {
+        match sink {
+            ResultSink::Path(path) => Ok(PreparedSink {
+                path: path.clone(),
+                owned_dir: None,
+            }),
+            ResultSink::Allocate => {
+                if !crate::layout::valid_run_id(run_id) {
+                    return Err(crate::StoreError::InvalidRunId(run_id.to_owned()));
+                }
+                let dir = self.runtime_dir().join(run_id);
+                fs::DirBuilder::new()
+                    .mode(DIR_MODE)
+                    .create(&dir)
+                    .at("create the result-sink directory", &dir)?;
+                // The umask may have removed owner bits; set the mode explicitly.
+                fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(DIR_MODE))
+                    .at("set the mode of", &dir)?;
+                Ok(PreparedSink {
+                    path: dir.join(SINK_FILE),
+                    owned_dir: Some(dir),
+                })
+            }
+        }
+    }
+}
+
+/// Reads the sink at `path` verbatim: `O_NOFOLLOW | O_NONBLOCK` open, `fstat` regular-file and
+/// size check, at most `cap + 1` bytes read, then [`SinkOutcome::classify`]. Never fails: an
+/// I/O problem is [`SinkOutcome::Error`].
+pub fn read_sink(path: &Path, cap: u64) -> (SinkOutcome, Option<String>) {
+    let flags =
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return (SinkOutcome::Unwritten, None),
+        // ELOOP is what O_NOFOLLOW gives for a final symlink; ENXIO is a socket (or a FIFO
+        // opened for writing). Say which from the link itself.
+        Err(e @ (Errno::LOOP | Errno::NXIO)) => return (classify_unopenable(path, e), None),
+        Err(e) => return (error(path, "open", e.into()), None),
+    };
+    let stat = match rustix::fs::fstat(&fd) {
+        Ok(stat) => stat,
+        Err(e) => return (error(path, "inspect", e.into()), None),
+    };
+    let kind = FileType::from_raw_mode(stat.st_mode);
+    if kind != FileType::RegularFile {
+        return (
+            SinkOutcome::NotRegularFile {
+                kind: file_kind(kind),
+            },
+            None,
+        );
+    }
+    let size = u64::try_from(stat.st_size).unwrap_or(0);
+    if size > cap {
+        return (SinkOutcome::Oversize { size, cap }, None);
+    }
+    let limit = cap.saturating_add(1);
+    // Sized from fstat (at most the cap), plus one byte to see growth past the cap.
+    let mut bytes = Vec::with_capacity(usize::try_from(size + 1).unwrap_or(0));
+    let mut file = File::from(fd);
+    if let Err(e) = (&mut file).take(limit).read_to_end(&mut bytes) {
+        return (error(path, "read", e), None);
+    }
+    SinkOutcome::classify(bytes, cap)
+}
+
+/// The outcome for a path `open` refused with `errno`.
+fn classify_unopenable(path: &Path, errno: Errno) -> SinkOutcome {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => SinkOutcome::Symlink,
+        Ok(meta) if meta.file_type().is_socket() => SinkOutcome::NotRegularFile {
+            kind: FileKind::Socket,
+        },
+        Ok(meta) if meta.file_type().is_fifo() => SinkOutcome::NotRegularFile {
+            kind: FileKind::Fifo,
+        },
+        _ => error(path, "open", errno.into()),
+    }
+}
+
+fn file_kind(kind: FileType) -> FileKind {
+    match kind {
+        FileType::Directory => FileKind::Directory,
+        FileType::Fifo => FileKind::Fifo,
+        FileType::Socket => FileKind::Socket,
+        FileType::CharacterDevice => FileKind::CharDevice,
+        FileType::BlockDevice => FileKind::BlockDevice,
+        _ => FileKind::Other,
+    }
+}
+
+fn error(path: &Path, op: &'static str, e: io::Error) -> SinkOutcome {
+    SinkOutcome::Error {
+        message: IoError::at(op, path, e).to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{PermissionsExt, symlink};
+
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        (tmp, store)
+    }
+
+    #[test]
+    fn allocated_sinks_are_private_unique_and_removed() {
+        let (_tmp, store) = store();
+        let a = store.prepare_sink(&ResultSink::Allocate, "run-a").unwrap();
+        let b = store.prepare_sink(&ResultSink::Allocate, "run-b").unwrap();
+        assert_ne!(a.path(), b.path());
+        let dir = a.path().parent().unwrap().to_owned();
+        assert_eq!(dir.parent().unwrap(), store.runtime_dir());
+        let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o700);
+        assert!(!a.path().exists(), "the child creates the file");
+        // The same run id cannot be allocated twice.
+        assert!(store.prepare_sink(&ResultSink::Allocate, "run-a").is_err());
+        fs::create_dir_all(a.path().join("deep/er")).unwrap();
+        a.remove().unwrap();
+        assert!(!dir.exists());
+        let dir_b = b.path().parent().unwrap().to_owned();
+        drop(b);
+        assert!(!dir_b.exists(), "dropping removes too");
+    }
+
+    #[test]
+    fn gc_removes_the_sink_directories_of_dead_runs_only() {
+        use agentrun_core::{OutputDeclaration, PreviewLimits};
+        let (_tmp, store) = store();
+        let session = store
+            .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+            .unwrap();
+        let live = store
+            .prepare_sink(&ResultSink::Allocate, session.run_id())
+            .unwrap();
+        // A crashed run's leftovers: a sink directory with no capture.
+        let dead = store.runtime_dir().join("0000000000000-0000001-000000");
+        fs::create_dir(&dead).unwrap();
+        fs::write(dead.join("result"), "old").unwrap();
+        let report = store.gc(&crate::GcOptions::default()).unwrap();
+        assert_eq!(report.runtime_dirs_removed, 1);
+        assert!(!dead.exists());
+        assert!(
+            live.path().parent().unwrap().exists(),
+            "a live run keeps its sink"
+        );
+        drop(session);
+    }
+
+    #[test]
+    fn a_caller_path_is_left_alone() {
+        let (tmp, store) = store();
+        let path = tmp.path().join("mine");
+        fs::write(&path, "answer").unwrap();
+        let sink = store
+            .prepare_sink(&ResultSink::Path(path.clone()), "r")
+            .unwrap();
+        assert!(!sink.is_allocated());
+        assert_eq!(sink.read(100).1.as_deref(), Some("answer"));
+        sink.remove().unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"answer");
+    }
+
+    #[test]
+    fn read_refuses_links_and_special_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let secret = tmp.path().join("secret");
+        fs::write(&secret, "s3cret").unwrap();
+        let link = tmp.path().join("link");
+        symlink(&secret, &link).unwrap();
+        assert_eq!(read_sink(&link, 100), (SinkOutcome::Symlink, None));
+        let dangling = tmp.path().join("dangling");
+        symlink(tmp.path().join("nowhere"), &dangling).unwrap();
+        assert_eq!(read_sink(&dangling, 100), (SinkOutcome::Symlink, None));
+        assert_eq!(
+            read_sink(tmp.path(), 100).0,
+            SinkOutcome::NotRegularFile {
+                kind: FileKind::Directory
+            }
+        );
+        assert_eq!(
+            read_sink(Path::new("/dev/null"), 100).0,
+            SinkOutcome::NotRegularFile {
+                kind: FileKind::CharDevice
+            }
+        );
+        let fifo = tmp.path().join("fifo");
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, Mode::from_raw_mode(0o600)).unwrap();
+        assert_eq!(
+            read_sink(&fifo, 100).0,
+            SinkOutcome::NotRegularFile {
+                kind: FileKind::Fifo
+            }
+        );
+        let sock = tmp.path().join("sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        assert_eq!(
+            read_sink(&sock, 100).0,
+            SinkOutcome::NotRegularFile {
+                kind: FileKind::Socket
+            }
+        );
+        assert_eq!(
+            read_sink(&tmp.path().join("missing"), 100),
+            (SinkOutcome::Unwritten, None)
+        );
+    }
+
+    #[test]
+    fn read_is_bounded_by_the_cap() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("big");
+        let file = File::create(&path).unwrap();
+        file.set_len(1 << 40).unwrap(); // sparse: reading it would take hours
+        assert_eq!(
+            read_sink(&path, 16 << 20),
+            (
+                SinkOutcome::Oversize {
+                    size: 1 << 40,
+                    cap: 16 << 20
+                },
+                None
+            )
+        );
+        fs::write(&path, "12345").unwrap();
+        assert_eq!(read_sink(&path, 5).1.as_deref(), Some("12345"));
+        assert!(matches!(
+            read_sink(&path, 4).0,
+            SinkOutcome::Oversize { size: 5, cap: 4 }
+        ));
+    }
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Benchmark of harness stream interpretation (issue 4): `agentrun interpret --harness claude`
+# against `jq -c 'select(.type=="assistant") | .message.model'` on the same 1 GiB Claude
+# stream-json file, built by repeating the recorded Claude events of
+# tests/fixtures/harness/claude/ (ccagent + morpheus). Reports wall/user/sys time and peak RSS
+# (/usr/bin/time -f %M), and a second run with one 256 MiB line to show that memory is bounded
+# by the longest line. Usage: scripts/bench-interpret.sh [WORKDIR] (default /tmp/agentrun-bench-interpret)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+work=${1:-/tmp/agentrun-bench-interpret}
+mkdir -p "$work"
+cargo build --release -p agentrun >/dev/null
+bin=$root/target/release/agentrun
+export AGENTRUN_HOME=$work/store
+fx=$root/tests/fixtures/harness/claude
+if [ ! -s "$work/claude-1g.jsonl" ]; then
+    cat "$fx/ccagent-claude_response1.jsonl" "$fx/morpheus-claude_stream.jsonl" | grep -v '^$' > "$work/unit.jsonl"
+    python3 - "$work" <<'PY'
+import sys
+work = sys.argv[1]
+unit = open(f"{work}/unit.jsonl", "rb").read()
+target, n = 1 << 30, 0
+with open(f"{work}/claude-1g.jsonl", "wb") as f:
+    while n + len(unit) <= target:
+        f.write(unit); n += len(unit)
+    for line in unit.split(b"\n"):
+        if n + len(line) + 1 > target: break
+        f.write(line + b"\n"); n += len(line) + 1
+PY
+fi
+file=$work/claude-1g.jsonl
+echo "file: $(stat -c %s "$file") bytes, $(wc -l < "$file") lines, longest line $(awk '{ if (length($0) > m) m = length($0) } END { print m }' "$file") bytes"
+cat "$file" > /dev/null # warm the page cache for both tools
+for i in 1 2 3; do
+    /usr/bin/time -f "agentrun run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
+        "$bin" interpret --harness claude "$file" > "$work/agentrun.out"
+    /usr/bin/time -f "jq       run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
+        /usr/bin/jq -c 'select(.type=="assistant") | .message.model' "$file" > "$work/jq.out"
+done
+echo "agentrun observed: $(grep '^observed models:' "$work/agentrun.out")"
+echo "jq printed $(wc -l < "$work/jq.out") model lines ($(sort -u "$work/jq.out" | tr '\n' ' '))"
+# Memory bound: the same events plus one 256 MiB tool-result line and one 64 MiB assistant line.
+if [ ! -s "$work/claude-longline.jsonl" ]; then
+    python3 - "$work" <<'PY'
+import sys
+work = sys.argv[1]
+unit = open(f"{work}/unit.jsonl", "rb").read()
+with open(f"{work}/claude-longline.jsonl", "wb") as f:
+    f.write(unit * 100)
+    f.write(b'{"type":"user","message":{"role":"user","content":[{"type":"tool_result","content":"' + b"x" * (256 << 20) + b'"}]}}\n')
+    f.write(b'{"type":"assistant","message":{"model":"claude-long","content":[{"type":"text","text":"' + b"y" * (64 << 20) + b'"}]}}\n')
+    f.write(unit * 100)
+PY
+fi
+/usr/bin/time -f "agentrun, 256 MiB longest line: wall %e s, peak RSS %M KiB" \
+    "$bin" interpret --harness claude "$work/claude-longline.jsonl" > /dev/null

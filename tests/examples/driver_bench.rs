@@ -1,0 +1,106 @@
+//! Benchmarks of the process drivers (issue 3; results in docs/benchmarks.md).
+//!
+//! ```text
+//! cargo run --release -p agentrun-tests --example driver_bench -- spawn [RUNS]
+//! cargo run --release -p agentrun-tests --example driver_bench -- capture FILE [RUNS]
+//! ```
+//!
+//! `spawn`: median wall time per run of `true` through `std::process::Command::output()`,
+//! agentrun-smol and agentrun-tokio, in one process, interleaved so drift hits all alike.
+//! `capture`: median wall time of `cat FILE` through each driver (full capture into a store).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use agentrun_fs::Store;
+use agentrun_smol::RunOptions;
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let store = Store::open(tmp.path().join("store")).expect("a store");
+    let smol_runner = agentrun_smol::Runner::new(store.clone());
+    let tokio_runner = agentrun_tokio::Runner::new(store.clone());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let time = |f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        f();
+        t.elapsed()
+    };
+    match args.first().map(String::as_str) {
+        Some("spawn") => {
+            let runs: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(200);
+            let (mut std_t, mut smol_t, mut tokio_t) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..runs {
+                std_t.push(time(&mut || {
+                    let o = std::process::Command::new("true")
+                        .output()
+                        .expect("true runs");
+                    assert!(o.status.success());
+                }));
+                smol_t.push(time(&mut || {
+                    let r = smol::block_on(smol_runner.run(RunOptions::new("true")));
+                    assert!(r.is_ok());
+                }));
+                tokio_t.push(time(&mut || {
+                    let r = rt.block_on(tokio_runner.run(RunOptions::new("true")));
+                    assert!(r.is_ok());
+                }));
+            }
+            let (s, m, t) = (median(std_t), median(smol_t), median(tokio_t));
+            println!("spawn of `true`, median of {runs} runs");
+            println!("std Command::output   {:>8.3} ms", s.as_secs_f64() * 1e3);
+            println!(
+                "agentrun-smol         {:>8.3} ms  (+{:.3} ms)",
+                m.as_secs_f64() * 1e3,
+                (m.saturating_sub(s)).as_secs_f64() * 1e3
+            );
+            println!(
+                "agentrun-tokio        {:>8.3} ms  (+{:.3} ms)",
+                t.as_secs_f64() * 1e3,
+                (t.saturating_sub(s)).as_secs_f64() * 1e3
+            );
+        }
+        Some("capture") => {
+            let file = Path::new(args.get(1).expect("capture FILE [RUNS]"));
+            let runs: usize = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(3);
+            let size = std::fs::metadata(file).expect("the file exists").len();
+            let options = || RunOptions::new("cat").arg(file);
+            let (mut smol_t, mut tokio_t) = (Vec::new(), Vec::new());
+            for _ in 0..runs {
+                smol_t.push(time(&mut || {
+                    let r = smol::block_on(smol_runner.run(options())).expect("runs");
+                    assert_eq!(r.stdout().map(|s| s.bytes), Some(size));
+                }));
+                tokio_t.push(time(&mut || {
+                    let r = rt.block_on(tokio_runner.run(options())).expect("runs");
+                    assert_eq!(r.stdout().map(|s| s.bytes), Some(size));
+                }));
+            }
+            let mib = size as f64 / (1 << 20) as f64;
+            println!(
+                "capture of `cat {}` ({mib:.0} MiB), median of {runs} runs",
+                file.display()
+            );
+            for (name, d) in [
+                ("agentrun-smol ", median(smol_t)),
+                ("agentrun-tokio", median(tokio_t)),
+            ] {
+                println!(
+                    "{name}  {:>7.3} s  {:>6.0} MiB/s",
+                    d.as_secs_f64(),
+                    mib / d.as_secs_f64()
+                );
+            }
+        }
+        _ => eprintln!("usage: driver_bench spawn [RUNS] | driver_bench capture FILE [RUNS]"),
+    }
+}

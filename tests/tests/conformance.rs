@@ -1,0 +1,955 @@
+//! The process-driver conformance suite (SPEC §6–7, issue 3): every scenario is one generic
+//! function over [`Driver`], instantiated for agentrun-smol and agentrun-tokio by
+//! [`conformance!`], so both drivers pass the identical suite.
+//!
+//! Fake agents are `sh -c` scripts (the runner itself never uses a shell: the scripts are
+//! ordinary argv) and the `fake_agent` binary of this crate for the gigabyte flood.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use agentrun_core::process::OptionsError;
+use agentrun_core::{ArtifactUri, ResultRecord, Status};
+use agentrun_fs::Store;
+use agentrun_fs::process::RunError;
+use agentrun_smol::{
+    DEFAULT_SINK_VAR, Exit, FileKind, NotReadReason, Outcome, ProcessResult, ResultSink,
+    RunOptions, SinkOutcome, StdinMode,
+};
+
+/// One process driver, driven from a synchronous test.
+trait Driver {
+    /// Runs one process to its end.
+    fn run(store: &Store, options: RunOptions) -> Result<ProcessResult, RunError>;
+    /// Runs all of them concurrently on the runtime.
+    fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>>;
+    /// Runs one process and drops the run future after `after` (`None`: it was dropped).
+    fn run_dropped_after(
+        store: &Store,
+        options: RunOptions,
+        after: Duration,
+    ) -> Option<Result<ProcessResult, RunError>>;
+}
+
+struct Smol;
+
+impl Driver for Smol {
+    fn run(store: &Store, options: RunOptions) -> Result<ProcessResult, RunError> {
+        ::smol::block_on(agentrun_smol::Runner::new(store.clone()).run(options))
+    }
+
+    fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>> {
+        ::smol::block_on(async {
+            let tasks: Vec<_> = all
+                .into_iter()
+                .map(|o| {
+                    let runner = agentrun_smol::Runner::new(store.clone());
+                    ::smol::spawn(async move { runner.run(o).await })
+                })
+                .collect();
+            let mut results = Vec::new();
+            for task in tasks {
+                results.push(task.await);
+            }
+            results
+        })
+    }
+
+    fn run_dropped_after(
+        store: &Store,
+        options: RunOptions,
+        after: Duration,
+    ) -> Option<Result<ProcessResult, RunError>> {
+        let runner = agentrun_smol::Runner::new(store.clone());
+        ::smol::block_on(::smol::future::or(
+            async { Some(runner.run(options).await) },
+            async {
+                ::smol::Timer::after(after).await;
+                None
+            },
+        ))
+    }
+}
+
+struct Tokio;
+
+fn tokio_runtime() -> &'static ::tokio::runtime::Runtime {
+    static RT: OnceLock<::tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        ::tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+    })
+}
+
+impl Driver for Tokio {
+    fn run(store: &Store, options: RunOptions) -> Result<ProcessResult, RunError> {
+        tokio_runtime().block_on(agentrun_tokio::Runner::new(store.clone()).run(options))
+    }
+
+    fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>> {
+        let rt = tokio_runtime();
+        rt.block_on(async {
+            let tasks: Vec<_> = all
+                .into_iter()
+                .map(|o| {
+                    let runner = agentrun_tokio::Runner::new(store.clone());
+                    ::tokio::spawn(async move { runner.run(o).await })
+                })
+                .collect();
+            let mut results = Vec::new();
+            for task in tasks {
+                results.push(task.await.expect("the run task does not panic"));
+            }
+            results
+        })
+    }
+
+    fn run_dropped_after(
+        store: &Store,
+        options: RunOptions,
+        after: Duration,
+    ) -> Option<Result<ProcessResult, RunError>> {
+        let runner = agentrun_tokio::Runner::new(store.clone());
+        tokio_runtime()
+            .block_on(async { ::tokio::time::timeout(after, runner.run(options)).await })
+            .ok()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+struct Env {
+    tmp: tempfile::TempDir,
+    store: Store,
+}
+
+impl Env {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("store")).unwrap();
+        Self { tmp, store }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.tmp.path().join(name)
+    }
+
+    /// The entries of the store's runtime directory (allocated sinks not yet removed).
+    fn runtime_entries(&self) -> Vec<PathBuf> {
+        fs::read_dir(self.store.runtime_dir())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect()
+    }
+
+    fn bytes(&self, record: &ResultRecord, stream: &str) -> Vec<u8> {
+        let stream = record.stream(stream).expect("the stream is declared");
+        let uri: ArtifactUri = record.stream_uri(stream);
+        let mut out = Vec::new();
+        self.store.copy_to(&uri, &mut out).unwrap();
+        out
+    }
+
+    fn stdout(&self, result: &ProcessResult) -> String {
+        String::from_utf8(self.bytes(&result.record, "stdout")).unwrap()
+    }
+}
+
+/// `sh -c SCRIPT`: the script is one argv element, run by the shell program itself.
+fn sh(script: &str) -> RunOptions {
+    RunOptions::new("sh").arg("-c").arg(script)
+}
+
+/// `sh -c SCRIPT` with an allocated result sink.
+fn sh_sink(script: &str) -> RunOptions {
+    sh(script).with_result_sink(ResultSink::Allocate)
+}
+
+fn code(result: &ProcessResult) -> Exit {
+    result.exit.expect("the child exited")
+}
+
+/// Waits until `f` holds, up to `limit`.
+fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+/// Whether process `pid` has ended (gone, or a zombie awaiting its reaper).
+fn ended(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Peak resident memory of this test process, in bytes.
+fn peak_rss() -> u64 {
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+// ---------------------------------------------------------------------------------------------
+// The clean result channel (SPEC §6)
+
+/// The seed's proving test: stdout is a flood of ANSI colour, tracing, a banner and a decoy
+/// verdict; the answer in the sink holds `{ "verdict": "MERGE" }` and stray ANSI-looking
+/// bytes. `result` is the answer byte for byte, with no stripping or parsing helper, and
+/// stdout is retained in full.
+fn proving_test<D: Driver>() {
+    let env = Env::new();
+    let mut noise = String::from("\x1b[1;36m=== AGENT v9.9 — startup banner ===\x1b[0m\n");
+    for i in 0..400 {
+        noise.push_str(&format!(
+            "\x1b[2m2026-01-01T00:00:{:02}Z\x1b[0m \x1b[32mINFO\x1b[0m tracing span{{id={i}}}: \
+             {{\"progress\": {i}}} working…\n",
+            i % 60
+        ));
+    }
+    noise.push_str("decoy: {\"verdict\": \"REJECT\"}\n```json\n{\"verdict\": \"REJECT\"}\n```\n");
+    let answer =
+        "Final answer:\n{ \"verdict\": \"MERGE\" }\n\x1b[31mnot colour, just bytes\x1b[0m } {\n";
+    let script = r#"printf '%s' "$NOISE"; printf '%s' "$ANSWER" > "$AGENTRUN_RESULT_SINK""#;
+    let result = D::run(
+        &env.store,
+        sh_sink(script).env("NOISE", &noise).env("ANSWER", answer),
+    )
+    .unwrap();
+    assert_eq!(result.result.as_deref(), Some(answer));
+    assert_eq!(
+        result.sink,
+        SinkOutcome::Read {
+            bytes: answer.len() as u64
+        }
+    );
+    assert_eq!(env.stdout(&result), noise, "stdout is retained in full");
+    assert_eq!(result.answer(), answer);
+
+    // Without opt-in: no result, the same stdout, and the variable is not in the child's
+    // environment (the stale inherited case is `a_stale_inherited_variable_is_removed`).
+    let script = r#"printf '%s' "$NOISE"; printf '%s' "${AGENTRUN_RESULT_SINK-unset}" >&2"#;
+    let result = D::run(&env.store, sh(script).env("NOISE", &noise)).unwrap();
+    assert_eq!(result.result, None);
+    assert_eq!(result.sink, SinkOutcome::NotRequested);
+    assert_eq!(env.stdout(&result), noise);
+    assert_eq!(env.bytes(&result.record, "stderr"), b"unset");
+}
+
+/// The variable an ancestor exported is removed from the child's environment unless the
+/// caller opts in. The test re-runs itself with the variable in its own environment.
+fn a_stale_inherited_variable_is_removed<D: Driver>(test_name: &str) {
+    const MARK: &str = "AGENTRUN_CONFORMANCE_STALE";
+    if std::env::var_os(DEFAULT_SINK_VAR).is_none() {
+        let name = test_name
+            .split_once("::")
+            .map_or(test_name, |(_, rest)| rest);
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(DEFAULT_SINK_VAR, "/tmp/stale-ancestor-sink")
+            .env(MARK, "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("1 passed"), "the re-run ran the test: {text}");
+        return;
+    }
+    assert!(std::env::var_os(MARK).is_some(), "run by the outer test");
+    let env = Env::new();
+    let probe = r#"printf '%s' "${AGENTRUN_RESULT_SINK-unset}""#;
+    let result = D::run(&env.store, sh(probe)).unwrap();
+    assert_eq!(env.stdout(&result), "unset");
+    assert_eq!(result.result, None);
+    // On opt-in the runner's own path replaces the stale one.
+    let result = D::run(&env.store, sh_sink(probe)).unwrap();
+    let seen = env.stdout(&result);
+    assert!(
+        seen.starts_with(&format!("{}/", env.store.runtime_dir().display())),
+        "{seen}"
+    );
+}
+
+fn a_caller_env_entry_for_the_sink_variable_is_rejected_before_spawn<D: Driver>() {
+    let env = Env::new();
+    let marker = env.path("spawned");
+    let script = format!("touch '{}'", marker.display());
+    for options in [
+        sh(&script).env(DEFAULT_SINK_VAR, "/tmp/elsewhere"),
+        sh_sink(&script).env(DEFAULT_SINK_VAR, "/tmp/elsewhere"),
+        sh(&script)
+            .sink_var("AMPLIHACK_RESULT_SINK")
+            .env("AMPLIHACK_RESULT_SINK", "/tmp/x"),
+    ] {
+        let err = D::run(&env.store, options).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RunError::InvalidOptions(OptionsError::SinkVarInEnv { .. })
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("RESULT_SINK"), "{err}");
+    }
+    assert!(!marker.exists(), "nothing was spawned");
+    assert!(env.store.records().unwrap().is_empty());
+    assert!(env.runtime_entries().is_empty());
+}
+
+fn the_variable_name_is_configurable<D: Driver>() {
+    let env = Env::new();
+    let script =
+        r#"printf '%s' "${AGENTRUN_RESULT_SINK-unset}"; printf 'amp' > "$AMPLIHACK_RESULT_SINK""#;
+    let result = D::run(
+        &env.store,
+        sh_sink(script).sink_var("AMPLIHACK_RESULT_SINK"),
+    )
+    .unwrap();
+    assert_eq!(result.result.as_deref(), Some("amp"));
+    assert_eq!(env.stdout(&result), "unset");
+}
+
+/// The allocated sink lives in a fresh 0700 directory under the store's runtime directory,
+/// unique per run, and is removed with its directory afterwards.
+fn the_allocated_sink_is_private_unique_and_removed<D: Driver>() {
+    let env = Env::new();
+    let script = r#"d=$(dirname "$AGENTRUN_RESULT_SINK"); stat -c '%a %u' "$d"; printf '%s' "$AGENTRUN_RESULT_SINK"; test -e "$AGENTRUN_RESULT_SINK" && echo exists; printf x > "$AGENTRUN_RESULT_SINK""#;
+    let a = D::run(&env.store, sh_sink(script)).unwrap();
+    let b = D::run(&env.store, sh_sink(script)).unwrap();
+    let (a, b) = (env.stdout(&a), env.stdout(&b));
+    let uid = fs::metadata(env.tmp.path()).unwrap().uid();
+    for out in [&a, &b] {
+        let (stat, path) = out.split_once('\n').unwrap();
+        assert_eq!(stat, format!("700 {uid}"));
+        assert!(
+            Path::new(path).starts_with(env.store.runtime_dir()),
+            "{path}"
+        );
+        assert!(
+            !out.contains("exists"),
+            "the sink does not exist before the child writes it"
+        );
+        assert!(!Path::new(path).exists(), "removed after the run");
+    }
+    assert_ne!(a, b);
+    assert!(
+        env.runtime_entries().is_empty(),
+        "{:?}",
+        env.runtime_entries()
+    );
+}
+
+fn a_caller_path_is_read_and_left_in_place<D: Driver>() {
+    let env = Env::new();
+    let path = env.path("my-sink");
+    let result = D::run(
+        &env.store,
+        sh(r#"printf 'mine' > "$AGENTRUN_RESULT_SINK""#)
+            .with_result_sink(ResultSink::Path(path.clone())),
+    )
+    .unwrap();
+    assert_eq!(result.result.as_deref(), Some("mine"));
+    assert_eq!(fs::read(&path).unwrap(), b"mine");
+}
+
+/// Runs `script` with an allocated sink and checks the outcome and result; the sink and its
+/// directory are gone afterwards whatever the child put there.
+fn sink_case<D: Driver>(
+    env: &Env,
+    options: RunOptions,
+    outcome: SinkOutcome,
+    result: Option<&str>,
+) {
+    let started = Instant::now();
+    let r = D::run(&env.store, options).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the read does not hang"
+    );
+    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!(r.sink, outcome);
+    assert_eq!(r.result.as_deref(), result);
+    assert!(
+        env.runtime_entries().is_empty(),
+        "{:?}",
+        env.runtime_entries()
+    );
+}
+
+fn sink_cases_give_their_typed_outcome<D: Driver>() {
+    let env = Env::new();
+    let s = |script: &str| sh_sink(&format!("S=\"$AGENTRUN_RESULT_SINK\"; {script}"));
+    sink_case::<D>(&env, s("true"), SinkOutcome::Unwritten, None);
+    sink_case::<D>(&env, s("exit 3"), SinkOutcome::Unwritten, None);
+    sink_case::<D>(&env, s(": > \"$S\""), SinkOutcome::Empty, None);
+    sink_case::<D>(
+        &env,
+        s("printf ' \\n\\t \\n' > \"$S\""),
+        SinkOutcome::Read { bytes: 5 },
+        Some(" \n\t \n"),
+    );
+    sink_case::<D>(
+        &env,
+        s("printf 'a\\r\\nb\\r\\n' > \"$S\""),
+        SinkOutcome::Read { bytes: 6 },
+        Some("a\r\nb\r\n"),
+    );
+    // A non-zero exit is still a normal exit: the sink is read.
+    sink_case::<D>(
+        &env,
+        s("printf 'failed but answered' > \"$S\"; exit 1"),
+        SinkOutcome::Read { bytes: 19 },
+        Some("failed but answered"),
+    );
+    // Sparse 64 GiB: reading it into memory would fail the test (time and memory).
+    sink_case::<D>(
+        &env,
+        s("truncate -s 64G \"$S\""),
+        SinkOutcome::Oversize {
+            size: 64 << 30,
+            cap: 16 << 20,
+        },
+        None,
+    );
+    sink_case::<D>(
+        &env,
+        s("printf '12345' > \"$S\"").sink_cap(4),
+        SinkOutcome::Oversize { size: 5, cap: 4 },
+        None,
+    );
+    sink_case::<D>(
+        &env,
+        s("printf '1234' > \"$S\"").sink_cap(4),
+        SinkOutcome::Read { bytes: 4 },
+        Some("1234"),
+    );
+    sink_case::<D>(
+        &env,
+        s("printf 'ok \\377\\376' > \"$S\""),
+        SinkOutcome::NotUtf8 { bytes: 5 },
+        None,
+    );
+    sink_case::<D>(
+        &env,
+        s("mkfifo \"$S\""),
+        SinkOutcome::NotRegularFile {
+            kind: FileKind::Fifo,
+        },
+        None,
+    );
+    sink_case::<D>(
+        &env,
+        s("mkdir -p \"$S/sub\""),
+        SinkOutcome::NotRegularFile {
+            kind: FileKind::Directory,
+        },
+        None,
+    );
+}
+
+/// A symlink at the sink path is refused and the file it points to is never returned, also
+/// when the link replaces a written answer after the child exited.
+fn a_symlinked_sink_is_refused<D: Driver>() {
+    let env = Env::new();
+    let secret = env.path("secret");
+    fs::write(&secret, "TOPSECRET").unwrap();
+    let secret = secret.display().to_string();
+    let linked = D::run(
+        &env.store,
+        sh_sink(r#"ln -s "$SECRET" "$AGENTRUN_RESULT_SINK""#).env("SECRET", &secret),
+    )
+    .unwrap();
+    assert_eq!(linked.sink, SinkOutcome::Symlink);
+    assert_eq!(linked.result, None);
+
+    // The child writes an answer and exits; a grandchild holding stdout swaps the answer for
+    // a link to the secret, then closes stdout. The runner reads after the exit and the end
+    // of output, so it meets the link.
+    let script = r#"S="$AGENTRUN_RESULT_SINK"; printf 'honest answer' > "$S";
+        ( sleep 0.3; ln -s "$SECRET" "$S.swap"; mv -T "$S.swap" "$S"; echo swapped ) &
+        exit 0"#;
+    let swapped = D::run(&env.store, sh_sink(script).env("SECRET", &secret)).unwrap();
+    assert_eq!(env.stdout(&swapped), "swapped\n");
+    assert_eq!(swapped.sink, SinkOutcome::Symlink);
+    assert_eq!(swapped.result, None);
+    assert_eq!(fs::read_to_string(&secret).unwrap(), "TOPSECRET");
+    assert!(
+        env.runtime_entries().is_empty(),
+        "the link was removed, not followed"
+    );
+}
+
+/// 64 concurrent runs, each with its own sink, each get their own answer.
+fn concurrent_runs_have_their_own_sinks<D: Driver>() {
+    let env = Env::new();
+    let all = (0..64)
+        .map(|i| {
+            sh_sink(r#"sleep 0.05; printf 'answer-%s' "$N" > "$AGENTRUN_RESULT_SINK"; echo "$N""#)
+                .env("N", i.to_string())
+        })
+        .collect();
+    let results = D::run_all(&env.store, all);
+    assert_eq!(results.len(), 64);
+    for (i, r) in results.into_iter().enumerate() {
+        let r = r.unwrap();
+        assert_eq!(r.result, Some(format!("answer-{i}")));
+        assert_eq!(env.stdout(&r), format!("{i}\n"));
+    }
+    assert!(env.runtime_entries().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Process control (SPEC §7)
+
+fn exit_codes_and_signals<D: Driver>() {
+    let env = Env::new();
+    for c in [0, 1, 255] {
+        let r = D::run(&env.store, sh(&format!("exit {c}"))).unwrap();
+        assert_eq!((r.outcome, code(&r)), (Outcome::Completed, Exit::Code(c)));
+        assert_eq!(r.record.status, Status::Succeeded);
+    }
+    let r = D::run(&env.store, sh("echo dying; kill -KILL $$")).unwrap();
+    assert_eq!(code(&r), Exit::Signal(9));
+    assert_eq!(code(&r).shell_code(), 137);
+    assert_eq!(env.stdout(&r), "dying\n");
+}
+
+fn spawn_failures_are_clear_errors<D: Driver>() {
+    let env = Env::new();
+    let missing = "agentrun-no-such-program-xyz";
+    let err = D::run(
+        &env.store,
+        RunOptions::new(missing).with_result_sink(ResultSink::Allocate),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, RunError::Spawn { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains(missing), "{err}");
+
+    let script = env.path("not-executable.sh");
+    fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o644)).unwrap();
+    let err = D::run(&env.store, RunOptions::new(&script)).unwrap_err();
+    assert!(
+        matches!(&err, RunError::Spawn { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("not-executable.sh"), "{err}");
+    assert!(err.to_string().contains("executable"), "{err}");
+
+    let nowhere = env.path("no/such/dir");
+    let err = D::run(&env.store, RunOptions::new("true").current_dir(&nowhere)).unwrap_err();
+    assert!(matches!(err, RunError::WorkingDirectory { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(&nowhere.display().to_string()),
+        "{err}"
+    );
+
+    // Nothing is left behind: no record, no capture, no sink directory.
+    assert!(env.store.records().unwrap().is_empty());
+    assert!(env.runtime_entries().is_empty());
+    assert_eq!(
+        fs::read_dir(env.store.root().join("captures"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+fn argv_is_never_a_shell_and_the_working_directory_applies<D: Driver>() {
+    let env = Env::new();
+    let args = ["a b", "$HOME", "*", "; echo injected", "'\""];
+    let r = D::run(
+        &env.store,
+        RunOptions::new("printf").arg("%s\\n").args(args),
+    )
+    .unwrap();
+    assert_eq!(env.stdout(&r), args.map(|a| format!("{a}\n")).concat());
+    let dir = env.path("wd");
+    fs::create_dir(&dir).unwrap();
+    let r = D::run(&env.store, RunOptions::new("pwd").current_dir(&dir)).unwrap();
+    assert_eq!(env.stdout(&r), format!("{}\n", dir.display()));
+    let r = D::run(
+        &env.store,
+        sh(r#"printf '%s|%s' "$SET" "${GONE-unset}""#)
+            .env("SET", "yes")
+            .env("GONE", "x")
+            .env_remove("GONE"),
+    )
+    .unwrap();
+    assert_eq!(env.stdout(&r), "yes|unset");
+}
+
+fn the_child_runs_in_its_own_process_group<D: Driver>() {
+    let env = Env::new();
+    let r = D::run(&env.store, sh("echo $$; cut -d' ' -f5 /proc/$$/stat")).unwrap();
+    let out = env.stdout(&r);
+    let (pid, pgid) = out.trim().split_once('\n').unwrap();
+    assert_eq!(pid, pgid, "the child leads its own group");
+    let ours = fs::read_to_string("/proc/self/stat").unwrap();
+    let ours = ours
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .to_owned();
+    assert_ne!(pgid, ours, "not the runner's group");
+}
+
+fn stdin_null_bytes_and_inherit<D: Driver>() {
+    let env = Env::new();
+    let r = D::run(&env.store, RunOptions::new("cat")).unwrap();
+    assert_eq!(env.stdout(&r), "", "stdin is null by default");
+    // The child writes 8 MiB before it reads its 8 MiB of input: the input is written while
+    // stdout is drained, so neither side blocks the other.
+    let input: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+    let r = D::run(
+        &env.store,
+        sh("head -c 8388608 /dev/zero; exec cat").stdin(StdinMode::Bytes(input.clone())),
+    )
+    .unwrap();
+    let out = env.bytes(&r.record, "stdout");
+    assert_eq!(out.len(), 16 << 20);
+    assert!(out[..8 << 20].iter().all(|&b| b == 0));
+    assert_eq!(&out[8 << 20..], &input[..]);
+    // A child that exits without reading its input is not an error.
+    let r = D::run(
+        &env.store,
+        RunOptions::new("true").stdin(StdinMode::Bytes(input)),
+    )
+    .unwrap();
+    assert_eq!(code(&r), Exit::Code(0));
+    let r = D::run(
+        &env.store,
+        RunOptions::new("true").stdin(StdinMode::Inherit),
+    )
+    .unwrap();
+    assert_eq!(code(&r), Exit::Code(0));
+}
+
+/// A child whose grandchild keeps the pipes open, both ignoring SIGTERM, is stopped on
+/// timeout (SIGKILL to the group after the grace), the call returns within timeout + grace +
+/// a small margin, the output captured before is finalized as incomplete and readable, and
+/// the sink is not read.
+fn a_timeout_stops_the_whole_group<D: Driver>() {
+    let env = Env::new();
+    let pids = env.path("pids");
+    let script = format!(
+        r#"trap '' TERM; printf 'written' > "$AGENTRUN_RESULT_SINK"; echo started;
+        (trap '' TERM; sleep 60) & echo $! > '{p}'; echo $$ >> '{p}'; sleep 60"#,
+        p = pids.display()
+    );
+    let (timeout, grace) = (Duration::from_millis(500), Duration::from_millis(500));
+    let started = Instant::now();
+    let r = D::run(
+        &env.store,
+        sh_sink(&script).timeout(timeout).kill_grace(grace),
+    )
+    .unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < timeout + grace + Duration::from_secs(2),
+        "returned after {took:?}"
+    );
+    assert_eq!(r.outcome, Outcome::TimedOut);
+    assert_eq!(r.exit, Some(Exit::Signal(9)));
+    assert_eq!(
+        r.sink,
+        SinkOutcome::NotRead {
+            reason: NotReadReason::TimedOut
+        }
+    );
+    assert_eq!(r.result, None);
+    assert!(r.record.incomplete);
+    assert_eq!(r.record.status, Status::Cancelled);
+    assert_eq!(env.stdout(&r), "started\n");
+    assert_eq!(env.store.record(&r.record.run_id).unwrap(), r.record);
+    for pid in fs::read_to_string(&pids).unwrap().split_whitespace() {
+        let pid: i32 = pid.parse().unwrap();
+        assert!(
+            eventually(Duration::from_secs(5), || ended(pid)),
+            "{pid} was stopped"
+        );
+    }
+    assert!(env.runtime_entries().is_empty());
+}
+
+/// A grandchild that left the group (`setsid`) and keeps the pipes open cannot be killed with
+/// the group; the run still returns shortly after the kill (the pipes are drained for at most
+/// `DRAIN_AFTER_KILL`), with what was captured.
+fn a_grandchild_outside_the_group_does_not_hang_the_run<D: Driver>() {
+    let env = Env::new();
+    let script = "setsid sleep 6 & echo started; sleep 60";
+    let (timeout, grace) = (Duration::from_millis(500), Duration::from_millis(200));
+    let started = Instant::now();
+    let r = D::run(&env.store, sh(script).timeout(timeout).kill_grace(grace)).unwrap();
+    let took = started.elapsed();
+    let limit = timeout + grace + agentrun_fs::process::DRAIN_AFTER_KILL + Duration::from_secs(2);
+    assert!(took < limit, "returned after {took:?}");
+    assert_eq!(r.outcome, Outcome::TimedOut);
+    assert_eq!(env.stdout(&r), "started\n");
+}
+
+/// A child that stops producing output is stopped after the idle timeout; one that keeps
+/// talking is not, even when it runs longer than the idle timeout.
+fn the_idle_timeout_counts_from_the_last_output<D: Driver>() {
+    let env = Env::new();
+    let idle = Duration::from_secs(1);
+    let chatty = "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do echo tick; sleep 0.1; done; echo tock >&2";
+    let started = Instant::now();
+    let r = D::run(&env.store, sh(chatty).idle_timeout(idle)).unwrap();
+    assert_eq!(r.outcome, Outcome::Completed);
+    assert!(started.elapsed() > idle);
+    let quiet = "for i in 1 2 3; do echo tick; sleep 0.1; done; sleep 30";
+    let started = Instant::now();
+    let r = D::run(
+        &env.store,
+        sh_sink(quiet)
+            .idle_timeout(idle)
+            .kill_grace(Duration::from_secs(2)),
+    )
+    .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(r.outcome, Outcome::IdleTimedOut);
+    assert_eq!(r.exit, Some(Exit::Signal(15)));
+    assert_eq!(
+        r.sink,
+        SinkOutcome::NotRead {
+            reason: NotReadReason::IdleTimedOut
+        }
+    );
+    assert!(r.record.incomplete);
+    assert_eq!(env.stdout(&r), "tick\ntick\ntick\n");
+}
+
+/// Dropping the run future stops the group; the output captured so far is finalized as
+/// cancelled and stays readable; an allocated sink is removed.
+fn dropping_the_future_cancels_the_run<D: Driver>() {
+    let env = Env::new();
+    let pidfile = env.path("pid");
+    let script = format!(
+        r#"echo $$ > '{}'; printf 'x' > "$AGENTRUN_RESULT_SINK"; echo before-cancel; sleep 60"#,
+        pidfile.display()
+    );
+    let dropped = D::run_dropped_after(
+        &env.store,
+        sh_sink(&script).kill_grace(Duration::from_millis(500)),
+        Duration::from_secs(1),
+    );
+    assert!(dropped.is_none(), "the future was dropped before the end");
+    let pid: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || ended(pid)),
+        "the child was stopped"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || env
+            .store
+            .records()
+            .unwrap()
+            .len()
+            == 1),
+        "the cancelled run has a record"
+    );
+    let id = &env.store.records().unwrap()[0];
+    let record = env.store.record(id).unwrap();
+    assert!(record.incomplete);
+    assert_eq!(record.status, Status::Cancelled);
+    assert_eq!(env.bytes(&record, "stdout"), b"before-cancel\n");
+    assert!(eventually(Duration::from_secs(5), || env
+        .runtime_entries()
+        .is_empty()));
+}
+
+/// 1 GiB on stdout and 1 GiB on stderr at once: both streams intact (digests match the
+/// generator's), memory bounded.
+fn a_gigabyte_on_each_stream_is_captured_intact<D: Driver>() {
+    const GIB: u64 = 1 << 30;
+    let env = Env::new();
+    let agent = env!("CARGO_BIN_EXE_fake_agent");
+    let expected = std::process::Command::new(agent)
+        .args(["digests", &GIB.to_string()])
+        .output()
+        .unwrap();
+    let expected = String::from_utf8(expected.stdout).unwrap();
+    let expected: Vec<&str> = expected.lines().collect();
+    let r = D::run(
+        &env.store,
+        RunOptions::new(agent).args(["flood", &GIB.to_string()]),
+    )
+    .unwrap();
+    assert_eq!(code(&r), Exit::Code(0));
+    assert!(!r.record.incomplete);
+    let (out, err) = (r.stdout().unwrap(), r.stderr().unwrap());
+    assert_eq!((out.bytes, err.bytes), (GIB, GIB));
+    assert_eq!(out.sha256.to_hex(), expected[0]);
+    assert_eq!(err.sha256.to_hex(), expected[1]);
+    // Shared by every test of this process; a buffered stream alone would be 1 GiB.
+    let peak = peak_rss();
+    assert!(peak < 512 << 20, "peak RSS {} MiB", peak >> 20);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Instantiates every scenario for one driver.
+macro_rules! conformance {
+    ($module:ident, $driver:ty) => {
+        mod $module {
+            use super::*;
+
+            #[test]
+            fn proving_test() {
+                super::proving_test::<$driver>();
+            }
+            #[test]
+            fn a_stale_inherited_variable_is_removed() {
+                super::a_stale_inherited_variable_is_removed::<$driver>(concat!(
+                    module_path!(),
+                    "::a_stale_inherited_variable_is_removed"
+                ));
+            }
+            #[test]
+            fn a_caller_env_entry_for_the_sink_variable_is_rejected_before_spawn() {
+                super::a_caller_env_entry_for_the_sink_variable_is_rejected_before_spawn::<$driver>(
+                );
+            }
+            #[test]
+            fn the_variable_name_is_configurable() {
+                super::the_variable_name_is_configurable::<$driver>();
+            }
+            #[test]
+            fn the_allocated_sink_is_private_unique_and_removed() {
+                super::the_allocated_sink_is_private_unique_and_removed::<$driver>();
+            }
+            #[test]
+            fn a_caller_path_is_read_and_left_in_place() {
+                super::a_caller_path_is_read_and_left_in_place::<$driver>();
+            }
+            #[test]
+            fn sink_cases_give_their_typed_outcome() {
+                super::sink_cases_give_their_typed_outcome::<$driver>();
+            }
+            #[test]
+            fn a_symlinked_sink_is_refused() {
+                super::a_symlinked_sink_is_refused::<$driver>();
+            }
+            #[test]
+            fn concurrent_runs_have_their_own_sinks() {
+                super::concurrent_runs_have_their_own_sinks::<$driver>();
+            }
+            #[test]
+            fn exit_codes_and_signals() {
+                super::exit_codes_and_signals::<$driver>();
+            }
+            #[test]
+            fn spawn_failures_are_clear_errors() {
+                super::spawn_failures_are_clear_errors::<$driver>();
+            }
+            #[test]
+            fn argv_is_never_a_shell_and_the_working_directory_applies() {
+                super::argv_is_never_a_shell_and_the_working_directory_applies::<$driver>();
+            }
+            #[test]
+            fn the_child_runs_in_its_own_process_group() {
+                super::the_child_runs_in_its_own_process_group::<$driver>();
+            }
+            #[test]
+            fn stdin_null_bytes_and_inherit() {
+                super::stdin_null_bytes_and_inherit::<$driver>();
+            }
+            #[test]
+            fn a_timeout_stops_the_whole_group() {
+                super::a_timeout_stops_the_whole_group::<$driver>();
+            }
+            #[test]
+            fn a_grandchild_outside_the_group_does_not_hang_the_run() {
+                super::a_grandchild_outside_the_group_does_not_hang_the_run::<$driver>();
+            }
+            #[test]
+            fn the_idle_timeout_counts_from_the_last_output() {
+                super::the_idle_timeout_counts_from_the_last_output::<$driver>();
+            }
+            #[test]
+            fn dropping_the_future_cancels_the_run() {
+                super::dropping_the_future_cancels_the_run::<$driver>();
+            }
+            #[test]
+            fn a_gigabyte_on_each_stream_is_captured_intact() {
+                super::a_gigabyte_on_each_stream_is_captured_intact::<$driver>();
+            }
+        }
+    };
+}
+
+conformance!(smol, Smol);
+conformance!(tokio, Tokio);
+
+/// Both drivers export the same public names (a compile-time check: a name missing from
+/// either crate fails the build of this suite).
+#[test]
+fn both_drivers_export_the_same_names() {
+    macro_rules! same {
+        ($($name:ident),* $(,)?) => {{
+            {
+                #[allow(unused_imports)]
+                use agentrun_smol::{$($name),*};
+            }
+            {
+                #[allow(unused_imports)]
+                use agentrun_tokio::{$($name),*};
+            }
+        }};
+    }
+    same!(
+        Runner,
+        RunError,
+        RunOptions,
+        ProcessResult,
+        Outcome,
+        Exit,
+        StdinMode,
+        OptionsError,
+        ResultSink,
+        SinkOutcome,
+        FileKind,
+        NotReadReason,
+        DEFAULT_SINK_VAR,
+        DEFAULT_SINK_CAP,
+        read_sink,
+    );
+    fn runner_api<R>(_: fn(Store) -> R, _: fn(&R) -> &Store) {}
+    runner_api(agentrun_smol::Runner::new, agentrun_smol::Runner::store);
+    runner_api(agentrun_tokio::Runner::new, agentrun_tokio::Runner::store);
+}
