@@ -41,3 +41,26 @@ fn preview_corpus() {
 fn page_corpus() {
     replay("page", fuzz_bodies::page);
 }
+
+/// The harness decoders' corpora: both bodies of each dialect run on every input, as in the
+/// fuzz targets.
+macro_rules! harness_corpora {
+    ($($test:ident, $target:literal => $bytes:ident, $events:ident;)*) => {$(
+        #[test]
+        fn $test() {
+            replay($target, |data| {
+                agentrun_core::harness::fuzzing::$bytes(data);
+                agentrun_core::harness::fuzzing::$events(data);
+            });
+        }
+    )*};
+}
+
+harness_corpora! {
+    harness_claude_corpus, "harness_claude" => claude_bytes, claude_events;
+    harness_grok_corpus, "harness_grok" => grok_bytes, grok_events;
+    harness_agy_corpus, "harness_agy" => agy_bytes, agy_events;
+    harness_codex_corpus, "harness_codex" => codex_bytes, codex_events;
+    harness_muse_corpus, "harness_muse" => muse_bytes, muse_events;
+    harness_opencode_corpus, "harness_opencode" => opencode_bytes, opencode_events;
+}
