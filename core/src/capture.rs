@@ -103,6 +103,9 @@ pub enum CaptureError {
          resupplied in full; finish with a streamed completion instead"
     )]
     MixedCompletion,
+    /// A second full completion, or a chunk after a full completion.
+    #[error("the full output was already supplied; a completion supplies it exactly once")]
+    FullSuppliedTwice,
     /// A full completion names a stream twice.
     #[error("full output supplies stream \"{0}\" twice")]
     DuplicateFullOutput(StreamName),
@@ -398,6 +401,9 @@ impl Capture {
     /// Resolves a delta's channel. Once a stream had a capture fault, its further chunks are
     /// refused too (`Ok(None)`), so the caller stops writing it.
     pub fn resolve(&self, channel: &Channel) -> Result<Option<StreamIndex>, CaptureError> {
+        if self.full_started {
+            return Err(CaptureError::FullSuppliedTwice);
+        }
         let ix = self.declaration.resolve(channel)?;
         Ok((!self.failed[ix.0]).then_some(ix))
     }
@@ -490,6 +496,9 @@ impl Capture {
     ) -> Result<Vec<(StreamIndex, Vec<u8>)>, CaptureError> {
         if self.accepted_chunk {
             return Err(CaptureError::MixedCompletion);
+        }
+        if self.full_started {
+            return Err(CaptureError::FullSuppliedTwice);
         }
         let feeds = match outputs {
             FullOutput::Single(bytes) => vec![(self.declaration.resolve(&Channel::Single)?, bytes)],
@@ -635,6 +644,20 @@ mod tests {
             .begin_full(FullOutput::Named(vec![(out, b"all".to_vec())]))
             .unwrap();
         assert_eq!(feeds, vec![(StreamIndex(0), b"all".to_vec())]);
+    }
+
+    #[test]
+    fn a_full_output_is_supplied_exactly_once() {
+        let mut c = Capture::new(OutputDeclaration::Single, PreviewLimits::default()).unwrap();
+        assert!(c.begin_full(FullOutput::Single(b"ab".to_vec())).is_ok());
+        assert_eq!(
+            c.begin_full(FullOutput::Single(b"ab".to_vec())),
+            Err(CaptureError::FullSuppliedTwice)
+        );
+        assert_eq!(
+            c.resolve(&Channel::Single),
+            Err(CaptureError::FullSuppliedTwice)
+        );
     }
 
     #[test]

@@ -9,8 +9,8 @@ pub struct Digest(pub [u8; 32]);
 /// Why a digest string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DigestError {
-    /// Not exactly 64 characters.
-    #[error("a digest has 64 hex digits, this one has {0} characters")]
+    /// Not exactly 64 bytes long.
+    #[error("a digest is 64 lowercase hex digits; this one is {0} bytes long")]
     Length(usize),
     /// A character other than `0-9a-f`.
     #[error("a digest is lowercase hex (0-9, a-f); found {0:?}")]
@@ -28,7 +28,7 @@ impl Digest {
     pub fn from_hex(hex: &str) -> Result<Self, DigestError> {
         let bytes = hex.as_bytes();
         if bytes.len() != 64 {
-            return Err(DigestError::Length(hex.chars().count()));
+            return Err(DigestError::Length(bytes.len()));
         }
         let mut out = [0u8; 32];
         for (i, pair) in bytes.chunks_exact(2).enumerate() {

@@ -218,7 +218,7 @@ impl ResultRecord {
                         out,
                         "[Lines {}-{} not shown in full; the last {} lines follow]",
                         s.preview.newlines,
-                        t.first_line - 1,
+                        t.first_line.saturating_sub(1),
                         t.lines
                     );
                     out.push_str(&t.text);
@@ -268,10 +268,24 @@ fn empty_stream(name: Option<StreamName>) -> StreamRecord {
 }
 
 fn stream_record(s: &StreamSummary, limits: &PreviewLimits, budget: usize) -> StreamRecord {
-    // With the tail view on, a quarter of the stream's budget is kept for the tail.
-    let tail_budget = if limits.tail_lines > 0 { budget / 4 } else { 0 };
-    let head_budget = budget - tail_budget;
-    let cut = cut_head(&s.head, s.head_is_complete(), head_budget, limits.max_lines);
+    let whole = cut_head(&s.head, s.head_is_complete(), budget, limits.max_lines);
+    // With the tail view on, a quarter of the budget goes to the tail, but only for a stream
+    // that does not fit anyway: one that fits is shown whole and gets no hint.
+    let tail_budget = if limits.tail_lines > 0 && (whole.raw_len as u64) < s.bytes {
+        budget / 4
+    } else {
+        0
+    };
+    let cut = if tail_budget == 0 {
+        whole
+    } else {
+        cut_head(
+            &s.head,
+            s.head_is_complete(),
+            budget - tail_budget,
+            limits.max_lines,
+        )
+    };
     let truncated = (cut.raw_len as u64) < s.bytes;
     let preview = HeadPreview {
         text: String::from_utf8_lossy(&s.head[..cut.raw_len]).into_owned(),
@@ -414,6 +428,19 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_tail_view_never_truncates_a_stream_that_fits() {
+        let limits = PreviewLimits {
+            max_bytes: 100,
+            tail_lines: 3,
+            ..Default::default()
+        };
+        let data = b"x".repeat(90);
+        let r = run(OutputDeclaration::Single, limits, &[("", &data)]);
+        assert!(!r.streams()[0].preview.truncated);
+        assert_eq!(r.render().as_bytes(), data.as_slice());
     }
 
     #[test]

@@ -392,9 +392,10 @@ fn check_stream(
 
     // Longest prefix: unless the line limit stopped it, the next decoding unit (one character,
     // or one invalid sequence rendered as U+FFFD) would have exceeded the byte budget. The
-    // budget is SPEC §3's: the stream's share of the payload bound, less a quarter for the tail.
+    // budget is SPEC §3's: the stream's share of the payload bound, less a quarter for the tail
+    // when the stream is truncated anyway (a stream that fits the whole budget is shown whole).
     let budget = limits.stream_budget(stream_count);
-    let head_budget = if limits.tail_lines > 0 {
+    let head_budget = if limits.tail_lines > 0 && p.truncated {
         budget - budget / 4
     } else {
         budget

@@ -17,7 +17,7 @@ use agentrun_core::page::{ByteRange, PageRequest};
 use agentrun_core::process::{Exit, Outcome, RunOptions};
 use agentrun_core::sink::{DEFAULT_SINK_VAR, ResultSink};
 use agentrun_core::{ArtifactUri, PreviewLimits};
-use agentrun_fs::{GcOptions, Store};
+use agentrun_fs::{GcOptions, ReadError, Store};
 use clap::{Args, Parser, Subcommand};
 
 /// Run commands with retained, pageable output, and read any output back by its artifact URI.
@@ -129,6 +129,10 @@ struct GcArgs {
     /// Report what would be removed without removing anything.
     #[arg(long)]
     dry_run: bool,
+    /// Forget the records of runs older than this (e.g. 30d) so their output can be
+    /// collected. Without it, every recorded run's output is kept forever.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    expire_records: Option<Duration>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -333,10 +337,12 @@ fn read(store: &Store, args: ReadArgs) -> Result<ExitCode, Failure> {
     let uri = parse_uri(&args.uri)?;
     let mut out = io::stdout().lock();
     if args.all {
-        store
-            .copy_to(&uri, &mut QuietPipe(&mut out))
-            .map_err(Failure::runtime)?;
-        return Ok(ExitCode::SUCCESS);
+        return match store.copy_to(&uri, &mut out) {
+            Ok(_) => Ok(ExitCode::SUCCESS),
+            // The reader went away (`… --all | head`): stop reading, quietly.
+            Err(ReadError::Io(e)) if e.kind() == io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+            Err(e) => Err(Failure::runtime(e)),
+        };
     }
     if let Some(offset) = args.byte_offset {
         let range = ByteRange::new(offset, args.byte_limit).map_err(Failure::usage)?;
@@ -409,6 +415,7 @@ fn gc(store: &Store, args: GcArgs) -> Result<ExitCode, Failure> {
         grace: args.grace,
         dry_run: args.dry_run,
         now: SystemTime::now(),
+        expire_records: args.expire_records,
     };
     let report = store.gc(&options).map_err(Failure::runtime)?;
     if args.json {
@@ -423,10 +430,13 @@ fn gc(store: &Store, args: GcArgs) -> Result<ExitCode, Failure> {
             "removed"
         };
         println!(
-            "{verb} {} objects ({} bytes) and {} dead captures; kept {} objects for {} records",
+            "{verb} {} objects ({} bytes), {} dead captures, {} dead result-sink directories and \
+             {} expired records; kept {} objects for {} records",
             report.objects_removed,
             report.bytes_removed,
             report.captures_removed,
+            report.runtime_dirs_removed,
+            report.records_expired,
             report.objects_kept,
             report.records
         );
@@ -468,23 +478,5 @@ fn write_or_quiet(out: &mut impl Write, bytes: &[u8]) -> Result<(), Failure> {
     match out.write_all(bytes).and_then(|()| out.flush()) {
         Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(Failure::runtime(e)),
         _ => Ok(()),
-    }
-}
-
-/// A writer that turns a closed pipe into a quiet end of output.
-struct QuietPipe<'a, W: Write>(&'a mut W);
-
-impl<W: Write> Write for QuietPipe<'_, W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self.0.write(buf) {
-            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(buf.len()),
-            r => r,
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        match self.0.flush() {
-            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-            r => r,
-        }
     }
 }

@@ -369,14 +369,24 @@ impl CaptureSession {
                 display,
                 status,
                 outputs,
-            } => {
-                for (ix, bytes) in self.capture.begin_full(outputs)? {
-                    // A write fault is recorded in the machine (the record will say
-                    // incomplete); the other outputs are still captured.
-                    let _ = self.write(ix, &bytes);
+            } => match self.capture.begin_full(outputs) {
+                Ok(feeds) => {
+                    for (ix, bytes) in feeds {
+                        // A write fault is recorded in the machine (the record will say
+                        // incomplete); the other outputs are still captured.
+                        let _ = self.write(ix, &bytes);
+                    }
+                    (display, status)
                 }
-                (display, status)
-            }
+                Err(error) => {
+                    // The completion is refused, but what was streamed must not be lost with
+                    // it: keep it as a failed, incomplete run and say where it is.
+                    self.capture.handle_capture_error(None, &error.to_string());
+                    let run_id = self.run_id.clone();
+                    self.finalize(display, Status::Failed)?;
+                    return Err(StoreError::CompletionRejected { error, run_id });
+                }
+            },
         };
         self.finalize(display, status)
     }

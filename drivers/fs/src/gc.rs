@@ -3,7 +3,8 @@
 //! Roots are
 //!
 //! * the digests in `protect` of every capture directory whose lock is held (a live run);
-//! * every artifact of every record in `records/`;
+//! * every artifact of every record in `records/` (records older than
+//!   [`GcOptions::expire_records`], when set, are removed first and root nothing);
 //! * every object younger than the grace period (a publisher between rename and record, or a
 //!   result a caller has not recorded yet, keeps its objects for that long).
 //!
@@ -38,6 +39,10 @@ pub struct GcOptions {
     pub dry_run: bool,
     /// The current time, against which object ages are measured.
     pub now: SystemTime,
+    /// Forget records older than this first (by modification time), so the output of old
+    /// runs becomes collectable. `None` (the default) keeps every record: records are the
+    /// roots, and nothing a record references is ever removed.
+    pub expire_records: Option<Duration>,
 }
 
 impl Default for GcOptions {
@@ -46,6 +51,7 @@ impl Default for GcOptions {
             grace: Duration::from_secs(3600),
             dry_run: false,
             now: SystemTime::now(),
+            expire_records: None,
         }
     }
 }
@@ -63,8 +69,10 @@ pub struct GcReport {
     pub captures_removed: u64,
     /// Result-sink directories (`runtime/<run_id>/`) of dead runs removed.
     pub runtime_dirs_removed: u64,
-    /// Records found (the roots).
+    /// Records kept (the roots).
     pub records: u64,
+    /// Records removed because they were older than `expire_records`.
+    pub records_expired: u64,
 }
 
 /// One object found in `objects/`.
@@ -189,8 +197,13 @@ impl Store {
         for entry in fs::read_dir(&captures).at("list", &captures)? {
             let entry = entry.at("list", &captures)?;
             let dir = entry.path();
-            if !fs::symlink_metadata(&dir).at("inspect", &dir)?.is_dir() {
-                continue;
+            // A run that finishes removes its capture directory without the GC lock, so the
+            // directory may vanish at any step here: that is a finished run, not an error.
+            match fs::symlink_metadata(&dir) {
+                Ok(meta) if meta.is_dir() => {}
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(IoError::at("inspect", &dir, e).into()),
             }
             match probe_capture(&dir)? {
                 CaptureState::Live(protected) => {
@@ -198,10 +211,18 @@ impl Store {
                     live.insert(entry.file_name());
                 }
                 CaptureState::Dead(lock) => {
-                    report.captures_removed += 1;
-                    if !options.dry_run {
-                        fs::remove_dir_all(&dir).at("remove the dead capture", &dir)?;
-                    }
+                    let removed = if options.dry_run {
+                        true
+                    } else {
+                        match fs::remove_dir_all(&dir) {
+                            Ok(()) => true,
+                            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+                            Err(e) => {
+                                return Err(IoError::at("remove the dead capture", &dir, e).into());
+                            }
+                        }
+                    };
+                    report.captures_removed += u64::from(removed);
                     drop(lock);
                 }
             }
@@ -244,6 +265,23 @@ impl Store {
             }
             if record_id(&name).is_none() {
                 continue;
+            }
+            if let Some(max_age) = options.expire_records {
+                let modified = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .at("inspect", &path)?;
+                if options
+                    .now
+                    .checked_sub(max_age)
+                    .is_some_and(|c| modified < c)
+                {
+                    report.records_expired += 1;
+                    if !options.dry_run {
+                        remove_file(&path)?;
+                    }
+                    continue;
+                }
             }
             // A record that cannot be read would lose its artifacts: stop rather than guess.
             let bytes = fs::read(&path).at("read", &path)?;

@@ -63,9 +63,21 @@ pub enum StoreError {
     /// The preview limits of a capture are invalid.
     #[error("invalid preview limits: {0}")]
     Limits(#[from] LimitsError),
-    /// The completion does not fit the capture (for example mixed completion modes).
+    /// The capture could not start or take a chunk.
     #[error(transparent)]
     Capture(#[from] CaptureError),
+    /// The completion does not fit the capture (mixed completion modes, a second full output).
+    /// The output streamed before it was kept, as a failed run marked incomplete.
+    #[error(
+        "completion rejected: {error}; the output streamed before it was kept, marked incomplete, \
+         as run {run_id}"
+    )]
+    CompletionRejected {
+        /// Why the completion was refused.
+        error: CaptureError,
+        /// The run that holds the streamed output.
+        run_id: String,
+    },
     /// A run id that cannot name a record.
     #[error(
         "invalid run id {0:?}: run ids are 1-128 characters of A-Z, a-z, 0-9, '-', '_' and '.', \

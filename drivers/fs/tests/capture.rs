@@ -142,7 +142,7 @@ fn full_completion_goes_through_the_same_pipeline() {
 }
 
 #[test]
-fn full_completion_after_streamed_chunks_is_an_error_not_a_panic() {
+fn full_completion_after_streamed_chunks_is_refused_and_keeps_the_streamed_output() {
     let (_tmp, store) = store();
     let mut s = store
         .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
@@ -155,11 +155,20 @@ fn full_completion_after_streamed_chunks_is_an_error_not_a_panic() {
         outputs: FullOutput::Single(b"again".to_vec()),
     };
     let err = s.finish(full).unwrap_err();
-    assert!(
-        matches!(err, StoreError::Capture(CaptureError::MixedCompletion)),
-        "{err:?}"
-    );
+    let StoreError::CompletionRejected { error, run_id } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(*error, CaptureError::MixedCompletion);
+    assert!(err.to_string().contains(run_id.as_str()), "{err}");
     assert!(!dir.exists());
+    // Refusing the completion loses nothing that was streamed.
+    let record = store.record(run_id).unwrap();
+    assert!(record.incomplete);
+    assert_eq!(record.status, Status::Failed);
+    assert_eq!(
+        read_all_pages(&store, &record.output_uri(), 10).unwrap(),
+        b"streamed"
+    );
 }
 
 #[test]

@@ -6,7 +6,10 @@ use std::fs;
 use std::time::{Duration, SystemTime};
 
 use agentrun_core::record::RecordOutput;
-use agentrun_core::{ArtifactUri, Channel, Digest, OutputDeclaration, PreviewLimits, StreamName};
+use agentrun_core::{
+    ArtifactUri, Channel, Completion, Digest, OutputDeclaration, PageRequest, PreviewLimits,
+    Status, StreamName,
+};
 use agentrun_fs::{GcOptions, GcReport, StoreError};
 use common::*;
 
@@ -44,7 +47,8 @@ fn records_keep_manifests_and_their_streams() {
             bytes_removed: 0,
             captures_removed: 0,
             runtime_dirs_removed: 0,
-            records: 2
+            records: 2,
+            records_expired: 0,
         }
     );
     let RecordOutput::Named { manifest, .. } = named.output else {
@@ -221,4 +225,51 @@ fn a_corrupt_record_stops_gc_instead_of_losing_its_artifacts() {
     assert!(matches!(err, StoreError::CorruptRecord { .. }), "{err:?}");
     assert!(err.to_string().contains("1-1-1.json"));
     assert!(object_path(&store, &Digest::of(b"precious\n")).exists());
+}
+
+#[test]
+fn expired_records_stop_rooting_their_artifacts() {
+    let (_tmp, store) = store();
+    let mut s = store
+        .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+        .unwrap();
+    s.write_channel(&Channel::Single, b"old output\n").unwrap();
+    let record = s
+        .finish(Completion::Streamed {
+            display: None,
+            status: Status::Succeeded,
+        })
+        .unwrap();
+    // Within the retention period the record and its artifact stay.
+    let kept = store
+        .gc(&GcOptions {
+            expire_records: Some(Duration::from_secs(3 * 3600)),
+            ..later()
+        })
+        .unwrap();
+    assert_eq!(
+        (kept.records, kept.records_expired, kept.objects_removed),
+        (1, 0, 0)
+    );
+    // Past it, the record goes first and its artifact is collected in the same pass.
+    let expired = store
+        .gc(&GcOptions {
+            expire_records: Some(Duration::from_secs(3600)),
+            ..later()
+        })
+        .unwrap();
+    assert_eq!(
+        (
+            expired.records,
+            expired.records_expired,
+            expired.objects_removed
+        ),
+        (0, 1, 1)
+    );
+    assert!(store.record(&record.run_id).is_err());
+    assert!(
+        store
+            .read_page(&record.output_uri(), PageRequest::default())
+            .is_err()
+    );
 }
