@@ -14,7 +14,8 @@
 //! * [`preview`] and [`record`]: bounded previews, hints and the terminal result record;
 //! * [`uri`] and [`page`]: the public artifact URI grammar and paged reads;
 //! * [`process`] and [`sink`]: process run descriptions and results, and the clean result
-//!   channel's values.
+//!   channel's values;
+//! * [`lines`]: a bounded line splitter for live output taps.
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +24,7 @@ pub mod digest;
 pub mod harness;
 pub mod index;
 pub mod limits;
+pub mod lines;
 pub mod manifest;
 pub mod page;
 pub mod preview;

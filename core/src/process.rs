@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::capture::Status;
+use crate::harness::StopSignal;
 use crate::limits::PreviewLimits;
 use crate::record::{ResultRecord, StreamRecord};
 use crate::sink::{DEFAULT_SINK_CAP, DEFAULT_SINK_VAR, NotReadReason, ResultSink, SinkOutcome};
@@ -53,8 +54,11 @@ pub struct RunOptions {
     /// Idle timeout: the child is stopped when no captured stream produced output for this
     /// long.
     pub idle_timeout: Option<Duration>,
-    /// Grace between SIGTERM and SIGKILL.
+    /// Grace after each stop signal before the next one (and SIGKILL).
     pub kill_grace: Duration,
+    /// The signals that stop the child's group on a timeout or cancellation, in order, each
+    /// followed by the grace period; then SIGKILL. Default: SIGTERM alone.
+    pub stop_signals: Vec<StopSignal>,
     /// The clean result channel (SPEC §6); `None`: not requested, and the variable is removed
     /// from the child's environment.
     pub result_sink: Option<ResultSink>,
@@ -113,6 +117,7 @@ impl RunOptions {
             timeout: None,
             idle_timeout: None,
             kill_grace: DEFAULT_KILL_GRACE,
+            stop_signals: vec![StopSignal::Terminate],
             result_sink: None,
             sink_var: OsString::from(DEFAULT_SINK_VAR),
             sink_cap: DEFAULT_SINK_CAP,
@@ -214,6 +219,14 @@ impl RunOptions {
     /// Sets the grace between SIGTERM and SIGKILL.
     pub fn kill_grace(mut self, grace: Duration) -> Self {
         self.kill_grace = grace;
+        self
+    }
+
+    /// Sets the stop signals, sent in order with the grace period after each, then SIGKILL
+    /// (e.g. a harness's `Harness::stop_signals`, SIGINT then SIGTERM, so the CLI can finish
+    /// its session record). An empty list means SIGKILL at once.
+    pub fn stop_signals(mut self, signals: &[StopSignal]) -> Self {
+        self.stop_signals = signals.to_vec();
         self
     }
 

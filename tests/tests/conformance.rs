@@ -24,6 +24,12 @@ use agentrun_smol::{
 trait Driver {
     /// Runs one process to its end.
     fn run(store: &Store, options: RunOptions) -> Result<ProcessResult, RunError>;
+    /// Runs one process to its end with a live stdout tap (`Runner::run_observed`).
+    fn run_observed(
+        store: &Store,
+        options: RunOptions,
+        observer: impl FnMut(&[u8]) + Send + 'static,
+    ) -> Result<ProcessResult, RunError>;
     /// Runs all of them concurrently on the runtime.
     fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>>;
     /// Runs one process and drops the run future after `after` (`None`: it was dropped).
@@ -39,6 +45,14 @@ struct Smol;
 impl Driver for Smol {
     fn run(store: &Store, options: RunOptions) -> Result<ProcessResult, RunError> {
         ::smol::block_on(agentrun_smol::Runner::new(store.clone()).run(options))
+    }
+
+    fn run_observed(
+        store: &Store,
+        options: RunOptions,
+        observer: impl FnMut(&[u8]) + Send + 'static,
+    ) -> Result<ProcessResult, RunError> {
+        ::smol::block_on(agentrun_smol::Runner::new(store.clone()).run_observed(options, observer))
     }
 
     fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>> {
@@ -90,6 +104,15 @@ fn tokio_runtime() -> &'static ::tokio::runtime::Runtime {
 impl Driver for Tokio {
     fn run(store: &Store, options: RunOptions) -> Result<ProcessResult, RunError> {
         tokio_runtime().block_on(agentrun_tokio::Runner::new(store.clone()).run(options))
+    }
+
+    fn run_observed(
+        store: &Store,
+        options: RunOptions,
+        observer: impl FnMut(&[u8]) + Send + 'static,
+    ) -> Result<ProcessResult, RunError> {
+        tokio_runtime()
+            .block_on(agentrun_tokio::Runner::new(store.clone()).run_observed(options, observer))
     }
 
     fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>> {
@@ -824,6 +847,97 @@ fn a_gigabyte_on_each_stream_is_captured_intact<D: Driver>() {
 // ---------------------------------------------------------------------------------------------
 
 /// Instantiates every scenario for one driver.
+/// The live stdout tap (`Runner::run_observed`): chunks reach the observer while the child
+/// runs (the child waits for a marker the observer creates on seeing its first line, so a tap
+/// that only delivered after the exit would make the child fail), lines reassembled by the
+/// core's `LineSplitter` are the child's, and the retained artifact is byte-identical to the
+/// concatenated chunks. Stderr is not tapped.
+fn the_stdout_tap_sees_chunks_live_and_the_artifact_is_identical<D: Driver>() {
+    use std::sync::{Arc, Mutex};
+    let env = Env::new();
+    let marker = env.path("seen");
+    let script = format!(
+        "printf 'first line\\n'; echo not-tapped >&2; i=0; \
+         while [ ! -e '{m}' ]; do i=$((i+1)); [ $i -gt 1000 ] && exit 3; sleep 0.01; done; \
+         seq 1 200000; printf 'last, without newline'",
+        m = marker.display()
+    );
+    let seen = Arc::new(Mutex::new((Vec::<u8>::new(), 0usize, Vec::<String>::new())));
+    let (tap, marker_path) = (seen.clone(), marker.clone());
+    let mut splitter = agentrun_core::lines::LineSplitter::new(1 << 16);
+    let result = D::run_observed(&env.store, sh(&script), move |chunk| {
+        let mut guard = tap.lock().unwrap();
+        let (bytes, chunks, lines) = &mut *guard;
+        bytes.extend_from_slice(chunk);
+        *chunks += 1;
+        splitter.push(chunk, |line| {
+            if line.bytes == b"first line" {
+                fs::write(&marker_path, b"").unwrap();
+            }
+            lines.push(String::from_utf8_lossy(line.bytes).into_owned());
+        });
+    })
+    .unwrap();
+    assert_eq!(
+        code(&result),
+        Exit::Code(0),
+        "the tap did not see the first line live"
+    );
+    let (bytes, chunks, lines) = &*seen.lock().unwrap();
+    assert!(*chunks >= 2, "{chunks} chunks");
+    assert_eq!(
+        bytes,
+        &env.bytes(&result.record, "stdout"),
+        "the artifact differs from the tap"
+    );
+    assert!(!String::from_utf8_lossy(bytes).contains("not-tapped"));
+    assert_eq!(lines.first().map(String::as_str), Some("first line"));
+    assert_eq!(lines.last().map(String::as_str), Some("200000"));
+    assert_eq!(lines.len(), 200_001);
+    assert!(bytes.ends_with(b"last, without newline"));
+}
+
+/// A harness's stop signals (`RunOptions::stop_signals`, e.g. SIGINT then SIGTERM): on a
+/// timeout the first one goes to the group, the next only after the grace period when the
+/// child is still alive, each once; a child that ends on the first never sees the second.
+fn stop_signals_are_sent_in_order_with_the_grace_between<D: Driver>() {
+    use agentrun_core::harness::StopSignal;
+    let env = Env::new();
+    let log = env.path("signals");
+    let grace = Duration::from_millis(400);
+    let timeout = Duration::from_millis(300);
+    // Ends on SIGINT.
+    let script = format!(
+        "trap 'echo int >> {l}; exit 0' INT; trap 'echo term >> {l}; exit 0' TERM; \
+         echo ready; while :; do sleep 0.02; done",
+        l = log.display()
+    );
+    let options = sh(&script)
+        .timeout(timeout)
+        .kill_grace(grace)
+        .stop_signals(&[StopSignal::Interrupt, StopSignal::Terminate]);
+    let r = D::run(&env.store, options).unwrap();
+    assert_eq!(r.outcome, Outcome::TimedOut);
+    assert_eq!(fs::read_to_string(&log).unwrap(), "int\n");
+    // Ignores SIGINT: SIGTERM follows after the grace period.
+    fs::remove_file(&log).unwrap();
+    let script = format!(
+        "trap 'echo int >> {l}' INT; trap 'echo term >> {l}; exit 0' TERM; \
+         echo ready; while :; do sleep 0.02; done",
+        l = log.display()
+    );
+    let options = sh(&script)
+        .timeout(timeout)
+        .kill_grace(grace)
+        .stop_signals(&[StopSignal::Interrupt, StopSignal::Terminate]);
+    let start = Instant::now();
+    let r = D::run(&env.store, options).unwrap();
+    assert_eq!(r.outcome, Outcome::TimedOut);
+    assert!(start.elapsed() >= timeout + grace, "{:?}", start.elapsed());
+    assert_eq!(fs::read_to_string(&log).unwrap(), "int\nterm\n");
+    assert_eq!(env.stdout(&r), "ready\n");
+}
+
 macro_rules! conformance {
     ($module:ident, $driver:ty) => {
         mod $module {
@@ -904,6 +1018,14 @@ macro_rules! conformance {
             #[test]
             fn dropping_the_future_cancels_the_run() {
                 super::dropping_the_future_cancels_the_run::<$driver>();
+            }
+            #[test]
+            fn the_stdout_tap_sees_chunks_live_and_the_artifact_is_identical() {
+                super::the_stdout_tap_sees_chunks_live_and_the_artifact_is_identical::<$driver>();
+            }
+            #[test]
+            fn stop_signals_are_sent_in_order_with_the_grace_between() {
+                super::stop_signals_are_sent_in_order_with_the_grace_between::<$driver>();
             }
             #[test]
             fn a_gigabyte_on_each_stream_is_captured_intact() {

@@ -59,10 +59,7 @@ pub(crate) fn run(args: InterpretArgs) -> Result<ExitCode, Failure> {
         interp.for_security(args.requested_model.as_deref());
     }
     let stdout = io::stdout();
-    let mut out = Out {
-        inner: io::BufWriter::with_capacity(64 * 1024, stdout.lock()),
-        closed: false,
-    };
+    let mut out = Out::new(io::BufWriter::with_capacity(64 * 1024, stdout.lock()));
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -84,17 +81,7 @@ pub(crate) fn run(args: InterpretArgs) -> Result<ExitCode, Failure> {
         if line.capacity() > 16 << 20 {
             line = Vec::new();
         }
-        if progress.is_empty() {
-            continue;
-        }
-        for p in &progress {
-            if args.json {
-                out.line(&serde_json::json!({ "progress": p }).to_string())?;
-            } else {
-                out.line(p)?;
-            }
-        }
-        out.flush()?;
+        out.progress(&progress, args.json)?;
     }
     let finished = interp.finish(HarnessExit::Success);
     let retained = match (finished.retained_request(), &args.retained) {
@@ -122,13 +109,7 @@ pub(crate) fn run(args: InterpretArgs) -> Result<ExitCode, Failure> {
     let models = finished.observed_models().to_vec();
     let completion = finished.complete(retained);
     if args.json {
-        let json = serde_json::json!({
-            "harness": args.harness.name(),
-            "observed_models": models,
-            "report": completion.report,
-            "outcome": completion.outcome,
-        });
-        out.line(&json.to_string())?;
+        out.line(&completion_json(args.harness, &models, &completion).to_string())?;
     } else {
         out.line(&human(&models, &completion))?;
     }
@@ -136,7 +117,23 @@ pub(crate) fn run(args: InterpretArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn human(models: &[String], c: &Completion) -> String {
+/// The final JSON object of `--json`: `{harness, observed_models, report, outcome}`.
+pub(crate) fn completion_json(
+    harness: Harness,
+    models: &[String],
+    completion: &Completion,
+) -> serde_json::Value {
+    serde_json::json!({
+        "harness": harness.name(),
+        "observed_models": models,
+        "report": completion.report,
+        "outcome": completion.outcome,
+    })
+}
+
+/// The human completion: observed models, status, session, summary, killed work,
+/// diagnostics, warnings, then the final message (no trailing newline).
+pub(crate) fn human(models: &[String], c: &Completion) -> String {
     let mut s = String::new();
     let list = |m: &[String]| {
         if m.is_empty() {
@@ -145,7 +142,8 @@ fn human(models: &[String], c: &Completion) -> String {
             m.join(", ")
         }
     };
-    s.push_str(&format!("observed models: {}\n", list(models)));
+    s.push_str(&models_line(models));
+    s.push('\n');
     if c.report.retained {
         s.push_str(&format!(
             "models (retained record): {}\n",
@@ -187,14 +185,48 @@ fn human(models: &[String], c: &Completion) -> String {
     s
 }
 
+/// `observed models: a, b` (or `(none)`).
+pub(crate) fn models_line(models: &[String]) -> String {
+    if models.is_empty() {
+        "observed models: (none)".to_owned()
+    } else {
+        format!("observed models: {}", models.join(", "))
+    }
+}
+
 /// Stdout that ends quietly on a closed pipe (`agentrun interpret … | head`).
-struct Out<W: Write> {
+pub(crate) struct Out<W: Write> {
     inner: W,
     closed: bool,
 }
 
 impl<W: Write> Out<W> {
-    fn line(&mut self, text: &str) -> Result<(), Failure> {
+    /// Wraps a writer.
+    pub(crate) fn new(inner: W) -> Self {
+        Self {
+            inner,
+            closed: false,
+        }
+    }
+
+    /// Prints one line's progress (plain, or `{"progress": …}` with `json`) and flushes, so
+    /// a live reader sees it now.
+    pub(crate) fn progress(&mut self, progress: &[String], json: bool) -> Result<(), Failure> {
+        if progress.is_empty() {
+            return Ok(());
+        }
+        for p in progress {
+            if json {
+                self.line(&serde_json::json!({ "progress": p }).to_string())?;
+            } else {
+                self.line(p)?;
+            }
+        }
+        self.flush()
+    }
+
+    /// Writes `text` and a newline.
+    pub(crate) fn line(&mut self, text: &str) -> Result<(), Failure> {
         if self.closed {
             return Ok(());
         }
@@ -205,7 +237,8 @@ impl<W: Write> Out<W> {
         self.check(r)
     }
 
-    fn flush(&mut self) -> Result<(), Failure> {
+    /// Flushes.
+    pub(crate) fn flush(&mut self) -> Result<(), Failure> {
         if self.closed {
             return Ok(());
         }

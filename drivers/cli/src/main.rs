@@ -1,10 +1,12 @@
 //! `agentrun`: run commands with retained, pageable output, and read it back.
 //!
 //! See `agentrun --help` and README.md. Exit codes: the child's code for `run` (124 on
-//! timeout, 126/127 when the program cannot be run), 0 for success of the other commands,
-//! 1 for runtime errors (missing or corrupt artifacts, store problems), 2 for usage errors
-//! (including malformed URIs and limits).
+//! timeout, 126/127 when the program cannot be run); for `agent` 0 when the session succeeded
+//! and 1 when it did not (see `agent.rs`), 124 on timeout, 126/127 when the harness CLI cannot
+//! be run; 0 for success of the other commands, 1 for runtime errors (missing or corrupt
+//! artifacts, store problems), 2 for usage errors (including malformed URIs and limits).
 
+mod agent;
 mod duration;
 mod interpret;
 
@@ -55,6 +57,14 @@ enum Command {
     /// Decode a recorded or piped harness stream: progress lines as they are decoded, then
     /// the observed models and the completion report.
     Interpret(interpret::InterpretArgs),
+    /// Launch a harness CLI (claude, grok, agy, codex, muse, opencode) with a prompt,
+    /// interpret its output live, retain it as artifacts, and print the completion and the
+    /// final message.
+    ///
+    /// Exit code: 0 when the session succeeded; 1 when it did not (a failed turn, a safeguard
+    /// refusal under --security, a harness that exited non-zero); 124 on timeout; 127 when
+    /// the harness program is not on PATH, 126 when it cannot be executed.
+    Agent(agent::AgentArgs),
 }
 
 #[derive(Debug, Args)]
@@ -182,6 +192,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.command {
         // Decoding a stream touches no store: it works without one.
         Command::Interpret(args) => interpret::run(args),
+        Command::Agent(args) => agent::run(open_store(store)?, args),
         Command::Run(args) => run(open_store(store)?, args),
         Command::Read(args) => read(&open_store(store)?, args),
         Command::Gc(args) => gc(&open_store(store)?, args),
@@ -303,6 +314,24 @@ fn run_footer(
     outcome: Outcome,
     exit: Option<Exit>,
 ) -> String {
+    let mut s = run_summary(record, outcome, exit);
+    for stream in record.streams().iter().filter(|s| s.preview.truncated) {
+        s.push_str(&format!(
+            "\nagentrun: rest of {}: agentrun read {} --offset {}",
+            stream.name.as_ref().map_or("output", |n| n.as_str()),
+            record.stream_uri(stream),
+            stream.preview.newlines
+        ));
+    }
+    s
+}
+
+/// One line: how the run ended, its id, and each stream's size.
+fn run_summary(
+    record: &agentrun_core::ResultRecord,
+    outcome: Outcome,
+    exit: Option<Exit>,
+) -> String {
     let ended = match (outcome, exit) {
         (Outcome::TimedOut, _) => "timed out".to_owned(),
         (Outcome::IdleTimedOut, _) => "stopped after the idle timeout".to_owned(),
@@ -316,14 +345,6 @@ fn run_footer(
         s.push_str(&format!(
             "; {name} {} lines, {} bytes",
             stream.lines, stream.bytes
-        ));
-    }
-    for stream in record.streams().iter().filter(|s| s.preview.truncated) {
-        s.push_str(&format!(
-            "\nagentrun: rest of {}: agentrun read {} --offset {}",
-            stream.name.as_ref().map_or("output", |n| n.as_str()),
-            record.stream_uri(stream),
-            stream.preview.newlines
         ));
     }
     s

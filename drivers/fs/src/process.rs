@@ -6,10 +6,12 @@
 //!
 //! 1. run [`prepare`] on its blocking pool; spawn [`Prepared::command`] with
 //!    [`Prepared::stdio`] (on spawn failure, return [`LiveRun::spawn_failed`]);
-//! 2. run the jobs of [`LiveRun::output_jobs`] and [`LiveRun::stdin_job`] on its blocking pool;
+//! 2. optionally install a live stdout tap with [`LiveRun::observe_stdout`]; run the jobs of
+//!    [`LiveRun::output_jobs`] and [`LiveRun::stdin_job`] on its blocking pool;
 //! 3. wait for the child and the output jobs, racing the wall-clock timeout and the idle
-//!    timeout ([`LiveRun::idle_for`]); on a timeout, SIGTERM the group ([`signal_group`]),
-//!    wait [`LiveRun::kill_grace`], SIGKILL, reap;
+//!    timeout ([`LiveRun::idle_for`]); on a timeout, send each of [`LiveRun::stop_signals`]
+//!    (SIGTERM by default) to the group ([`signal_group`]), waiting up to
+//!    [`LiveRun::kill_grace`] after each for the exit, then SIGKILL, reap;
 //! 4. run [`LiveRun::finish`] on its blocking pool.
 //!
 //! If the run future is dropped before step 4, the driver runs [`LiveRun::cancel`] on its
@@ -27,6 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use agentrun_core::harness::StopSignal;
 use agentrun_core::process::{Exit, OptionsError, Outcome, ProcessResult, RunOptions, StdinMode};
 use agentrun_core::sink::SinkOutcome;
 use agentrun_core::stream::{Channel, OutputDeclaration, StreamIndex};
@@ -200,14 +203,32 @@ impl Default for Activity {
     }
 }
 
+/// A live tap on the child's stdout (see [`LiveRun::observe_stdout`]): called with each chunk
+/// as it is captured, cut anywhere (use `agentrun_core::lines::LineSplitter` for lines).
+pub type StdoutObserver = Box<dyn FnMut(&[u8]) + Send + 'static>;
+
 /// Copies `pipe` into stream `stream` of the session until end of file, recording activity.
 /// Backpressure, not dropping: the child blocks on a full pipe while a chunk is written. Ends
 /// early (quietly) once the session was finalized by a stop or a cancellation.
 pub fn pump(
     session: &SharedSession,
     stream: StreamIndex,
+    pipe: File,
+    activity: &Activity,
+) -> io::Result<()> {
+    pump_observed(session, stream, pipe, activity, &mut |_: &[u8]| {})
+}
+
+/// [`pump`], handing each chunk to `observer` right after it was written to the capture (the
+/// session lock is released first). The observer runs on the pump's thread: while it runs the
+/// pipe is not read, so a slow observer slows the child down (backpressure), never loses
+/// bytes.
+pub fn pump_observed(
+    session: &SharedSession,
+    stream: StreamIndex,
     mut pipe: File,
     activity: &Activity,
+    observer: &mut dyn FnMut(&[u8]),
 ) -> io::Result<()> {
     let mut buf = vec![0u8; READ_BUF];
     loop {
@@ -225,6 +246,8 @@ pub fn pump(
         // A write error is recorded in the session (the output becomes incomplete); keep
         // draining the pipe so the child is not blocked forever on a full pipe.
         let _ = session.write(stream, &buf[..n]);
+        drop(guard);
+        observer(&buf[..n]);
     }
 }
 
@@ -287,13 +310,13 @@ pub fn prepare(store: &Store, options: RunOptions) -> Result<Prepared, RunError>
             streams: [stdout, stderr],
             stdin,
             sink,
+            observer: Mutex::new(None),
             options,
         },
     })
 }
 
 /// One run between [`prepare`] and [`LiveRun::finish`] (or [`LiveRun::cancel`]).
-#[derive(Debug)]
 pub struct LiveRun {
     started: Instant,
     session: SharedSession,
@@ -301,7 +324,21 @@ pub struct LiveRun {
     streams: [Option<StreamIndex>; 2],
     stdin: Option<Vec<u8>>,
     sink: Option<PreparedSink>,
+    // In a mutex only so that `LiveRun` stays `Sync` (drivers hold `&LiveRun` across awaits).
+    observer: Mutex<Option<StdoutObserver>>,
     options: RunOptions,
+}
+
+impl std::fmt::Debug for LiveRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveRun")
+            .field("started", &self.started)
+            .field("streams", &self.streams)
+            .field("sink", &self.sink)
+            .field("observer", &"..")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LiveRun {
@@ -315,9 +352,21 @@ impl LiveRun {
         self.options.idle_timeout
     }
 
-    /// The grace between SIGTERM and SIGKILL.
+    /// The grace after each stop signal.
     pub fn kill_grace(&self) -> Duration {
         self.options.kill_grace
+    }
+
+    /// The signals that stop the group, in order, before SIGKILL (SIGTERM by default).
+    pub fn stop_signals(&self) -> Vec<Signal> {
+        self.options
+            .stop_signals
+            .iter()
+            .map(|s| match s {
+                StopSignal::Interrupt => Signal::INT,
+                StopSignal::Terminate => Signal::TERM,
+            })
+            .collect()
     }
 
     /// Time since output last arrived (or since the spawn).
@@ -339,21 +388,42 @@ impl LiveRun {
         self.activity = Arc::new(Activity::new());
     }
 
+    /// Installs a live tap on the child's stdout, before [`LiveRun::output_jobs`]: the stdout
+    /// pump calls `observer` on its blocking thread with every chunk, after the chunk was
+    /// written to the capture, so the retained artifact is byte-identical to what the tap saw
+    /// (see [`pump_observed`] for backpressure). Nothing is observed when stdout is not
+    /// captured.
+    pub fn observe_stdout(&mut self, observer: StdoutObserver) {
+        *self.observer.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(observer);
+    }
+
     /// The pump jobs for the child's stdout and stderr pipes (`None` for a pipe that is not
-    /// captured). Each runs until its pipe is at end of file.
+    /// captured). Each runs until its pipe is at end of file. The stdout job carries the tap
+    /// of [`LiveRun::observe_stdout`], if any.
     pub fn output_jobs(
-        &self,
+        &mut self,
         stdout: Option<OwnedFd>,
         stderr: Option<OwnedFd>,
     ) -> io::Result<Vec<Job>> {
         let mut jobs: Vec<Job> = Vec::new();
+        let mut observer = self
+            .observer
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         for (pipe, stream) in [stdout, stderr].into_iter().zip(self.streams) {
             let (Some(pipe), Some(stream)) = (pipe, stream) else {
+                observer = None;
                 continue;
             };
             let file = blocking_pipe(pipe)?;
             let (session, activity) = (self.session.clone(), self.activity.clone());
-            jobs.push(Box::new(move || pump(&session, stream, file, &activity)));
+            match observer.take() {
+                Some(mut observer) => jobs.push(Box::new(move || {
+                    pump_observed(&session, stream, file, &activity, &mut observer)
+                })),
+                None => jobs.push(Box::new(move || pump(&session, stream, file, &activity))),
+            }
         }
         Ok(jobs)
     }
@@ -407,12 +477,15 @@ impl LiveRun {
         })
     }
 
-    /// The run future was dropped (blocking; run from `Drop` on the blocking pool): SIGTERM to
-    /// `group`, the output captured so far finalized as cancelled (incomplete, readable), the
-    /// grace period (ended early when the group is gone), SIGKILL, and the allocated sink
-    /// removed. The child is reaped by the runtime's reaper of dropped children.
+    /// The run future was dropped (blocking; run from `Drop` on the blocking pool). The
+    /// driver's drop guard has already sent the first stop signal (SIGTERM by default) to
+    /// `group`, at once: it is not sent again (a second SIGINT means "quit now" to many
+    /// CLIs). The output captured so far is finalized as cancelled (incomplete, readable);
+    /// then the grace period and each further stop signal with its grace (ended early when
+    /// the group is gone), SIGKILL, and the allocated sink removed. The child is reaped by
+    /// the runtime's reaper of dropped children.
     pub fn cancel(self, group: Option<Pid>) {
-        signal_group(group, Signal::TERM);
+        let signals = self.stop_signals();
         let taken = self
             .session
             .lock()
@@ -424,9 +497,17 @@ impl LiveRun {
                 status: Status::Cancelled,
             });
         }
-        let deadline = Instant::now() + self.options.kill_grace;
-        while Instant::now() < deadline && group_alive(group) {
-            std::thread::sleep(Duration::from_millis(10));
+        for (i, signal) in signals.iter().enumerate() {
+            if !group_alive(group) {
+                break;
+            }
+            if i > 0 {
+                signal_group(group, *signal);
+            }
+            let deadline = Instant::now() + self.options.kill_grace;
+            while Instant::now() < deadline && group_alive(group) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
         signal_group(group, Signal::KILL);
         drop(self.sink);

@@ -32,7 +32,7 @@ pub use agentrun_core::sink::{
 use agentrun_fs::Store;
 pub use agentrun_fs::process::RunError;
 use agentrun_fs::process::{
-    DRAIN_AFTER_KILL, LiveRun, Prepared, exit_of, group_of, prepare, signal_group,
+    DRAIN_AFTER_KILL, LiveRun, Prepared, StdoutObserver, exit_of, group_of, prepare, signal_group,
 };
 pub use agentrun_fs::sink::read_sink;
 use blocking::{Task, unblock};
@@ -61,6 +61,27 @@ impl Runner {
     /// Dropping the future cancels the run: the group is stopped and the output captured so
     /// far is finalized as cancelled.
     pub async fn run(&self, options: RunOptions) -> Result<ProcessResult, RunError> {
+        self.run_with(options, None).await
+    }
+
+    /// [`Runner::run`] with a live tap on the child's stdout: `observer` is called with every
+    /// stdout chunk while the child runs (cut anywhere; `agentrun_core::lines::LineSplitter`
+    /// reassembles lines), on the blocking thread that pumps the pipe, right after the chunk
+    /// was captured. The retained stdout artifact is byte-identical to the concatenated
+    /// chunks. A slow observer slows the child down (backpressure); it must not panic.
+    pub async fn run_observed(
+        &self,
+        options: RunOptions,
+        observer: impl FnMut(&[u8]) + Send + 'static,
+    ) -> Result<ProcessResult, RunError> {
+        self.run_with(options, Some(Box::new(observer))).await
+    }
+
+    async fn run_with(
+        &self,
+        options: RunOptions,
+        observer: Option<StdoutObserver>,
+    ) -> Result<ProcessResult, RunError> {
         let store = self.store.clone();
         let Prepared {
             command,
@@ -88,6 +109,9 @@ impl Runner {
             child.stderr.take().map(OwnedFd::try_from).transpose()?,
         );
         let live = guard.live();
+        if let Some(observer) = observer {
+            live.observe_stdout(observer);
+        }
         let mut pumps: Vec<_> = live
             .output_jobs(stdout, stderr)?
             .into_iter()
@@ -97,7 +121,7 @@ impl Runner {
             unblock(job).detach();
         }
         let live = &*live;
-        let grace = live.kill_grace();
+        let (grace, signals) = (live.kill_grace(), live.stop_signals());
         let ended = async {
             let status = child.status().await;
             Ok(drain(&mut pumps).await.and(status))
@@ -106,7 +130,7 @@ impl Runner {
         let (outcome, exit) = match ended.or(stopped).await {
             Ok(status) => (Outcome::Completed, Some(exit_of(status?))),
             Err(outcome) => {
-                let status = stop_group(group, grace, &mut child).await;
+                let status = stop_group(group, &signals, grace, &mut child).await;
                 let _ = drain(&mut pumps).or(sleep_ok(DRAIN_AFTER_KILL)).await;
                 (outcome, status.map(exit_of))
             }
@@ -158,19 +182,27 @@ async fn stop_timer(live: &LiveRun) -> Outcome {
     deadline.or(idle).await
 }
 
-/// SIGTERM to the group, the grace period, then SIGKILL; always reaps the child.
+/// Each stop signal to the group (SIGTERM by default) with the grace period after it (ended
+/// by the exit), then SIGKILL; always reaps the child.
 async fn stop_group(
     group: Option<Pid>,
+    signals: &[Signal],
     grace: Duration,
     child: &mut async_process::Child,
 ) -> Option<std::process::ExitStatus> {
-    signal_group(group, Signal::TERM);
-    let exited = async { child.status().await.ok() }
-        .or(async {
-            Timer::after(grace).await;
-            None
-        })
-        .await;
+    let mut exited = None;
+    for signal in signals {
+        signal_group(group, *signal);
+        exited = async { child.status().await.ok() }
+            .or(async {
+                Timer::after(grace).await;
+                None
+            })
+            .await;
+        if exited.is_some() {
+            break;
+        }
+    }
     // Also after the leader exited: grandchildren in its group may still hold the pipes.
     signal_group(group, Signal::KILL);
     match exited {
@@ -202,7 +234,10 @@ impl CancelGuard {
 impl Drop for CancelGuard {
     fn drop(&mut self) {
         if let Some(run) = self.run.take() {
-            signal_group(self.group, Signal::TERM);
+            // The first stop signal at once; `cancel` sends the others.
+            if let Some(first) = run.stop_signals().first() {
+                signal_group(self.group, *first);
+            }
             let group = self.group;
             // Drop cannot wait: finalize and escalate on the blocking pool.
             unblock(move || run.cancel(group)).detach();

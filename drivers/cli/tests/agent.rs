@@ -1,0 +1,495 @@
+//! End-to-end scenarios of `agentrun agent` against fake harness CLIs
+//! (`tests/support/fake_harness.rs`, symlinked under each harness's program name into a
+//! directory put first on `PATH`). The fake checks the argv, environment and stdin SPEC §12
+//! prescribes and replays a recorded fixture from `tests/fixtures/harness/`.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+fn fixture(path: &str) -> PathBuf {
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/harness"
+    ))
+    .join(path)
+}
+
+/// A temporary directory with the fake harnesses on `PATH` and a store.
+struct Env {
+    tmp: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let bin = tmp.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        for name in ["claude", "grok", "agy", "codex", "muse", "opencode"] {
+            std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_agentrun-fake-harness"), bin.join(name))
+                .unwrap();
+        }
+        Self { tmp }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.tmp.path().join(name)
+    }
+
+    /// `agentrun --store … <args>` with only the fake harnesses on `PATH` and the fake's
+    /// prompt set to `PROMPT`.
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_agentrun"));
+        c.arg("--store")
+            .arg(self.path("store"))
+            .args(args)
+            .env("PATH", self.path("bin"))
+            .env("FAKE_PROMPT", "fix the bug")
+            .env("MUSE_HOME", self.path("muse"))
+            .env_remove("AGENTRUN_RESULT_SINK")
+            .env_remove("GROK_DISABLE_AUTOUPDATER")
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// `agentrun agent NAME <flags> -- fix the bug`, replaying `fixture`.
+    fn agent(&self, name: &str, flags: &[&str], fixture_path: &str) -> Command {
+        let mut args = vec!["agent", name];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--", "fix", "the", "bug"]);
+        let mut c = self.cmd(&args);
+        c.env("FAKE_FIXTURE", fixture(fixture_path));
+        c
+    }
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `agentrun interpret` of the same fixture: `agent` must print exactly what it prints.
+fn interpret(env: &Env, harness: &str, extra: &[&str], fixture_path: &str) -> String {
+    let fixture = fixture(fixture_path);
+    let mut args = vec!["interpret", "--harness", harness];
+    args.extend_from_slice(extra);
+    args.push(fixture.to_str().unwrap());
+    let o = env.cmd(&args).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    stdout(&o)
+}
+
+struct Case {
+    harness: &'static str,
+    fixture: &'static str,
+    /// Flags to `agent`; the fake checks the argv they must produce.
+    flags: &'static [&'static str],
+    models: &'static str,
+    final_message: &'static str,
+}
+
+#[test]
+fn each_harness_prints_its_final_message_and_models() {
+    let cases = [
+        Case {
+            harness: "claude",
+            fixture: "claude/agentrun-golden-synthetic.jsonl",
+            flags: &["--model", "opus", "--effort", "high", "--resume", "s-1"],
+            models: "observed models: child-haiku, false-parent, root-opus, next-sonnet, \
+                     usage-only-model",
+            final_message: "root answer",
+        },
+        Case {
+            harness: "grok",
+            fixture: "grok/agentrun-messages-synthetic.jsonl",
+            flags: &["--model", "grok-4", "--effort", "low", "--resume", "g-1"],
+            models: "observed models: grok-code-fast-1",
+            final_message: "Two files.",
+        },
+        Case {
+            harness: "agy",
+            fixture: "antigravity/agentrun-stream-synthetic.jsonl",
+            // Antigravity has no effort flag: it is left out of the argv.
+            flags: &[
+                "--model",
+                "gemini-3-pro",
+                "--effort",
+                "high",
+                "--resume",
+                "c-1",
+            ],
+            models: "observed models: gemini-3-pro, gemini-3-flash, gemini-3-subagent",
+            final_message: "README updated and pushed.",
+        },
+        Case {
+            harness: "codex",
+            fixture: "codex/agentrun-resume-synthetic.jsonl",
+            flags: &[
+                "--model",
+                "gpt-5-codex",
+                "--effort",
+                "medium",
+                "--resume",
+                "t-1",
+            ],
+            models: "observed models: (none)",
+            final_message: "second answer",
+        },
+        Case {
+            harness: "muse",
+            fixture: "muse/agentrun-exec-synthetic.jsonl",
+            flags: &["--model", "muse-large"],
+            models: "models (retained record): muse-large-2026, muse-small-2026",
+            final_message: "All tests pass.",
+        },
+        Case {
+            harness: "opencode",
+            fixture: "opencode/takopi-opencode_stream_success.jsonl",
+            flags: &[
+                "--model",
+                "anthropic/claude-sonnet-4-5",
+                "--resume",
+                "ses_prev",
+            ],
+            models: "models (retained record): anthropic/claude-sonnet-4-5",
+            final_message: "```\nhello\n```",
+        },
+    ];
+    for case in cases {
+        let env = Env::new();
+        // Muse's session log where agentrun looks for it; OpenCode's export from the fake.
+        let muse_log = fixture("muse/agentrun-session-log-synthetic.jsonl");
+        std::fs::create_dir_all(env.path("muse/sessions")).unwrap();
+        std::fs::copy(&muse_log, env.path("muse/sessions/muse-sess-42.jsonl")).unwrap();
+        let export = fixture("opencode/agentrun-session-export-synthetic.json");
+        let mut c = env.agent(case.harness, case.flags, case.fixture);
+        c.env("FAKE_EXPORT", &export)
+            .env("FAKE_EXPORT_SESSION", "ses_494719016ffe85dkDMj0FPRbHK");
+        for (flag, var) in [
+            ("--model", "FAKE_MODEL"),
+            ("--effort", "FAKE_EFFORT"),
+            ("--resume", "FAKE_RESUME"),
+        ] {
+            if let Some(i) = case.flags.iter().position(|f| *f == flag) {
+                c.env(var, case.flags[i + 1]);
+            }
+        }
+        let o = c.output().unwrap();
+        let (out, err) = (stdout(&o), stderr(&o));
+        assert_eq!(o.status.code(), Some(0), "{}: {out}\n{err}", case.harness);
+        assert!(out.contains(case.models), "{}: {out}", case.harness);
+        assert!(
+            out.ends_with(&format!("final message:\n{}\n", case.final_message)),
+            "{}: {out}",
+            case.harness
+        );
+        assert!(!err.contains("warning"), "{}: {err}", case.harness);
+        // Exactly what `agentrun interpret` prints for the same stream (and record).
+        let retained = match case.harness {
+            "muse" => vec!["--retained", muse_log.to_str().unwrap()],
+            "opencode" => vec!["--retained", export.to_str().unwrap()],
+            _ => vec![],
+        };
+        assert_eq!(
+            out,
+            interpret(&env, case.harness, &retained, case.fixture),
+            "{}",
+            case.harness
+        );
+        // The run summary and the read command for stdout on stderr.
+        assert!(err.contains("agentrun: exit 0; run "), "{err}");
+        assert!(
+            err.contains("agentrun: stdout: agentrun read artifact://"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn progress_is_printed_while_the_harness_runs() {
+    let env = Env::new();
+    let marker = env.path("seen-progress");
+    let mut child = env
+        .agent("claude", &[], "claude/agentrun-golden-synthetic.jsonl")
+        .env("FAKE_DELAY_MS", "5")
+        // The fake does not exit before the test saw progress (it gives up after 20 s, exit 91).
+        .env("FAKE_WAIT_FOR", &marker)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let reader = BufReader::new(child.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        for line in reader.lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let first = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    assert_eq!(first, "session started");
+    // The harness is still running: nothing about the completion yet.
+    assert!(child.try_wait().unwrap().is_none());
+    std::fs::write(&marker, b"").unwrap();
+    let rest: Vec<String> = rx.iter().collect();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{rest:?}");
+    assert!(rest.contains(&"final message:".to_owned()), "{rest:?}");
+}
+
+#[test]
+fn security_prints_model_lines() {
+    let env = Env::new();
+    let o = env
+        .agent(
+            "claude",
+            &["--security"],
+            "claude/agentrun-golden-synthetic.jsonl",
+        )
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let models: Vec<&str> = out.lines().filter(|l| l.starts_with("Model: ")).collect();
+    assert_eq!(
+        models,
+        ["Model: root-opus", "Model: next-sonnet", "Model: root-opus"]
+    );
+    // Codex: the requested-model wording.
+    let o = env
+        .agent(
+            "codex",
+            &["--security", "--model", "gpt-5-codex"],
+            "codex/claude-codes-hello_world.jsonl",
+        )
+        .env("FAKE_MODEL", "gpt-5-codex")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("Model: gpt-5-codex (requested)\n"));
+}
+
+#[test]
+fn a_refusal_under_security_exits_1() {
+    let env = Env::new();
+    let fixture_path = "claude/agentrun-cyber-refusals-synthetic.jsonl";
+    let o = env
+        .agent("claude", &["--security"], fixture_path)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stdout(&o).contains("status: refused (claude-cyber)\n"));
+    // Without the security policy the same session succeeds.
+    let o = env.agent("claude", &[], fixture_path).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
+fn a_failed_turn_or_a_failing_harness_exits_1() {
+    let env = Env::new();
+    let o = env
+        .agent("codex", &[], "codex/openagent-codex_v0142_failure.jsonl")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stdout(&o).contains("status: turn failed: "));
+    // A clean stream but a non-zero exit: execution failed, with the stderr tail.
+    let o = env
+        .agent("grok", &[], "grok/agentrun-messages-synthetic.jsonl")
+        .env("FAKE_EXIT", "3")
+        .env("FAKE_STDERR", "grok: quota exhausted")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stdout(&o)
+            .contains("status: execution failed: grok exited with code 3: grok: quota exhausted\n"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn the_fake_fails_loudly_when_the_launch_differs() {
+    let env = Env::new();
+    // The fake expects a model agentrun was not asked for.
+    let o = env
+        .agent("claude", &[], "claude/agentrun-golden-synthetic.jsonl")
+        .env("FAKE_MODEL", "opus")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    assert!(
+        out.contains(
+            "status: execution failed: claude exited with code 90: fake claude: argv mismatch"
+        ),
+        "{out}"
+    );
+    // OpenCode reads its prompt on stdin: the fake checks it.
+    let o = env
+        .agent(
+            "opencode",
+            &[],
+            "opencode/takopi-opencode_stream_success.jsonl",
+        )
+        .env("FAKE_PROMPT", "another prompt")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains("stdin mismatch"), "{}", stdout(&o));
+}
+
+#[test]
+fn a_missing_or_unexecutable_harness_is_127_or_126_with_its_name() {
+    let env = Env::new();
+    std::fs::remove_file(env.path("bin/codex")).unwrap();
+    let o = env
+        .agent("codex", &[], "codex/claude-codes-hello_world.jsonl")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(127));
+    let err = stderr(&o);
+    assert!(err.contains("\"codex\" was not found on PATH"), "{err}");
+    assert!(stdout(&o).is_empty());
+
+    std::fs::remove_file(env.path("bin/agy")).unwrap();
+    std::fs::write(env.path("bin/agy"), b"not a program").unwrap();
+    let o = env
+        .agent("agy", &[], "antigravity/agentrun-stream-synthetic.jsonl")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(126));
+    assert!(
+        stderr(&o).contains("\"agy\" cannot be executed"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_timeout_interrupts_with_the_models_so_far_and_exits_124() {
+    let env = Env::new();
+    let o = env
+        .agent(
+            "claude",
+            &["--timeout", "1s"],
+            "claude/agentrun-golden-synthetic.jsonl",
+        )
+        .env("FAKE_SLEEP_MS", "30000")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(124), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("observed models: child-haiku, false-parent"),
+        "{out}"
+    );
+    assert!(out.ends_with("status: interrupted (timed out)\n"), "{out}");
+    assert!(!out.contains("final message"), "{out}");
+    assert!(
+        stderr(&o).contains("agentrun: timed out; run "),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn the_retained_artifacts_are_readable_with_agentrun_read() {
+    let env = Env::new();
+    let fixture_path = "codex/agentrun-resume-synthetic.jsonl";
+    let o = env
+        .agent("codex", &["--json"], fixture_path)
+        .env("FAKE_STDERR", "codex: some diagnostics")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["progress"], "session started");
+    let last = lines.last().unwrap();
+    assert_eq!(last["harness"], "codex");
+    assert_eq!(last["outcome"]["final_message"], "second answer");
+    let run = &last["run"];
+    assert_eq!(run["outcome"], "completed");
+    let read = |uri: &str| {
+        let o = env.cmd(&["read", uri, "--all"]).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        o.stdout
+    };
+    let stdout_uri = run["artifacts"]["stdout"].as_str().unwrap();
+    assert_eq!(
+        read(stdout_uri),
+        std::fs::read(fixture(fixture_path)).unwrap()
+    );
+    let stderr_uri = run["artifacts"]["stderr"].as_str().unwrap();
+    assert_eq!(read(stderr_uri), b"codex: some diagnostics\n");
+    // The human footer names the same commands.
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("agentrun read {stdout_uri}")),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unreadable_retained_record_is_absent_and_a_warning() {
+    let env = Env::new();
+    // No session log under MUSE_HOME.
+    let o = env
+        .agent("muse", &[], "muse/agentrun-exec-synthetic.jsonl")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert!(
+        err.contains("agentrun: warning: the Muse session log "),
+        "{err}"
+    );
+    assert!(out.contains("observed models: (none)\n"), "{out}");
+    assert!(!out.contains("retained record"), "{out}");
+    assert!(
+        out.contains("warning: the retained Muse session log was not available"),
+        "{out}"
+    );
+    // An export that is not JSON.
+    let o = env
+        .agent(
+            "opencode",
+            &[],
+            "opencode/takopi-opencode_stream_success.jsonl",
+        )
+        .env(
+            "FAKE_EXPORT",
+            fixture("opencode/noldor-opencode-events.jsonl"),
+        )
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the OpenCode session export is unreadable"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let env = Env::new();
+    for args in [
+        &["agent", "nosuch", "--", "x"][..],
+        &["agent", "claude"][..],
+        &["agent", "claude", "--timeout", "0s", "--", "x"][..],
+    ] {
+        let o = env.cmd(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
+}
