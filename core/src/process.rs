@@ -281,6 +281,9 @@ pub enum Outcome {
     TimedOut,
     /// No output arrived for the idle timeout; the child's group was stopped.
     IdleTimedOut,
+    /// The caller's stop future resolved (e.g. the CLI received SIGINT); the child's group was
+    /// stopped.
+    Cancelled,
 }
 
 impl Outcome {
@@ -288,7 +291,7 @@ impl Outcome {
     pub fn capture_status(self) -> Status {
         match self {
             Self::Completed => Status::Succeeded,
-            Self::TimedOut | Self::IdleTimedOut => Status::Cancelled,
+            Self::TimedOut | Self::IdleTimedOut | Self::Cancelled => Status::Cancelled,
         }
     }
 
@@ -298,12 +301,13 @@ impl Outcome {
             Self::Completed => None,
             Self::TimedOut => Some(NotReadReason::TimedOut),
             Self::IdleTimedOut => Some(NotReadReason::IdleTimedOut),
+            Self::Cancelled => Some(NotReadReason::Cancelled),
         }
     }
 
     /// Whether a timeout stopped the run.
     pub fn timed_out(self) -> bool {
-        !matches!(self, Self::Completed)
+        matches!(self, Self::TimedOut | Self::IdleTimedOut)
     }
 }
 

@@ -56,6 +56,8 @@ pub enum NotReadReason {
     TimedOut,
     /// The idle timeout stopped the child.
     IdleTimedOut,
+    /// The caller stopped the run.
+    Cancelled,
 }
 
 /// What reading the sink found. Only [`SinkOutcome::Read`] comes with `result: Some(..)`.
@@ -129,6 +131,7 @@ impl SinkOutcome {
             Self::NotRead { reason } => match reason {
                 NotReadReason::TimedOut => "not read (timed out)".to_owned(),
                 NotReadReason::IdleTimedOut => "not read (idle timeout)".to_owned(),
+                NotReadReason::Cancelled => "not read (the run was cancelled)".to_owned(),
             },
             Self::Unwritten => "unwritten".to_owned(),
             Self::Empty => "empty (treated as unwritten)".to_owned(),

@@ -32,6 +32,12 @@ trait Driver {
     ) -> Result<ProcessResult, RunError>;
     /// Runs all of them concurrently on the runtime.
     fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>>;
+    /// Runs one process with a stop future that resolves after `after` (`Runner::run_until`).
+    fn run_stopped_after(
+        store: &Store,
+        options: RunOptions,
+        after: Duration,
+    ) -> Result<ProcessResult, RunError>;
     /// Runs one process and drops the run future after `after` (`None`: it was dropped).
     fn run_dropped_after(
         store: &Store,
@@ -70,6 +76,17 @@ impl Driver for Smol {
             }
             results
         })
+    }
+
+    fn run_stopped_after(
+        store: &Store,
+        options: RunOptions,
+        after: Duration,
+    ) -> Result<ProcessResult, RunError> {
+        let runner = agentrun_smol::Runner::new(store.clone());
+        ::smol::block_on(runner.run_until(options, async {
+            ::smol::Timer::after(after).await;
+        }))
     }
 
     fn run_dropped_after(
@@ -131,6 +148,17 @@ impl Driver for Tokio {
             }
             results
         })
+    }
+
+    fn run_stopped_after(
+        store: &Store,
+        options: RunOptions,
+        after: Duration,
+    ) -> Result<ProcessResult, RunError> {
+        let runner = agentrun_tokio::Runner::new(store.clone());
+        tokio_runtime().block_on(runner.run_until(options, async move {
+            ::tokio::time::sleep(after).await;
+        }))
     }
 
     fn run_dropped_after(
@@ -816,6 +844,50 @@ fn dropping_the_future_cancels_the_run<D: Driver>() {
         .is_empty()));
 }
 
+/// A stop future (a signal, in the CLI) stops the group like a timeout and the run still
+/// returns its result: cancelled, the output so far retained, the sink not read.
+fn a_stop_future_cancels_the_run_and_returns_its_result<D: Driver>() {
+    let env = Env::new();
+    let pidfile = env.path("pid");
+    let script = format!(
+        r#"echo $$ > '{}'; printf 'x' > "$AGENTRUN_RESULT_SINK"; echo before-stop; sleep 60"#,
+        pidfile.display()
+    );
+    let started = Instant::now();
+    let r = D::run_stopped_after(
+        &env.store,
+        sh_sink(&script).kill_grace(Duration::from_millis(500)),
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(r.outcome, Outcome::Cancelled);
+    assert_eq!(
+        r.sink,
+        SinkOutcome::NotRead {
+            reason: NotReadReason::Cancelled
+        }
+    );
+    assert_eq!(r.result, None);
+    assert!(r.record.incomplete);
+    assert_eq!(r.record.status, Status::Cancelled);
+    assert_eq!(env.stdout(&r), "before-stop\n");
+    let pid: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        ended(pid),
+        "the child was stopped before the result came back"
+    );
+    assert!(env.runtime_entries().is_empty());
+}
+
 /// 1 GiB on stdout and 1 GiB on stderr at once: both streams intact (digests match the
 /// generator's), memory bounded.
 fn a_gigabyte_on_each_stream_is_captured_intact<D: Driver>() {
@@ -1014,6 +1086,10 @@ macro_rules! conformance {
             #[test]
             fn the_idle_timeout_counts_from_the_last_output() {
                 super::the_idle_timeout_counts_from_the_last_output::<$driver>();
+            }
+            #[test]
+            fn a_stop_future_cancels_the_run_and_returns_its_result() {
+                super::a_stop_future_cancels_the_run_and_returns_its_result::<$driver>();
             }
             #[test]
             fn dropping_the_future_cancels_the_run() {

@@ -35,6 +35,7 @@ use agentrun_fs::Store;
 use clap::Args;
 
 use crate::interpret::{Out, completion_json, human, models_line};
+use crate::interrupts::Interrupts;
 use crate::{Failure, duration};
 
 /// The longest stdout line interpreted in full; longer lines are interpreted truncated (and
@@ -187,11 +188,13 @@ pub(crate) fn run(store: Store, args: AgentArgs) -> Result<ExitCode, Failure> {
     })));
     let tap = live.clone();
     let runner = agentrun_smol::Runner::new(store.clone());
-    let outcome = smol::block_on(runner.run_observed(options, move |chunk| {
+    let mut interrupts = Interrupts::install();
+    let tap = move |chunk: &[u8]| {
         if let Some(live) = tap.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
             live.chunk(chunk);
         }
-    }));
+    };
+    let outcome = smol::block_on(runner.run_observed_until(options, tap, interrupts.stopped()));
     let result = match outcome {
         Ok(result) => result,
         Err(agentrun_smol::RunError::Spawn { program, source }) => {
@@ -240,11 +243,12 @@ pub(crate) fn run(store: Store, args: AgentArgs) -> Result<ExitCode, Failure> {
         );
     }
 
-    if result.outcome.timed_out() {
+    if result.outcome != Outcome::Completed {
         let interrupted = interp.interrupt();
         let models = interrupted.observed_models();
         let why = match result.outcome {
             Outcome::IdleTimedOut => "idle_timed_out",
+            Outcome::Cancelled => "cancelled",
             _ => "timed_out",
         };
         if args.json {
@@ -260,7 +264,7 @@ pub(crate) fn run(store: Store, args: AgentArgs) -> Result<ExitCode, Failure> {
             out.line(&format!("status: interrupted ({})", why.replace('_', " ")))?;
         }
         out.flush()?;
-        return Ok(ExitCode::from(124));
+        return Ok(ExitCode::from(interrupts.exit_code().unwrap_or(124)));
     }
 
     let exit = match result.exit {

@@ -9,6 +9,7 @@
 mod agent;
 mod duration;
 mod interpret;
+mod interrupts;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -237,7 +238,9 @@ fn run(store: Store, args: RunArgs) -> Result<ExitCode, Failure> {
     }
     options.validate().map_err(Failure::usage)?;
     let runner = agentrun_smol::Runner::new(store);
-    let result = match smol::block_on(runner.run(options)) {
+    let mut interrupts = interrupts::Interrupts::install();
+    let result = smol::block_on(runner.run_until(options, interrupts.stopped()));
+    let result = match result {
         Ok(r) => r,
         Err(agentrun_smol::RunError::Spawn { program, source }) => {
             eprintln!(
@@ -255,6 +258,7 @@ fn run(store: Store, args: RunArgs) -> Result<ExitCode, Failure> {
     };
     let mut code = match (result.outcome, result.exit) {
         (Outcome::TimedOut | Outcome::IdleTimedOut, _) => 124,
+        (Outcome::Cancelled, _) => interrupts.exit_code().map_or(130, i32::from),
         (Outcome::Completed, Some(exit)) => exit.shell_code(),
         (Outcome::Completed, None) => 1,
     };
@@ -335,6 +339,7 @@ fn run_summary(
     let ended = match (outcome, exit) {
         (Outcome::TimedOut, _) => "timed out".to_owned(),
         (Outcome::IdleTimedOut, _) => "stopped after the idle timeout".to_owned(),
+        (Outcome::Cancelled, _) => "stopped by a signal".to_owned(),
         (_, Some(Exit::Code(c))) => format!("exit {c}"),
         (_, Some(Exit::Signal(s))) => format!("killed by signal {s}"),
         (_, None) => "ended".to_owned(),

@@ -343,9 +343,10 @@ fn fresh_store_is_owner_only() {
 fn a_full_disk_is_reported_and_loses_nothing_accepted() {
     let env = Env::new();
     env.run(&["verify"]); // create the store
-    // RLIMIT_FSIZE stands in for a full disk; SIGXFSZ is ignored so writes fail with EFBIG.
+    // RLIMIT_FSIZE stands in for a full disk. agentrun catches SIGXFSZ itself, so the write
+    // fails with EFBIG and is reported instead of the signal killing agentrun silently.
     let script = format!(
-        "trap '' XFSZ; ulimit -f 2048; exec {} --store {} run -- seq 1 2000000",
+        "ulimit -f 2048; exec {} --store {} run -- seq 1 2000000",
         env!("CARGO_BIN_EXE_agentrun"),
         env.store.display()
     );
@@ -366,8 +367,10 @@ fn a_full_disk_is_reported_and_loses_nothing_accepted() {
 #[test]
 fn sigkill_mid_capture_leaves_a_clean_store_after_gc() {
     let env = Env::new();
+    let pidfile = env.store.with_file_name("child.pid");
+    let script = format!("echo $$ > '{}'; seq 1 100000; sleep 30", pidfile.display());
     let mut child = env
-        .cmd(&["run", "--", "sh", "-c", "seq 1 100000; sleep 30"])
+        .cmd(&["run", "--", "sh", "-c", &script])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -382,6 +385,12 @@ fn sigkill_mid_capture_leaves_a_clean_store_after_gc() {
     std::thread::sleep(std::time::Duration::from_millis(200));
     child.kill().unwrap();
     child.wait().unwrap();
+    // SIGKILL leaves agentrun no chance to stop its child's group: do it for the test.
+    let pgid = fs::read_to_string(&pidfile).unwrap();
+    Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", pgid.trim())])
+        .status()
+        .unwrap();
     assert!(
         count_files(&captures) > 0,
         "the killed run left its capture"
@@ -525,4 +534,68 @@ fn run_timeouts_exit_124() {
     ]);
     assert_eq!(o.status.code(), Some(124), "{}", stderr(&o));
     assert!(stderr(&o).contains("idle timeout"), "{}", stderr(&o));
+}
+
+#[test]
+fn sigterm_stops_the_child_and_keeps_the_output_as_a_cancelled_run() {
+    let env = Env::new();
+    let pidfile = env.store.with_file_name("child.pid");
+    let script = format!("echo $$ > '{}'; echo started; sleep 60", pidfile.display());
+    let child = env
+        .cmd(&["run", "--kill-grace", "1s", "--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let agentrun = child.id();
+    for _ in 0..200 {
+        if fs::read_to_string(&pidfile).is_ok_and(|p| p.ends_with('\n')) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    Command::new("kill")
+        .args(["-TERM", &agentrun.to_string()])
+        .status()
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(143), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("[Incomplete output: the run cancelled]\n[stdout]\nstarted\n"));
+    assert!(stderr(&o).contains("stopped by a signal"), "{}", stderr(&o));
+    // The child's group is gone (zombies awaiting a reaper do not count), and the run is
+    // recorded.
+    let pgid: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        live_group_members(pgid).is_empty(),
+        "the child's group was stopped"
+    );
+    let records: Vec<_> = fs::read_dir(env.store.join("records")).unwrap().collect();
+    assert_eq!(records.len(), 1);
+}
+
+/// Processes of group `pgid` that are not zombies, from /proc.
+fn live_group_members(pgid: i32) -> Vec<i32> {
+    let mut live = Vec::new();
+    for entry in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // Fields after the parenthesized command: state, ppid, pgrp, …
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid) && fields[0] != "Z" {
+            live.push(pid);
+        }
+    }
+    live
 }

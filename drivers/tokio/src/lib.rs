@@ -63,7 +63,7 @@ impl Runner {
     /// Dropping the future cancels the run: the group is stopped and the output captured so
     /// far is finalized as cancelled.
     pub async fn run(&self, options: RunOptions) -> Result<ProcessResult, RunError> {
-        self.run_with(options, None).await
+        self.run_with(options, None, std::future::pending()).await
     }
 
     /// [`Runner::run`] with a live tap on the child's stdout: `observer` is called with every
@@ -76,13 +76,37 @@ impl Runner {
         options: RunOptions,
         observer: impl FnMut(&[u8]) + Send + 'static,
     ) -> Result<ProcessResult, RunError> {
-        self.run_with(options, Some(Box::new(observer))).await
+        self.run_with(options, Some(Box::new(observer)), std::future::pending())
+            .await
+    }
+
+    /// [`Runner::run`] that also stops when `stop` resolves (for example on a signal the
+    /// caller received): the group is stopped as on a timeout, the output captured so far is
+    /// finalized as cancelled, and the result says [`Outcome::Cancelled`]. Unlike dropping the
+    /// future, this waits for the child to be stopped and reaped and returns the result.
+    pub async fn run_until(
+        &self,
+        options: RunOptions,
+        stop: impl Future<Output = ()>,
+    ) -> Result<ProcessResult, RunError> {
+        self.run_with(options, None, stop).await
+    }
+
+    /// [`Runner::run_observed`] with the `stop` future of [`Runner::run_until`].
+    pub async fn run_observed_until(
+        &self,
+        options: RunOptions,
+        observer: impl FnMut(&[u8]) + Send + 'static,
+        stop: impl Future<Output = ()>,
+    ) -> Result<ProcessResult, RunError> {
+        self.run_with(options, Some(Box::new(observer)), stop).await
     }
 
     async fn run_with(
         &self,
         options: RunOptions,
         observer: Option<StdoutObserver>,
+        stop: impl Future<Output = ()>,
     ) -> Result<ProcessResult, RunError> {
         let store = self.store.clone();
         let Prepared {
@@ -128,9 +152,15 @@ impl Runner {
             let status = child.wait().await;
             drain(&mut pumps).await.and(status)
         };
+        let stopped = async {
+            tokio::select! {
+                outcome = stop_timer(live) => outcome,
+                () = stop => Outcome::Cancelled,
+            }
+        };
         let (outcome, exit) = tokio::select! {
             status = ended => (Outcome::Completed, Some(exit_of(status?))),
-            outcome = stop_timer(live) => {
+            outcome = stopped => {
                 let status = stop_group(group, &signals, grace, &mut child).await;
                 let _ = tokio::time::timeout(DRAIN_AFTER_KILL, drain(&mut pumps)).await;
                 (outcome, status.map(exit_of))
