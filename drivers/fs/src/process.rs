@@ -480,24 +480,14 @@ impl LiveRun {
     /// The run future was dropped (blocking; run from `Drop` on the blocking pool). The
     /// driver's drop guard has already sent the first stop signal (SIGTERM by default) to
     /// `group`, at once: it is not sent again (a second SIGINT means "quit now" to many
-    /// CLIs). The output captured so far is finalized as cancelled (incomplete, readable);
-    /// then the grace period and each further stop signal with its grace (ended early when
-    /// the group is gone), SIGKILL, and the allocated sink removed. The child is reaped by
-    /// the runtime's reaper of dropped children.
+    /// CLIs). Then the grace period and each further stop signal with its grace (ended early
+    /// when the group is gone), SIGKILL if the group is still there, and only then the output
+    /// captured so far is finalized as cancelled (incomplete, readable) and the allocated sink
+    /// removed. The child is reaped by the runtime's reaper of dropped children.
     pub fn cancel(self, group: Option<Pid>) {
-        let signals = self.stop_signals();
-        let taken = self
-            .session
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(session) = taken {
-            let _ = session.finish(Completion::Streamed {
-                display: None,
-                status: Status::Cancelled,
-            });
-        }
-        for (i, signal) in signals.iter().enumerate() {
+        // Stop first, finalize after: what the child writes while it shuts down (during the
+        // grace) is still captured by the pumps.
+        for (i, signal) in self.stop_signals().iter().enumerate() {
             if !group_alive(group) {
                 break;
             }
@@ -509,7 +499,20 @@ impl LiveRun {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
-        signal_group(group, Signal::KILL);
+        if group_alive(group) {
+            signal_group(group, Signal::KILL);
+        }
+        let taken = self
+            .session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(session) = taken {
+            let _ = session.finish(Completion::Streamed {
+                display: None,
+                status: Status::Cancelled,
+            });
+        }
         drop(self.sink);
     }
 }
