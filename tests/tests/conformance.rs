@@ -974,6 +974,11 @@ fn the_stdout_tap_sees_chunks_live_and_the_artifact_is_identical<D: Driver>() {
 /// child is still alive, each once; a child that ends on the first never sees the second.
 fn stop_signals_are_sent_in_order_with_the_grace_between<D: Driver>() {
     use agentrun_core::harness::StopSignal;
+    // A shell cannot trap a signal that was ignored when it started, and children inherit
+    // an ignored SIGINT from a test run started in the background. A handler in this process
+    // is reset to the default by exec, so the shells below start with SIGINT trappable.
+    let _default_sigint_for_children =
+        async_signal::Signals::new([async_signal::Signal::Int]).expect("a SIGINT handler");
     let env = Env::new();
     let log = env.path("signals");
     let grace = Duration::from_millis(400);
