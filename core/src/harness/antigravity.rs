@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::json::{self, Line};
+use super::json;
 use super::progress;
 use super::{Drift, Evidence, Facts, ModelScope, StreamDecoder, StreamUpdate, Usage};
 
@@ -140,13 +140,8 @@ impl AgyDecoder {
 impl StreamDecoder for AgyDecoder {
     fn condense(&mut self, line: &[u8]) -> StreamUpdate {
         let mut update = StreamUpdate::default();
-        let v = match json::parse(line) {
-            Line::Blank => return update,
-            Line::Malformed => {
-                self.drift.malformed();
-                return update;
-            }
-            Line::Object(v) => v,
+        let Some(v) = self.drift.object(line) else {
+            return update;
         };
         let Some(event) = json::str(&v, "event") else {
             if v.get("status").is_some_and(Value::is_string) && v.get("conversation_id").is_some() {

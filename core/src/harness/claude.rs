@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use serde::Deserialize;
 
+use super::json;
 use super::json::lenient::{self, Bool, NonNull, Obj, Seq, Str};
-use super::json::{self, Line};
 use super::progress;
 use super::{
     Drift, Evidence, Facts, ModelScope, RefusalCategory, StreamDecoder, StreamUpdate, Usage,
@@ -446,13 +446,8 @@ impl StreamDecoder for ClaudeDecoder {
             self.assistant(&frame, &mut update);
             return update;
         }
-        let v = match json::parse(line) {
-            Line::Blank => return update,
-            Line::Malformed => {
-                self.drift.malformed();
-                return update;
-            }
-            Line::Object(v) => v,
+        let Some(v) = self.drift.object(line) else {
+            return update;
         };
         let Some(kind) = json::str(&v, "type") else {
             self.drift.malformed();

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::json::{self, Line};
+use super::json;
 use super::progress;
 use super::{Drift, Evidence, Facts, RefusalCategory, StreamDecoder, StreamUpdate, Usage};
 
@@ -110,13 +110,8 @@ fn render_item(kind: &str, item: &Value) -> Option<String> {
 impl StreamDecoder for CodexDecoder {
     fn condense(&mut self, line: &[u8]) -> StreamUpdate {
         let mut update = StreamUpdate::default();
-        let v = match json::parse(line) {
-            Line::Blank => return update,
-            Line::Malformed => {
-                self.drift.malformed();
-                return update;
-            }
-            Line::Object(v) => v,
+        let Some(v) = self.drift.object(line) else {
+            return update;
         };
         let Some(kind) = json::str(&v, "type") else {
             self.drift.malformed();

@@ -441,6 +441,19 @@ impl Drift {
         self.unrecognized += 1;
     }
 
+    /// Parses `line` as an event object: a blank line is `None` and not counted; anything
+    /// that is not a JSON object is `None` and counted as unrecognized.
+    pub(crate) fn object(&mut self, line: &[u8]) -> Option<serde_json::Value> {
+        match json::parse(line) {
+            json::Line::Blank => None,
+            json::Line::Malformed => {
+                self.malformed();
+                None
+            }
+            json::Line::Object(v) => Some(v),
+        }
+    }
+
     /// A well-formed line of an unknown event type.
     pub(crate) fn unknown(&mut self, kind: &str) {
         self.unrecognized += 1;

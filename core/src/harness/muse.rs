@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::json::{self, Line};
+use super::json;
 use super::progress;
 use super::{Drift, Facts, StreamDecoder, StreamUpdate};
 
@@ -81,13 +81,8 @@ impl MuseDecoder {
 impl StreamDecoder for MuseDecoder {
     fn condense(&mut self, line: &[u8]) -> StreamUpdate {
         let mut update = StreamUpdate::default();
-        let v = match json::parse(line) {
-            Line::Blank => return update,
-            Line::Malformed => {
-                self.drift.malformed();
-                return update;
-            }
-            Line::Object(v) => v,
+        let Some(v) = self.drift.object(line) else {
+            return update;
         };
         let Some(kind) = json::str(&v, "payload_type") else {
             self.drift.malformed();

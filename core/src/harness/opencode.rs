@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::json::{self, Line};
+use super::json;
 use super::progress;
 use super::{Drift, Facts, StreamDecoder, StreamUpdate, Usage};
 
@@ -59,13 +59,8 @@ impl OpenCodeDecoder {
 impl StreamDecoder for OpenCodeDecoder {
     fn condense(&mut self, line: &[u8]) -> StreamUpdate {
         let mut update = StreamUpdate::default();
-        let v = match json::parse(line) {
-            Line::Blank => return update,
-            Line::Malformed => {
-                self.drift.malformed();
-                return update;
-            }
-            Line::Object(v) => v,
+        let Some(v) = self.drift.object(line) else {
+            return update;
         };
         let Some(kind) = json::str(&v, "type") else {
             self.drift.malformed();
