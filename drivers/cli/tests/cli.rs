@@ -599,3 +599,14 @@ fn live_group_members(pgid: i32) -> Vec<i32> {
     }
     live
 }
+
+#[test]
+fn cargo_run_of_the_package_picks_the_cli() {
+    // The README's main command is `cargo run --release -p agentrun -- …`; a second binary in
+    // the package must not make it ambiguous.
+    let manifest = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("default-run = \"agentrun\""),
+        "{manifest}"
+    );
+}
