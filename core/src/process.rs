@@ -89,6 +89,15 @@ pub enum OptionsError {
         /// The name as given.
         var: String,
     },
+    /// An environment change whose key cannot name a variable.
+    #[error(
+        "invalid environment variable name {key:?}: it must be non-empty and contain no '=' or \
+         NUL (set the value separately)"
+    )]
+    InvalidEnvKey {
+        /// The key as given.
+        key: String,
+    },
     /// A caller-supplied sink path is relative (the child may run in another directory).
     #[error("the result-sink path {} must be absolute", .path.display())]
     RelativeSinkPath {
@@ -132,6 +141,16 @@ impl RunOptions {
         if var.is_empty() || var.contains(&b'=') || var.contains(&0) {
             return Err(OptionsError::InvalidSinkVar {
                 var: self.sink_var.to_string_lossy().into_owned(),
+            });
+        }
+        // A key with '=' would smuggle a value past the check below ("VAR=x" is written out as
+        // VAR=x=…), and an empty or NUL key cannot be an environment entry at all.
+        if let Some((key, _)) = self.env.iter().find(|(key, _)| {
+            let k = key.as_encoded_bytes();
+            k.is_empty() || k.contains(&b'=') || k.contains(&0)
+        }) {
+            return Err(OptionsError::InvalidEnvKey {
+                key: key.to_string_lossy().into_owned(),
             });
         }
         if self

@@ -261,3 +261,40 @@ proptest! {
         fuzzing::plausible_events(&data);
     }
 }
+
+/// Token counts near `u64::MAX` saturate instead of overflowing (a panic in debug builds, a
+/// silent wrap in release).
+#[test]
+fn huge_token_counts_saturate() {
+    let max = u64::MAX;
+    let cases: [(Harness, Vec<String>); 2] = [
+        (
+            Harness::Codex,
+            vec![
+                r#"{"type":"thread.started","thread_id":"t1"}"#.to_owned(),
+                format!(r#"{{"type":"turn.completed","usage":{{"input_tokens":{max},"output_tokens":{max}}}}}"#),
+                r#"{"type":"turn.completed","usage":{"input_tokens":1,"output_tokens":1}}"#.to_owned(),
+            ],
+        ),
+        (
+            Harness::OpenCode,
+            vec![
+                format!(r#"{{"type":"step_finish","sessionID":"s","part":{{"tokens":{{"input":{max},"output":{max},"cache":{{"read":{max}}}}}}}}}"#),
+                r#"{"type":"step_finish","sessionID":"s","part":{"tokens":{"input":1,"output":1,"cache":{"read":1}}}}"#.to_owned(),
+            ],
+        ),
+    ];
+    for (h, lines) in cases {
+        let mut interp = Interpretation::new(h);
+        for line in &lines {
+            interp.handle_line(line.as_bytes());
+        }
+        let c = interp.finish(HarnessExit::Success).complete(None);
+        let usage = c
+            .report
+            .usage
+            .unwrap_or_else(|| panic!("{h:?} reports usage"));
+        assert_eq!(usage.input_tokens, max, "{h:?}");
+        assert_eq!(usage.output_tokens, max, "{h:?}");
+    }
+}

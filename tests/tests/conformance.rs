@@ -362,6 +362,20 @@ fn a_caller_env_entry_for_the_sink_variable_is_rejected_before_spawn<D: Driver>(
         );
         assert!(err.to_string().contains("RESULT_SINK"), "{err}");
     }
+    // A key that smuggles '=' (std would write "AGENTRUN_RESULT_SINK=/tmp/evil=x") or is empty
+    // is no variable name at all.
+    for key in ["AGENTRUN_RESULT_SINK=/tmp/evil", "", "A\0B"] {
+        for options in [sh(&script).env(key, "x"), sh_sink(&script).env(key, "x")] {
+            let err = D::run(&env.store, options).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    RunError::InvalidOptions(OptionsError::InvalidEnvKey { .. })
+                ),
+                "{key:?}: {err:?}"
+            );
+        }
+    }
     assert!(!marker.exists(), "nothing was spawned");
     assert!(env.store.records().unwrap().is_empty());
     assert!(env.runtime_entries().is_empty());
@@ -421,6 +435,14 @@ fn a_caller_path_is_read_and_left_in_place<D: Driver>() {
     .unwrap();
     assert_eq!(result.result.as_deref(), Some("mine"));
     assert_eq!(fs::read(&path).unwrap(), b"mine");
+    // The next run at the same path writes nothing: the earlier answer is not returned.
+    let result = D::run(
+        &env.store,
+        sh("true").with_result_sink(ResultSink::Path(path.clone())),
+    )
+    .unwrap();
+    assert_eq!(result.result, None);
+    assert_eq!(result.sink, SinkOutcome::Unwritten);
 }
 
 /// Runs `script` with an allocated sink and checks the outcome and result; the sink and its
@@ -844,6 +866,41 @@ fn dropping_the_future_cancels_the_run<D: Driver>() {
         .is_empty()));
 }
 
+/// A child that exits but leaves a background process holding its pipes: the run completes
+/// with the child's exit status and its answer shortly after, neither hanging nor reported as
+/// a timeout, and the leftover process is stopped.
+fn leftovers_holding_the_pipes_do_not_hold_the_run<D: Driver>() {
+    let env = Env::new();
+    let pidfile = env.path("bg");
+    let script = format!(
+        r#"printf ok > "$AGENTRUN_RESULT_SINK"; sleep 30 & echo $! > '{}'; echo leader-done"#,
+        pidfile.display()
+    );
+    let started = Instant::now();
+    let r = D::run(
+        &env.store,
+        sh_sink(&script)
+            .timeout(Duration::from_secs(20))
+            .kill_grace(Duration::from_millis(500)),
+    )
+    .unwrap();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(8), "took {took:?}");
+    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!(code(&r), Exit::Code(0));
+    assert_eq!(r.result.as_deref(), Some("ok"));
+    assert_eq!(env.stdout(&r), "leader-done\n");
+    let bg: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || ended(bg)),
+        "the leftover process was stopped"
+    );
+}
+
 /// A stop future (a signal, in the CLI) stops the group like a timeout and the run still
 /// returns its result: cancelled, the output so far retained, the sink not read.
 fn a_stop_future_cancels_the_run_and_returns_its_result<D: Driver>() {
@@ -1091,6 +1148,10 @@ macro_rules! conformance {
             #[test]
             fn the_idle_timeout_counts_from_the_last_output() {
                 super::the_idle_timeout_counts_from_the_last_output::<$driver>();
+            }
+            #[test]
+            fn leftovers_holding_the_pipes_do_not_hold_the_run() {
+                super::leftovers_holding_the_pipes_do_not_hold_the_run::<$driver>();
             }
             #[test]
             fn a_stop_future_cancels_the_run_and_returns_its_result() {

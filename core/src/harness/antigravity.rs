@@ -2,6 +2,8 @@
 //! by `event`. The single `--print --output-format json` envelope (no `event`, with
 //! `conversation_id` and `status`) is accepted too, as a result.
 
+use std::collections::HashSet;
+
 use serde_json::Value;
 
 use super::json;
@@ -15,7 +17,7 @@ pub(crate) struct AgyDecoder {
     drift: Drift,
     session_id: Option<String>,
     started: bool,
-    shown_steps: Vec<u64>,
+    shown_steps: HashSet<u64>,
     final_message: Option<String>,
     failure: Option<String>,
     usage: Option<Usage>,
@@ -59,10 +61,9 @@ impl AgyDecoder {
         let Some(index) = json::u64(step, "step_index") else {
             return;
         };
-        if self.shown_steps.contains(&index) {
+        if !self.shown_steps.insert(index) {
             return;
         }
-        self.shown_steps.push(index);
         let name = json::first_str(step, &["tool_name", "name", "tool"]).unwrap_or("tool");
         let input = step
             .get("input")

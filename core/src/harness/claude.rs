@@ -2,6 +2,8 @@
 //! (`streaming-messages-json`, plus Grok's ACP-derived `streaming-json`). The dialect
 //! differences (SPEC §12) are private to this file.
 
+use std::collections::HashMap;
+
 use serde_json::Value;
 
 use serde::Deserialize;
@@ -59,7 +61,7 @@ pub(crate) struct ClaudeDecoder {
     /// The text of the last root API-error assistant message (a diagnostic of last resort).
     api_error_text: Option<String>,
     /// Task descriptions by id, for killed-work rendering.
-    tasks: Vec<(String, String)>,
+    tasks: HashMap<String, String>,
     /// Tasks killed since the last root result, in order, deduplicated.
     killed: Vec<String>,
     /// Grok ACP: the text of the current reply.
@@ -83,7 +85,7 @@ impl ClaudeDecoder {
             usage: None,
             terminal_seen: false,
             api_error_text: None,
-            tasks: Vec::new(),
+            tasks: HashMap::new(),
             killed: Vec::new(),
             acp_text: String::new(),
             acp_tool_since_text: false,
@@ -121,9 +123,9 @@ impl ClaudeDecoder {
             "task_started" if self.dialect == Dialect::Claude => {
                 if let Some(id) = json::nonempty(v, "task_id") {
                     let desc = json::first_str(v, &["description", "prompt"]).unwrap_or(id);
-                    if !self.tasks.iter().any(|(t, _)| t == id) {
-                        self.tasks.push((id.to_owned(), desc.to_owned()));
-                    }
+                    self.tasks
+                        .entry(id.to_owned())
+                        .or_insert_with(|| desc.to_owned());
                 }
             }
             "task_updated" if self.dialect == Dialect::Claude => {
@@ -496,12 +498,7 @@ impl StreamDecoder for ClaudeDecoder {
                 facts.killed_work = this
                     .killed
                     .iter()
-                    .map(|id| {
-                        this.tasks
-                            .iter()
-                            .find(|(t, _)| t == id)
-                            .map_or_else(|| id.clone(), |(_, d)| d.clone())
-                    })
+                    .map(|id| this.tasks.get(id).map_or_else(|| id.clone(), Clone::clone))
                     .collect();
                 if let Some(turns) = this.turns {
                     let cost = this.cost.unwrap_or(0.0);

@@ -1,5 +1,7 @@
 //! The Codex decoder (`codex exec --json`, SPEC §12).
 
+use std::collections::HashSet;
+
 use serde_json::Value;
 
 use super::json;
@@ -12,7 +14,7 @@ pub(crate) struct CodexDecoder {
     session_id: Option<String>,
     started: bool,
     /// Item ids that already produced their progress line.
-    shown: Vec<String>,
+    shown: HashSet<String>,
     /// Items started and not yet completed: (id, description).
     in_progress: Vec<(String, String)>,
     killed: Vec<String>,
@@ -49,9 +51,9 @@ impl CodexDecoder {
             self.in_progress.push((id.to_owned(), line.clone()));
         }
         if let Some(line) = line
-            && !self.shown.iter().any(|s| s == id)
+            && !self.shown.contains(id)
         {
-            self.shown.push(id.to_owned());
+            self.shown.insert(id.to_owned());
             update.progress.push(line);
         }
         if event == "item.completed" {
@@ -141,10 +143,18 @@ impl StreamDecoder for CodexDecoder {
                 self.failure = None;
                 if let Some(u) = v.get("usage") {
                     let usage = self.usage.get_or_insert_with(Usage::default);
-                    usage.input_tokens += json::u64(u, "input_tokens").unwrap_or(0);
-                    usage.cached_input_tokens += json::u64(u, "cached_input_tokens").unwrap_or(0);
-                    usage.output_tokens += json::u64(u, "output_tokens").unwrap_or(0);
-                    usage.reasoning_tokens += json::u64(u, "reasoning_output_tokens").unwrap_or(0);
+                    usage.input_tokens = usage
+                        .input_tokens
+                        .saturating_add(json::u64(u, "input_tokens").unwrap_or(0));
+                    usage.cached_input_tokens = usage
+                        .cached_input_tokens
+                        .saturating_add(json::u64(u, "cached_input_tokens").unwrap_or(0));
+                    usage.output_tokens = usage
+                        .output_tokens
+                        .saturating_add(json::u64(u, "output_tokens").unwrap_or(0));
+                    usage.reasoning_tokens = usage
+                        .reasoning_tokens
+                        .saturating_add(json::u64(u, "reasoning_output_tokens").unwrap_or(0));
                 }
                 for (_, desc) in self.in_progress.drain(..) {
                     if !self.killed.contains(&desc) {

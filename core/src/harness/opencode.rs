@@ -88,11 +88,19 @@ impl StreamDecoder for OpenCodeDecoder {
                     json::str(part, "reason") == Some("stop") || self.terminal_seen;
                 if let Some(t) = part.get("tokens") {
                     let usage = self.usage.get_or_insert_with(Usage::default);
-                    usage.input_tokens += json::u64(t, "input").unwrap_or(0);
-                    usage.output_tokens += json::u64(t, "output").unwrap_or(0);
-                    usage.reasoning_tokens += json::u64(t, "reasoning").unwrap_or(0);
+                    usage.input_tokens = usage
+                        .input_tokens
+                        .saturating_add(json::u64(t, "input").unwrap_or(0));
+                    usage.output_tokens = usage
+                        .output_tokens
+                        .saturating_add(json::u64(t, "output").unwrap_or(0));
+                    usage.reasoning_tokens = usage
+                        .reasoning_tokens
+                        .saturating_add(json::u64(t, "reasoning").unwrap_or(0));
                     if let Some(c) = t.get("cache") {
-                        usage.cached_input_tokens += json::u64(c, "read").unwrap_or(0);
+                        usage.cached_input_tokens = usage
+                            .cached_input_tokens
+                            .saturating_add(json::u64(c, "read").unwrap_or(0));
                     }
                 }
                 if let Some(cost) = json::f64(part, "cost") {

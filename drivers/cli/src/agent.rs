@@ -199,7 +199,17 @@ pub(crate) fn run(store: Store, args: AgentArgs) -> Result<ExitCode, Failure> {
         Ok(result) => result,
         Err(agentrun_smol::RunError::Spawn { program, source }) => {
             let program = program.to_string_lossy();
-            let (code, why) = if source.kind() == io::ErrorKind::NotFound {
+            let (code, why) = if source.kind() == io::ErrorKind::NotFound
+                && agentrun_fs::process::program_exists(program.as_ref().as_ref())
+            {
+                (
+                    127,
+                    format!(
+                        "{program:?} exists but its interpreter (its #! line) was not found \
+                         ({source})"
+                    ),
+                )
+            } else if source.kind() == io::ErrorKind::NotFound {
                 (
                     127,
                     format!(

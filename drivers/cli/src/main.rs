@@ -242,11 +242,11 @@ fn run(store: Store, args: RunArgs) -> Result<ExitCode, Failure> {
     let result = smol::block_on(runner.run_until(options, interrupts.stopped()));
     let result = match result {
         Ok(r) => r,
-        Err(agentrun_smol::RunError::Spawn { program, source }) => {
-            eprintln!(
-                "agentrun: error: cannot run {}: {source}",
-                program.to_string_lossy()
-            );
+        Err(e @ agentrun_smol::RunError::Spawn { .. }) => {
+            eprintln!("agentrun: error: {e}");
+            let agentrun_smol::RunError::Spawn { source, .. } = &e else {
+                return Err(Failure::runtime(e));
+            };
             let code = if source.kind() == io::ErrorKind::NotFound {
                 127
             } else {

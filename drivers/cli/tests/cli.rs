@@ -610,3 +610,18 @@ fn cargo_run_of_the_package_picks_the_cli() {
         "{manifest}"
     );
 }
+
+#[test]
+fn a_program_whose_interpreter_is_missing_is_named_as_such() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let env = Env::new();
+    let script = env.store.with_file_name("needs-interp");
+    fs::write(&script, "#!/nonexistent/interpreter\necho hi\n").unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let o = env.run(&["run", "--", script.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(127));
+    assert!(stderr(&o).contains("its interpreter"), "{}", stderr(&o));
+    let o = env.run(&["run", "--", "no-such-program-xyz"]);
+    assert_eq!(o.status.code(), Some(127));
+    assert!(stderr(&o).contains("no such program"), "{}", stderr(&o));
+}

@@ -18,7 +18,7 @@
 //! blocking pool (from `Drop`, so it cannot wait): the group is stopped and the output captured
 //! so far is finalized as cancelled (incomplete) and stays readable.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
@@ -50,6 +50,12 @@ const PIPE_SIZE: usize = 1 << 20;
 /// group (`setsid`) can hold them open, and the run does not wait for it.
 pub const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
 
+/// How long a driver waits for the output pipes to close after the child exited by itself.
+/// Longer means a process the child left behind in its group (a background server, a stray
+/// `cmd &`) still holds them: the driver then stops the rest of the group, so a finished run
+/// neither hangs nor turns into a timeout, and keeps its exit status and its answer.
+pub const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+
 /// Why a run could not be carried out (a child that runs and fails is not an error). Shared by
 /// every driver, re-exported as `agentrun_smol::RunError` and `agentrun_tokio::RunError`.
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +78,7 @@ pub enum RunError {
         source: io::Error,
     },
     /// The program could not be started.
-    #[error("cannot run {program:?}: {source}{}", spawn_hint(.source))]
+    #[error("cannot run {program:?}: {source}{}", spawn_hint(.program, .source))]
     Spawn {
         /// The program as given.
         program: OsString,
@@ -87,14 +93,27 @@ pub enum RunError {
     Io(#[from] io::Error),
 }
 
-fn spawn_hint(e: &io::Error) -> &'static str {
+fn spawn_hint(program: &OsStr, e: &io::Error) -> &'static str {
     match e.kind() {
+        io::ErrorKind::NotFound if program_exists(program) => {
+            " (the program exists: its interpreter, named on its #! line, was not found)"
+        }
         io::ErrorKind::NotFound => {
             " (no such program; a name without '/' is looked up in PATH, never run by a shell)"
         }
         io::ErrorKind::PermissionDenied => " (is the file executable? chmod +x)",
         _ => "",
     }
+}
+
+/// Whether `program` names an existing file: as a path when it has a `/`, else in `PATH`.
+pub fn program_exists(program: &OsStr) -> bool {
+    let name = Path::new(program);
+    if program.as_encoded_bytes().contains(&b'/') {
+        return name.is_file();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(name).is_file()))
 }
 
 /// The child's stdin, stdout and stderr for `options`. Set separately from [`command`]

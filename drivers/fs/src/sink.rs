@@ -86,17 +86,28 @@ impl Store {
     /// Prepares the result sink of run `run_id`: for [`ResultSink::Allocate`] a fresh
     /// owner-only (0700) directory `runtime/<run_id>/` (created exclusively, so never shared
     /// with another run) and the path `runtime/<run_id>/result` in it, which does not exist
-    /// yet; for [`ResultSink::Path`] the caller's path as it is.
+    /// yet; for [`ResultSink::Path`] the caller's path, cleared of an earlier answer (a file or
+    /// link there is removed; the directory it is in stays the caller's).
     pub fn prepare_sink(
         &self,
         sink: &ResultSink,
         run_id: &str,
     ) -> Result<PreparedSink, crate::StoreError> {
         match sink {
-            ResultSink::Path(path) => Ok(PreparedSink {
-                path: path.clone(),
-                owned_dir: None,
-            }),
+            ResultSink::Path(path) => {
+                // An answer left there by an earlier run must not pass for this run's answer.
+                // `remove_file` never follows a link; a directory is left for the read to
+                // report.
+                match fs::symlink_metadata(path) {
+                    Ok(meta) if !meta.is_dir() => fs::remove_file(path)
+                        .at("clear the earlier answer at the result-sink path", path)?,
+                    _ => {}
+                }
+                Ok(PreparedSink {
+                    path: path.clone(),
+                    owned_dir: None,
+                })
+            }
             ResultSink::Allocate => {
                 if !crate::layout::valid_run_id(run_id) {
                     return Err(crate::StoreError::InvalidRunId(run_id.to_owned()));
@@ -248,14 +259,16 @@ mod tests {
     }
 
     #[test]
-    fn a_caller_path_is_left_alone() {
+    fn a_caller_path_is_cleared_before_and_left_alone_after() {
         let (tmp, store) = store();
         let path = tmp.path().join("mine");
-        fs::write(&path, "answer").unwrap();
+        fs::write(&path, "stale answer of an earlier run").unwrap();
         let sink = store
             .prepare_sink(&ResultSink::Path(path.clone()), "r")
             .unwrap();
         assert!(!sink.is_allocated());
+        assert!(!path.exists(), "the earlier answer is gone before the run");
+        fs::write(&path, "answer").unwrap();
         assert_eq!(sink.read(100).1.as_deref(), Some("answer"));
         sink.remove().unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"answer");

@@ -32,7 +32,8 @@ pub use agentrun_core::sink::{
 use agentrun_fs::Store;
 pub use agentrun_fs::process::RunError;
 use agentrun_fs::process::{
-    DRAIN_AFTER_KILL, LiveRun, Prepared, StdoutObserver, exit_of, group_of, prepare, signal_group,
+    DRAIN_AFTER_EXIT, DRAIN_AFTER_KILL, LiveRun, Prepared, StdoutObserver, exit_of, group_of,
+    prepare, signal_group,
 };
 pub use agentrun_fs::sink::read_sink;
 use blocking::{Task, unblock};
@@ -146,17 +147,21 @@ impl Runner {
         }
         let live = &*live;
         let (grace, signals) = (live.kill_grace(), live.stop_signals());
-        let ended = async {
-            let status = child.status().await;
-            Ok(drain(&mut pumps).await.and(status))
-        };
+        let exited = async { Ok(child.status().await) };
         let cancelled = async {
             stop.await;
             Outcome::Cancelled
         };
         let stopped = async { Err(stop_timer(live).or(cancelled).await) };
-        let (outcome, exit) = match ended.or(stopped).await {
-            Ok(status) => (Outcome::Completed, Some(exit_of(status?))),
+        let (outcome, exit) = match exited.or(stopped).await {
+            Ok(status) => {
+                let status = status?;
+                if !drained_within(&mut pumps, DRAIN_AFTER_EXIT).await? {
+                    // Leftovers of the child hold the pipes: stop them, keep the exit status.
+                    stop_leftovers(group, &signals, grace, &mut pumps).await?;
+                }
+                (Outcome::Completed, Some(exit_of(status)))
+            }
             Err(outcome) => {
                 let status = stop_group(group, &signals, grace, &mut child).await;
                 let _ = drain(&mut pumps).or(sleep_ok(DRAIN_AFTER_KILL)).await;
@@ -179,6 +184,37 @@ async fn drain(pumps: &mut [Option<Task<io::Result<()>>>]) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Drains the pumps for at most `limit`: `Ok(true)` when every pipe closed in time.
+async fn drained_within(
+    pumps: &mut [Option<Task<io::Result<()>>>],
+    limit: Duration,
+) -> io::Result<bool> {
+    async { drain(pumps).await.map(|()| true) }
+        .or(async {
+            Timer::after(limit).await;
+            Ok(false)
+        })
+        .await
+}
+
+/// Stops what is left of the group after the child exited (each stop signal with the grace
+/// after it, ended early once the pipes close, then SIGKILL) and drains what they wrote.
+async fn stop_leftovers(
+    group: Option<Pid>,
+    signals: &[Signal],
+    grace: Duration,
+    pumps: &mut [Option<Task<io::Result<()>>>],
+) -> io::Result<()> {
+    for signal in signals {
+        signal_group(group, *signal);
+        if drained_within(pumps, grace).await? {
+            return Ok(());
+        }
+    }
+    signal_group(group, Signal::KILL);
+    drained_within(pumps, DRAIN_AFTER_KILL).await.map(drop)
 }
 
 async fn sleep_ok(d: Duration) -> io::Result<()> {

@@ -35,7 +35,8 @@ pub use agentrun_core::sink::{
 use agentrun_fs::Store;
 pub use agentrun_fs::process::RunError;
 use agentrun_fs::process::{
-    DRAIN_AFTER_KILL, LiveRun, Prepared, StdoutObserver, exit_of, group_of, prepare, signal_group,
+    DRAIN_AFTER_EXIT, DRAIN_AFTER_KILL, LiveRun, Prepared, StdoutObserver, exit_of, group_of,
+    prepare, signal_group,
 };
 pub use agentrun_fs::sink::read_sink;
 use rustix::process::{Pid, Signal};
@@ -148,10 +149,6 @@ impl Runner {
         }
         let live = &*live;
         let (grace, signals) = (live.kill_grace(), live.stop_signals());
-        let ended = async {
-            let status = child.wait().await;
-            drain(&mut pumps).await.and(status)
-        };
         let stopped = async {
             tokio::select! {
                 outcome = stop_timer(live) => outcome,
@@ -159,7 +156,14 @@ impl Runner {
             }
         };
         let (outcome, exit) = tokio::select! {
-            status = ended => (Outcome::Completed, Some(exit_of(status?))),
+            status = child.wait() => {
+                let status = status?;
+                if !drained_within(&mut pumps, DRAIN_AFTER_EXIT).await? {
+                    // Leftovers of the child hold the pipes: stop them, keep the exit status.
+                    stop_leftovers(group, &signals, grace, &mut pumps).await?;
+                }
+                (Outcome::Completed, Some(exit_of(status)))
+            }
             outcome = stopped => {
                 let status = stop_group(group, &signals, grace, &mut child).await;
                 let _ = tokio::time::timeout(DRAIN_AFTER_KILL, drain(&mut pumps)).await;
@@ -187,6 +191,35 @@ async fn drain(pumps: &mut [Option<JoinHandle<io::Result<()>>>]) -> io::Result<(
         }
     }
     Ok(())
+}
+
+/// Drains the pumps for at most `limit`: `Ok(true)` when every pipe closed in time.
+async fn drained_within(
+    pumps: &mut [Option<JoinHandle<io::Result<()>>>],
+    limit: Duration,
+) -> io::Result<bool> {
+    match tokio::time::timeout(limit, drain(pumps)).await {
+        Ok(result) => result.map(|()| true),
+        Err(_) => Ok(false),
+    }
+}
+
+/// Stops what is left of the group after the child exited (each stop signal with the grace
+/// after it, ended early once the pipes close, then SIGKILL) and drains what they wrote.
+async fn stop_leftovers(
+    group: Option<Pid>,
+    signals: &[Signal],
+    grace: Duration,
+    pumps: &mut [Option<JoinHandle<io::Result<()>>>],
+) -> io::Result<()> {
+    for signal in signals {
+        signal_group(group, *signal);
+        if drained_within(pumps, grace).await? {
+            return Ok(());
+        }
+    }
+    signal_group(group, Signal::KILL);
+    drained_within(pumps, DRAIN_AFTER_KILL).await.map(drop)
 }
 
 /// Resolves when the wall-clock timeout or the idle timeout fires (never, without either).
