@@ -142,19 +142,15 @@ impl StreamDecoder for CodexDecoder {
                 self.terminal_seen = true;
                 self.failure = None;
                 if let Some(u) = v.get("usage") {
-                    let usage = self.usage.get_or_insert_with(Usage::default);
-                    usage.input_tokens = usage
-                        .input_tokens
-                        .saturating_add(json::u64(u, "input_tokens").unwrap_or(0));
-                    usage.cached_input_tokens = usage
-                        .cached_input_tokens
-                        .saturating_add(json::u64(u, "cached_input_tokens").unwrap_or(0));
-                    usage.output_tokens = usage
-                        .output_tokens
-                        .saturating_add(json::u64(u, "output_tokens").unwrap_or(0));
-                    usage.reasoning_tokens = usage
-                        .reasoning_tokens
-                        .saturating_add(json::u64(u, "reasoning_output_tokens").unwrap_or(0));
+                    self.usage.get_or_insert_with(Usage::default).add_tokens(
+                        u,
+                        [
+                            "input_tokens",
+                            "cached_input_tokens",
+                            "output_tokens",
+                            "reasoning_output_tokens",
+                        ],
+                    );
                 }
                 for (_, desc) in self.in_progress.drain(..) {
                     if !self.killed.contains(&desc) {

@@ -364,6 +364,29 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Adds the token counts of `v` at `keys` — input, cached input, output, reasoning; `a.b`
+    /// reads key `b` of object `a`. An absent or non-numeric count adds nothing, and sums
+    /// saturate, so a hostile count cannot overflow.
+    pub(crate) fn add_tokens(&mut self, v: &serde_json::Value, keys: [&str; 4]) {
+        let count = |path: &str| {
+            let (parent, key) = match path.split_once('.') {
+                Some((object, key)) => (v.get(object), key),
+                None => (Some(v), path),
+            };
+            parent.and_then(|p| json::u64(p, key)).unwrap_or(0)
+        };
+        let [input, cached, output, reasoning] = keys;
+        self.input_tokens = self.input_tokens.saturating_add(count(input));
+        self.cached_input_tokens = self.cached_input_tokens.saturating_add(count(cached));
+        self.output_tokens = self.output_tokens.saturating_add(count(output));
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(count(reasoning));
+    }
+
+    /// Adds a reported cost.
+    pub(crate) fn add_cost(&mut self, cost: f64) {
+        self.cost_usd = Some(self.cost_usd.unwrap_or(0.0) + cost);
+    }
+
     /// `N turns, $X.XX` when turns or cost are known, else token counts.
     pub fn summary(&self) -> String {
         match (self.turns, self.cost_usd) {

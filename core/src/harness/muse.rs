@@ -3,6 +3,8 @@
 //! evidence: the retained session log is the model and usage source, so this decoder never
 //! returns evidence.
 
+use std::collections::HashSet;
+
 use serde_json::Value;
 
 use super::json;
@@ -18,7 +20,7 @@ pub(crate) struct MuseDecoder {
     completed_text: Option<String>,
     failure: Option<String>,
     terminal_seen: bool,
-    shown_tasks: Vec<String>,
+    shown_tasks: HashSet<String>,
 }
 
 /// Payload type prefixes Muse is known to emit.
@@ -58,11 +60,9 @@ impl MuseDecoder {
             let id = json::str(task, "id")
                 .or_else(|| v.get("stream").and_then(|s| json::str(s, "id")))
                 .unwrap_or("");
-            if !id.is_empty() {
-                if self.shown_tasks.iter().any(|s| s == id) {
-                    return;
-                }
-                self.shown_tasks.push(id.to_owned());
+            // Each call once: a repeated id is an update of a call already shown.
+            if !id.is_empty() && !self.shown_tasks.insert(id.to_owned()) {
+                return;
             }
             let input = task.get("input").unwrap_or(&Value::Null);
             let line = match json::str(input, "command") {

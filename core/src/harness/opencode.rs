@@ -2,18 +2,24 @@
 //! live model or safeguard evidence: the session export is authoritative, so this decoder
 //! never returns evidence.
 
+use std::collections::HashSet;
+
 use serde_json::Value;
 
 use super::json;
 use super::progress;
 use super::{Drift, Facts, StreamDecoder, StreamUpdate, Usage};
 
+/// Where OpenCode keeps token counts (live `step_finish` parts and the session export alike):
+/// input, cached input, output, reasoning.
+pub(crate) const TOKEN_KEYS: [&str; 4] = ["input", "cache.read", "output", "reasoning"];
+
 #[derive(Debug, Default)]
 pub(crate) struct OpenCodeDecoder {
     drift: Drift,
     session_id: Option<String>,
     started: bool,
-    shown: Vec<String>,
+    shown: HashSet<String>,
     final_message: Option<String>,
     failure: Option<String>,
     usage: Option<Usage>,
@@ -25,11 +31,9 @@ const QUIET_TYPES: &[&str] = &["step_start", "reasoning", "snapshot", "patch", "
 impl OpenCodeDecoder {
     fn tool(&mut self, part: &Value, update: &mut StreamUpdate) {
         let id = json::first_str(part, &["callID", "id"]).unwrap_or("");
-        if !id.is_empty() {
-            if self.shown.iter().any(|s| s == id) {
-                return;
-            }
-            self.shown.push(id.to_owned());
+        // Each call once: a repeated id is an update of a call already shown.
+        if !id.is_empty() && !self.shown.insert(id.to_owned()) {
+            return;
         }
         let name = json::nonempty(part, "tool").unwrap_or("tool");
         let state = part.get("state").unwrap_or(&Value::Null);
@@ -88,24 +92,10 @@ impl StreamDecoder for OpenCodeDecoder {
                     json::str(part, "reason") == Some("stop") || self.terminal_seen;
                 if let Some(t) = part.get("tokens") {
                     let usage = self.usage.get_or_insert_with(Usage::default);
-                    usage.input_tokens = usage
-                        .input_tokens
-                        .saturating_add(json::u64(t, "input").unwrap_or(0));
-                    usage.output_tokens = usage
-                        .output_tokens
-                        .saturating_add(json::u64(t, "output").unwrap_or(0));
-                    usage.reasoning_tokens = usage
-                        .reasoning_tokens
-                        .saturating_add(json::u64(t, "reasoning").unwrap_or(0));
-                    if let Some(c) = t.get("cache") {
-                        usage.cached_input_tokens = usage
-                            .cached_input_tokens
-                            .saturating_add(json::u64(c, "read").unwrap_or(0));
-                    }
+                    usage.add_tokens(t, TOKEN_KEYS);
                 }
                 if let Some(cost) = json::f64(part, "cost") {
-                    let usage = self.usage.get_or_insert_with(Usage::default);
-                    usage.cost_usd = Some(usage.cost_usd.unwrap_or(0.0) + cost);
+                    self.usage.get_or_insert_with(Usage::default).add_cost(cost);
                 }
             }
             "error" => {

@@ -119,20 +119,17 @@ pub fn parse_muse_session_log(bytes: &[u8]) -> Result<RetainedRecord, RetainedEr
         }
         if kind == "model.usage" {
             let usage = record.usage.get_or_insert_with(Usage::default);
-            usage.input_tokens = usage
-                .input_tokens
-                .saturating_add(json::u64(payload, "input_tokens").unwrap_or(0));
-            usage.output_tokens = usage
-                .output_tokens
-                .saturating_add(json::u64(payload, "output_tokens").unwrap_or(0));
-            usage.cached_input_tokens = usage
-                .cached_input_tokens
-                .saturating_add(json::u64(payload, "cached_input_tokens").unwrap_or(0));
-            usage.reasoning_tokens = usage
-                .reasoning_tokens
-                .saturating_add(json::u64(payload, "reasoning_tokens").unwrap_or(0));
+            usage.add_tokens(
+                payload,
+                [
+                    "input_tokens",
+                    "cached_input_tokens",
+                    "output_tokens",
+                    "reasoning_tokens",
+                ],
+            );
             if let Some(c) = json::f64(payload, "cost_usd") {
-                usage.cost_usd = Some(usage.cost_usd.unwrap_or(0.0) + c);
+                usage.add_cost(c);
             }
         }
     }
@@ -174,24 +171,10 @@ pub fn parse_opencode_export(bytes: &[u8]) -> Result<RetainedRecord, RetainedErr
         }
         if let Some(t) = info.get("tokens") {
             let usage = record.usage.get_or_insert_with(Usage::default);
-            usage.input_tokens = usage
-                .input_tokens
-                .saturating_add(json::u64(t, "input").unwrap_or(0));
-            usage.output_tokens = usage
-                .output_tokens
-                .saturating_add(json::u64(t, "output").unwrap_or(0));
-            usage.reasoning_tokens = usage
-                .reasoning_tokens
-                .saturating_add(json::u64(t, "reasoning").unwrap_or(0));
-            if let Some(c) = t.get("cache") {
-                usage.cached_input_tokens = usage
-                    .cached_input_tokens
-                    .saturating_add(json::u64(c, "read").unwrap_or(0));
-            }
+            usage.add_tokens(t, super::opencode::TOKEN_KEYS);
         }
         if let Some(c) = json::f64(info, "cost") {
-            let usage = record.usage.get_or_insert_with(Usage::default);
-            usage.cost_usd = Some(usage.cost_usd.unwrap_or(0.0) + c);
+            record.usage.get_or_insert_with(Usage::default).add_cost(c);
         }
     }
     Ok(record)
