@@ -59,6 +59,9 @@ pub struct RunOptions {
     /// The signals that stop the child's group on a timeout or cancellation, in order, each
     /// followed by the grace period; then SIGKILL. Default: SIGTERM alone.
     pub stop_signals: Vec<StopSignal>,
+    /// The caller's label for this process (e.g. `agent-3`), returned in the result so runs
+    /// can be told apart in logs; `None` by default.
+    pub label: Option<String>,
     /// The clean result channel (SPEC §6); `None`: not requested, and the variable is removed
     /// from the child's environment.
     pub result_sink: Option<ResultSink>,
@@ -127,6 +130,7 @@ impl RunOptions {
             idle_timeout: None,
             kill_grace: DEFAULT_KILL_GRACE,
             stop_signals: vec![StopSignal::Terminate],
+            label: None,
             result_sink: None,
             sink_var: OsString::from(DEFAULT_SINK_VAR),
             sink_cap: DEFAULT_SINK_CAP,
@@ -241,6 +245,12 @@ impl RunOptions {
         self
     }
 
+    /// Labels the process (returned as [`ProcessResult::label`]).
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
     /// Sets the stop signals, sent in order with the grace period after each, then SIGKILL
     /// (e.g. a harness's `Harness::stop_signals`, SIGINT then SIGTERM, so the CLI can finish
     /// its session record). An empty list means SIGKILL at once.
@@ -346,6 +356,10 @@ pub struct ProcessResult {
     pub result: Option<String>,
     /// What reading the result sink found.
     pub sink: SinkOutcome,
+    /// The child's operating-system process id (`None` if the runtime could not tell).
+    pub pid: Option<u32>,
+    /// The caller's label ([`RunOptions::label`]).
+    pub label: Option<String>,
 }
 
 impl ProcessResult {

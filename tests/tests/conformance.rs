@@ -605,6 +605,11 @@ fn exit_codes_and_signals<D: Driver>() {
     assert_eq!(code(&r), Exit::Signal(9));
     assert_eq!(code(&r).shell_code(), 137);
     assert_eq!(env.stdout(&r), "dying\n");
+    // The result names the process: its pid (what the child saw as $$) and the caller's label.
+    let r = D::run(&env.store, sh("echo $$").label("worker-7")).unwrap();
+    assert_eq!(r.label.as_deref(), Some("worker-7"));
+    assert_eq!(r.pid.map(|p| format!("{p}\n")), Some(env.stdout(&r)));
+    assert_eq!(D::run(&env.store, sh("true")).unwrap().label, None);
 }
 
 fn spawn_failures_are_clear_errors<D: Driver>() {

@@ -271,6 +271,7 @@ fn run(store: Store, args: RunArgs) -> Result<ExitCode, Failure> {
     if args.json {
         let json = serde_json::json!({
             "outcome": result.outcome,
+            "pid": result.pid,
             "exit": result.exit,
             "duration_ms": result.duration.as_millis() as u64,
             "model_text": result.model_text(),

@@ -330,6 +330,7 @@ pub fn prepare(store: &Store, options: RunOptions) -> Result<Prepared, RunError>
             stdin,
             sink,
             observer: Mutex::new(None),
+            pid: None,
             options,
         },
     })
@@ -345,6 +346,7 @@ pub struct LiveRun {
     sink: Option<PreparedSink>,
     // In a mutex only so that `LiveRun` stays `Sync` (drivers hold `&LiveRun` across awaits).
     observer: Mutex<Option<StdoutObserver>>,
+    pid: Option<u32>,
     options: RunOptions,
 }
 
@@ -403,8 +405,9 @@ impl LiveRun {
     }
 
     /// Marks the spawn: the idle clock starts now.
-    pub fn spawned(&mut self) {
+    pub fn spawned(&mut self, pid: Option<u32>) {
         self.activity = Arc::new(Activity::new());
+        self.pid = pid;
     }
 
     /// Installs a live tap on the child's stdout, before [`LiveRun::output_jobs`]: the stdout
@@ -493,6 +496,8 @@ impl LiveRun {
             record,
             result,
             sink,
+            pid: self.pid,
+            label: self.options.label,
         })
     }
 

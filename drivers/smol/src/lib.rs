@@ -122,7 +122,7 @@ impl Runner {
             Ok(child) => child,
             Err(e) => return Err(unblock(move || run.spawn_failed(e)).await),
         };
-        run.spawned();
+        run.spawned(Some(child.id()));
         let group = group_of(Some(child.id()));
         let mut guard = CancelGuard {
             group,

@@ -124,7 +124,7 @@ impl Runner {
             Ok(child) => child,
             Err(e) => return Err(unblock(move || run.spawn_failed(e)).await?),
         };
-        run.spawned();
+        run.spawned(child.id());
         let group = group_of(child.id());
         let mut guard = CancelGuard {
             group,
