@@ -15,6 +15,10 @@
 //!    3. Otherwise [`Capture::handle_chunk`]; then drain [`Capture::poll_index_entry`] for the
 //!       stream and append each entry to its index file.
 //!    4. If the delta has display text, [`Capture::handle_display`].
+//!
+//!    A driver that writes a chunk while the machine processes it (for throughput) takes
+//!    [`Capture::checkpoint`] before step 3 and calls [`Capture::rollback`] when its write
+//!    fails, before reporting the fault.
 //! 3. For a non-streaming tool, instead of deltas: [`Capture::begin_full`] (rejects mixed
 //!    mode), then each supplied output goes through step 2.1–2.3.
 //! 4. [`Capture::finish`] with the final display and status consumes the machine and returns a
