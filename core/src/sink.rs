@@ -94,6 +94,12 @@ pub enum SinkOutcome {
     },
     /// A symbolic link sits at the sink path; it was refused, not followed.
     Symlink,
+    /// A regular file with more than one hard link sits at the sink path: it may be another
+    /// file of the user's linked there, so it was refused, not read.
+    HardLinked {
+        /// Its link count.
+        links: u64,
+    },
     /// Something other than a regular file sits at the sink path.
     NotRegularFile {
         /// What it is.
@@ -141,6 +147,9 @@ impl SinkOutcome {
             }
             Self::NotUtf8 { bytes } => format!("refused: {bytes} bytes of invalid UTF-8"),
             Self::Symlink => "refused: a symbolic link".to_owned(),
+            Self::HardLinked { links } => {
+                format!("refused: a file with {links} hard links (possibly another file)")
+            }
             Self::NotRegularFile { kind } => format!("refused: not a regular file ({kind:?})"),
             Self::Error { message } => format!("error: {message}"),
         }

@@ -129,8 +129,8 @@ impl Store {
     }
 }
 
-/// Reads the sink at `path` verbatim: `O_NOFOLLOW | O_NONBLOCK` open, `fstat` regular-file and
-/// size check, at most `cap + 1` bytes read, then [`SinkOutcome::classify`]. Never fails: an
+/// Reads the sink at `path` verbatim: `O_NOFOLLOW | O_NONBLOCK` open, `fstat` regular-file,
+/// single-link and size check, at most `cap + 1` bytes read, then [`SinkOutcome::classify`]. Never fails: an
 /// I/O problem is [`SinkOutcome::Error`].
 pub fn read_sink(path: &Path, cap: u64) -> (SinkOutcome, Option<String>) {
     let flags =
@@ -155,6 +155,13 @@ pub fn read_sink(path: &Path, cap: u64) -> (SinkOutcome, Option<String>) {
             },
             None,
         );
+    }
+    // O_NOFOLLOW stops a symlink; a hard link to another of the user's files would pass every
+    // other check, so a file that is linked elsewhere too is refused as well.
+    #[allow(clippy::useless_conversion)] // nlink_t is narrower than u64 on some platforms
+    let links = u64::from(stat.st_nlink);
+    if links > 1 {
+        return (SinkOutcome::HardLinked { links }, None);
     }
     let size = u64::try_from(stat.st_size).unwrap_or(0);
     if size > cap {
@@ -285,6 +292,13 @@ mod tests {
         let dangling = tmp.path().join("dangling");
         symlink(tmp.path().join("nowhere"), &dangling).unwrap();
         assert_eq!(read_sink(&dangling, 100), (SinkOutcome::Symlink, None));
+        // A hard link passes O_NOFOLLOW and is a regular file: refused by its link count.
+        let hard = tmp.path().join("hard");
+        fs::hard_link(&secret, &hard).unwrap();
+        assert_eq!(
+            read_sink(&hard, 100),
+            (SinkOutcome::HardLinked { links: 2 }, None)
+        );
         assert_eq!(
             read_sink(tmp.path(), 100).0,
             SinkOutcome::NotRegularFile {
