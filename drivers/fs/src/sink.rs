@@ -6,22 +6,25 @@
 //! The read never follows a symbolic link, never blocks on a FIFO, never opens a controlling
 //! terminal and never reads more than `cap + 1` bytes:
 //!
-//! 1. `open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)`: a symlink at the
-//!    path fails with `ELOOP` (refused as [`SinkOutcome::Symlink`]), a FIFO opens without
-//!    waiting for a writer;
+//! 1. `open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)` (for an allocated
+//!    sink `openat` in the runtime directory opened at allocation, so swapping the directory
+//!    for a link redirects nothing): a symlink at the path fails with `ELOOP` (refused as
+//!    [`SinkOutcome::Symlink`]), a FIFO opens without waiting for a writer;
 //! 2. `fstat` on the opened descriptor (not the path, so a swap after the open changes
-//!    nothing): anything but a regular file is [`SinkOutcome::NotRegularFile`]; a size over the
-//!    cap is [`SinkOutcome::Oversize`] without reading a byte;
+//!    nothing): anything but a regular file is [`SinkOutcome::NotRegularFile`], a file with
+//!    more than one hard link [`SinkOutcome::HardLinked`]; a size over the cap is
+//!    [`SinkOutcome::Oversize`] without reading a byte;
 //! 3. read at most `cap + 1` bytes (a file growing under the read is still bounded), then
 //!    [`SinkOutcome::classify`].
 
 use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use agentrun_core::sink::{FileKind, ResultSink, SinkOutcome};
-use rustix::fs::{FileType, Mode, OFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use crate::Store;
@@ -39,6 +42,9 @@ pub struct PreparedSink {
     path: PathBuf,
     /// The runtime directory the runner created (`runtime/<run_id>`), if it allocated.
     owned_dir: Option<PathBuf>,
+    /// That directory, opened when it was created: the read looks the sink up in it, so a
+    /// child that swaps the directory for a link to another one cannot redirect the read.
+    dir_fd: Option<OwnedFd>,
 }
 
 impl PreparedSink {
@@ -54,7 +60,15 @@ impl PreparedSink {
 
     /// Reads the sink verbatim under `cap` (see the module documentation).
     pub fn read(&self, cap: u64) -> (SinkOutcome, Option<String>) {
-        read_sink(&self.path, cap)
+        match &self.dir_fd {
+            Some(dir) => read_with(
+                |flags| rustix::fs::openat(dir, SINK_FILE, flags, Mode::empty()),
+                || rustix::fs::statat(dir, SINK_FILE, AtFlags::SYMLINK_NOFOLLOW).ok(),
+                &self.path,
+                cap,
+            ),
+            None => read_sink(&self.path, cap),
+        }
     }
 
     /// Removes an allocated sink and its runtime directory, whatever the child left there
@@ -106,6 +120,7 @@ impl Store {
                 Ok(PreparedSink {
                     path: path.clone(),
                     owned_dir: None,
+                    dir_fd: None,
                 })
             }
             ResultSink::Allocate => {
@@ -120,9 +135,14 @@ impl Store {
                 // The umask may have removed owner bits; set the mode explicitly.
                 fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(DIR_MODE))
                     .at("set the mode of", &dir)?;
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                let dir_fd = rustix::fs::open(&dir, flags, Mode::empty())
+                    .map_err(io::Error::from)
+                    .at("open the result-sink directory", &dir)?;
                 Ok(PreparedSink {
                     path: dir.join(SINK_FILE),
                     owned_dir: Some(dir),
+                    dir_fd: Some(dir_fd),
                 })
             }
         }
@@ -133,14 +153,33 @@ impl Store {
 /// single-link and size check, at most `cap + 1` bytes read, then [`SinkOutcome::classify`]. Never fails: an
 /// I/O problem is [`SinkOutcome::Error`].
 pub fn read_sink(path: &Path, cap: u64) -> (SinkOutcome, Option<String>) {
+    read_with(
+        |flags| rustix::fs::open(path, flags, Mode::empty()),
+        || rustix::fs::lstat(path).ok(),
+        path,
+        cap,
+    )
+}
+
+/// The read of [`read_sink`], with the sink opened by `open` (given the flags) and inspected
+/// without following a link by `lstat`; `path` names it in messages.
+fn read_with(
+    open: impl FnOnce(OFlags) -> Result<OwnedFd, Errno>,
+    lstat: impl FnOnce() -> Option<rustix::fs::Stat>,
+    path: &Path,
+    cap: u64,
+) -> (SinkOutcome, Option<String>) {
     let flags =
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
-    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
+    let fd = match open(flags) {
         Ok(fd) => fd,
         Err(Errno::NOENT) => return (SinkOutcome::Unwritten, None),
         // ELOOP is what O_NOFOLLOW gives for a final symlink; ENXIO is a socket (or a FIFO
         // opened for writing). Say which from the link itself.
-        Err(e @ (Errno::LOOP | Errno::NXIO)) => return (classify_unopenable(path, e), None),
+        Err(e @ (Errno::LOOP | Errno::NXIO)) => {
+            let kind = lstat().map(|st| FileType::from_raw_mode(st.st_mode));
+            return (classify_unopenable(kind, path, e), None);
+        }
         Err(e) => return (error(path, "open", e.into()), None),
     };
     let stat = match rustix::fs::fstat(&fd) {
@@ -177,14 +216,15 @@ pub fn read_sink(path: &Path, cap: u64) -> (SinkOutcome, Option<String>) {
     SinkOutcome::classify(bytes, cap)
 }
 
-/// The outcome for a path `open` refused with `errno`.
-fn classify_unopenable(path: &Path, errno: Errno) -> SinkOutcome {
-    match fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_symlink() => SinkOutcome::Symlink,
-        Ok(meta) if meta.file_type().is_socket() => SinkOutcome::NotRegularFile {
+/// The outcome for a sink `open` refused with `errno`, given what sits there (`kind`, from a
+/// stat that does not follow links).
+fn classify_unopenable(kind: Option<FileType>, path: &Path, errno: Errno) -> SinkOutcome {
+    match kind {
+        Some(FileType::Symlink) => SinkOutcome::Symlink,
+        Some(FileType::Socket) => SinkOutcome::NotRegularFile {
             kind: FileKind::Socket,
         },
-        Ok(meta) if meta.file_type().is_fifo() => SinkOutcome::NotRegularFile {
+        Some(FileType::Fifo) => SinkOutcome::NotRegularFile {
             kind: FileKind::Fifo,
         },
         _ => error(path, "open", errno.into()),
@@ -279,6 +319,31 @@ mod tests {
         assert_eq!(sink.read(100).1.as_deref(), Some("answer"));
         sink.remove().unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"answer");
+    }
+
+    #[test]
+    fn swapping_the_runtime_directory_for_a_link_does_not_redirect_the_read() {
+        let (tmp, store) = store();
+        let sink = store.prepare_sink(&ResultSink::Allocate, "run-x").unwrap();
+        let dir = sink.path().parent().unwrap().to_owned();
+        let elsewhere = tmp.path().join("elsewhere");
+        fs::create_dir(&elsewhere).unwrap();
+        fs::write(elsewhere.join(SINK_FILE), "not the child's file").unwrap();
+        let moved = tmp.path().join("moved");
+        fs::rename(&dir, &moved).unwrap();
+        symlink(&elsewhere, &dir).unwrap();
+        assert_eq!(sink.read(100), (SinkOutcome::Unwritten, None));
+        fs::write(moved.join(SINK_FILE), "the answer").unwrap();
+        assert_eq!(
+            sink.read(100),
+            (
+                SinkOutcome::Read { bytes: 10 },
+                Some("the answer".to_owned())
+            )
+        );
+        sink.remove().unwrap();
+        assert!(fs::symlink_metadata(&dir).is_err(), "the link is removed");
+        assert!(elsewhere.join(SINK_FILE).exists(), "never followed");
     }
 
     #[test]
