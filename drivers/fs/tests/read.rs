@@ -3,25 +3,12 @@
 mod common;
 
 use std::fs;
-use std::os::unix::fs::FileExt;
 
 use agentrun_core::page::{MAX_PAGE_BYTES, extract_bytes, extract_page};
 use agentrun_core::record::RecordOutput;
 use agentrun_core::{ArtifactUri, ByteRange, Digest, PageError, PageRequest, StreamName};
 use agentrun_fs::ReadError;
 use common::*;
-
-fn flip(path: &std::path::Path, at: u64) {
-    let f = fs::File::options()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, at).unwrap();
-    b[0] ^= 0x01;
-    f.write_all_at(&b, at).unwrap();
-}
 
 #[test]
 fn missing_and_non_manifest_and_unknown_stream_are_distinct_errors() {
@@ -147,7 +134,7 @@ fn a_flipped_object_byte_is_never_returned() {
     let d = Digest::of(&content);
     let path = object_path(&store, &d);
     for at in 0..content.len() as u64 {
-        flip(&path, at);
+        flip(&path, at, 0x01);
         for offset in 0..=4 {
             for limit in [1, 2, 2000] {
                 let r = store.read_page(&uri(d), PageRequest::new(offset, limit).unwrap());
@@ -160,7 +147,7 @@ fn a_flipped_object_byte_is_never_returned() {
         let r = store.read_bytes(&uri(d), ByteRange::new(at, 1).unwrap());
         assert!(matches!(r, Err(ReadError::Corrupt { .. })), "{r:?}");
         assert!(store.copy_to(&uri(d), &mut Vec::new()).is_err());
-        flip(&path, at);
+        flip(&path, at, 0x01);
     }
     assert_eq!(read_all_pages(&store, &uri(d), 1).unwrap(), content);
 }
@@ -173,7 +160,7 @@ fn a_flipped_byte_in_a_large_object_fails_exactly_the_reads_that_cover_it() {
     let d = Digest::of(&content);
     let path = object_path(&store, &d);
     let at = 200_000u64; // inside block 3
-    flip(&path, at);
+    flip(&path, at, 0x01);
     let mut offset = 0;
     let mut failed = 0;
     loop {
@@ -215,7 +202,7 @@ fn a_flipped_index_byte_is_never_wrong_data() {
     let idx = index_path(&store, &d);
     let len = fs::metadata(&idx).unwrap().len();
     for at in 0..len {
-        flip(&idx, at);
+        flip(&idx, at, 0x01);
         for offset in 0..=3 {
             let r = store.read_page(&uri(d), PageRequest::new(offset, 2).unwrap());
             assert!(
@@ -231,7 +218,7 @@ fn a_flipped_index_byte_is_never_wrong_data() {
             r,
             Err(ReadError::CorruptIndex { .. } | ReadError::Corrupt { .. })
         ));
-        flip(&idx, at);
+        flip(&idx, at, 0x01);
     }
 }
 
@@ -242,7 +229,7 @@ fn a_corrupt_manifest_is_reported_not_followed() {
     let RecordOutput::Named { manifest, .. } = named.output else {
         panic!()
     };
-    flip(&object_path(&store, &manifest), 20);
+    flip(&object_path(&store, &manifest), 20, 0x01);
     let u = ArtifactUri::stream(manifest, StreamName::new("stdout").unwrap());
     let err = store.read_page(&u, PageRequest::default()).unwrap_err();
     assert!(matches!(err, ReadError::Corrupt { .. }), "{err:?}");

@@ -3,22 +3,9 @@
 mod common;
 
 use std::fs;
-use std::os::unix::fs::FileExt;
 
 use agentrun_core::Digest;
 use common::*;
-
-fn flip(path: &std::path::Path, at: u64) {
-    let f = fs::File::options()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, at).unwrap();
-    b[0] ^= 0x40;
-    f.write_all_at(&b, at).unwrap();
-}
 
 #[test]
 fn a_healthy_store_verifies_clean() {
@@ -40,8 +27,8 @@ fn damage_is_reported_per_object_and_record() {
     let small = capture_single(&store, b"small\n", 1);
     capture_single(&store, b"gone\n", 1);
     let big_d = Digest::of(&big);
-    flip(&object_path(&store, &big_d), 70_000);
-    flip(&index_path(&store, &Digest::of(b"small\n")), 3);
+    flip(&object_path(&store, &big_d), 70_000, 0x40);
+    flip(&index_path(&store, &Digest::of(b"small\n")), 3, 0x40);
     fs::remove_file(object_path(&store, &Digest::of(b"gone\n"))).unwrap();
     fs::write(store.root().join("records").join("1-1-1.json"), b"[]").unwrap();
 

@@ -1,7 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
-use std::path::PathBuf;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 
 use agentrun_core::{
     ArtifactUri, Channel, Completion, Digest, OutputDeclaration, PageRequest, PreviewLimits,
@@ -83,4 +84,17 @@ pub fn lines(n: usize) -> Vec<u8> {
     (0..n)
         .flat_map(|i| format!("line {i} {}\n", "x".repeat(i % 97)).into_bytes())
         .collect()
+}
+
+/// XORs the byte at `at` of the file at `path` with `mask`: a corruption in place.
+pub fn flip(path: &Path, at: u64, mask: u8) {
+    let f = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).unwrap();
+    b[0] ^= mask;
+    f.write_all_at(&b, at).unwrap();
 }
