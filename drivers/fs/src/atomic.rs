@@ -6,11 +6,13 @@
 //! no file under the final name or the complete one, never a partial one.
 
 use std::fs::{self, File};
-use std::io::Write;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::time::SystemTime;
 
 use agentrun_core::Digest;
+use agentrun_core::index::{self, ENTRY_LEN, HEADER_LEN, IndexEntry, IndexHeader};
 
 use crate::error::{IoContext, IoError};
 use crate::layout::{self, Layout, TEMP_SUFFIX};
@@ -50,12 +52,22 @@ pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), I
 pub(crate) enum Published {
     /// The object was new and is now in place.
     New,
-    /// The object already existed (dedupe hit); its mtime was refreshed.
+    /// An intact copy already existed (dedupe hit); its mtime was refreshed.
     Deduplicated,
+    /// A copy already existed but did not read back as these bytes (truncated, a flipped
+    /// byte, a damaged or missing index, wrong file type or mode); it was replaced by the
+    /// fresh capture.
+    Repaired,
 }
 
 /// Moves a synced capture file (`data`) and its synced index (`index`) into
 /// `objects/` under `digest`, index first: an object is never visible without its index.
+///
+/// On a dedupe hit the stored copy is checked against the fresh capture before the fresh
+/// bytes are dropped: a run must never publish a reference to bytes that do not read back.
+/// The fresh capture was hashed as it was written, so it is the good copy; a stored copy that
+/// differs is replaced by renames (atomic: a reader that opened the old file keeps reading
+/// it, a new reader sees the new one).
 ///
 /// The caller must hold the GC lock shared and must have `fsync`ed both files: the rename is
 /// what makes the name claim "these bytes hash to this digest", so it comes last.
@@ -69,14 +81,11 @@ pub(crate) fn publish_object(
     layout::create_private_dir(&dir)?;
     let object = layout.object(digest);
     let object_idx = layout.index(digest);
-    let object_exists = layout::exists(&object)?;
-    if !object_exists || !layout::exists(&object_idx)? {
-        fs::rename(index, &object_idx).at("publish index", &object_idx)?;
-        fsync_dir(&dir)?;
-    }
-    if object_exists {
-        // Dedupe hit. Refresh the mtime so the object counts as young again for the grace
-        // period; the temp files are dropped with the capture directory.
+    let published = if !layout::exists(&object)? {
+        Published::New
+    } else if stored_copy_is_intact(&object, &object_idx, index) {
+        // Refresh the mtime so the object counts as young again for the grace period; the
+        // temp files are dropped with the capture directory.
         let f = File::options()
             .write(true)
             .open(&object)
@@ -84,8 +93,94 @@ pub(crate) fn publish_object(
         f.set_modified(SystemTime::now())
             .at("refresh the mtime of", &object)?;
         return Ok(Published::Deduplicated);
-    }
+    } else {
+        Published::Repaired
+    };
+    clear_directory(&object_idx)?;
+    fs::rename(index, &object_idx).at("publish index", &object_idx)?;
+    fsync_dir(&dir)?;
+    clear_directory(&object)?;
     fs::rename(data, &object).at("publish object", &object)?;
     fsync_dir(&dir)?;
-    Ok(Published::New)
+    Ok(published)
+}
+
+/// Removes a directory sitting where a file is about to be renamed (a rename cannot replace
+/// a directory with a file). Anything else at `path` is replaced by the rename itself.
+fn clear_directory(path: &Path) -> Result<(), IoError> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => fs::remove_dir_all(path).at("remove the directory at", path),
+        _ => Ok(()),
+    }
+}
+
+/// Whether the stored object and its index read back exactly as the fresh capture would:
+/// both owner-only regular files (not symlinks), the stored index byte for byte equal to the
+/// fresh one (it is determined by the content: header with digest, length and line count, one
+/// entry per block), and every stored block matching the CRC-32 of its fresh entry, which
+/// also proves the object's length.
+///
+/// Costs one sequential read of the stored copy (CRC-32 runs far faster than the disk), not a
+/// re-hash. Any error reading the stored copy counts as damage: replacing it with the fresh
+/// copy is always safe.
+fn stored_copy_is_intact(object: &Path, stored_index: &Path, fresh_index: &Path) -> bool {
+    let check = || -> io::Result<bool> {
+        let fresh_len = fs::metadata(fresh_index)?.len();
+        let mut fresh = io::BufReader::with_capacity(COMPARE_CHUNK, File::open(fresh_index)?);
+        let mut stored = io::BufReader::with_capacity(
+            COMPARE_CHUNK,
+            open_private_file(stored_index, Some(fresh_len))?,
+        );
+        let mut raw = [0u8; HEADER_LEN];
+        fresh.read_exact(&mut raw)?;
+        let header = IndexHeader::decode(&raw).map_err(io::Error::other)?;
+        let object = open_private_file(object, Some(header.total_bytes))?;
+        let mut stored_raw = [0u8; HEADER_LEN];
+        stored.read_exact(&mut stored_raw)?;
+        if stored_raw != raw {
+            return Ok(false);
+        }
+        let mut buf = vec![0u8; header.block_size as usize];
+        let (mut fresh_entry, mut stored_entry) = ([0u8; ENTRY_LEN], [0u8; ENTRY_LEN]);
+        for block in 0..header.block_count() {
+            fresh.read_exact(&mut fresh_entry)?;
+            stored.read_exact(&mut stored_entry)?;
+            if fresh_entry != stored_entry {
+                return Ok(false);
+            }
+            let entry = IndexEntry::decode(block, &fresh_entry).map_err(io::Error::other)?;
+            let (start, end) = header.block_range(block);
+            let buf = &mut buf[..(end - start) as usize];
+            object.read_exact_at(buf, start)?;
+            if index::block_crc(buf) != entry.crc {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    };
+    check().unwrap_or(false)
+}
+
+/// Read size when comparing a stored index with a fresh one.
+const COMPARE_CHUNK: usize = 64 * 1024;
+
+/// Opens `path` for reading without following a symlink and checks that it is a regular
+/// file with no group or other access and, when given, exactly `len` bytes long.
+fn open_private_file(path: &Path, len: Option<u64>) -> io::Result<File> {
+    let file = File::options()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)?;
+    let meta = file.metadata()?;
+    let ok = meta.is_file()
+        && meta.permissions().mode() & 0o077 == 0
+        && len.is_none_or(|len| meta.len() == len);
+    if ok {
+        Ok(file)
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not an owner-only regular file of the expected length",
+        ))
+    }
 }

@@ -51,6 +51,10 @@
 //!   directories are created and locked under the shared `gc.lock`, so GC never sees one in
 //!   between. Objects younger than the grace period are kept even when unreferenced, and a
 //!   dedupe hit refreshes the existing object's mtime.
+//! * **No run references bytes that do not read back.** A dedupe hit checks the stored copy
+//!   against the fresh capture (file types and modes, the index byte for byte, every block's
+//!   CRC-32) and replaces a damaged copy by the same renames as a new object; a reader that
+//!   opened the old file keeps it.
 //! * Leftovers of a crash (an unlocked capture directory, a record temp file, an index whose
 //!   object is gone, unreferenced objects) are harmless and removed by the next GC.
 //!
