@@ -12,7 +12,8 @@ use super::json;
 use super::json::lenient::{self, Bool, NonNull, Obj, Seq, Str};
 use super::progress;
 use super::{
-    Drift, Evidence, Facts, ModelScope, RefusalCategory, StreamDecoder, StreamUpdate, Usage,
+    Drift, Evidence, Facts, FailureKind, ModelScope, RefusalCategory, StreamDecoder, StreamUpdate,
+    Usage,
 };
 
 /// Which Claude-shaped dialect.
@@ -54,6 +55,7 @@ pub(crate) struct ClaudeDecoder {
     subscription: bool,
     final_message: Option<String>,
     failure: Option<String>,
+    failure_kind: Option<FailureKind>,
     turns: Option<u64>,
     cost: Option<f64>,
     usage: Option<Usage>,
@@ -80,6 +82,7 @@ impl ClaudeDecoder {
             subscription: false,
             final_message: None,
             failure: None,
+            failure_kind: None,
             turns: None,
             cost: None,
             usage: None,
@@ -277,8 +280,10 @@ impl ClaudeDecoder {
                 )
             };
             self.failure = Some(diagnostic);
+            self.failure_kind = is_prompt_too_long(v, text).then_some(FailureKind::ContextLength);
         } else {
             self.failure = None;
+            self.failure_kind = None;
         }
         // Killed work counts only after the last root result.
         self.killed.clear();
@@ -401,6 +406,13 @@ fn first<'a>(fields: &[&'a Str<'_>]) -> Option<&'a str> {
 
 /// Claude's result-text refusal predicates: after leading whitespace, `[cyber]` at the start,
 /// or `API Error:` at the start with `[cyber]` anywhere.
+/// Claude Code's over-long request: `terminal_reason: "prompt_too_long"` (2.1), or, from
+/// versions without that field, the result text it writes for the API's 400 answer.
+fn is_prompt_too_long(v: &Value, text: Option<&str>) -> bool {
+    json::str(v, "terminal_reason") == Some("prompt_too_long")
+        || text.is_some_and(|t| t.trim_start().starts_with("Prompt is too long"))
+}
+
 fn is_cyber_refusal_text(text: &str) -> bool {
     let t = text.trim_start();
     t.starts_with("[cyber]") || (t.starts_with("API Error:") && t.contains("[cyber]"))
@@ -490,6 +502,7 @@ impl StreamDecoder for ClaudeDecoder {
             session_id,
             final_message: this.final_message,
             failure: this.failure,
+            failure_kind: this.failure_kind,
             terminal_seen: this.terminal_seen,
             ..Facts::default()
         };

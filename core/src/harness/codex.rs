@@ -6,7 +6,9 @@ use serde_json::Value;
 
 use super::json;
 use super::progress;
-use super::{Drift, Evidence, Facts, RefusalCategory, StreamDecoder, StreamUpdate, Usage};
+use super::{
+    Drift, Evidence, Facts, FailureKind, RefusalCategory, StreamDecoder, StreamUpdate, Usage,
+};
 
 #[derive(Debug, Default)]
 pub(crate) struct CodexDecoder {
@@ -20,6 +22,7 @@ pub(crate) struct CodexDecoder {
     killed: Vec<String>,
     final_message: Option<String>,
     failure: Option<String>,
+    failure_kind: Option<FailureKind>,
     diagnostics: Vec<String>,
     usage: Option<Usage>,
     terminal_seen: bool,
@@ -141,6 +144,7 @@ impl StreamDecoder for CodexDecoder {
             "turn.completed" => {
                 self.terminal_seen = true;
                 self.failure = None;
+                self.failure_kind = None;
                 if let Some(u) = v.get("usage") {
                     self.usage.get_or_insert_with(Usage::default).add_tokens(
                         u,
@@ -164,13 +168,17 @@ impl StreamDecoder for CodexDecoder {
                     .get("error")
                     .and_then(|e| json::str(e, "message"))
                     .or_else(|| json::str(&v, "message"));
-                if let Some(m) = message
-                    && m.to_lowercase().contains("cybersecurity")
-                {
+                let lower = message.map(str::to_lowercase).unwrap_or_default();
+                if lower.contains("cybersecurity") {
                     update
                         .evidence
                         .push(Evidence::Refusal(RefusalCategory::CodexCyber));
                 }
+                // "Codex ran out of room in the model's context window. …", or the API's
+                // `context_length_exceeded` code passed through.
+                self.failure_kind = (lower.contains("context window")
+                    || lower.contains("context_length_exceeded"))
+                .then_some(FailureKind::ContextLength);
                 self.failure = Some(message.unwrap_or("turn failed").to_owned());
             }
             // A diagnostic only: `Reconnecting... 1/5` must not fail the turn.
@@ -190,6 +198,7 @@ impl StreamDecoder for CodexDecoder {
             session_id: this.session_id,
             final_message: this.final_message,
             failure: this.failure,
+            failure_kind: this.failure_kind,
             killed_work: this.killed,
             summary: this.usage.as_ref().map(Usage::summary),
             usage: this.usage,

@@ -29,7 +29,9 @@
 use serde::Serialize;
 
 use super::retained::{RetainedRecord, RetainedRequest};
-use super::{Evidence, Facts, Harness, ModelScope, RefusalCategory, StreamDecoder, Usage};
+use super::{
+    Evidence, Facts, FailureKind, Harness, ModelScope, RefusalCategory, StreamDecoder, Usage,
+};
 
 /// The name Claude gives answers it synthesized itself; never a model.
 pub const SYNTHETIC_MODEL: &str = "<synthetic>";
@@ -317,9 +319,14 @@ impl Finished {
         } else {
             OutcomeStatus::Succeeded
         };
+        let failure_kind = match status {
+            OutcomeStatus::TurnFailed { .. } => facts.failure_kind,
+            _ => None,
+        };
         Completion {
             report,
             outcome: Outcome {
+                failure_kind,
                 session_id: facts.session_id,
                 final_message: facts.final_message,
                 killed_work: facts.killed_work,
@@ -369,6 +376,10 @@ pub struct Outcome {
     pub terminal_seen: bool,
     /// How the session ended.
     pub status: OutcomeStatus,
+    /// The kind of a turn failure, when the stream classified it (only with
+    /// [`OutcomeStatus::TurnFailed`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_kind: Option<FailureKind>,
 }
 
 /// How a session ended.

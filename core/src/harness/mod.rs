@@ -330,6 +330,18 @@ pub enum Evidence {
     Refusal(RefusalCategory),
 }
 
+/// A turn failure a decoder can tell apart from the others, because a caller reacts to it
+/// differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// The request did not fit the model's context window (Claude Code's `prompt_too_long`
+    /// result, Codex's "ran out of room in the model's context window", OpenCode's
+    /// `ContextOverflowError`). A summarizer failing this way may be retried with less input.
+    ContextLength,
+}
+
 /// What one line condenses to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StreamUpdate {
@@ -417,6 +429,9 @@ pub struct Facts {
     pub final_message: Option<String>,
     /// The diagnostic of a failed terminal turn; `None` when the turn did not fail.
     pub failure: Option<String>,
+    /// What kind of failure [`Facts::failure`] is, when the dialect says so; `None` for an
+    /// unclassified failure or no failure.
+    pub failure_kind: Option<FailureKind>,
     /// Work the harness killed or left unfinished (task descriptions or commands).
     pub killed_work: Vec<String>,
     /// The human summary (`N turns, $X.XX`, token counts, …).

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::json;
 use super::progress;
-use super::{Drift, Facts, StreamDecoder, StreamUpdate, Usage};
+use super::{Drift, Facts, FailureKind, StreamDecoder, StreamUpdate, Usage};
 
 /// Where OpenCode keeps token counts (live `step_finish` parts and the session export alike):
 /// input, cached input, output, reasoning.
@@ -22,6 +22,7 @@ pub(crate) struct OpenCodeDecoder {
     shown: HashSet<String>,
     final_message: Option<String>,
     failure: Option<String>,
+    failure_kind: Option<FailureKind>,
     usage: Option<Usage>,
     terminal_seen: bool,
 }
@@ -109,6 +110,8 @@ impl StreamDecoder for OpenCodeDecoder {
                     .or_else(|| error.as_str())
                     .unwrap_or("unknown error");
                 self.failure = Some(format!("{name}: {message}"));
+                self.failure_kind =
+                    (name == "ContextOverflowError").then_some(FailureKind::ContextLength);
             }
             k if QUIET_TYPES.contains(&k) => {}
             other => self.drift.unknown(other),
@@ -132,6 +135,7 @@ impl StreamDecoder for OpenCodeDecoder {
             session_id: this.session_id,
             final_message: this.final_message,
             failure: this.failure,
+            failure_kind: this.failure_kind,
             summary,
             usage: this.usage,
             terminal_seen: this.terminal_seen,
