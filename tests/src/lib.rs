@@ -1,7 +1,13 @@
 //! Shared helpers for the cross-crate tests and the fuzz targets.
 //!
 //! * [`checks`]: the properties of SPEC §2–4 as functions that panic only on a violation;
-//! * [`fuzz_bodies`]: the fuzz targets' bodies, turning arbitrary bytes into those checks.
+//! * [`fuzz_bodies`]: the fuzz targets' bodies, turning arbitrary bytes into those checks;
+//! * [`model_server`]: scripted model servers (Anthropic Messages, OpenAI Responses and chat
+//!   completions) on 127.0.0.1 for running the real agent CLIs offline;
+//! * [`agent_clis`]: the pinned real agent CLIs (installed on first use) and the environment
+//!   that runs them offline.
 
+pub mod agent_clis;
 pub mod checks;
 pub mod fuzz_bodies;
+pub mod model_server;

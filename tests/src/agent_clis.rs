@@ -1,0 +1,152 @@
+//! The real agent CLIs for end-to-end tests, and the environment that runs them offline
+//! against a [`ModelServer`](crate::model_server::ModelServer).
+//!
+//! [`executable`] returns the path of a pinned CLI, running `scripts/install-agent-clis.sh`
+//! (npm, into a cache under `~/.cache/agentrun/agent-clis`, or `$AGENTRUN_AGENT_CLIS`) the
+//! first time; later calls take milliseconds. A missing CLI that cannot be installed is a test
+//! failure, never a skip.
+//!
+//! [`claude_env`] writes a private home and returns the complete environment for running
+//! Claude Code offline. Use it with `Command::env_clear().envs(…)` so nothing of the
+//! developer's own setup (API keys, config dirs, proxies) leaks in:
+//!
+//! * `HOME` and `CLAUDE_CONFIG_DIR` inside the given directory, with a `settings.json` that
+//!   allows the `Bash`, `Write`, `Edit` and `Read` tools (non-interactive runs otherwise deny
+//!   them);
+//! * `ANTHROPIC_BASE_URL` = the server, `ANTHROPIC_API_KEY` a dummy key (no login);
+//! * `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` (no update check, telemetry, error reports
+//!   or feature flags: with it the CLI connects to the model server only), plus
+//!   `DISABLE_AUTOUPDATER`, `DISABLE_TELEMETRY`, `DISABLE_ERROR_REPORTING`;
+//! * `CLAUDE_CODE_MAX_RETRIES=0`, so a scripted 429/500 is reported at once instead of after
+//!   minutes of back-off (override it in the returned list to test retries);
+//! * `PATH` with the CLI's directory first.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+use crate::model_server::ModelServer;
+
+/// One of the agent CLIs the tests install.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AgentCli {
+    /// `@anthropic-ai/claude-code` (`claude`).
+    Claude,
+    /// `@openai/codex` (`codex`).
+    Codex,
+    /// `opencode-ai` (`opencode`).
+    OpenCode,
+}
+
+impl AgentCli {
+    /// The name the install script and `PATH` know it by.
+    pub fn name(self) -> &'static str {
+        match self {
+            AgentCli::Claude => "claude",
+            AgentCli::Codex => "codex",
+            AgentCli::OpenCode => "opencode",
+        }
+    }
+}
+
+/// The install script, from this crate's manifest directory.
+pub fn install_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("scripts")
+        .join("install-agent-clis.sh")
+}
+
+/// The absolute path of `cli`'s executable, installing it first when missing.
+///
+/// # Panics
+/// When the install script fails (no npm, no registry): the tests that need the CLI cannot
+/// run, and say why.
+pub fn executable(cli: AgentCli) -> PathBuf {
+    static PATHS: OnceLock<Mutex<Vec<(AgentCli, PathBuf)>>> = OnceLock::new();
+    let paths = PATHS.get_or_init(|| Mutex::new(Vec::new()));
+    let mut paths = paths.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, path)) = paths.iter().find(|(c, _)| *c == cli) {
+        return path.clone();
+    }
+    let script = install_script();
+    let output = Command::new("bash")
+        .arg(&script)
+        .arg("--print-path")
+        .arg(cli.name())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(
+        output.status.success(),
+        "{} {} failed ({}):\n{}",
+        script.display(),
+        cli.name(),
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let path = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    assert!(
+        path.is_absolute() && path.exists(),
+        "{} printed no executable for {}: {:?}",
+        script.display(),
+        cli.name(),
+        path
+    );
+    paths.push((cli, path.clone()));
+    path
+}
+
+/// The directory holding `cli`'s executable (for `PATH`).
+pub fn bin_dir(cli: AgentCli) -> PathBuf {
+    let exe = executable(cli);
+    exe.parent().map(Path::to_path_buf).unwrap_or(exe)
+}
+
+/// The CLI's version as it reports it (`claude --version` → `2.1.332`): the first token that
+/// starts with a digit.
+pub fn version(cli: AgentCli) -> String {
+    let exe = executable(cli);
+    let output = Command::new(&exe)
+        .arg("--version")
+        .env("HOME", std::env::temp_dir())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} --version: {e}", exe.display()));
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.split_whitespace()
+        .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))
+        .unwrap_or_else(|| panic!("{} --version printed no version: {text:?}", exe.display()))
+        .to_owned()
+}
+
+/// `PATH` with `dirs` first, then the system directories (node lives there).
+pub fn path_with(dirs: &[PathBuf]) -> String {
+    let mut parts: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    parts.extend(["/usr/local/bin", "/usr/bin", "/bin"].map(String::from));
+    parts.join(":")
+}
+
+/// The environment that runs Claude Code offline against `server` (see the module docs),
+/// with its home and config under `home` (created when missing).
+pub fn claude_env(home: &Path, server: &ModelServer) -> io::Result<Vec<(String, String)>> {
+    let config = home.join(".claude");
+    std::fs::create_dir_all(&config)?;
+    std::fs::write(
+        config.join("settings.json"),
+        r#"{"permissions":{"allow":["Bash","Write","Edit","Read"]}}"#,
+    )?;
+    let vars = [
+        ("PATH", path_with(&[bin_dir(AgentCli::Claude)])),
+        ("HOME", home.display().to_string()),
+        ("CLAUDE_CONFIG_DIR", config.display().to_string()),
+        ("ANTHROPIC_BASE_URL", server.url()),
+        ("ANTHROPIC_API_KEY", "sk-ant-offline-test".to_owned()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_owned()),
+        ("DISABLE_AUTOUPDATER", "1".to_owned()),
+        ("DISABLE_TELEMETRY", "1".to_owned()),
+        ("DISABLE_ERROR_REPORTING", "1".to_owned()),
+        ("CLAUDE_CODE_MAX_RETRIES", "0".to_owned()),
+    ];
+    Ok(vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
