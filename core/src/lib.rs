@@ -15,6 +15,8 @@
 //! * [`uri`] and [`page`]: the public artifact URI grammar and paged reads;
 //! * [`process`] and [`sink`]: process run descriptions and results, and the clean result
 //!   channel's values;
+//! * [`lifecycle`]: the run lifecycle (timeouts, stop signals, SIGKILL, pipe drain), fed
+//!   instants by its driver;
 //! * [`lines`]: a bounded line splitter for live output taps.
 
 #![forbid(unsafe_code)]
@@ -23,6 +25,7 @@ pub mod capture;
 pub mod digest;
 pub mod harness;
 pub mod index;
+pub mod lifecycle;
 pub mod limits;
 pub mod lines;
 pub mod manifest;

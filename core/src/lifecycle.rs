@@ -1,0 +1,331 @@
+//! The run lifecycle: when to stop a child process, how to escalate, and when the run is over.
+//!
+//! [`RunLifecycle`] decides everything about time in a process run (the wall-clock deadline,
+//! the idle timeout, the stop signals with their grace periods, SIGKILL, and how long to wait
+//! for the output pipes) without reading a clock or touching a process: the driver tells it
+//! what happened and when, and does what it says. Every escalation path is therefore a
+//! deterministic unit test on a virtual clock (see the tests at the bottom of this file).
+//!
+//! # Driving order
+//!
+//! 1. [`RunLifecycle::new`]`(&options, now)` right after the child was spawned.
+//! 2. Loop:
+//!    1. Drain [`RunLifecycle::poll_action`] until `None` and carry out each action:
+//!       [`RunAction::Signal`] (send that signal to the child's process group; if the group
+//!       has no process left, report it with [`RunLifecycle::handle_group_empty`]),
+//!       [`RunAction::Kill`] (SIGKILL to the group, same report), or [`RunAction::Finish`]
+//!       (stop waiting: finalize the run with that outcome and exit; the machine is done and
+//!       every later input is ignored).
+//!    2. Ask [`RunLifecycle::poll_timeout`] for the next instant the machine needs (with the
+//!       reason), and wait until then or until one of these happens, feeding it in:
+//!       * the child was reaped: [`RunLifecycle::handle_exit`];
+//!       * every captured output pipe reached end of file: [`RunLifecycle::handle_pipes_closed`];
+//!       * the caller asked to stop (a stop future resolved, Ctrl-C):
+//!         [`RunLifecycle::handle_cancel`] — a second call while the group is being stopped
+//!         escalates to SIGKILL at once;
+//!       * the instant passed: [`RunLifecycle::handle_timeout`].
+//!
+//!       Output activity for the idle timeout is fed with [`RunLifecycle::handle_output`]
+//!       whenever the driver likes, at the latest right before `handle_timeout` (a driver
+//!       need not wake up per chunk: it may record the instant of the last chunk and report it
+//!       when the idle timer fires).
+//!
+//! # The policy
+//!
+//! * While the child runs, the deadline (`timeout` after the start) and the idle timeout
+//!   (`idle_timeout` after the last output) stop it; so does a cancellation.
+//! * Stopping sends each stop signal (SIGTERM by default) with the grace period after it,
+//!   ended early by the child's exit, then SIGKILL. SIGKILL also goes to the group after the
+//!   child exited during a grace period, since processes it started may still be in its group.
+//!   After that the output pipes get [`DRAIN_AFTER_KILL`]; a process that left the group
+//!   (`setsid`) and still holds them is not waited for longer.
+//! * A child that exits by itself has completed, whatever comes after. The run waits
+//!   [`DRAIN_AFTER_EXIT`] for its pipes; if something it left behind still holds them, what is
+//!   left of the group is stopped like a child (signals, grace, SIGKILL, ended early when the
+//!   pipes close), keeping the exit status. When the group turns out to be empty (the holder
+//!   escaped it) the grace periods are skipped: an escaped holder delays a finished run by at
+//!   most `DRAIN_AFTER_EXIT + DRAIN_AFTER_KILL`.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::harness::StopSignal;
+use crate::process::{Exit, OptionsError, Outcome, RunOptions};
+
+/// How long the output pipes may stay open after the child exited by itself before what is
+/// left of its group is stopped.
+pub const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+
+/// How long the output pipes may stay open after SIGKILL (or after the group turned out to be
+/// empty). Every process of the group is gone by then, so the pipes are at end of file unless
+/// a process that left the group holds them; the run does not wait for it.
+pub const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
+
+/// What the driver must do next (from [`RunLifecycle::poll_action`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RunAction {
+    /// Send this signal to the child's process group.
+    Signal(StopSignal),
+    /// Send SIGKILL to the child's process group.
+    Kill,
+    /// The run is over: finalize it with this outcome and the child's exit (`None` when the
+    /// child's status could not be read).
+    Finish {
+        /// How the run ended.
+        outcome: Outcome,
+        /// How the child ended.
+        exit: Option<Exit>,
+    },
+}
+
+/// Why the machine wants to be woken (from [`RunLifecycle::poll_timeout`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WakeReason {
+    /// The wall-clock timeout.
+    Deadline,
+    /// The idle timeout, counted from the last output.
+    Idle,
+    /// The end of the grace period after a stop signal.
+    Grace,
+    /// The end of the wait for the pipes after the child exited by itself.
+    DrainAfterExit,
+    /// The end of the wait for the pipes after SIGKILL.
+    DrainAfterKill,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The child runs.
+    Running,
+    /// The child exited by itself; waiting for the pipes until `until`.
+    Draining { until: Instant },
+    /// Stop signal number `sent` went out; the grace period ends at `until`.
+    Stopping { sent: usize, until: Instant },
+    /// SIGKILL went out; waiting for the exit, then for the pipes until `until`.
+    Killed { until: Option<Instant> },
+    /// [`RunAction::Finish`] was emitted.
+    Done,
+}
+
+/// The lifecycle of one process run (see the module documentation for the driving order).
+#[derive(Debug, Clone)]
+#[must_use = "a run lifecycle does nothing unless driven"]
+pub struct RunLifecycle {
+    deadline: Option<Instant>,
+    idle_timeout: Option<Duration>,
+    last_output: Instant,
+    grace: Duration,
+    signals: Vec<StopSignal>,
+    phase: Phase,
+    /// How the run ends when stopped (set by the first cause: deadline, idle or cancel).
+    outcome: Outcome,
+    /// `Some` once the child was reaped (the inner `None`: its status could not be read).
+    exit: Option<Option<Exit>>,
+    pipes_closed: bool,
+    actions: VecDeque<RunAction>,
+}
+
+impl RunLifecycle {
+    /// The lifecycle of a child spawned at `now` with `options` (checked again here, so a zero
+    /// timeout cannot stop a run before it starts).
+    pub fn new(options: &RunOptions, now: Instant) -> Result<Self, OptionsError> {
+        options.validate()?;
+        Ok(Self {
+            deadline: options.timeout.and_then(|t| now.checked_add(t)),
+            idle_timeout: options.idle_timeout,
+            last_output: now,
+            grace: options.kill_grace,
+            signals: options.stop_signals.clone(),
+            phase: Phase::Running,
+            outcome: Outcome::Completed,
+            exit: None,
+            pipes_closed: false,
+            actions: VecDeque::new(),
+        })
+    }
+
+    /// Whether [`RunAction::Finish`] was emitted.
+    pub fn is_finished(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    /// The next action for the driver, in order.
+    pub fn poll_action(&mut self) -> Option<RunAction> {
+        self.actions.pop_front()
+    }
+
+    /// The next instant the machine must be woken at with [`RunLifecycle::handle_timeout`],
+    /// and why (`None`: only an event can move the run on).
+    pub fn poll_timeout(&self) -> Option<(Instant, WakeReason)> {
+        match self.phase {
+            Phase::Running => {
+                let idle = self
+                    .idle_timeout
+                    .and_then(|t| self.last_output.checked_add(t))
+                    .map(|at| (at, WakeReason::Idle));
+                let deadline = self.deadline.map(|at| (at, WakeReason::Deadline));
+                match (deadline, idle) {
+                    (Some(d), Some(i)) => Some(if i.0 < d.0 { i } else { d }),
+                    (d, i) => d.or(i),
+                }
+            }
+            Phase::Draining { until } => Some((until, WakeReason::DrainAfterExit)),
+            Phase::Stopping { until, .. } => Some((until, WakeReason::Grace)),
+            Phase::Killed { until } => until.map(|at| (at, WakeReason::DrainAfterKill)),
+            Phase::Done => None,
+        }
+    }
+
+    /// Output arrived at `now` on a captured stream (restarts the idle timeout).
+    pub fn handle_output(&mut self, now: Instant) {
+        self.last_output = self.last_output.max(now);
+    }
+
+    /// The child was reaped at `now` (`None`: its status could not be read).
+    pub fn handle_exit(&mut self, now: Instant, exit: Option<Exit>) {
+        if self.exit.is_some() || self.phase == Phase::Done {
+            return;
+        }
+        self.exit = Some(exit);
+        match self.phase {
+            Phase::Running if self.pipes_closed => self.finish(),
+            Phase::Running => {
+                self.phase = Phase::Draining {
+                    until: now + DRAIN_AFTER_EXIT,
+                }
+            }
+            // Exited during a grace period: what it started may still be in its group.
+            Phase::Stopping { .. } => self.kill(now),
+            Phase::Killed { .. } if self.pipes_closed => self.finish(),
+            Phase::Killed { .. } => {
+                self.phase = Phase::Killed {
+                    until: Some(now + DRAIN_AFTER_KILL),
+                }
+            }
+            Phase::Draining { .. } | Phase::Done => {}
+        }
+    }
+
+    /// Every captured output pipe reached end of file at `now`.
+    pub fn handle_pipes_closed(&mut self, _now: Instant) {
+        if self.pipes_closed || self.phase == Phase::Done {
+            return;
+        }
+        self.pipes_closed = true;
+        // Without the exit there is nothing to finish yet: a child may close its output and
+        // go on running (the timeouts still apply).
+        if self.exit.is_some() {
+            match self.phase {
+                Phase::Draining { .. } | Phase::Stopping { .. } | Phase::Killed { .. } => {
+                    self.finish()
+                }
+                Phase::Running | Phase::Done => {}
+            }
+        }
+    }
+
+    /// The caller asked to stop the run at `now`. The first request stops the group like a
+    /// timeout (outcome [`Outcome::Cancelled`] unless a timeout already stopped it); a request
+    /// while the group is being stopped sends SIGKILL at once. A child that already exited by
+    /// itself stays completed: what it left behind is stopped.
+    pub fn handle_cancel(&mut self, now: Instant) {
+        match self.phase {
+            Phase::Running => {
+                self.outcome = Outcome::Cancelled;
+                self.stop(now);
+            }
+            Phase::Draining { .. } => self.stop(now),
+            Phase::Stopping { .. } => self.kill(now),
+            Phase::Killed { .. } | Phase::Done => {}
+        }
+    }
+
+    /// A signal to the group found no process in it at `now`. Only a process that left the
+    /// group can still hold the pipes, and no grace period brings it down: after the exit the
+    /// run waits [`DRAIN_AFTER_KILL`] for the pipes and ends.
+    pub fn handle_group_empty(&mut self, now: Instant) {
+        if self.exit.is_none() {
+            // The child itself is in the group until reaped: the report is stale.
+            return;
+        }
+        match self.phase {
+            Phase::Stopping { .. } => {
+                self.phase = Phase::Killed {
+                    until: Some(now + DRAIN_AFTER_KILL),
+                }
+            }
+            Phase::Running | Phase::Draining { .. } | Phase::Killed { .. } | Phase::Done => {}
+        }
+    }
+
+    /// Time passed: whatever is due at `now` happens (calling it early changes nothing).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let Some((at, reason)) = self.poll_timeout() else {
+            return;
+        };
+        if now < at {
+            return;
+        }
+        match reason {
+            WakeReason::Deadline => {
+                self.outcome = Outcome::TimedOut;
+                self.stop(now);
+            }
+            WakeReason::Idle => {
+                self.outcome = Outcome::IdleTimedOut;
+                self.stop(now);
+            }
+            WakeReason::DrainAfterExit => self.stop(now),
+            WakeReason::Grace => {
+                let Phase::Stopping { sent, .. } = self.phase else {
+                    return;
+                };
+                self.signal(now, sent + 1);
+            }
+            WakeReason::DrainAfterKill => self.finish(),
+        }
+    }
+
+    /// Starts the stop sequence with the first stop signal.
+    fn stop(&mut self, now: Instant) {
+        self.signal(now, 0);
+    }
+
+    /// Sends stop signal `index`, or SIGKILL after the last one.
+    fn signal(&mut self, now: Instant, index: usize) {
+        match self.signals.get(index) {
+            Some(&signal) => {
+                self.actions.push_back(RunAction::Signal(signal));
+                self.phase = Phase::Stopping {
+                    sent: index,
+                    until: now + self.grace,
+                };
+            }
+            None => self.kill(now),
+        }
+    }
+
+    fn kill(&mut self, now: Instant) {
+        self.actions.push_back(RunAction::Kill);
+        match self.exit {
+            Some(_) if self.pipes_closed => self.finish(),
+            Some(_) => {
+                self.phase = Phase::Killed {
+                    until: Some(now + DRAIN_AFTER_KILL),
+                }
+            }
+            // SIGKILL cannot be ignored: the exit comes, and the drain counts from it.
+            None => self.phase = Phase::Killed { until: None },
+        }
+    }
+
+    fn finish(&mut self) {
+        self.actions.push_back(RunAction::Finish {
+            outcome: self.outcome,
+            exit: self.exit.flatten(),
+        });
+        self.phase = Phase::Done;
+    }
+}

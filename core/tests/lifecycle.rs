@@ -1,0 +1,375 @@
+//! Virtual-clock tests of the run lifecycle: every escalation path of a process run (deadline,
+//! idle timeout, cancellation, a child ignoring SIGTERM, a grandchild holding the pipes, an
+//! exit during the grace period, a second cancellation) without a process or a sleep.
+
+use std::time::{Duration, Instant};
+
+use agentrun_core::harness::StopSignal;
+use agentrun_core::lifecycle::{
+    DRAIN_AFTER_EXIT, DRAIN_AFTER_KILL, RunAction, RunLifecycle, WakeReason,
+};
+use agentrun_core::process::{Exit, OptionsError, Outcome, RunOptions};
+
+/// The origin of the virtual clock. The machine only compares instants and adds durations to
+/// them, so any instant will do; this is the only clock read in these tests (the sans-IO rule
+/// covers the library in core/src, not its tests).
+#[allow(clippy::disallowed_methods)]
+fn origin() -> Instant {
+    Instant::now()
+}
+use StopSignal::{Interrupt, Terminate};
+
+/// A virtual clock and the lifecycle it drives.
+struct Sim {
+    start: Instant,
+    now: Instant,
+    run: RunLifecycle,
+}
+
+impl Sim {
+    fn new(options: RunOptions) -> Self {
+        // Any fixed instant works: the machine only compares and adds.
+        let start = origin();
+        Self {
+            start,
+            now: start,
+            run: RunLifecycle::new(&options, start).expect("valid options"),
+        }
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.start + Duration::from_millis(ms)
+    }
+
+    fn elapsed_ms(&self) -> u128 {
+        (self.now - self.start).as_millis()
+    }
+
+    /// Advances the clock to the next wakeup, fires it, and returns the reason.
+    fn wake(&mut self) -> Option<WakeReason> {
+        let (at, reason) = self.run.poll_timeout()?;
+        self.now = at;
+        self.run.handle_timeout(at);
+        Some(reason)
+    }
+
+    fn actions(&mut self) -> Vec<RunAction> {
+        std::iter::from_fn(|| self.run.poll_action()).collect()
+    }
+
+    fn set(&mut self, ms: u64) {
+        self.now = self.at(ms);
+    }
+}
+
+fn opts() -> RunOptions {
+    RunOptions::new("child").kill_grace(Duration::from_secs(5))
+}
+
+fn finish(outcome: Outcome, exit: Option<Exit>) -> RunAction {
+    RunAction::Finish { outcome, exit }
+}
+
+const TERM: RunAction = RunAction::Signal(Terminate);
+const INT: RunAction = RunAction::Signal(Interrupt);
+const KILLED: Option<Exit> = Some(Exit::Signal(9));
+
+#[test]
+fn a_normal_exit_finishes_once_the_pipes_close_in_either_order() {
+    let mut sim = Sim::new(opts());
+    assert_eq!(sim.run.poll_timeout(), None, "no timeout, no wakeup");
+    sim.run.handle_exit(sim.at(10), Some(Exit::Code(3)));
+    assert_eq!(sim.actions(), []);
+    sim.run.handle_pipes_closed(sim.at(11));
+    assert_eq!(
+        sim.actions(),
+        [finish(Outcome::Completed, Some(Exit::Code(3)))]
+    );
+    assert!(sim.run.is_finished());
+    assert_eq!(sim.run.poll_timeout(), None);
+
+    let mut sim = Sim::new(opts().timeout(Duration::from_secs(1)));
+    sim.run.handle_pipes_closed(sim.at(10));
+    assert_eq!(sim.actions(), [], "a closed pipe is no exit");
+    assert_eq!(
+        sim.run.poll_timeout(),
+        Some((sim.at(1000), WakeReason::Deadline))
+    );
+    sim.run.handle_exit(sim.at(20), Some(Exit::Code(0)));
+    assert_eq!(
+        sim.actions(),
+        [finish(Outcome::Completed, Some(Exit::Code(0)))]
+    );
+}
+
+#[test]
+fn the_deadline_sends_sigterm_then_sigkill_after_the_grace() {
+    // A child ignoring SIGTERM.
+    let mut sim = Sim::new(opts().timeout(Duration::from_secs(1)));
+    sim.run.handle_timeout(sim.at(999));
+    assert_eq!(sim.actions(), [], "not due yet");
+    assert_eq!(sim.wake(), Some(WakeReason::Deadline));
+    assert_eq!(sim.elapsed_ms(), 1000);
+    assert_eq!(sim.actions(), [TERM]);
+    assert_eq!(sim.wake(), Some(WakeReason::Grace));
+    assert_eq!(sim.elapsed_ms(), 6000);
+    assert_eq!(sim.actions(), [RunAction::Kill]);
+    // After SIGKILL nothing is due until the exit; the drain counts from it.
+    assert_eq!(sim.run.poll_timeout(), None);
+    sim.set(6010);
+    sim.run.handle_exit(sim.now, KILLED);
+    sim.run.handle_pipes_closed(sim.now);
+    assert_eq!(sim.actions(), [finish(Outcome::TimedOut, KILLED)]);
+}
+
+#[test]
+fn an_exit_during_the_grace_ends_it_early_and_kills_the_rest_of_the_group() {
+    let mut sim = Sim::new(opts().timeout(Duration::from_secs(1)));
+    assert_eq!(sim.wake(), Some(WakeReason::Deadline));
+    assert_eq!(sim.actions(), [TERM]);
+    sim.set(1200);
+    let term = Some(Exit::Signal(15));
+    sim.run.handle_exit(sim.now, term);
+    assert_eq!(sim.actions(), [RunAction::Kill]);
+    // The pipes get the drain, not the rest of the grace.
+    assert_eq!(
+        sim.run.poll_timeout(),
+        Some((sim.at(1200) + DRAIN_AFTER_KILL, WakeReason::DrainAfterKill))
+    );
+    sim.run.handle_pipes_closed(sim.at(1300));
+    assert_eq!(sim.actions(), [finish(Outcome::TimedOut, term)]);
+}
+
+#[test]
+fn a_grandchild_holding_the_pipes_after_sigkill_is_not_waited_for() {
+    let mut sim = Sim::new(opts().timeout(Duration::from_secs(1)));
+    sim.wake();
+    sim.set(1100);
+    sim.run.handle_exit(sim.now, Some(Exit::Signal(15)));
+    assert_eq!(sim.actions(), [TERM, RunAction::Kill]);
+    assert_eq!(sim.wake(), Some(WakeReason::DrainAfterKill));
+    assert_eq!(sim.elapsed_ms(), 1100 + DRAIN_AFTER_KILL.as_millis());
+    assert_eq!(
+        sim.actions(),
+        [finish(Outcome::TimedOut, Some(Exit::Signal(15)))]
+    );
+}
+
+#[test]
+fn the_idle_timeout_counts_from_the_last_output() {
+    let mut sim = Sim::new(opts().idle_timeout(Duration::from_secs(1)));
+    assert_eq!(
+        sim.run.poll_timeout(),
+        Some((sim.at(1000), WakeReason::Idle))
+    );
+    // Output at 800 ms moves it; a stale report (earlier instant) does not move it back.
+    sim.run.handle_output(sim.at(800));
+    sim.run.handle_output(sim.at(500));
+    assert_eq!(
+        sim.run.poll_timeout(),
+        Some((sim.at(1800), WakeReason::Idle))
+    );
+    // A driver may report the last output only when the timer fires.
+    sim.set(1000);
+    sim.run.handle_timeout(sim.now);
+    assert_eq!(sim.actions(), []);
+    assert_eq!(sim.wake(), Some(WakeReason::Idle));
+    assert_eq!(sim.elapsed_ms(), 1800);
+    assert_eq!(sim.actions(), [TERM]);
+    sim.run.handle_exit(sim.at(1900), Some(Exit::Signal(15)));
+    sim.run.handle_pipes_closed(sim.at(1900));
+    assert_eq!(
+        sim.actions(),
+        [
+            RunAction::Kill,
+            finish(Outcome::IdleTimedOut, Some(Exit::Signal(15)))
+        ]
+    );
+}
+
+#[test]
+fn the_earlier_of_deadline_and_idle_timeout_wins() {
+    let mut sim = Sim::new(
+        opts()
+            .timeout(Duration::from_secs(3))
+            .idle_timeout(Duration::from_secs(1)),
+    );
+    for ms in (500..3000).step_by(500) {
+        sim.run.handle_output(sim.at(ms));
+    }
+    assert_eq!(sim.wake(), Some(WakeReason::Deadline));
+    assert_eq!(sim.elapsed_ms(), 3000);
+    assert_eq!(sim.actions(), [TERM]);
+}
+
+#[test]
+fn cancel_stops_like_a_timeout_and_a_second_cancel_kills_at_once() {
+    let mut sim = Sim::new(opts().timeout(Duration::from_secs(60)));
+    sim.set(100);
+    sim.run.handle_cancel(sim.now);
+    assert_eq!(sim.actions(), [TERM]);
+    assert_eq!(
+        sim.run.poll_timeout(),
+        Some((sim.at(5100), WakeReason::Grace)),
+        "the deadline no longer applies"
+    );
+    sim.set(200);
+    sim.run.handle_cancel(sim.now);
+    assert_eq!(sim.actions(), [RunAction::Kill], "no waiting for the grace");
+    sim.run.handle_cancel(sim.at(250));
+    assert_eq!(sim.actions(), [], "SIGKILL is sent once");
+    sim.run.handle_exit(sim.at(300), KILLED);
+    assert_eq!(sim.actions(), []);
+    assert_eq!(sim.wake(), Some(WakeReason::DrainAfterKill));
+    assert_eq!(sim.actions(), [finish(Outcome::Cancelled, KILLED)]);
+}
+
+#[test]
+fn a_cancel_after_a_timeout_escalates_but_keeps_the_cause() {
+    let mut sim = Sim::new(opts().timeout(Duration::from_secs(1)));
+    sim.wake();
+    sim.run.handle_cancel(sim.at(1500));
+    sim.run.handle_exit(sim.at(1510), KILLED);
+    sim.run.handle_pipes_closed(sim.at(1510));
+    assert_eq!(
+        sim.actions(),
+        [TERM, RunAction::Kill, finish(Outcome::TimedOut, KILLED)]
+    );
+}
+
+#[test]
+fn stop_signals_go_in_order_with_the_grace_after_each() {
+    let mut sim = Sim::new(
+        opts()
+            .stop_signals(&[Interrupt, Terminate])
+            .kill_grace(Duration::from_millis(400))
+            .timeout(Duration::from_millis(300)),
+    );
+    let mut seen = Vec::new();
+    while let Some(reason) = sim.wake() {
+        seen.push((sim.elapsed_ms(), reason, sim.actions()));
+    }
+    assert_eq!(
+        seen,
+        [
+            (300, WakeReason::Deadline, vec![INT]),
+            (700, WakeReason::Grace, vec![TERM]),
+            (1100, WakeReason::Grace, vec![RunAction::Kill]),
+        ]
+    );
+    // No stop signals: SIGKILL at once.
+    let mut sim = Sim::new(opts().stop_signals(&[]));
+    sim.run.handle_cancel(sim.at(5));
+    assert_eq!(sim.actions(), [RunAction::Kill]);
+}
+
+#[test]
+fn leftovers_holding_the_pipes_after_an_exit_are_stopped_and_the_exit_kept() {
+    let mut sim = Sim::new(opts().timeout(Duration::from_secs(60)));
+    sim.set(100);
+    sim.run.handle_exit(sim.now, Some(Exit::Code(0)));
+    assert_eq!(
+        sim.run.poll_timeout(),
+        Some((sim.at(100) + DRAIN_AFTER_EXIT, WakeReason::DrainAfterExit)),
+        "the deadline no longer applies to a child that exited"
+    );
+    assert_eq!(sim.wake(), Some(WakeReason::DrainAfterExit));
+    assert_eq!(sim.actions(), [TERM]);
+    // The leftover dies of SIGTERM: its pipes close, the run ends completed.
+    sim.run.handle_pipes_closed(sim.at(2200));
+    assert_eq!(
+        sim.actions(),
+        [finish(Outcome::Completed, Some(Exit::Code(0)))]
+    );
+}
+
+#[test]
+fn leftovers_ignoring_sigterm_get_sigkill_and_a_last_drain() {
+    let mut sim = Sim::new(opts());
+    sim.run.handle_exit(sim.at(0), Some(Exit::Code(0)));
+    let mut seen = Vec::new();
+    while let Some(reason) = sim.wake() {
+        seen.push((reason, sim.actions()));
+    }
+    assert_eq!(
+        seen,
+        [
+            (WakeReason::DrainAfterExit, vec![TERM]),
+            (WakeReason::Grace, vec![RunAction::Kill]),
+            (
+                WakeReason::DrainAfterKill,
+                vec![finish(Outcome::Completed, Some(Exit::Code(0)))]
+            ),
+        ]
+    );
+    let bound = DRAIN_AFTER_EXIT + Duration::from_secs(5) + DRAIN_AFTER_KILL;
+    assert_eq!(sim.elapsed_ms(), bound.as_millis());
+}
+
+#[test]
+fn a_holder_outside_the_group_costs_two_drains_not_the_grace() {
+    let mut sim = Sim::new(opts());
+    sim.run.handle_exit(sim.at(0), Some(Exit::Code(0)));
+    assert_eq!(sim.wake(), Some(WakeReason::DrainAfterExit));
+    assert_eq!(sim.actions(), [TERM]);
+    // The driver's SIGTERM found no process in the group.
+    sim.run.handle_group_empty(sim.now);
+    assert_eq!(sim.wake(), Some(WakeReason::DrainAfterKill));
+    assert_eq!(
+        sim.actions(),
+        [finish(Outcome::Completed, Some(Exit::Code(0)))]
+    );
+    assert_eq!(
+        sim.elapsed_ms(),
+        (DRAIN_AFTER_EXIT + DRAIN_AFTER_KILL).as_millis()
+    );
+}
+
+#[test]
+fn a_stale_group_empty_report_before_the_exit_changes_nothing() {
+    let mut sim = Sim::new(opts().timeout(Duration::from_secs(1)));
+    sim.wake();
+    sim.run.handle_group_empty(sim.now);
+    assert_eq!(sim.actions(), [TERM]);
+    assert_eq!(sim.wake(), Some(WakeReason::Grace));
+    assert_eq!(sim.actions(), [RunAction::Kill]);
+}
+
+#[test]
+fn a_cancel_after_the_exit_stops_the_leftovers_and_keeps_completed() {
+    let mut sim = Sim::new(opts());
+    sim.run.handle_exit(sim.at(10), Some(Exit::Code(1)));
+    sim.run.handle_cancel(sim.at(20));
+    sim.run.handle_cancel(sim.at(30));
+    sim.run.handle_pipes_closed(sim.at(40));
+    assert_eq!(
+        sim.actions(),
+        [
+            TERM,
+            RunAction::Kill,
+            finish(Outcome::Completed, Some(Exit::Code(1)))
+        ]
+    );
+}
+
+#[test]
+fn nothing_happens_after_finish_and_unreadable_statuses_are_kept_as_none() {
+    let mut sim = Sim::new(opts().timeout(Duration::from_secs(1)));
+    sim.run.handle_pipes_closed(sim.at(1));
+    sim.run.handle_exit(sim.at(2), None);
+    assert_eq!(sim.actions(), [finish(Outcome::Completed, None)]);
+    sim.run.handle_cancel(sim.at(3));
+    sim.run.handle_timeout(sim.at(10_000));
+    sim.run.handle_exit(sim.at(4), Some(Exit::Code(0)));
+    sim.run.handle_group_empty(sim.at(5));
+    assert_eq!(sim.actions(), []);
+}
+
+#[test]
+fn invalid_options_are_refused() {
+    let zero = RunOptions::new("x").timeout(Duration::ZERO);
+    assert!(matches!(
+        RunLifecycle::new(&zero, origin()),
+        Err(OptionsError::ZeroTimeout { .. })
+    ));
+}
