@@ -14,9 +14,8 @@ use std::time::{Duration, Instant};
 use agentrun_core::process::OptionsError;
 use agentrun_core::{ArtifactUri, ResultRecord, Status};
 use agentrun_fs::Store;
-use agentrun_fs::process::RunError;
 use agentrun_smol::{
-    DEFAULT_SINK_VAR, Exit, FileKind, NotReadReason, Outcome, ProcessResult, ResultSink,
+    DEFAULT_SINK_VAR, Exit, FileKind, NotReadReason, Outcome, ProcessResult, ResultSink, RunError,
     RunOptions, SinkOutcome, StdinMode,
 };
 
@@ -24,7 +23,7 @@ use agentrun_smol::{
 trait Driver {
     /// Runs one process to its end.
     fn run(store: &Store, options: RunOptions) -> Result<ProcessResult, RunError>;
-    /// Runs one process to its end with a live stdout tap (`Runner::run_observed`).
+    /// Runs one process to its end with a live stdout tap (`RunBuilder::observe_stdout`).
     fn run_observed(
         store: &Store,
         options: RunOptions,
@@ -32,7 +31,7 @@ trait Driver {
     ) -> Result<ProcessResult, RunError>;
     /// Runs all of them concurrently on the runtime.
     fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>>;
-    /// Runs one process with a stop future that resolves after `after` (`Runner::run_until`).
+    /// Runs one process with a stop future that resolves after `after` (`RunBuilder::stop_on`).
     fn run_stopped_after(
         store: &Store,
         options: RunOptions,
@@ -50,7 +49,11 @@ struct Smol;
 
 impl Driver for Smol {
     fn run(store: &Store, options: RunOptions) -> Result<ProcessResult, RunError> {
-        ::smol::block_on(agentrun_smol::Runner::new(store.clone()).run(options))
+        ::smol::block_on(
+            agentrun_smol::Runner::new(store.clone())
+                .run(options)
+                .into_future(),
+        )
     }
 
     fn run_observed(
@@ -58,7 +61,12 @@ impl Driver for Smol {
         options: RunOptions,
         observer: impl FnMut(&[u8]) + Send + 'static,
     ) -> Result<ProcessResult, RunError> {
-        ::smol::block_on(agentrun_smol::Runner::new(store.clone()).run_observed(options, observer))
+        ::smol::block_on(
+            agentrun_smol::Runner::new(store.clone())
+                .run(options)
+                .observe_stdout(observer)
+                .into_future(),
+        )
     }
 
     fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>> {
@@ -84,9 +92,14 @@ impl Driver for Smol {
         after: Duration,
     ) -> Result<ProcessResult, RunError> {
         let runner = agentrun_smol::Runner::new(store.clone());
-        ::smol::block_on(runner.run_until(options, async {
-            ::smol::Timer::after(after).await;
-        }))
+        ::smol::block_on(
+            runner
+                .run(options)
+                .stop_on(async move {
+                    ::smol::Timer::after(after).await;
+                })
+                .into_future(),
+        )
     }
 
     fn run_dropped_after(
@@ -120,7 +133,11 @@ fn tokio_runtime() -> &'static ::tokio::runtime::Runtime {
 
 impl Driver for Tokio {
     fn run(store: &Store, options: RunOptions) -> Result<ProcessResult, RunError> {
-        tokio_runtime().block_on(agentrun_tokio::Runner::new(store.clone()).run(options))
+        tokio_runtime().block_on(
+            agentrun_tokio::Runner::new(store.clone())
+                .run(options)
+                .into_future(),
+        )
     }
 
     fn run_observed(
@@ -128,8 +145,12 @@ impl Driver for Tokio {
         options: RunOptions,
         observer: impl FnMut(&[u8]) + Send + 'static,
     ) -> Result<ProcessResult, RunError> {
-        tokio_runtime()
-            .block_on(agentrun_tokio::Runner::new(store.clone()).run_observed(options, observer))
+        tokio_runtime().block_on(
+            agentrun_tokio::Runner::new(store.clone())
+                .run(options)
+                .observe_stdout(observer)
+                .into_future(),
+        )
     }
 
     fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>> {
@@ -156,9 +177,14 @@ impl Driver for Tokio {
         after: Duration,
     ) -> Result<ProcessResult, RunError> {
         let runner = agentrun_tokio::Runner::new(store.clone());
-        tokio_runtime().block_on(runner.run_until(options, async move {
-            ::tokio::time::sleep(after).await;
-        }))
+        tokio_runtime().block_on(
+            runner
+                .run(options)
+                .stop_on(async move {
+                    ::tokio::time::sleep(after).await;
+                })
+                .into_future(),
+        )
     }
 
     fn run_dropped_after(
@@ -786,7 +812,8 @@ fn a_grandchild_outside_the_group_does_not_hang_the_run<D: Driver>() {
     let started = Instant::now();
     let r = D::run(&env.store, sh(script).timeout(timeout).kill_grace(grace)).unwrap();
     let took = started.elapsed();
-    let limit = timeout + grace + agentrun_fs::process::DRAIN_AFTER_KILL + Duration::from_secs(2);
+    let limit =
+        timeout + grace + agentrun_core::lifecycle::DRAIN_AFTER_KILL + Duration::from_secs(2);
     assert!(took < limit, "returned after {took:?}");
     assert_eq!(r.outcome, Outcome::TimedOut);
     assert_eq!(env.stdout(&r), "started\n");
@@ -981,7 +1008,7 @@ fn a_gigabyte_on_each_stream_is_captured_intact<D: Driver>() {
 // ---------------------------------------------------------------------------------------------
 
 /// Instantiates every scenario for one driver.
-/// The live stdout tap (`Runner::run_observed`): chunks reach the observer while the child
+/// The live stdout tap (`RunBuilder::observe_stdout`): chunks reach the observer while the child
 /// runs (the child waits for a marker the observer creates on seeing its first line, so a tap
 /// that only delivered after the exit would make the child fail), lines reassembled by the
 /// core's `LineSplitter` are the child's, and the retained artifact is byte-identical to the
@@ -1203,6 +1230,7 @@ fn both_drivers_export_the_same_names() {
     }
     same!(
         Runner,
+        RunBuilder,
         RunError,
         RunOptions,
         ProcessResult,

@@ -2,8 +2,8 @@
 //! (`agentrun_core::harness::Harness::invocation`), interpret its stdout live, retain its
 //! stdout and stderr as artifacts, and print the completion and the final message.
 //!
-//! The run goes through `agentrun_smol::Runner::run_observed`: the stdout tap splits chunks
-//! into lines (`agentrun_core::lines::LineSplitter`, bounded per line) and feeds them to the
+//! The run goes through `agentrun_smol::Runner::run` with `observe_stdout`: the stdout tap
+//! splits chunks into lines (`agentrun_core::lines::LineSplitter`, bounded per line) and feeds them to the
 //! `Interpretation` on the pump's thread, printing each line's progress as soon as it is
 //! decoded, in the format of `agentrun interpret` (shared printing in `interpret.rs`).
 //!
@@ -194,13 +194,19 @@ pub(crate) fn run(store: Store, args: AgentArgs) -> Result<ExitCode, Failure> {
             live.chunk(chunk);
         }
     };
-    let outcome = smol::block_on(runner.run_observed_until(options, tap, interrupts.stopped()));
+    let outcome = smol::block_on(
+        runner
+            .run(options)
+            .observe_stdout(tap)
+            .cancel_on(interrupts.requests())
+            .into_future(),
+    );
     let result = match outcome {
         Ok(result) => result,
         Err(agentrun_smol::RunError::Spawn { program, source }) => {
             let program = program.to_string_lossy();
             let (code, why) = if source.kind() == io::ErrorKind::NotFound
-                && agentrun_fs::process::program_exists(program.as_ref().as_ref())
+                && agentrun_process::program_exists(program.as_ref().as_ref())
             {
                 (
                     127,
@@ -467,7 +473,7 @@ fn opencode_export(store: &Store, id: &str) -> Result<Vec<u8>, String> {
         .timeout(EXPORT_TIMEOUT)
         .kill_grace(Duration::from_secs(1));
     let runner = agentrun_smol::Runner::new(store.clone());
-    let result = smol::block_on(runner.run(options)).map_err(|e| e.to_string())?;
+    let result = smol::block_on(runner.run(options).into_future()).map_err(|e| e.to_string())?;
     match (result.outcome, result.exit) {
         (Outcome::Completed, Some(Exit::Code(0))) => {}
         (Outcome::Completed, exit) => {

@@ -2,7 +2,8 @@
 //!
 //! The child runs in its own process group, so a terminal's Ctrl-C reaches only agentrun:
 //! SIGINT, SIGTERM and SIGHUP stop the run the way a timeout does (the child's stop signals,
-//! the grace period, SIGKILL), the output captured so far is kept as a cancelled run, and
+//! the grace period, SIGKILL; a second one during the grace period sends SIGKILL at once),
+//! the output captured so far is kept as a cancelled run, and
 //! agentrun exits with 128 + the signal number. SIGXFSZ is caught too, so a file-size limit
 //! makes the capture write fail with EFBIG and be reported, instead of killing agentrun before
 //! it can say anything. Handlers are reset to the default in the child by `exec`.
@@ -47,6 +48,15 @@ impl Interrupts {
             }
         }
         std::future::pending().await
+    }
+
+    /// Every stop signal from now on, as a stream of stop requests: the first stops the run,
+    /// a second one during the grace period kills the child's group at once.
+    pub(crate) fn requests(&mut self) -> impl smol::stream::Stream<Item = ()> + Send + '_ {
+        smol::stream::unfold(self, |this| async move {
+            this.stopped().await;
+            Some(((), this))
+        })
     }
 
     /// The shell's exit code for the stop signal received: 128 + its number.

@@ -82,7 +82,12 @@ pub(crate) fn run(store: Store, args: RunArgs) -> Result<ExitCode, Failure> {
     options.validate().map_err(Failure::usage)?;
     let runner = agentrun_smol::Runner::new(store);
     let mut interrupts = interrupts::Interrupts::install();
-    let result = smol::block_on(runner.run_until(options, interrupts.stopped()));
+    let result = smol::block_on(
+        runner
+            .run(options)
+            .cancel_on(interrupts.requests())
+            .into_future(),
+    );
     let result = match result {
         Ok(r) => r,
         Err(e @ agentrun_smol::RunError::Spawn { .. }) => {

@@ -72,7 +72,6 @@ mod error;
 pub mod gc;
 mod layout;
 mod lock;
-pub mod process;
 mod read;
 pub mod sink;
 mod store;

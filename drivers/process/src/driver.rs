@@ -1,0 +1,407 @@
+//! The one process driver, generic over a small [`Runtime`] trait.
+//!
+//! # Driving order
+//!
+//! 1. `prepare` on the blocking pool: options checked, capture and result sink opened.
+//! 2. Spawn the child (its own process group); a failure removes the capture and the sink.
+//! 3. Start the pump jobs (stdout, stderr) and the stdin job on the blocking pool, and create
+//!    the [`RunLifecycle`] with the spawn instant.
+//! 4. Loop: carry out every [`RunAction`] (signals to the group, reporting an empty group),
+//!    then wait for the first of: the child's exit, all pumps done (pipes closed), a cancel
+//!    request, the lifecycle's next wakeup (reporting the last output first). Until
+//!    [`RunAction::Finish`].
+//! 5. `finish` on the blocking pool: sink read, capture finalized, result assembled.
+//!
+//! If the run future is dropped between 2 and 5, the drop guard feeds the lifecycle a
+//! cancellation, sends its first signal at once, and hands the rest to a blocking job that
+//! drives the same lifecycle on the thread's clock (the child is polled with `try_wait`),
+//! then finalizes the output captured so far as cancelled.
+
+use std::future::{Future, IntoFuture};
+use std::io;
+use std::os::fd::OwnedFd;
+use std::pin::Pin;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use agentrun_core::lifecycle::{RunAction, RunLifecycle};
+use agentrun_core::process::{Exit, Outcome, ProcessResult, RunOptions};
+use agentrun_fs::Store;
+use futures_lite::Stream;
+use rustix::process::{Pid, Signal};
+
+use crate::live::{LiveRun, Prepared, RunError, prepare};
+use crate::os::{self, Delivery, StdoutObserver};
+
+/// What a process driver needs from an async runtime. agentrun-smol and agentrun-tokio
+/// implement it; everything else is written once, here.
+pub trait Runtime: Clone + Send + Sync + 'static {
+    /// The runtime's handle on a spawned child.
+    type Child: ChildProcess;
+
+    /// Spawns `command` with `stdio` (called from within the run future).
+    fn spawn(&self, command: Command, stdio: [Stdio; 3]) -> io::Result<Self::Child>;
+
+    /// Resolves at `deadline`.
+    fn sleep_until(&self, deadline: Instant) -> impl Future<Output = ()> + Send + 'static;
+
+    /// Runs `job` on the blocking pool. The job runs to its end even when the returned future
+    /// is dropped, and even when called outside the runtime (from a `Drop`); the future fails
+    /// only if the job panicked.
+    fn spawn_blocking<T: Send + 'static>(
+        &self,
+        job: impl FnOnce() -> T + Send + 'static,
+    ) -> impl Future<Output = io::Result<T>> + Send + 'static;
+}
+
+/// A spawned child, as the runtime sees it.
+pub trait ChildProcess: Send + 'static {
+    /// The child's process id.
+    fn id(&self) -> Option<u32>;
+
+    /// Takes the child's stdin, stdout and stderr pipe ends (`None` where not piped).
+    fn take_pipes(&mut self) -> io::Result<[Option<OwnedFd>; 3]>;
+
+    /// Waits for the child to exit and reaps it. Must be cancel-safe: the driver polls a new
+    /// wait after every other event.
+    fn wait(&mut self) -> impl Future<Output = io::Result<ExitStatus>> + Send + '_;
+
+    /// Reaps the child if it exited, without waiting (usable outside the runtime).
+    fn try_wait(&mut self) -> io::Result<Option<ExitStatus>>;
+}
+
+/// Runs processes with their output captured into a store, on runtime `R`.
+#[derive(Debug, Clone)]
+pub struct Runner<R> {
+    store: Store,
+    runtime: R,
+}
+
+impl<R: Runtime + Default> Runner<R> {
+    /// A runner capturing into `store`.
+    pub fn new(store: Store) -> Self {
+        Self::with_runtime(store, R::default())
+    }
+}
+
+impl<R: Runtime> Runner<R> {
+    /// A runner capturing into `store` on `runtime`.
+    pub fn with_runtime(store: Store, runtime: R) -> Self {
+        Self { store, runtime }
+    }
+
+    /// The store the runner captures into.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Describes one run of `options`; `.await` it (after choosing a live stdout tap or a stop
+    /// input on the returned [`RunBuilder`]) to run the process to its end (exit, timeout,
+    /// idle timeout or cancellation) and get its result. Dropping the future cancels the run:
+    /// the group is stopped and the output captured so far is finalized as cancelled.
+    pub fn run(&self, options: RunOptions) -> RunBuilder<'_, R> {
+        RunBuilder {
+            runner: self,
+            options,
+            observer: None,
+            cancel: None,
+        }
+    }
+}
+
+type CancelStream<'a> = Pin<Box<dyn Stream<Item = ()> + Send + 'a>>;
+
+/// One run being described ([`Runner::run`]); awaiting it runs the process.
+#[must_use = "a run does nothing until awaited"]
+pub struct RunBuilder<'a, R> {
+    runner: &'a Runner<R>,
+    options: RunOptions,
+    observer: Option<StdoutObserver>,
+    cancel: Option<CancelStream<'a>>,
+}
+
+impl<R> std::fmt::Debug for RunBuilder<'_, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunBuilder")
+            .field("options", &self.options)
+            .field("observed", &self.observer.is_some())
+            .field("cancellable", &self.cancel.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, R: Runtime> RunBuilder<'a, R> {
+    /// A live tap on the child's stdout: `observer` is called with every stdout chunk while
+    /// the child runs (cut anywhere; `agentrun_core::lines::LineSplitter` reassembles lines),
+    /// on the blocking thread that pumps the pipe, right after the chunk was captured. The
+    /// retained stdout artifact is byte-identical to the concatenated chunks. A slow observer
+    /// slows the child down (backpressure); it must not panic.
+    pub fn observe_stdout(mut self, observer: impl FnMut(&[u8]) + Send + 'static) -> Self {
+        self.observer = Some(Box::new(observer));
+        self
+    }
+
+    /// Stops the run when `stop` resolves (for example on a signal the caller received): the
+    /// group is stopped as on a timeout, the output captured so far is finalized as
+    /// cancelled, and the result says `Outcome::Cancelled`. Unlike dropping the future, this
+    /// waits for the child to be stopped and reaped and returns the result.
+    pub fn stop_on(self, stop: impl Future<Output = ()> + Send + 'a) -> Self {
+        self.cancel_on(futures_lite::stream::once_future(stop))
+    }
+
+    /// Like [`RunBuilder::stop_on`], with every item of `requests` a stop request: the first
+    /// stops the run, a second one while the group is being stopped sends SIGKILL at once
+    /// (the second Ctrl-C of a terminal user).
+    pub fn cancel_on(mut self, requests: impl Stream<Item = ()> + Send + 'a) -> Self {
+        self.cancel = Some(Box::pin(requests));
+        self
+    }
+}
+
+impl<'a, R: Runtime> IntoFuture for RunBuilder<'a, R> {
+    type Output = Result<ProcessResult, RunError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(run(
+            self.runner.runtime.clone(),
+            self.runner.store.clone(),
+            self.options,
+            self.observer,
+            self.cancel,
+        ))
+    }
+}
+
+/// What woke the driver.
+enum Event {
+    Exit(io::Result<ExitStatus>),
+    PipesClosed,
+    Cancel,
+    Wake,
+}
+
+type Pumps = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+async fn run<R: Runtime>(
+    rt: R,
+    store: Store,
+    options: RunOptions,
+    observer: Option<StdoutObserver>,
+    mut cancel: Option<CancelStream<'_>>,
+) -> Result<ProcessResult, RunError> {
+    let Prepared {
+        command,
+        stdio,
+        mut run,
+    } = rt
+        .spawn_blocking(move || prepare(&store, options))
+        .await??;
+    let mut child = match rt.spawn(command, stdio) {
+        Ok(child) => child,
+        Err(e) => return Err(rt.spawn_blocking(move || run.spawn_failed(e)).await?),
+    };
+    let now = Instant::now();
+    run.spawned(child.id(), now);
+    let lifecycle = RunLifecycle::new(run.options(), now)?;
+    let [stdin, stdout, stderr] = child.take_pipes()?;
+    let pumps_done = Arc::new(AtomicUsize::new(0));
+    let jobs = run.output_jobs(stdout, stderr, observer)?;
+    let pump_count = jobs.len();
+    let pumps: Vec<_> = jobs
+        .into_iter()
+        .map(|job| {
+            let done = pumps_done.clone();
+            rt.spawn_blocking(move || {
+                // A pump's own error (reading the pipe) only ends that pump: a capture write
+                // error is recorded in the session, which finalizes as incomplete.
+                let _ = job();
+                done.fetch_add(1, Ordering::Release);
+            })
+        })
+        .collect();
+    if let Some(job) = run.stdin_job(stdin)? {
+        drop(rt.spawn_blocking(job)); // runs to its end on its own
+    }
+    let mut pipes: Option<Pumps> = Some(Box::pin(async move {
+        for pump in pumps {
+            let _ = pump.await;
+        }
+    }));
+    let mut guard = DropGuard {
+        state: Some(State {
+            rt: rt.clone(),
+            group: os::group_of(child.id()),
+            child,
+            exited: false,
+            lifecycle,
+            run,
+            pumps_done,
+            pump_count,
+        }),
+    };
+    loop {
+        let state = guard.state();
+        let now = Instant::now();
+        if let Some((outcome, exit)) = state.apply_actions(now) {
+            let State { run, .. } = guard.disarm();
+            return rt.spawn_blocking(move || run.finish(outcome, exit)).await?;
+        }
+        let wake = state.lifecycle.poll_timeout();
+        let exited = state.exited;
+        let mut sleep = wake.map(|(at, _)| Box::pin(rt.sleep_until(at)));
+        let event = {
+            let mut wait = (!exited).then(|| Box::pin(state.child.wait()));
+            std::future::poll_fn(|cx| {
+                if let Some(wait) = wait.as_mut()
+                    && let Poll::Ready(status) = wait.as_mut().poll(cx)
+                {
+                    return Poll::Ready(Event::Exit(status));
+                }
+                if let Some(p) = pipes.as_mut()
+                    && p.as_mut().poll(cx).is_ready()
+                {
+                    pipes = None;
+                    return Poll::Ready(Event::PipesClosed);
+                }
+                if let Some(requests) = cancel.as_mut() {
+                    match requests.as_mut().poll_next(cx) {
+                        Poll::Ready(Some(())) => return Poll::Ready(Event::Cancel),
+                        Poll::Ready(None) => cancel = None,
+                        Poll::Pending => {}
+                    }
+                }
+                if let Some(sleep) = sleep.as_mut()
+                    && sleep.as_mut().poll(cx).is_ready()
+                {
+                    return Poll::Ready(Event::Wake);
+                }
+                Poll::Pending
+            })
+            .await
+        };
+        let state = guard.state();
+        let now = Instant::now();
+        match event {
+            Event::Exit(status) => state.exit(now, status.ok()),
+            Event::PipesClosed => state.lifecycle.handle_pipes_closed(now),
+            Event::Cancel => state.lifecycle.handle_cancel(now),
+            Event::Wake => {
+                state.lifecycle.handle_output(state.run.last_output());
+                state.lifecycle.handle_timeout(now);
+            }
+        }
+    }
+}
+
+/// How often the drop guard's blocking job looks at the child and the pumps (it cannot await
+/// the runtime's wait: the runtime may not be running any more).
+const DROPPED_POLL: Duration = Duration::from_millis(10);
+
+/// A run after the spawn: what both the run future and its drop guard drive.
+struct State<R: Runtime> {
+    rt: R,
+    group: Option<Pid>,
+    child: R::Child,
+    exited: bool,
+    lifecycle: RunLifecycle,
+    run: LiveRun,
+    pumps_done: Arc<AtomicUsize>,
+    pump_count: usize,
+}
+
+impl<R: Runtime> State<R> {
+    /// Carries out the lifecycle's actions; `Some` when the run is over.
+    fn apply_actions(&mut self, now: Instant) -> Option<(Outcome, Option<Exit>)> {
+        while let Some(action) = self.lifecycle.poll_action() {
+            let signal = match action {
+                RunAction::Signal(signal) => os::os_signal(signal),
+                RunAction::Kill => Signal::KILL,
+                RunAction::Finish { outcome, exit } => return Some((outcome, exit)),
+                _ => continue,
+            };
+            if os::signal_group(self.group, signal) == Delivery::NoGroup {
+                self.lifecycle.handle_group_empty(now);
+            }
+        }
+        None
+    }
+
+    fn exit(&mut self, now: Instant, status: Option<ExitStatus>) {
+        self.exited = true;
+        self.lifecycle.handle_exit(now, status.map(os::exit_of));
+    }
+
+    /// The rest of a dropped run, on a blocking thread: the same lifecycle, driven by this
+    /// thread's clock, then the output captured so far finalized as cancelled.
+    fn finish_dropped(mut self) {
+        let mut pipes_reported = false;
+        loop {
+            let now = Instant::now();
+            if !self.exited {
+                match self.child.try_wait() {
+                    Ok(None) => {}
+                    Ok(Some(status)) => self.exit(now, Some(status)),
+                    Err(_) => self.exit(now, None),
+                }
+            }
+            if !pipes_reported && self.pumps_done.load(Ordering::Acquire) >= self.pump_count {
+                pipes_reported = true;
+                self.lifecycle.handle_pipes_closed(now);
+            }
+            self.lifecycle.handle_output(self.run.last_output());
+            self.lifecycle.handle_timeout(now);
+            if self.apply_actions(now).is_some() || self.lifecycle.is_finished() {
+                break;
+            }
+            let step = match self.lifecycle.poll_timeout() {
+                Some((at, _)) => at.saturating_duration_since(now).min(DROPPED_POLL),
+                None => DROPPED_POLL,
+            };
+            std::thread::sleep(step);
+        }
+        self.run.abandon();
+    }
+}
+
+/// Hands a run whose future was dropped to [`State::finish_dropped`].
+struct DropGuard<R: Runtime> {
+    state: Option<State<R>>,
+}
+
+impl<R: Runtime> DropGuard<R> {
+    fn state(&mut self) -> &mut State<R> {
+        self.state
+            .as_mut()
+            .expect("the guard holds the run until disarmed")
+    }
+
+    fn disarm(mut self) -> State<R> {
+        self.state
+            .take()
+            .expect("the guard holds the run until disarmed")
+    }
+}
+
+impl<R: Runtime> Drop for DropGuard<R> {
+    fn drop(&mut self) {
+        if let Some(mut state) = self.state.take() {
+            // The first stop signal at once, from here; the grace and the rest cannot be
+            // waited for in a `Drop`.
+            let now = Instant::now();
+            state.lifecycle.handle_cancel(now);
+            let finished = state.apply_actions(now).is_some();
+            let rt = state.rt.clone();
+            drop(rt.spawn_blocking(move || {
+                if finished {
+                    state.run.abandon();
+                } else {
+                    state.finish_dropped();
+                }
+            }));
+        }
+    }
+}

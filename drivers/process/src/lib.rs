@@ -1,0 +1,20 @@
+//! agentrun-process: the OS process layer of agentrun and its one process driver.
+//!
+//! * [`os`]: the child command (argv, never a shell; environment; working directory; its own
+//!   process group), signals to the group, pipes, `PATH` lookup. Blocking, runtime-free.
+//! * [`Runner`]: the process driver, generic over a small [`Runtime`] trait (spawn, wait for
+//!   the child, sleep until an instant, run a blocking job). The timing policy (deadline,
+//!   idle timeout, stop signals and grace, SIGKILL, pipe drain) is not here but in the sans-IO
+//!   `agentrun_core::lifecycle::RunLifecycle`, which this driver feeds and obeys; files are
+//!   agentrun-fs's business (the store, captures, the result sink).
+//!
+//! Applications use it through `agentrun-smol` or `agentrun-tokio`, which implement
+//! [`Runtime`] and re-export the API under the same names.
+
+mod driver;
+mod live;
+pub mod os;
+
+pub use driver::{ChildProcess, RunBuilder, Runner, Runtime};
+pub use live::RunError;
+pub use os::program_exists;

@@ -1,0 +1,215 @@
+//! The OS layer: the child command, its process group and signals, its pipes, and `PATH`
+//! lookup. Blocking code; nothing here depends on an async runtime.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentrun_core::harness::StopSignal;
+use agentrun_core::process::{Exit, RunOptions, StdinMode};
+use agentrun_core::stream::{Channel, OutputDeclaration, StreamIndex};
+use agentrun_fs::CaptureSession;
+use rustix::process::{Pid, Signal};
+
+/// Pipe reads go straight into the capture file; larger reads mean fewer wakeups and syscalls.
+const READ_BUF: usize = 256 * 1024;
+
+/// Linux pipes default to 64 KiB; a bigger pipe lets a fast child run ahead of the capture.
+const PIPE_SIZE: usize = 1 << 20;
+
+/// Whether `program` names an existing file: as a path when it has a `/`, else in `PATH`.
+pub fn program_exists(program: &OsStr) -> bool {
+    let name = Path::new(program);
+    if program.as_encoded_bytes().contains(&b'/') {
+        return name.is_file();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(name).is_file()))
+}
+
+/// The child's stdin, stdout and stderr for `options`. Set separately from [`command`]
+/// because a runtime's command wrapper may reset the standard streams when it adopts a std
+/// command (async-process does).
+pub fn stdio(options: &RunOptions) -> [Stdio; 3] {
+    let captured = |name: &str| {
+        if captures(options, name).is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        }
+    };
+    let stdin = match options.stdin {
+        StdinMode::Null => Stdio::null(),
+        StdinMode::Bytes(_) => Stdio::piped(),
+        StdinMode::Inherit => Stdio::inherit(),
+    };
+    [stdin, captured("stdout"), captured("stderr")]
+}
+
+/// The std command for `options`: argv only (never a shell), environment changes, working
+/// directory, its own process group, and the result-sink variable: set to `sink` when given,
+/// removed otherwise (so a value inherited from an ancestor never reaches the child).
+pub fn command(options: &RunOptions, sink: Option<&Path>) -> Command {
+    let mut cmd = Command::new(&options.program);
+    cmd.args(&options.args);
+    if let Some(dir) = &options.current_dir {
+        cmd.current_dir(dir);
+    }
+    for (key, value) in &options.env {
+        match value {
+            Some(v) => cmd.env(key, v),
+            None => cmd.env_remove(key),
+        };
+    }
+    match sink {
+        Some(path) => cmd.env(&options.sink_var, path),
+        None => cmd.env_remove(&options.sink_var),
+    };
+    // Its own group, so a timeout or cancellation can stop grandchildren too.
+    cmd.process_group(0);
+    cmd
+}
+
+/// The channel a child pipe (`stdout` or `stderr`) is captured into: the declared stream of
+/// that name, or for single output the stdout pipe. Pipes not captured are connected to
+/// `/dev/null` rather than left unread (an unread pipe would block the child).
+pub fn captures(options: &RunOptions, pipe: &str) -> Option<Channel> {
+    match &options.declaration {
+        OutputDeclaration::Single => (pipe == "stdout").then_some(Channel::Single),
+        OutputDeclaration::Named(names) => names
+            .iter()
+            .find(|n| n.as_str() == pipe)
+            .cloned()
+            .map(Channel::Named),
+    }
+}
+
+/// Turns a (possibly non-blocking) pipe end into a blocking file for [`pump`].
+pub fn blocking_pipe(fd: OwnedFd) -> io::Result<File> {
+    use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
+    let flags = fcntl_getfl(&fd)?;
+    fcntl_setfl(&fd, flags - OFlags::NONBLOCK)?;
+    // Best effort: a smaller pipe only costs throughput.
+    let _ = rustix::pipe::fcntl_setpipe_size(&fd, PIPE_SIZE);
+    Ok(File::from(fd))
+}
+
+/// The OS signal for a stop signal.
+pub fn os_signal(signal: StopSignal) -> Signal {
+    match signal {
+        StopSignal::Interrupt => Signal::INT,
+        StopSignal::Terminate => Signal::TERM,
+    }
+}
+
+/// Whether a signal sent to a process group found a process in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// The group exists (the signal was sent).
+    Sent,
+    /// The group has no process left (or there was no group to signal).
+    NoGroup,
+}
+
+/// Sends `signal` to process group `group`.
+pub fn signal_group(group: Option<Pid>, signal: Signal) -> Delivery {
+    match group {
+        Some(group) => match rustix::process::kill_process_group(group, signal) {
+            Err(rustix::io::Errno::SRCH) => Delivery::NoGroup,
+            // EPERM and the like: the group is there, we cannot do more than try.
+            _ => Delivery::Sent,
+        },
+        None => Delivery::NoGroup,
+    }
+}
+
+/// The process group of a child with id `pid` (its own, see [`command`]).
+pub fn group_of(pid: Option<u32>) -> Option<Pid> {
+    pid.and_then(|p| i32::try_from(p).ok())
+        .and_then(Pid::from_raw)
+}
+
+/// How a reaped child ended.
+pub fn exit_of(status: ExitStatus) -> Exit {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Exit::Code(code),
+        (None, Some(sig)) => Exit::Signal(sig),
+        (None, None) => Exit::Code(-1),
+    }
+}
+
+/// The session shared by the pumps of one run; `None` once the run has finalized it.
+pub(crate) type SharedSession = Arc<Mutex<Option<CaptureSession>>>;
+
+/// When output last arrived on any stream of a run (for the idle timeout). The pumps record
+/// it without waking the driver; the driver reports it to the run lifecycle when it wakes.
+#[derive(Debug)]
+pub(crate) struct Activity {
+    origin: Instant,
+    /// Nanoseconds after `origin` of the last output.
+    last: AtomicU64,
+}
+
+impl Activity {
+    pub(crate) fn new(origin: Instant) -> Self {
+        Self {
+            origin,
+            last: AtomicU64::new(0),
+        }
+    }
+
+    /// Records output now.
+    fn touch(&self) {
+        let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// When output last arrived (the origin when none did).
+    pub(crate) fn last_output(&self) -> Instant {
+        self.origin + Duration::from_nanos(self.last.load(Ordering::Relaxed))
+    }
+}
+
+/// A live tap on the child's stdout: called with each chunk as it is captured, cut anywhere
+/// (use `agentrun_core::lines::LineSplitter` for lines).
+pub type StdoutObserver = Box<dyn FnMut(&[u8]) + Send + 'static>;
+
+/// Copies `pipe` into stream `stream` of the session until end of file, recording activity
+/// and handing each chunk to `observer` right after it was written to the capture (the
+/// session lock is released first). Backpressure, not dropping: the child blocks on a full
+/// pipe while a chunk is written or observed. Ends early (quietly) once the session was
+/// finalized by a stop or a cancellation.
+pub(crate) fn pump(
+    session: &SharedSession,
+    stream: StreamIndex,
+    mut pipe: File,
+    activity: &Activity,
+    observer: &mut dyn FnMut(&[u8]),
+) -> io::Result<()> {
+    let mut buf = vec![0u8; READ_BUF];
+    loop {
+        let n = match pipe.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        activity.touch();
+        let mut guard = session.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(session) = guard.as_mut() else {
+            return Ok(());
+        };
+        // A write error is recorded in the session (the output becomes incomplete); keep
+        // draining the pipe so the child is not blocked forever on a full pipe.
+        let _ = session.write(stream, &buf[..n]);
+        drop(guard);
+        observer(&buf[..n]);
+    }
+}
