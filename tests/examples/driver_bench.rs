@@ -47,11 +47,11 @@ fn main() {
                     assert!(o.status.success());
                 }));
                 smol_t.push(time(&mut || {
-                    let r = smol::block_on(smol_runner.run(RunOptions::new("true")));
+                    let r = smol::block_on(smol_runner.run(RunOptions::new("true")).into_future());
                     assert!(r.is_ok());
                 }));
                 tokio_t.push(time(&mut || {
-                    let r = rt.block_on(tokio_runner.run(RunOptions::new("true")));
+                    let r = rt.block_on(tokio_runner.run(RunOptions::new("true")).into_future());
                     assert!(r.is_ok());
                 }));
             }
@@ -77,11 +77,13 @@ fn main() {
             let (mut smol_t, mut tokio_t) = (Vec::new(), Vec::new());
             for _ in 0..runs {
                 smol_t.push(time(&mut || {
-                    let r = smol::block_on(smol_runner.run(options())).expect("runs");
+                    let r = smol::block_on(smol_runner.run(options()).into_future()).expect("runs");
                     assert_eq!(r.stdout().map(|s| s.bytes), Some(size));
                 }));
                 tokio_t.push(time(&mut || {
-                    let r = rt.block_on(tokio_runner.run(options())).expect("runs");
+                    let r = rt
+                        .block_on(tokio_runner.run(options()).into_future())
+                        .expect("runs");
                     assert_eq!(r.stdout().map(|s| s.bytes), Some(size));
                 }));
             }

@@ -63,8 +63,9 @@ impl agentrun_process::Runtime for SmolRuntime {
     }
 
     fn sleep_until(&self, deadline: Instant) -> impl Future<Output = ()> + Send + 'static {
+        let timer = smol::Timer::at(deadline);
         async move {
-            smol::Timer::at(deadline).await;
+            timer.await;
         }
     }
 
