@@ -17,10 +17,12 @@
 //!   channel's values;
 //! * [`lifecycle`]: the run lifecycle (timeouts, stop signals, SIGKILL, pipe drain), fed
 //!   instants by its driver;
-//! * [`lines`]: a bounded line splitter for live output taps.
+//! * [`lines`]: a bounded line splitter for live output taps;
+//! * [`turn`] and [`auto_mode`]: the generic turn loop and auto mode's phase machine.
 
 #![forbid(unsafe_code)]
 
+pub mod auto_mode;
 pub mod capture;
 pub mod digest;
 pub mod harness;
@@ -35,6 +37,7 @@ pub mod process;
 pub mod record;
 pub mod sink;
 pub mod stream;
+pub mod turn;
 pub mod uri;
 
 pub use capture::{Capture, CaptureError, CaptureSummary, Completion, FullOutput, Status};

@@ -210,3 +210,11 @@ impl Offset {
         }
     }
 }
+
+/// Auto-mode text target: the input, lossily decoded, is both an appended instruction for the
+/// sanitizer and an Evaluate answer for the verdict parser.
+pub fn auto_mode_text(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    crate::auto_mode_checks::check_sanitizer(&text);
+    crate::auto_mode_checks::check_verdict(&text);
+}

@@ -1,6 +1,7 @@
 //! Shared helpers for the cross-crate tests and the fuzz targets.
 //!
 //! * [`checks`]: the properties of SPEC §2–4 as functions that panic only on a violation;
+//! * [`auto_mode_checks`]: the properties of auto mode's sanitizer and verdict parser;
 //! * [`fuzz_bodies`]: the fuzz targets' bodies, turning arbitrary bytes into those checks;
 //! * [`model_server`]: scripted model servers (Anthropic Messages, OpenAI Responses and chat
 //!   completions) on 127.0.0.1 for running the real agent CLIs offline;
@@ -8,6 +9,7 @@
 //!   that runs them offline.
 
 pub mod agent_clis;
+pub mod auto_mode_checks;
 pub mod checks;
 pub mod fuzz_bodies;
 pub mod model_server;

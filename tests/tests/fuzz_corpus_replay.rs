@@ -42,6 +42,11 @@ fn page_corpus() {
     replay("page", fuzz_bodies::page);
 }
 
+#[test]
+fn auto_mode_text_corpus() {
+    replay("auto_mode_text", fuzz_bodies::auto_mode_text);
+}
+
 /// The harness decoders' corpora: both bodies of each dialect run on every input, as in the
 /// fuzz targets.
 macro_rules! harness_corpora {

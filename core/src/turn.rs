@@ -1,0 +1,257 @@
+//! The generic turn loop: one [`AgentSession`] driven by one [`TurnChannel`].
+//!
+//! A *turn* is one prompt sent to an agent and run to natural completion. The loop is
+//! deliberately tiny and strictly ordered:
+//!
+//! ```text
+//! loop {
+//!     channel.next_prompt()      LISTEN: Ready(prompt) | Idle | Closed
+//!     session.run_turn(prompt)   EXECUTE: one turn, its output and exit code
+//!     channel.publish_output(o)  REPLAY: the channel decides what comes next
+//! }
+//! ```
+//!
+//! The only place a turn's result reaches the channel is `publish_output`, so a channel that
+//! makes decisions from results (auto mode) keeps its state machine there, and `next_prompt`
+//! only renders the prompt for whatever the channel already decided.
+//!
+//! Nothing here spawns, sleeps or reads a clock. On [`NextPrompt::Idle`] the loop awaits the
+//! `idle` future the driver passes to [`run_session_loop`] (a runtime timer, a notification,
+//! anything): the waiting policy belongs to the driver, and the loop never busy-spins.
+//!
+//! The traits use `async fn` so a session or channel can await its runtime's I/O; the core
+//! itself never polls a runtime.
+
+use std::future::Future;
+
+use crate::harness::Usage;
+
+/// What one turn produced.
+///
+/// The contract every consumer may rely on:
+///
+/// | constructor / call                      | `text()` | `exit_code()` |
+/// |-----------------------------------------|----------|---------------|
+/// | `from_text(s)`                          | `s`      | `None`        |
+/// | `from_text(s).with_exit_code(n)`        | `s`      | `Some(n)`     |
+/// | `.with_exit_code(a).with_exit_code(b)`  | `s`      | `Some(b)`     |
+///
+/// The exit code is data: branch on it, and handle `None` (a turn that recorded none, e.g.
+/// killed by a signal). The other fields are what agentrun additionally knows about a turn
+/// run through a harness; each defaults to empty.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[must_use]
+pub struct TurnOutput {
+    text: String,
+    exit_code: Option<i32>,
+    result: Option<String>,
+    harness_session_id: Option<String>,
+    models: Vec<String>,
+    usage: Option<Usage>,
+    artifacts: Vec<String>,
+}
+
+impl TurnOutput {
+    /// A turn that answered `text` (its final message or output), with no exit code recorded.
+    pub fn from_text(text: impl Into<String>) -> Self {
+        TurnOutput {
+            text: text.into(),
+            ..TurnOutput::default()
+        }
+    }
+
+    /// The agent's answer, verbatim.
+    #[must_use]
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Records the turn's exit code. Last write wins.
+    pub fn with_exit_code(mut self, code: i32) -> Self {
+        self.exit_code = Some(code);
+        self
+    }
+
+    /// The turn's exit code, if one was recorded.
+    #[must_use]
+    pub fn exit_code(&self) -> Option<i32> {
+        self.exit_code
+    }
+
+    /// Records what the agent wrote to the clean result channel. Last write wins.
+    pub fn with_result(mut self, result: impl Into<String>) -> Self {
+        self.result = Some(result.into());
+        self
+    }
+
+    /// What the agent wrote to the clean result channel, if anything.
+    #[must_use]
+    pub fn result(&self) -> Option<&str> {
+        self.result.as_deref()
+    }
+
+    /// Records the harness's own session id (decoded from its stream). Last write wins.
+    pub fn with_harness_session_id(mut self, id: impl Into<String>) -> Self {
+        self.harness_session_id = Some(id.into());
+        self
+    }
+
+    /// The harness's own session id, when its stream named one.
+    #[must_use]
+    pub fn harness_session_id(&self) -> Option<&str> {
+        self.harness_session_id.as_deref()
+    }
+
+    /// Records the models observed answering, in first-seen order. Last write wins.
+    pub fn with_models(mut self, models: Vec<String>) -> Self {
+        self.models = models;
+        self
+    }
+
+    /// The models observed answering this turn.
+    #[must_use]
+    pub fn models(&self) -> &[String] {
+        &self.models
+    }
+
+    /// Records the turn's token usage and cost. Last write wins.
+    pub fn with_usage(mut self, usage: Usage) -> Self {
+        self.usage = Some(usage);
+        self
+    }
+
+    /// The turn's token usage and cost, when the harness reported them.
+    #[must_use]
+    pub fn usage(&self) -> Option<&Usage> {
+        self.usage.as_ref()
+    }
+
+    /// Records the `artifact://` URIs of the turn's retained output. Last write wins.
+    pub fn with_artifacts(mut self, uris: Vec<String>) -> Self {
+        self.artifacts = uris;
+        self
+    }
+
+    /// The `artifact://` URIs of the turn's retained output.
+    #[must_use]
+    pub fn artifacts(&self) -> &[String] {
+        &self.artifacts
+    }
+}
+
+/// Why a turn could not be run at all. A turn that ran and exited non-zero is not an error:
+/// it is an `Ok` [`TurnOutput`] carrying its exit code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TurnError {
+    /// The agent program could not be started.
+    #[error("cannot start the agent `{program}`: {reason}")]
+    Spawn {
+        /// The program that was to run.
+        program: String,
+        /// Why it could not start.
+        reason: String,
+        /// The exit code a command line should use (127 not found, 126 not executable).
+        exit_code: i32,
+    },
+    /// The agent ran but its output could not be captured or retained.
+    #[error("the agent's output could not be captured: {0}")]
+    Capture(String),
+    /// The turn was stopped from outside (Ctrl-C, a signal) before it finished.
+    #[error("the turn was interrupted before it finished")]
+    Interrupted,
+}
+
+/// Why a channel could not go on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChannelError {
+    /// The channel's durable state could not be read or written.
+    #[error("{0}")]
+    State(String),
+    /// A step the channel runs itself (e.g. a verification command) could not be run.
+    #[error("{0}")]
+    Step(String),
+}
+
+/// What the channel wants run next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NextPrompt {
+    /// Run this prompt as the next turn.
+    Ready(String),
+    /// Nothing to run yet; ask again after the driver's idle wait.
+    Idle,
+    /// The channel is done; the loop returns.
+    Closed,
+}
+
+/// Runs turns of one agent session.
+#[allow(async_fn_in_trait)]
+pub trait AgentSession {
+    /// Runs one turn to natural completion. A turn that ran and exited non-zero is `Ok` with
+    /// its exit code; only failing to start or capture the agent is a [`TurnError`].
+    async fn run_turn(&mut self, prompt: &str) -> Result<TurnOutput, TurnError>;
+
+    /// The stable id of the driven session.
+    fn session_id(&self) -> &str;
+}
+
+/// Decides what an [`AgentSession`] is asked, and receives what it answered.
+#[allow(async_fn_in_trait)]
+pub trait TurnChannel {
+    /// The channel's stable id (for logs).
+    fn id(&self) -> &str;
+
+    /// Receives the output of the turn that ran the last prompt. The default ignores it.
+    async fn publish_output(&mut self, output: &TurnOutput) -> Result<(), ChannelError> {
+        let _ = output;
+        Ok(())
+    }
+
+    /// The next prompt to run, or `Idle`, or `Closed`.
+    async fn next_prompt(&mut self) -> Result<NextPrompt, ChannelError>;
+}
+
+/// Why [`run_session_loop`] stopped early.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoopError {
+    /// A turn could not be run.
+    #[error(transparent)]
+    Turn(#[from] TurnError),
+    /// The channel failed.
+    #[error(transparent)]
+    Channel(#[from] ChannelError),
+}
+
+/// Drives `session` from `channel` until the channel closes: strictly `next_prompt` →
+/// `run_turn` → `publish_output`. On [`NextPrompt::Idle`] it awaits `idle()` before asking
+/// again; the driver chooses what that wait is (a timer, a wake-up).
+///
+/// Returns the number of turns run. The first error stops the loop; the channel keeps
+/// whatever state it persisted before it.
+pub async fn run_session_loop<S, C, I, F>(
+    session: &mut S,
+    channel: &mut C,
+    mut idle: I,
+) -> Result<u64, LoopError>
+where
+    S: AgentSession + ?Sized,
+    C: TurnChannel + ?Sized,
+    I: FnMut() -> F,
+    F: Future<Output = ()>,
+{
+    let mut turns = 0u64;
+    loop {
+        match channel.next_prompt().await? {
+            NextPrompt::Ready(prompt) => {
+                let output = session.run_turn(&prompt).await?;
+                turns += 1;
+                channel.publish_output(&output).await?;
+            }
+            NextPrompt::Idle => idle().await,
+            NextPrompt::Closed => return Ok(turns),
+        }
+    }
+}

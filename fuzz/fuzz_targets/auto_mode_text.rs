@@ -1,0 +1,5 @@
+//! Fuzzes auto mode's appended-instruction sanitizer and verdict parser.
+//! The body lives in `agentrun_tests::fuzz_bodies` so stable CI replays this corpus too.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| agentrun_tests::fuzz_bodies::auto_mode_text(data));
