@@ -79,9 +79,15 @@ pub(crate) struct AgentArgs {
     /// Print JSON lines: `{"progress": …}` per progress line, then one completion object
     /// with the run's artifacts.
     #[arg(long)]
-    json: bool,
-    /// The prompt (several words are joined with spaces).
-    #[arg(required = true, last = true, value_name = "PROMPT")]
+    pub(crate) json: bool,
+    /// The prompt (several words are joined with spaces; everything after the first word
+    /// belongs to the prompt, so put options before it or after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROMPT"
+    )]
     prompt: Vec<String>,
 }
 

@@ -34,7 +34,7 @@ pub(crate) struct InterpretArgs {
     retained: Option<PathBuf>,
     /// Print JSON lines: `{"progress": …}` per progress line, then one completion object.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// The stream to decode; `-` or absent for stdin.
     #[arg(value_name = "FILE|-")]
     input: Option<PathBuf>,
@@ -151,6 +151,10 @@ pub(crate) fn human(models: &[String], c: &Completion) -> String {
         ));
     }
     let status = match &c.outcome.status {
+        // Nothing failed, but nothing said the session finished either (a cut-off stream).
+        OutcomeStatus::Succeeded if !c.outcome.terminal_seen => {
+            "no terminal event (the stream ended without a final result)".to_owned()
+        }
         OutcomeStatus::Succeeded => "succeeded".to_owned(),
         OutcomeStatus::TurnFailed { diagnostic } => format!("turn failed: {diagnostic}"),
         OutcomeStatus::ExecutionFailed { diagnostic } => {

@@ -1,63 +1,167 @@
 //! `agentrun`: run commands with retained, pageable output, and read it back.
 //!
-//! See `agentrun --help` and README.md. Exit codes: the child's code for `run` (124 on
-//! timeout, 126/127 when the program cannot be run); for `agent` 0 when the session succeeded
-//! and 1 when it did not (see `agent.rs`), 124 on timeout, 126/127 when the harness CLI cannot
-//! be run; 0 for success of the other commands, 1 for runtime errors (missing or corrupt
-//! artifacts, store problems), 2 for usage errors (including malformed URIs and limits).
+//! Layout: this file holds the command tree and the dispatch; each subcommand lives in its
+//! own module (`run.rs`, `read.rs`, `store_cmds.rs` for gc/verify/show/runs, `settings.rs`
+//! for the config file and `agentrun config`, `agent.rs`, `interpret.rs`, `docs_cmds.rs`
+//! for completions and the man page). Failures and exit codes are in `failure.rs`: the
+//! child's code passes through, agentrun's own failures (usage errors included) exit 125,
+//! a timeout 124, a program that cannot be run 126/127 — the table is `EXIT_CODES` below.
 
 mod agent;
+mod docs_cmds;
 mod duration;
 mod failure;
 mod interpret;
 mod interrupts;
 mod read;
 mod run;
+mod settings;
 mod store_cmds;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agentrun_fs::Store;
-use clap::{Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub(crate) use failure::Failure;
 pub(crate) use run::run_summary;
+use settings::Settings;
+
+/// The exit-code table, shown by `agentrun --help` and in docs/guide.md (a macro so that the
+/// help text, a literal, can include it).
+macro_rules! exit_codes {
+    () => {
+        "Exit codes:
+  0        success (for `run`: the program exited 0)
+  1-123    `run`: the program's own exit code, passed through
+  1        `agent`: the session did not succeed; `verify`: problems were found
+  124      the program was stopped by --timeout or --idle-timeout
+  125      agentrun itself failed (bad usage, missing artifact, store error)
+  126      the program was found but cannot be executed
+  127      the program was not found
+  128+N    the program was killed by signal N, or agentrun was stopped by it"
+    };
+}
+
+#[cfg(test)]
+const EXIT_CODES: &str = exit_codes!();
 
 /// Run commands with retained, pageable output, and read any output back by its artifact URI.
 ///
-/// Every run's stdout and stderr are captured in full into a content-addressed store; you see a
-/// bounded preview per stream with an exact `read` hint for the rest.
+/// Every run's stdout and stderr are captured in full into a content-addressed store; you see
+/// a bounded preview per stream, and stderr names the `agentrun read` command for each stream.
 #[derive(Debug, Parser)]
-#[command(name = "agentrun", version, propagate_version = true)]
+#[command(
+    name = "agentrun",
+    bin_name = "agentrun",
+    version,
+    propagate_version = true,
+    max_term_width = 100,
+    after_help = concat!(
+        "Examples:
+  agentrun run cargo test           run, preview, keep everything
+  agentrun read artifact://<sha256>/stdout --offset 2000
+  agentrun runs                     recent runs
+  agentrun agent claude \"fix the failing test\"
+
+",
+        exit_codes!()
+    ),
+)]
 struct Cli {
-    /// Artifact store directory [default: $AGENTRUN_HOME, else $XDG_DATA_HOME/agentrun, else
-    /// ~/.local/share/agentrun].
-    #[arg(long, global = true, value_name = "DIR")]
-    store: Option<PathBuf>,
+    #[command(flatten)]
+    global: GlobalArgs,
 
     #[command(subcommand)]
     command: Command,
 }
 
+/// Options every command accepts.
+#[derive(Debug, Args)]
+pub(crate) struct GlobalArgs {
+    /// Artifact store directory [default: $AGENTRUN_HOME, else the config file's `store`, else
+    /// $XDG_DATA_HOME/agentrun, else ~/.local/share/agentrun].
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        help_heading = "Global options"
+    )]
+    pub(crate) store: Option<PathBuf>,
+    /// Settings file [default: $XDG_CONFIG_HOME/agentrun/config.toml, else
+    /// ~/.config/agentrun/config.toml].
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        help_heading = "Global options"
+    )]
+    pub(crate) config: Option<PathBuf>,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a program, capture its output, print the bounded model-facing preview, and exit
-    /// with the program's exit code (124 on timeout).
+    /// Run a program, capture its output, print the bounded preview, exit with its code.
+    ///
+    /// Everything after PROGRAM belongs to the program (put agentrun's options before it, or
+    /// separate with `--`). The program runs directly, never through a shell. stdout gets the
+    /// model-facing preview of each stream; stderr gets a summary line and one `agentrun read`
+    /// command per non-empty stream.
     ///
     /// With --sink the program also gets a clean result channel: a private file whose path is
     /// in $AGENTRUN_RESULT_SINK (see --sink-var). Then stdout carries only the clean answer,
     /// byte for byte, and the preview goes to stderr; when the program wrote no answer, stdout
     /// stays empty and stderr says why.
+    #[command(after_help = "Examples:
+  agentrun run seq 1 100000                 preview of the first 2000 lines, the rest stored
+  agentrun run --live cargo build           show the output as it comes, keep it all
+  agentrun run --timeout 5m -- make -j8     stop after 5 minutes (exit 124)
+  echo hi | agentrun run --stdin inherit cat
+  agentrun run --json ls -la                the record, with an artifact URI per stream")]
     Run(run::RunArgs),
     /// Page an artifact: raw stored bytes to stdout, continuation metadata to stderr.
+    #[command(after_help = "Examples:
+  agentrun read artifact://<sha256>/stdout                first 2000 lines
+  agentrun read artifact://<sha256>/stdout --offset 2000 --limit 100
+  agentrun read artifact://<sha256>/stdout --byte-offset 51200   inside a very long line
+  agentrun read artifact://<sha256>/stdout --all > out.txt       the exact bytes")]
     Read(read::ReadArgs),
-    /// Remove artifacts no record references (after a grace period) and dead captures.
+    /// Show a recorded run again: its preview and read commands, without rerunning it.
+    #[command(after_help = "Examples:
+  agentrun show 1764512345123-4821-0        the run id printed on stderr by `run`
+  agentrun show --json 1764512345123-4821-0")]
+    Show(store_cmds::ShowArgs),
+    /// List recent runs: id, time, status, size of each stream.
+    #[command(after_help = "Examples:
+  agentrun runs                             the 20 most recent runs
+  agentrun runs --limit 100 --json")]
+    Runs(store_cmds::RunsArgs),
+    /// Forget expired runs and remove the output nothing references any more.
+    ///
+    /// A run's record is kept for the retention period (30 days unless `[retention] records`
+    /// in the config file or --retention says otherwise); the output of kept records is always
+    /// kept. Objects no record references are removed after a grace period (1 hour), so a run
+    /// that is being published is never touched.
+    #[command(after_help = "Examples:
+  agentrun gc                               apply the retention period
+  agentrun gc --dry-run                     say what would go
+  agentrun gc --retention 7d                keep only the last week")]
     Gc(store_cmds::GcArgs),
     /// Check every object's digest and index and every record's references.
-    Verify(store_cmds::JsonArg),
+    #[command(after_help = "Examples:
+  agentrun verify
+  agentrun verify --json")]
+    Verify(store_cmds::VerifyArgs),
+    /// Print the effective settings and where each comes from.
+    #[command(after_help = "Examples:
+  agentrun config
+  agentrun --config ./agentrun.toml config --json")]
+    Config(settings::ConfigArgs),
     /// Decode a recorded or piped harness stream: progress lines as they are decoded, then
     /// the observed models and the completion report.
+    #[command(after_help = "Examples:
+  agentrun interpret --harness claude session.jsonl
+  claude -p --output-format stream-json --verbose hi | agentrun interpret --harness claude")]
     Interpret(interpret::InterpretArgs),
     /// Launch a harness CLI (claude, grok, agy, codex, muse, opencode) with a prompt,
     /// interpret its output live, retain it as artifacts, and print the completion and the
@@ -65,39 +169,114 @@ enum Command {
     ///
     /// Exit code: 0 when the session succeeded; 1 when it did not (a failed turn, a safeguard
     /// refusal under --security, a harness that exited non-zero); 124 on timeout; 127 when
-    /// the harness program is not on PATH, 126 when it cannot be executed.
+    /// the harness program is not on PATH, 126 when it cannot be executed; 125 when agentrun
+    /// itself failed.
+    #[command(after_help = "Examples:
+  agentrun agent claude fix the failing test
+  agentrun agent codex --model gpt-5 -- \"explain src/main.rs\"
+  agentrun agent claude --json --timeout 10m \"refactor the parser\"")]
     Agent(agent::AgentArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = "Examples:
+  agentrun completions bash > ~/.local/share/bash-completion/completions/agentrun
+  agentrun completions zsh > ~/.zfunc/_agentrun
+  agentrun completions fish > ~/.config/fish/completions/agentrun.fish")]
+    Completions(docs_cmds::CompletionsArgs),
+    /// Print the man page (roff) of agentrun and its commands.
+    #[command(after_help = "Examples:
+  agentrun man > ~/.local/share/man/man1/agentrun.1 && man agentrun")]
+    Man,
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match dispatch(cli) {
-        Ok(code) => code,
-        Err(f) => {
-            eprintln!("agentrun: error: {}", f.message);
-            ExitCode::from(f.code)
+impl Command {
+    /// Whether the command was asked for JSON output (its errors are then JSON too).
+    fn json(&self) -> bool {
+        match self {
+            Command::Run(a) => a.json,
+            Command::Read(a) => a.json,
+            Command::Show(a) => a.json,
+            Command::Runs(a) => a.json,
+            Command::Gc(a) => a.json,
+            Command::Verify(a) => a.json,
+            Command::Config(a) => a.json,
+            Command::Interpret(a) => a.json,
+            Command::Agent(a) => a.json,
+            Command::Completions(_) | Command::Man => false,
         }
     }
 }
 
-fn dispatch(cli: Cli) -> Result<ExitCode, Failure> {
-    let store = cli.store;
-    match cli.command {
-        // Decoding a stream touches no store: it works without one.
-        Command::Interpret(args) => interpret::run(args),
-        Command::Agent(args) => agent::run(open_store(store)?, args),
-        Command::Run(args) => run::run(open_store(store)?, args),
-        Command::Read(args) => read::read(&open_store(store)?, args),
-        Command::Gc(args) => store_cmds::gc(&open_store(store)?, args),
-        Command::Verify(args) => store_cmds::verify(&open_store(store)?, args),
+/// The command tree, with the global options hidden from the commands that ignore them
+/// (`interpret` reads no store and no settings; neither do `completions` and `man`): a
+/// subcommand's own hidden `--store`/`--config` takes the place of the global one there, so
+/// `--store` is still accepted (and ignored) but not advertised.
+fn command_tree() -> clap::Command {
+    let mut cmd = Cli::command();
+    for name in ["interpret", "completions", "man"] {
+        cmd = cmd.mut_subcommand(name, |sub| {
+            sub.arg(ignored_path("store", "DIR"))
+                .arg(ignored_path("config", "FILE"))
+        });
+    }
+    cmd
+}
+
+fn ignored_path(name: &'static str, value_name: &'static str) -> clap::Arg {
+    clap::Arg::new(name)
+        .long(name)
+        .value_name(value_name)
+        .value_parser(clap::value_parser!(PathBuf))
+        .hide(true)
+}
+
+fn main() -> ExitCode {
+    let parsed = command_tree()
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches));
+    let cli = match parsed {
+        Ok(cli) => cli,
+        Err(e) => return failure::clap_error(e, failure::wants_json(std::env::args_os())),
+    };
+    let json = cli.command.json();
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(f) => f.report(json),
     }
 }
 
-/// The store named by `--store`, else the default root; created owner-only if missing.
-fn open_store(dir: Option<PathBuf>) -> Result<Store, Failure> {
-    let root = match dir {
-        Some(dir) => dir,
-        None => Store::default_root().map_err(Failure::runtime)?,
-    };
-    Store::open(root).map_err(Failure::runtime)
+fn dispatch(cli: Cli) -> Result<ExitCode, Failure> {
+    let Cli { global, command } = cli;
+    // Read only by the commands that need them, so `interpret`, `completions` and `man`
+    // work whatever the config file says.
+    let settings = || Settings::load(&global);
+    match command {
+        Command::Interpret(args) => interpret::run(args),
+        Command::Completions(args) => docs_cmds::completions(command_tree(), args),
+        Command::Man => docs_cmds::man(command_tree()),
+        Command::Run(args) => run::run(&settings()?, args),
+        Command::Agent(args) => agent::run(settings()?.open_store()?, args),
+        Command::Read(args) => read::read(&settings()?, args),
+        Command::Show(args) => store_cmds::show(&settings()?, args),
+        Command::Runs(args) => store_cmds::runs(&settings()?, args),
+        Command::Gc(args) => store_cmds::gc(&settings()?, args),
+        Command::Verify(args) => store_cmds::verify(&settings()?, args),
+        Command::Config(args) => settings::show(&settings()?, args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_tree_is_consistent() {
+        Cli::command().debug_assert();
+        command_tree().debug_assert();
+    }
+
+    #[test]
+    fn help_and_docs_share_the_exit_code_table() {
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains(EXIT_CODES), "{help}");
+    }
 }

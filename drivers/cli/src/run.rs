@@ -1,32 +1,35 @@
 //! `agentrun run`: run a program, capture its output, print the bounded preview.
+//!
+//! stdout gets the model-facing preview (or the JSON record, or the clean answer with
+//! `--sink`); stderr gets one summary line and an `agentrun read` command per non-empty
+//! stream, with the exact continuation when the preview was cut.
 
-use std::io::{self, Write};
+use std::ffi::OsString;
+use std::io::{self, Read as _};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use agentrun_core::PreviewLimits;
-use agentrun_core::process::{Exit, Outcome, RunOptions};
-use agentrun_core::sink::{DEFAULT_SINK_VAR, ResultSink};
-use agentrun_fs::Store;
+use agentrun_core::ResultRecord;
+use agentrun_core::page::{PageError, PageRequest};
+use agentrun_core::process::{Exit, Outcome, ProcessResult, RunOptions, StdinMode};
+use agentrun_core::record::StreamRecord;
+use agentrun_core::sink::ResultSink;
+use agentrun_fs::{ReadError, Store};
 use clap::Args;
 
-use crate::failure::{Failure, write_or_quiet};
+use crate::failure::{self, Failure, plural, write_or_quiet};
+use crate::settings::{LimitFlags, Settings};
 use crate::{duration, interrupts};
 
+/// The largest `--stdin FILE` read into memory; bigger input goes through `--stdin inherit`.
+const MAX_STDIN_FILE: u64 = 64 << 20;
+
+/// Arguments of `agentrun run`.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// Most lines shown per stream.
-    #[arg(long, value_name = "N", default_value_t = 2000)]
-    max_lines: u64,
-    /// Most preview bytes shown per stream.
-    #[arg(long, value_name = "N", default_value_t = 51_200)]
-    max_bytes: usize,
-    /// Bound on the whole preview, headings and hints included.
-    #[arg(long, value_name = "N", default_value_t = 1 << 20)]
-    max_payload_bytes: usize,
-    /// Also show this many last lines of a truncated stream.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    tail_lines: u64,
+    #[command(flatten)]
+    limits: LimitFlags,
     /// Stop the program after this long (e.g. 30s, 5m, 1h); exit code 124.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     timeout: Option<Duration>,
@@ -34,42 +37,72 @@ pub(crate) struct RunArgs {
     /// 124.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     idle_timeout: Option<Duration>,
-    /// Give the program a clean result channel (a private file named in $AGENTRUN_RESULT_SINK)
-    /// and print its answer verbatim on stdout, the preview on stderr.
-    #[arg(long)]
-    sink: bool,
-    /// The variable that names the result sink (e.g. AMPLIHACK_RESULT_SINK). It is removed
-    /// from the program's environment unless --sink is given.
-    #[arg(long, value_name = "NAME", default_value = DEFAULT_SINK_VAR)]
-    sink_var: String,
     /// Time between SIGTERM and SIGKILL when stopping the program.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "5s")]
     kill_grace: Duration,
-    /// Print the result record as JSON instead of the preview.
+    /// The program's standard input: `null` (nothing), `inherit` (agentrun's own stdin, e.g.
+    /// a pipe), or a FILE's contents.
+    #[arg(long, value_name = "null|inherit|FILE", default_value = "null")]
+    stdin: String,
+    /// Give the program a clean result channel (a private file named in $AGENTRUN_RESULT_SINK)
+    /// and print its answer verbatim on stdout, the preview on stderr.
+    #[arg(long, help_heading = "Result channel")]
+    sink: bool,
+    /// The variable that names the result sink (e.g. AMPLIHACK_RESULT_SINK); it is removed
+    /// from the program's environment unless --sink is given [default: AGENTRUN_RESULT_SINK,
+    /// or the config file's `sink_var`].
+    #[arg(long, value_name = "NAME", help_heading = "Result channel")]
+    sink_var: Option<String>,
+    /// Print one JSON object (status, exit, artifact URIs, the record) instead of the preview.
     #[arg(long)]
-    json: bool,
-    /// The program and its arguments (run directly, never through a shell).
-    #[arg(required = true, last = true, value_name = "PROGRAM [ARGS]...")]
-    command: Vec<std::ffi::OsString>,
+    pub(crate) json: bool,
+    /// The program to run (looked up on PATH, never run through a shell).
+    #[arg(required = true, value_name = "PROGRAM")]
+    program: OsString,
+    /// The program's arguments: everything after PROGRAM, options included.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    args: Vec<OsString>,
 }
 
-pub(crate) fn run(store: Store, args: RunArgs) -> Result<ExitCode, Failure> {
-    let limits = PreviewLimits {
-        max_lines: args.max_lines,
-        max_bytes: args.max_bytes,
-        max_payload_bytes: args.max_payload_bytes,
-        tail_lines: args.tail_lines,
-    };
-    limits.validate().map_err(Failure::usage)?;
-    let (program, rest) = args
-        .command
-        .split_first()
-        .ok_or_else(|| Failure::usage("no program"))?;
-    let mut options = RunOptions::new(program)
-        .args(rest)
+fn stdin_mode(spec: &str) -> Result<StdinMode, Failure> {
+    match spec {
+        "null" => Ok(StdinMode::Null),
+        "inherit" => Ok(StdinMode::Inherit),
+        path => {
+            let path = PathBuf::from(path);
+            let err = |e: io::Error| Failure::usage(format!("--stdin {}: {e}", path.display()));
+            let file = std::fs::File::open(&path).map_err(err)?;
+            let mut bytes = Vec::new();
+            file.take(MAX_STDIN_FILE + 1)
+                .read_to_end(&mut bytes)
+                .map_err(err)?;
+            if bytes.len() as u64 > MAX_STDIN_FILE {
+                return Err(Failure::usage(format!(
+                    "--stdin {}: larger than {} MiB; pass it as `--stdin inherit < {}` instead",
+                    path.display(),
+                    MAX_STDIN_FILE >> 20,
+                    path.display()
+                )));
+            }
+            Ok(StdinMode::Bytes(bytes))
+        }
+    }
+}
+
+/// Runs `agentrun run`.
+pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failure> {
+    let limits = settings.limits(&args.limits)?;
+    let sink_var = settings.sink_var(args.sink_var.as_deref()).value;
+    let mut options = RunOptions::new(&args.program)
+        .args(&args.args)
         .limits(limits)
         .kill_grace(args.kill_grace)
-        .sink_var(&args.sink_var);
+        .sink_var(&sink_var)
+        .stdin(stdin_mode(&args.stdin)?);
     if let Some(t) = args.timeout {
         options = options.timeout(t);
     }
@@ -80,7 +113,8 @@ pub(crate) fn run(store: Store, args: RunArgs) -> Result<ExitCode, Failure> {
         options = options.with_result_sink(ResultSink::Allocate);
     }
     options.validate().map_err(Failure::usage)?;
-    let runner = agentrun_smol::Runner::new(store);
+    let store = settings.open_store()?;
+    let runner = agentrun_smol::Runner::new(store.clone());
     let mut interrupts = interrupts::Interrupts::install();
     let result = smol::block_on(
         runner
@@ -91,50 +125,49 @@ pub(crate) fn run(store: Store, args: RunArgs) -> Result<ExitCode, Failure> {
     let result = match result {
         Ok(r) => r,
         Err(e @ agentrun_smol::RunError::Spawn { .. }) => {
-            eprintln!("agentrun: error: {e}");
-            let agentrun_smol::RunError::Spawn { source, .. } = &e else {
-                return Err(Failure::runtime(e));
+            let code = match &e {
+                agentrun_smol::RunError::Spawn { source, .. }
+                    if source.kind() == io::ErrorKind::NotFound =>
+                {
+                    failure::NOT_FOUND
+                }
+                _ => failure::CANNOT_EXECUTE,
             };
-            let code = if source.kind() == io::ErrorKind::NotFound {
-                127
-            } else {
-                126
+            let failure = Failure {
+                code,
+                kind: "spawn",
+                message: e.to_string(),
             };
-            return Ok(ExitCode::from(code));
+            return Ok(failure.report(args.json));
         }
         Err(e) => return Err(Failure::runtime(e)),
     };
     let mut code = match (result.outcome, result.exit) {
-        (Outcome::TimedOut | Outcome::IdleTimedOut, _) => 124,
+        (Outcome::TimedOut | Outcome::IdleTimedOut, _) => i32::from(failure::TIMED_OUT),
         (Outcome::Cancelled, _) => interrupts.exit_code().map_or(130, i32::from),
         (Outcome::Completed, Some(exit)) => exit.shell_code(),
-        (Outcome::Completed, None) => 1,
+        (Outcome::Completed, None) => i32::from(failure::FAILED),
     };
     // A capture fault (full disk, …) must not pass for success: the child may have done its
     // job, but part of its output was not retained.
     if !result.record.faults.is_empty() && code == 0 {
-        code = 1;
+        code = i32::from(failure::FAILED);
     }
     let mut out = io::stdout().lock();
+    let footer = footer(
+        &store,
+        &result.record,
+        result.outcome,
+        result.exit,
+        args.timeout,
+    );
     if args.json {
-        let json = serde_json::json!({
-            "outcome": result.outcome,
-            "pid": result.pid,
-            "exit": result.exit,
-            "duration_ms": result.duration.as_millis() as u64,
-            "model_text": result.model_text(),
-            "record": result.record,
-            "result": result.result,
-            "sink": result.sink,
-        });
+        let json = run_json(&result);
         write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())?;
     } else if args.sink {
         // stdout is the clean channel: the answer alone, verbatim; everything else on stderr.
         eprint!("{}", result.model_text());
-        eprintln!(
-            "{}",
-            run_footer(&result.record, result.outcome, result.exit)
-        );
+        eprintln!("{footer}");
         match &result.result {
             Some(answer) => write_or_quiet(&mut out, answer.as_bytes())?,
             None => eprintln!(
@@ -144,11 +177,7 @@ pub(crate) fn run(store: Store, args: RunArgs) -> Result<ExitCode, Failure> {
         }
     } else {
         write_or_quiet(&mut out, result.model_text().as_bytes())?;
-        let _ = out.flush();
-        eprintln!(
-            "{}",
-            run_footer(&result.record, result.outcome, result.exit)
-        );
+        eprintln!("{footer}");
     }
     for fault in &result.record.faults {
         let stream = fault.stream.as_ref().map_or("output", |s| s.as_str());
@@ -161,44 +190,129 @@ pub(crate) fn run(store: Store, args: RunArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
-/// The human summary on stderr: how the run ended, and where the full output is.
-fn run_footer(
-    record: &agentrun_core::ResultRecord,
+/// How a run ended, in the words the record and its preview use: `succeeded`, `failed` or
+/// `cancelled`, with the reason.
+pub(crate) fn status(outcome: Outcome, exit: Option<Exit>) -> (&'static str, String) {
+    match (outcome, exit) {
+        (Outcome::TimedOut, _) => ("cancelled", "timed out".to_owned()),
+        (Outcome::IdleTimedOut, _) => ("cancelled", "idle timeout: no output".to_owned()),
+        (Outcome::Cancelled, _) => ("cancelled", "stopped by a signal".to_owned()),
+        (_, Some(Exit::Code(0))) => ("succeeded", "exit 0".to_owned()),
+        (_, Some(Exit::Code(c))) => ("failed", format!("exit {c}")),
+        (_, Some(Exit::Signal(s))) => ("failed", format!("killed by signal {s}")),
+        (_, None) => ("failed", "no exit status".to_owned()),
+    }
+}
+
+/// The `--json` object: how the run ended, where its output is, and the record.
+pub(crate) fn run_json(result: &ProcessResult) -> serde_json::Value {
+    let (status, reason) = status(result.outcome, result.exit);
+    serde_json::json!({
+        "run_id": result.record.run_id,
+        "status": status,
+        "reason": reason,
+        "outcome": result.outcome,
+        "pid": result.pid,
+        "exit": result.exit,
+        "duration_ms": result.duration.as_millis() as u64,
+        "artifacts": artifacts_json(&result.record),
+        "model_text": result.model_text(),
+        "result": result.result,
+        "sink": result.sink,
+        "record": result.record,
+    })
+}
+
+/// `{"output": URI}` for single output, `{"manifest": URI, "<stream>": URI, …}` for named.
+pub(crate) fn artifacts_json(record: &ResultRecord) -> serde_json::Value {
+    let mut map = serde_json::Map::new();
+    if record.streams().iter().any(|s| s.name.is_some()) {
+        map.insert("manifest".into(), record.output_uri().to_string().into());
+    }
+    for stream in record.streams() {
+        map.insert(
+            stream_name(stream).to_owned(),
+            record.stream_uri(stream).to_string().into(),
+        );
+    }
+    map.into()
+}
+
+fn stream_name(stream: &StreamRecord) -> &str {
+    stream.name.as_ref().map_or("output", |n| n.as_str())
+}
+
+/// The human summary on stderr: how the run ended, then per non-empty stream the command that
+/// reads it (continuing exactly after the preview when it was cut).
+pub(crate) fn footer(
+    store: &Store,
+    record: &ResultRecord,
     outcome: Outcome,
     exit: Option<Exit>,
+    timeout: Option<Duration>,
 ) -> String {
-    let mut s = run_summary(record, outcome, exit);
-    for stream in record.streams().iter().filter(|s| s.preview.truncated) {
-        s.push_str(&format!(
-            "\nagentrun: rest of {}: agentrun read {} --offset {}",
-            stream.name.as_ref().map_or("output", |n| n.as_str()),
-            record.stream_uri(stream),
-            stream.preview.newlines
-        ));
+    let mut summary = run_summary(record, outcome, exit);
+    if let (Outcome::TimedOut, Some(t)) = (outcome, timeout) {
+        let after = format!(
+            "(timed out after {})",
+            agentrun_fs::config::format_duration(t)
+        );
+        summary = summary.replacen("(timed out)", &after, 1);
+    }
+    read_commands(store, record, &summary)
+}
+
+/// `summary`, then one `agentrun read` line per non-empty stream.
+pub(crate) fn read_commands(store: &Store, record: &ResultRecord, summary: &str) -> String {
+    let mut s = summary.to_owned();
+    for stream in record.streams().iter().filter(|s| s.bytes > 0) {
+        let uri = record.stream_uri(stream);
+        let name = stream_name(stream);
+        if stream.preview.truncated {
+            s.push_str(&format!(
+                "\nagentrun: rest of {name}: agentrun read {uri} {}",
+                continuation(store, record, stream)
+            ));
+        } else {
+            s.push_str(&format!("\nagentrun: {name}: agentrun read {uri}"));
+        }
     }
     s
 }
 
-/// One line: how the run ended, its id, and each stream's size.
-pub(crate) fn run_summary(
-    record: &agentrun_core::ResultRecord,
-    outcome: Outcome,
-    exit: Option<Exit>,
-) -> String {
-    let ended = match (outcome, exit) {
-        (Outcome::TimedOut, _) => "timed out".to_owned(),
-        (Outcome::IdleTimedOut, _) => "stopped after the idle timeout".to_owned(),
-        (Outcome::Cancelled, _) => "stopped by a signal".to_owned(),
-        (_, Some(Exit::Code(c))) => format!("exit {c}"),
-        (_, Some(Exit::Signal(s))) => format!("killed by signal {s}"),
-        (_, None) => "ended".to_owned(),
-    };
-    let mut s = format!("agentrun: {ended}; run {}", record.run_id);
+/// The read options that continue a truncated preview: `--offset N` (the first line not shown
+/// in full), or, when that line alone is too long for a page, `--byte-offset B` (the first
+/// byte not shown).
+fn continuation(store: &Store, record: &ResultRecord, stream: &StreamRecord) -> String {
+    let offset = stream.preview.newlines;
+    let probe = PageRequest::new(offset, 1).map(|r| store.read_page(&record.stream_uri(stream), r));
+    match probe {
+        Ok(Err(ReadError::Page(PageError::PageTooLarge { .. }))) => {
+            format!("--byte-offset {}", stream.preview.raw_bytes)
+        }
+        _ => format!("--offset {offset}"),
+    }
+}
+
+/// One line: the run id, how it ended, and each stream's size.
+pub(crate) fn run_summary(record: &ResultRecord, outcome: Outcome, exit: Option<Exit>) -> String {
+    let (status, reason) = status(outcome, exit);
+    format!(
+        "agentrun: run {} {status} ({reason}){}",
+        record.run_id,
+        sizes(record)
+    )
+}
+
+/// `; stdout 3 lines, 6 bytes; stderr 0 lines, 0 bytes`.
+pub(crate) fn sizes(record: &ResultRecord) -> String {
+    let mut s = String::new();
     for stream in record.streams() {
-        let name = stream.name.as_ref().map_or("output", |n| n.as_str());
         s.push_str(&format!(
-            "; {name} {} lines, {} bytes",
-            stream.lines, stream.bytes
+            "; {} {}, {}",
+            stream_name(stream),
+            plural(stream.lines, "line", "lines"),
+            plural(stream.bytes, "byte", "bytes")
         ));
     }
     s

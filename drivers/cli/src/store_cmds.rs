@@ -1,97 +1,418 @@
-//! Store maintenance: `agentrun gc` and `agentrun verify`.
+//! Commands over the store: `show` and `runs` (recorded runs), `gc` and `verify`
+//! (maintenance). None of them creates a store: on a missing one they say so.
 
+use std::io::{self, Write};
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use agentrun_fs::{GcOptions, Store};
+use agentrun_core::ResultRecord;
+use agentrun_fs::config::{format_duration, parse_retention};
+use agentrun_fs::{GcOptions, GcReport};
 use clap::Args;
 
 use crate::duration;
-use crate::failure::Failure;
+use crate::failure::{Failure, plural, write_or_quiet};
+use crate::settings::{Settings, Source};
 
+/// Arguments of `agentrun show`.
+#[derive(Debug, Args)]
+pub(crate) struct ShowArgs {
+    /// The run id (printed on stderr by `agentrun run`, listed by `agentrun runs`).
+    #[arg(value_name = "RUN_ID")]
+    run_id: String,
+    /// Print the record as JSON: `{"run_id", "status", "artifacts", "model_text", "record"}`.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Arguments of `agentrun runs`.
+#[derive(Debug, Args)]
+pub(crate) struct RunsArgs {
+    /// How many runs to list, newest first.
+    #[arg(long, short = 'n', value_name = "N", default_value_t = 20)]
+    limit: usize,
+    /// Print a JSON array of `{"run_id", "finished_unix_ms", "status", "incomplete",
+    /// "streams": [{"name", "lines", "bytes", "uri"}]}`.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Arguments of `agentrun gc`.
 #[derive(Debug, Args)]
 pub(crate) struct GcArgs {
-    /// Keep unreferenced objects younger than this.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "1h")]
-    grace: Duration,
+    /// Forget the records of runs older than this (e.g. 7d, 12h), or `never` to keep every
+    /// record [default: 30d, or `[retention] records` in the config file].
+    #[arg(long, value_name = "DURATION|never", value_parser = parse_retention,
+          visible_alias = "expire-records")]
+    retention: Option<Option<Duration>>,
+    /// Keep unreferenced objects younger than this [default: 1h, or `[retention] grace`].
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    grace: Option<Duration>,
     /// Report what would be removed without removing anything.
     #[arg(long)]
     dry_run: bool,
-    /// Forget the records of runs older than this (e.g. 30d) so their output can be
-    /// collected. Without it, every recorded run's output is kept forever.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
-    expire_records: Option<Duration>,
     /// Print the report as JSON.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
+/// Arguments of `agentrun verify`.
 #[derive(Debug, Args)]
-pub(crate) struct JsonArg {
+pub(crate) struct VerifyArgs {
     /// Print the report as JSON.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
-pub(crate) fn gc(store: &Store, args: GcArgs) -> Result<ExitCode, Failure> {
-    let options = GcOptions {
-        grace: args.grace,
-        dry_run: args.dry_run,
-        now: SystemTime::now(),
-        expire_records: args.expire_records,
-    };
-    let report = store.gc(&options).map_err(Failure::runtime)?;
+/// `agentrun show RUN_ID`: the recorded preview on stdout and the footer on stderr, as the
+/// run printed them (the exit status of the program is not recorded, so the footer gives the
+/// record's status).
+pub(crate) fn show(settings: &Settings, args: ShowArgs) -> Result<ExitCode, Failure> {
+    let store = settings.store_to_read()?;
+    let record = store.record(&args.run_id).map_err(Failure::runtime)?;
+    let mut out = io::stdout().lock();
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(Failure::runtime)?
-        );
-    } else {
-        let verb = if args.dry_run {
-            "would remove"
-        } else {
-            "removed"
-        };
-        println!(
-            "{verb} {} objects ({} bytes), {} dead captures, {} dead result-sink directories and \
-             {} expired records; kept {} objects for {} records",
-            report.objects_removed,
-            report.bytes_removed,
-            report.captures_removed,
-            report.runtime_dirs_removed,
-            report.records_expired,
-            report.objects_kept,
-            report.records
-        );
+        let json = serde_json::json!({
+            "run_id": record.run_id,
+            "status": record.status.as_str(),
+            "artifacts": crate::run::artifacts_json(&record),
+            "model_text": record.render(),
+            "record": record,
+        });
+        write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())?;
+        return Ok(ExitCode::SUCCESS);
     }
+    write_or_quiet(&mut out, record.render().as_bytes())?;
+    eprintln!(
+        "{}",
+        crate::run::read_commands(&store, &record, &summary(&record))
+    );
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn verify(store: &Store, args: JsonArg) -> Result<ExitCode, Failure> {
-    let report = store.verify().map_err(Failure::runtime)?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(Failure::runtime)?
-        );
-    } else {
-        for p in &report.problems {
-            println!("problem: {p}");
+/// `agentrun: run ID succeeded; stdout 3 lines, 6 bytes; …` from the record alone.
+fn summary(record: &ResultRecord) -> String {
+    let mut s = format!("agentrun: run {} {}", record.run_id, record.status.as_str());
+    if record.incomplete {
+        s.push_str(" (output incomplete)");
+    }
+    s.push_str(&crate::run::sizes(record));
+    s
+}
+
+/// `agentrun runs`: the most recent runs, newest first.
+pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Failure> {
+    let mut out = io::stdout().lock();
+    let Some(store) = settings.existing_store()? else {
+        if args.json {
+            write_or_quiet(&mut out, b"[]\n")?;
+        } else {
+            eprintln!(
+                "agentrun: no runs yet: there is no store at {}",
+                settings.store_root()?.value.display()
+            );
         }
-        println!(
-            "checked {} objects and {} records: {}",
-            report.objects_checked,
-            report.records_checked,
+        return Ok(ExitCode::SUCCESS);
+    };
+    let runs = store.recent_runs(args.limit).map_err(Failure::runtime)?;
+    if args.json {
+        let list: Vec<serde_json::Value> = runs
+            .iter()
+            .map(|r| {
+                let streams: Vec<serde_json::Value> = r
+                    .record
+                    .streams()
+                    .iter()
+                    .map(|s| {
+                        serde_json::json!({
+                            "name": s.name.as_ref().map(|n| n.as_str()),
+                            "lines": s.lines,
+                            "bytes": s.bytes,
+                            "uri": r.record.stream_uri(s).to_string(),
+                        })
+                    })
+                    .collect();
+                serde_json::json!({
+                    "run_id": r.run_id,
+                    "finished_unix_ms": unix_ms(r.finished),
+                    "status": r.record.status.as_str(),
+                    "incomplete": r.record.incomplete,
+                    "streams": streams,
+                })
+            })
+            .collect();
+        let json = serde_json::Value::from(list);
+        write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if runs.is_empty() {
+        eprintln!("agentrun: no runs recorded in {}", store.root().display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut text = format!(
+        "{:<30} {:<20} {:<10} STREAMS\n",
+        "RUN ID", "FINISHED (UTC)", "STATUS"
+    );
+    for r in &runs {
+        let streams: Vec<String> = r
+            .record
+            .streams()
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {}",
+                    s.name.as_ref().map_or("output", |n| n.as_str()),
+                    human_bytes(s.bytes)
+                )
+            })
+            .collect();
+        let status = if r.record.incomplete {
+            format!("{}*", r.record.status.as_str())
+        } else {
+            r.record.status.as_str().to_owned()
+        };
+        text.push_str(&format!(
+            "{:<30} {:<20} {:<10} {}\n",
+            r.run_id,
+            utc(r.finished),
+            status,
+            streams.join(", ")
+        ));
+    }
+    write_or_quiet(&mut out, text.as_bytes())?;
+    eprintln!("agentrun: `agentrun show RUN_ID` shows a run again; * marks incomplete output");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `2026-11-30 17:19:01`.
+fn utc(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// `812 B`, `4.2 KiB`, `3.0 MiB`.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// `agentrun gc`: apply the retention period and remove what nothing references.
+pub(crate) fn gc(settings: &Settings, args: GcArgs) -> Result<ExitCode, Failure> {
+    let retention = settings.retention(args.retention);
+    let grace = settings.grace(args.grace);
+    let Some(store) = settings.existing_store()? else {
+        let root = settings.store_root()?.value;
+        if args.json {
+            let json = serde_json::json!({ "store_missing": root.display().to_string() });
+            write_or_quiet(&mut io::stdout().lock(), format!("{json:#}\n").as_bytes())?;
+        } else {
+            eprintln!(
+                "agentrun: there is no store at {}; nothing to collect",
+                root.display()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let options = GcOptions {
+        grace: grace.value,
+        dry_run: args.dry_run,
+        now: SystemTime::now(),
+        expire_records: retention.value,
+    };
+    let report = store.gc(&options).map_err(Failure::runtime)?;
+    let mut out = io::stdout().lock();
+    if args.json {
+        let mut json = serde_json::to_value(&report).map_err(Failure::runtime)?;
+        json["dry_run"] = args.dry_run.into();
+        json["retention"] = retention.value.map(format_duration).into();
+        json["grace"] = format_duration(grace.value).into();
+        write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let text = gc_text(
+        &report,
+        args.dry_run,
+        retention.value,
+        &retention.source,
+        grace.value,
+    );
+    write_or_quiet(&mut out, text.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What GC removed, then what it kept and why.
+fn gc_text(
+    report: &GcReport,
+    dry_run: bool,
+    retention: Option<Duration>,
+    retention_source: &Source,
+    grace: Duration,
+) -> String {
+    let verb = if dry_run { "would remove" } else { "removed" };
+    let mut removed = vec![format!(
+        "{} ({})",
+        plural(report.objects_removed, "object", "objects"),
+        plural(report.bytes_removed, "byte", "bytes")
+    )];
+    if report.records_expired > 0 {
+        removed.push(plural(
+            report.records_expired,
+            "expired record",
+            "expired records",
+        ));
+    }
+    if report.captures_removed > 0 {
+        removed.push(plural(
+            report.captures_removed,
+            "capture of a crashed run",
+            "captures of crashed runs",
+        ));
+    }
+    if report.runtime_dirs_removed > 0 {
+        removed.push(plural(
+            report.runtime_dirs_removed,
+            "leftover result-sink directory",
+            "leftover result-sink directories",
+        ));
+    }
+    let why_records = match retention {
+        Some(period) => format!(
+            "younger than the {} retention period ({retention_source})",
+            format_duration(period)
+        ),
+        None => format!("records are kept forever (retention \"never\", {retention_source})"),
+    };
+    let referenced = report.objects_kept - report.objects_in_grace;
+    let mut text = format!(
+        "{verb} {}\nkept {} ({why_records}) and the {} they reference",
+        removed.join(", "),
+        plural(report.records, "record", "records"),
+        plural(referenced, "object", "objects"),
+    );
+    if report.objects_in_grace > 0 {
+        text.push_str(&format!(
+            ", and {} no record references yet, younger than the {} grace period",
+            plural(report.objects_in_grace, "object", "objects"),
+            format_duration(grace)
+        ));
+    }
+    text.push('\n');
+    text
+}
+
+/// `agentrun verify`: exit 0 when healthy, 1 when problems were found.
+pub(crate) fn verify(settings: &Settings, args: VerifyArgs) -> Result<ExitCode, Failure> {
+    let Some(store) = settings.existing_store()? else {
+        return Err(Failure::runtime(format!(
+            "there is no store at {} to verify",
+            settings.store_root()?.value.display()
+        )));
+    };
+    let report = store.verify().map_err(Failure::runtime)?;
+    let mut out = io::stdout().lock();
+    if args.json {
+        let json = serde_json::to_value(&report).map_err(Failure::runtime)?;
+        write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())?;
+    } else {
+        let mut text = String::new();
+        for p in &report.problems {
+            text.push_str(&format!("problem: {p}\n"));
+        }
+        text.push_str(&format!(
+            "checked {} and {}: {}\n",
+            plural(report.objects_checked, "object", "objects"),
+            plural(report.records_checked, "record", "records"),
             if report.problems.is_empty() {
                 "ok".to_owned()
             } else {
-                format!("{} problems", report.problems.len())
+                plural(report.problems.len() as u64, "problem", "problems")
             }
-        );
+        ));
+        write_or_quiet(&mut out, text.as_bytes())?;
     }
+    let _ = out.flush();
     Ok(if report.problems.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_and_sizes_read_naturally() {
+        assert_eq!(utc(UNIX_EPOCH), "1970-01-01 00:00:00");
+        assert_eq!(
+            utc(UNIX_EPOCH + Duration::from_secs(1_764_523_141)),
+            "2025-11-30 17:19:01"
+        );
+        assert_eq!(
+            utc(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29 00:00:00"
+        );
+        assert_eq!(human_bytes(812), "812 B");
+        assert_eq!(human_bytes(4300), "4.2 KiB");
+        assert_eq!(human_bytes(3 << 20), "3.0 MiB");
+    }
+
+    #[test]
+    fn gc_says_what_it_kept_and_why() {
+        let report = GcReport {
+            objects_kept: 5,
+            objects_in_grace: 2,
+            records: 1,
+            ..GcReport::default()
+        };
+        let text = gc_text(
+            &report,
+            false,
+            Some(Duration::from_secs(30 * 86_400)),
+            &Source::Default,
+            Duration::from_secs(3600),
+        );
+        assert_eq!(
+            text,
+            "removed 0 objects (0 bytes)\nkept 1 record (younger than the 30d retention period \
+             (default)) and the 3 objects they reference, and 2 objects no record references \
+             yet, younger than the 1h grace period\n"
+        );
+    }
 }

@@ -17,6 +17,32 @@ fn fixture(path: &str) -> PathBuf {
     .join(path)
 }
 
+/// The fake harness executable, compiled once per test process from
+/// `tests/support/fake_harness.rs` (std only) with the toolchain's `rustc`. It is not a
+/// binary of the package, so `cargo install` installs `agentrun` alone.
+fn fake_harness() -> &'static std::path::Path {
+    static BUILT: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
+    let (_, exe) = BUILT.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("fake-harness");
+        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/fake_harness.rs");
+        let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+        let out = Command::new(rustc)
+            .args(["--edition", "2024", "--crate-name", "fake_harness", "-o"])
+            .arg(&exe)
+            .arg(source)
+            .output()
+            .expect("rustc runs");
+        assert!(
+            out.status.success(),
+            "compiling the fake harness failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (dir, exe)
+    });
+    exe
+}
+
 /// A temporary directory with the fake harnesses on `PATH` and a store.
 struct Env {
     tmp: tempfile::TempDir,
@@ -28,8 +54,7 @@ impl Env {
         let bin = tmp.path().join("bin");
         std::fs::create_dir(&bin).unwrap();
         for name in ["claude", "grok", "agy", "codex", "muse", "opencode"] {
-            std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_agentrun-fake-harness"), bin.join(name))
-                .unwrap();
+            std::os::unix::fs::symlink(fake_harness(), bin.join(name)).unwrap();
         }
         Self { tmp }
     }
@@ -202,7 +227,7 @@ fn each_harness_prints_its_final_message_and_models() {
             case.harness
         );
         // The run summary and the read command for stdout on stderr.
-        assert!(err.contains("agentrun: exit 0; run "), "{err}");
+        assert!(err.contains(" succeeded (exit 0); stdout "), "{err}");
         assert!(
             err.contains("agentrun: stdout: agentrun read artifact://"),
             "{err}"
@@ -394,7 +419,7 @@ fn a_timeout_interrupts_with_the_models_so_far_and_exits_124() {
     assert!(out.ends_with("status: interrupted (timed out)\n"), "{out}");
     assert!(!out.contains("final message"), "{out}");
     assert!(
-        stderr(&o).contains("agentrun: timed out; run "),
+        stderr(&o).contains(" cancelled (timed out); stdout "),
         "{}",
         stderr(&o)
     );
@@ -482,7 +507,7 @@ fn an_unreadable_retained_record_is_absent_and_a_warning() {
 }
 
 #[test]
-fn usage_errors_exit_2() {
+fn usage_errors_exit_125() {
     let env = Env::new();
     for args in [
         &["agent", "nosuch", "--", "x"][..],
@@ -490,6 +515,6 @@ fn usage_errors_exit_2() {
         &["agent", "claude", "--timeout", "0s", "--", "x"][..],
     ] {
         let o = env.cmd(args).output().unwrap();
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert_eq!(o.status.code(), Some(125), "{args:?}: {}", stderr(&o));
     }
 }

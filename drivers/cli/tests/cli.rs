@@ -93,8 +93,14 @@ fn run_previews_and_the_suggested_read_continues_exactly() {
     assert_eq!(read[1..], ["--offset".to_owned(), "100".to_owned()]);
     let page = env.run(&["read", &read[0], "--offset", "100", "--limit", "3"]);
     assert_eq!(stdout(&page), "101\n102\n103\n");
+    // The "next" hint keeps the caller's limit.
     assert!(
-        stderr(&page).contains("lines 100-102 of 5000; next: agentrun read"),
+        stderr(&page).contains("--offset 103 --limit 3\n"),
+        "{}",
+        stderr(&page)
+    );
+    assert!(
+        stderr(&page).contains("lines 100-102 of 5000 lines; next: agentrun read"),
         "{}",
         stderr(&page)
     );
@@ -175,7 +181,7 @@ fn read_serves_manifests_streams_and_reports_each_error_distinctly() {
     );
 
     let unknown = env.run(&["read", &format!("{manifest}/results")]);
-    assert_eq!(unknown.status.code(), Some(1));
+    assert_eq!(unknown.status.code(), Some(125));
     assert!(
         stderr(&unknown).contains("stdout") && stderr(&unknown).contains("stderr"),
         "{}",
@@ -184,7 +190,7 @@ fn read_serves_manifests_streams_and_reports_each_error_distinctly() {
 
     let stdout_uri = format!("artifact://{}", record.stream("stdout").unwrap().sha256);
     let on_plain = env.run(&["read", &format!("{stdout_uri}/stdout")]);
-    assert_eq!(on_plain.status.code(), Some(1));
+    assert_eq!(on_plain.status.code(), Some(125));
     assert!(
         stderr(&on_plain).contains("not a manifest"),
         "{}",
@@ -192,7 +198,7 @@ fn read_serves_manifests_streams_and_reports_each_error_distinctly() {
     );
 
     let missing = env.run(&["read", &format!("artifact://{}", "0".repeat(64))]);
-    assert_eq!(missing.status.code(), Some(1));
+    assert_eq!(missing.status.code(), Some(125));
     assert!(
         stderr(&missing).contains("is not in this store"),
         "{}",
@@ -201,7 +207,7 @@ fn read_serves_manifests_streams_and_reports_each_error_distinctly() {
 
     let before = env.objects();
     let past = env.run(&["read", &stdout_uri, "--offset", "3"]);
-    assert_eq!(past.status.code(), Some(1));
+    assert_eq!(past.status.code(), Some(125));
     assert!(stderr(&past).contains("past the end"), "{}", stderr(&past));
     let at_end = env.run(&["read", &stdout_uri, "--offset", "2"]);
     assert_eq!(
@@ -210,7 +216,7 @@ fn read_serves_manifests_streams_and_reports_each_error_distinctly() {
     );
     for bad in ["0", "2001"] {
         let o = env.run(&["read", &stdout_uri, "--limit", bad]);
-        assert_eq!(o.status.code(), Some(2), "limit {bad}");
+        assert_eq!(o.status.code(), Some(125), "limit {bad}");
         assert!(stderr(&o).contains("between 1 and 2000"));
     }
     assert_eq!(
@@ -238,7 +244,7 @@ fn malformed_uris_are_usage_errors_never_paths() {
     ];
     for uri in cases {
         let o = env.run(&["read", &uri]);
-        assert_eq!(o.status.code(), Some(2), "{uri}: {}", stderr(&o));
+        assert_eq!(o.status.code(), Some(125), "{uri}: {}", stderr(&o));
         assert!(stderr(&o).starts_with("agentrun: error: "), "{uri}");
         assert!(o.stdout.is_empty(), "{uri} produced output");
     }
@@ -260,7 +266,7 @@ fn oversized_pages_fail_with_advice_and_byte_ranges_reach_every_byte() {
         .stream_uri(record.stream("stdout").unwrap())
         .to_string();
     let o = env.run(&["read", &uri]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(125));
     assert!(stderr(&o).contains("--byte-offset 0"), "{}", stderr(&o));
     let mut all = Vec::new();
     let mut offset = 0u64;
@@ -276,7 +282,11 @@ fn oversized_pages_fail_with_advice_and_byte_ranges_reach_every_byte() {
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         all.extend_from_slice(&o.stdout);
         match stderr(&o).split_once("--byte-offset ") {
-            Some((_, next)) => offset = next.trim().parse().unwrap(),
+            Some((_, next)) => {
+                // The continuation keeps the caller's byte limit.
+                assert!(next.trim_end().ends_with(" --byte-limit 2097152"), "{next}");
+                offset = next.split_whitespace().next().unwrap().parse().unwrap();
+            }
             None => break,
         }
     }
@@ -299,7 +309,7 @@ fn a_corrupted_object_byte_is_an_error_never_data() {
     fs::write(&path, &bytes).unwrap();
     let uri = format!("artifact://{digest}");
     let o = env.run(&["read", &uri, "--offset", "15000"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(125));
     assert!(stderr(&o).contains("corrupt"), "{}", stderr(&o));
     assert!(o.stdout.is_empty());
     let o = env.run(&["read", &uri, "--offset", "0"]);
@@ -315,7 +325,7 @@ fn store_with_loose_permissions_is_refused_with_the_fix() {
     fs::create_dir_all(&env.store).unwrap();
     fs::set_permissions(&env.store, fs::Permissions::from_mode(0o755)).unwrap();
     let o = env.run(&["verify"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(125));
     assert!(stderr(&o).contains("chmod 700"), "{}", stderr(&o));
 }
 
@@ -496,7 +506,7 @@ fn run_removes_an_inherited_sink_variable_and_honours_sink_var() {
         .unwrap();
     assert_eq!(stdout(&o), "amp", "{}", stderr(&o));
     let o = env.run(&["run", "--sink-var", "A=B", "--", "true"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("invalid result-sink variable"),
         "{}",
@@ -601,14 +611,14 @@ fn live_group_members(pgid: i32) -> Vec<i32> {
 }
 
 #[test]
-fn cargo_run_of_the_package_picks_the_cli() {
-    // The README's main command is `cargo run --release -p agentrun -- …`; a second binary in
-    // the package must not make it ambiguous.
+fn the_package_installs_only_the_agentrun_binary() {
+    // `cargo install --path drivers/cli` installs every binary of the package: test-only
+    // programs must not be among them.
     let manifest = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).unwrap();
-    assert!(
-        manifest.contains("default-run = \"agentrun\""),
-        "{manifest}"
-    );
+    assert_eq!(manifest.matches("[[bin]]").count(), 1, "{manifest}");
+    assert!(manifest.contains("name = \"agentrun\"\npath = \"src/main.rs\""));
+    let src_bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bin");
+    assert!(!src_bin.exists(), "no auto-discovered binaries in src/bin");
 }
 
 #[test]

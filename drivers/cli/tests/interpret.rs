@@ -170,18 +170,18 @@ fn every_harness_name_decodes_its_fixture() {
 }
 
 #[test]
-fn usage_errors_exit_2() {
+fn usage_and_input_errors_exit_125() {
     let o = run(&["--harness", "gemini", "-"]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown harness"));
     let o = run(&["--harness", "claude", "--requested-model", "m", "-"]);
     assert_eq!(
         o.status.code(),
-        Some(2),
+        Some(125),
         "--requested-model needs --security"
     );
     let o = run(&["--harness", "claude", "/nonexistent/stream.jsonl"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(125));
 }
 
 #[test]

@@ -61,6 +61,9 @@ impl Default for GcOptions {
 pub struct GcReport {
     /// Objects kept.
     pub objects_kept: u64,
+    /// Of the objects kept, those no record references, kept because they are younger than
+    /// the grace period.
+    pub objects_in_grace: u64,
     /// Objects removed (with their index).
     pub objects_removed: u64,
     /// Bytes of removed objects and their indexes.
@@ -290,6 +293,9 @@ impl Store {
             report.records += 1;
         }
 
+        // What the records reference, to tell the objects kept for a record from those kept
+        // only for being young (the report says why each was kept).
+        let referenced = mark(&scan, roots.clone());
         // Young objects are roots too. If the grace reaches before the epoch, all are young.
         let cutoff = options.now.checked_sub(options.grace);
         roots.extend(
@@ -303,6 +309,9 @@ impl Store {
         for (digest, object) in &scan.objects {
             if reachable.contains(digest) {
                 report.objects_kept += 1;
+                if !referenced.contains(digest) {
+                    report.objects_in_grace += 1;
+                }
                 continue;
             }
             let index = scan.indexes.get(digest);

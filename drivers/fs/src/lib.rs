@@ -68,11 +68,13 @@
 
 mod atomic;
 mod capture;
+pub mod config;
 mod error;
 pub mod gc;
 mod layout;
 mod lock;
 mod read;
+pub mod runs;
 pub mod sink;
 mod store;
 mod verify;

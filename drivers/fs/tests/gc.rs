@@ -43,6 +43,7 @@ fn records_keep_manifests_and_their_streams() {
         report,
         GcReport {
             objects_kept: 4,
+            objects_in_grace: 0,
             objects_removed: 0,
             bytes_removed: 0,
             captures_removed: 0,

@@ -1,5 +1,5 @@
 //! A fake harness CLI for the `agentrun agent` tests (`drivers/cli/tests/agent.rs`). Test-only:
-//! it is a binary of this package solely so the tests can find it (`CARGO_BIN_EXE_*`).
+//! the tests compile it with `rustc` (it uses std only); it is not a binary of the package.
 //!
 //! Invoked under a harness program name (a symlink named `claude`, `grok`, `agy`, `codex`,
 //! `muse` or `opencode` on `PATH`), it checks its argv, environment and stdin against what

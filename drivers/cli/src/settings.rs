@@ -1,0 +1,374 @@
+//! The effective settings: command-line flags over environment variables over the config file
+//! over the defaults, each value remembering where it came from (`agentrun config` prints
+//! them). Also how commands open the store: a command that records something creates the
+//! store (but never its missing parent directories, unless it is the default location); a
+//! command that only reads never creates anything.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use agentrun_core::PreviewLimits;
+use agentrun_core::sink::DEFAULT_SINK_VAR;
+use agentrun_fs::Store;
+use agentrun_fs::config::{Config, DEFAULT_GC_GRACE, DEFAULT_RECORD_RETENTION, format_duration};
+use clap::Args;
+
+use crate::GlobalArgs;
+use crate::failure::{Failure, write_or_quiet};
+
+/// Where a setting's value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// Built in.
+    Default,
+    /// A command-line flag.
+    Flag(&'static str),
+    /// An environment variable.
+    Env(&'static str),
+    /// The config file.
+    File,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::Flag(flag) => write!(f, "flag {flag}"),
+            Source::Env(var) => write!(f, "environment variable {var}"),
+            Source::File => f.write_str("config file"),
+        }
+    }
+}
+
+/// A value and where it came from.
+#[derive(Debug, Clone)]
+pub(crate) struct Setting<T> {
+    pub(crate) value: T,
+    pub(crate) source: Source,
+}
+
+impl<T> Setting<T> {
+    fn new(value: T, source: Source) -> Self {
+        Self { value, source }
+    }
+}
+
+/// The config file (if any) and the global flags, resolved on demand.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    /// The config file looked for, and whether `--config` named it.
+    config_path: Option<Setting<PathBuf>>,
+    /// Whether the file existed (and was read).
+    config_found: bool,
+    config: Config,
+    store_flag: Option<PathBuf>,
+}
+
+impl Settings {
+    /// Reads the config file: the one `--config` names (which must exist), else the default
+    /// one if it exists.
+    pub(crate) fn load(global: &GlobalArgs) -> Result<Self, Failure> {
+        let config_path = match &global.config {
+            Some(path) => Some(Setting::new(path.clone(), Source::Flag("--config"))),
+            None => Config::default_path().map(|p| Setting::new(p, Source::Default)),
+        };
+        let mut config = Config::default();
+        let mut config_found = false;
+        if let Some(path) = &config_path {
+            let explicit = path.source != Source::Default;
+            if explicit || path.value.exists() {
+                config = Config::load(&path.value).map_err(Failure::usage)?;
+                config_found = true;
+            }
+        }
+        Ok(Self {
+            config_path,
+            config_found,
+            config,
+            store_flag: global.store.clone(),
+        })
+    }
+
+    /// The store root: `--store`, else `$AGENTRUN_HOME`, else the config file's `store`, else
+    /// `$XDG_DATA_HOME/agentrun`, else `~/.local/share/agentrun`.
+    pub(crate) fn store_root(&self) -> Result<Setting<PathBuf>, Failure> {
+        if let Some(dir) = &self.store_flag {
+            return Ok(Setting::new(dir.clone(), Source::Flag("--store")));
+        }
+        if let Some(dir) = std::env::var_os("AGENTRUN_HOME").filter(|v| !v.is_empty()) {
+            return Ok(Setting::new(dir.into(), Source::Env("AGENTRUN_HOME")));
+        }
+        if let Some(dir) = &self.config.store {
+            return Ok(Setting::new(expand_home(dir)?, Source::File));
+        }
+        let root = Store::default_root().map_err(Failure::usage)?;
+        Ok(Setting::new(root, Source::Default))
+    }
+
+    /// Opens the store, creating it if missing. A store named explicitly (flag, variable,
+    /// config file) is created only inside an existing directory, so a typo does not leave a
+    /// tree of directories behind; the default location gets its parents created.
+    pub(crate) fn open_store(&self) -> Result<Store, Failure> {
+        let root = self.store_root()?;
+        if root.source != Source::Default && !root.value.exists() {
+            let parent = root
+                .value
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if !parent.is_dir() {
+                return Err(Failure::usage(format!(
+                    "cannot create the store {}: its parent directory {} does not exist; create \
+                     it first or choose another store ({})",
+                    root.value.display(),
+                    parent.display(),
+                    root.source
+                )));
+            }
+        }
+        Store::open(&root.value).map_err(Failure::runtime)
+    }
+
+    /// Opens the store only if it exists (`None` otherwise): for commands that only read.
+    pub(crate) fn existing_store(&self) -> Result<Option<Store>, Failure> {
+        let root = self.store_root()?;
+        if !root.value.exists() {
+            return Ok(None);
+        }
+        Store::open(&root.value).map(Some).map_err(Failure::runtime)
+    }
+
+    /// Like [`Settings::existing_store`], but a missing store is an error naming it.
+    pub(crate) fn store_to_read(&self) -> Result<Store, Failure> {
+        match self.existing_store()? {
+            Some(store) => Ok(store),
+            None => Err(Failure::runtime(format!(
+                "there is no store at {} (nothing was recorded there yet); pass --store DIR or \
+                 set AGENTRUN_HOME to read another one",
+                self.store_root()?.value.display()
+            ))),
+        }
+    }
+
+    /// The preview limits: the given flags over `[tool_output]` over the defaults.
+    pub(crate) fn limits(&self, flags: &LimitFlags) -> Result<PreviewLimits, Failure> {
+        let file = self
+            .config
+            .limits(PreviewLimits::default())
+            .map_err(Failure::usage)?;
+        let limits = PreviewLimits {
+            max_lines: flags.max_lines.unwrap_or(file.max_lines),
+            max_bytes: flags.max_bytes.unwrap_or(file.max_bytes),
+            tail_lines: flags.tail_lines.unwrap_or(file.tail_lines),
+            max_payload_bytes: flags.max_payload_bytes.unwrap_or(file.max_payload_bytes),
+        };
+        limits.validate().map_err(Failure::usage)?;
+        Ok(limits)
+    }
+
+    /// The variable naming the result sink: `--sink-var`, else the config file's, else
+    /// `AGENTRUN_RESULT_SINK`.
+    pub(crate) fn sink_var(&self, flag: Option<&str>) -> Setting<String> {
+        match (flag, &self.config.sink_var) {
+            (Some(v), _) => Setting::new(v.to_owned(), Source::Flag("--sink-var")),
+            (None, Some(v)) => Setting::new(v.clone(), Source::File),
+            (None, None) => Setting::new(DEFAULT_SINK_VAR.to_owned(), Source::Default),
+        }
+    }
+
+    /// How long records are kept (`None`: forever): `--retention`, else `[retention]
+    /// records`, else 30 days.
+    pub(crate) fn retention(&self, flag: Option<Option<Duration>>) -> Setting<Option<Duration>> {
+        match (flag, self.config.retention.records) {
+            (Some(v), _) => Setting::new(v, Source::Flag("--retention")),
+            (None, Some(v)) => Setting::new(v, Source::File),
+            (None, None) => Setting::new(Some(DEFAULT_RECORD_RETENTION), Source::Default),
+        }
+    }
+
+    /// The GC grace period: `--grace`, else `[retention] grace`, else 1 hour.
+    pub(crate) fn grace(&self, flag: Option<Duration>) -> Setting<Duration> {
+        match (flag, self.config.retention.grace) {
+            (Some(v), _) => Setting::new(v, Source::Flag("--grace")),
+            (None, Some(v)) => Setting::new(v, Source::File),
+            (None, None) => Setting::new(DEFAULT_GC_GRACE, Source::Default),
+        }
+    }
+}
+
+/// `~/x` → `$HOME/x`; other relative paths are refused (relative to what?).
+fn expand_home(path: &Path) -> Result<PathBuf, Failure> {
+    if let Ok(rest) = path.strip_prefix("~")
+        && let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty())
+    {
+        return Ok(PathBuf::from(home).join(rest));
+    }
+    if path.is_absolute() {
+        return Ok(path.to_owned());
+    }
+    Err(Failure::usage(format!(
+        "the config file's store = {:?} must be an absolute path or start with ~/",
+        path.display().to_string()
+    )))
+}
+
+/// The preview-limit flags shared by the commands that run something.
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct LimitFlags {
+    /// Most lines shown per stream [default: 2000, or `[tool_output] max_lines`].
+    #[arg(long, value_name = "N", help_heading = "Preview options",
+          value_parser = positive_u64)]
+    pub(crate) max_lines: Option<u64>,
+    /// Most preview bytes shown per stream [default: 51200, or `[tool_output] max_bytes`].
+    #[arg(long, value_name = "N", help_heading = "Preview options",
+          value_parser = positive_usize)]
+    pub(crate) max_bytes: Option<usize>,
+    /// Bound on the whole preview, headings and hints included [default: 1048576, or
+    /// `[tool_output] max_payload_bytes`].
+    #[arg(long, value_name = "N", help_heading = "Preview options",
+          value_parser = payload_bytes)]
+    pub(crate) max_payload_bytes: Option<usize>,
+    /// Also show this many last lines of a truncated stream [default: 0, or `[tool_output]
+    /// tail_lines`].
+    #[arg(long, value_name = "N", help_heading = "Preview options")]
+    pub(crate) tail_lines: Option<u64>,
+}
+
+fn positive_u64(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn positive_usize(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn payload_bytes(s: &str) -> Result<usize, String> {
+    let min = agentrun_core::limits::MIN_PAYLOAD_BYTES;
+    match s.parse::<usize>() {
+        Ok(n) if n < min => Err(format!("must be at least {min}")),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Arguments of `agentrun config`.
+#[derive(Debug, Args)]
+pub(crate) struct ConfigArgs {
+    /// Print the settings as one JSON object: `{"config_file": …, "settings": {KEY: {"value":
+    /// …, "source": …}}}`.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `agentrun config`: the effective value of every setting and its source, as TOML a user
+/// can paste into the config file.
+pub(crate) fn show(settings: &Settings, args: ConfigArgs) -> Result<ExitCode, Failure> {
+    let store = settings.store_root()?;
+    let limits = settings.limits(&LimitFlags::default())?;
+    let limit_source = |set: bool| if set { Source::File } else { Source::Default };
+    let t = &settings.config.tool_output;
+    let sink_var = settings.sink_var(None);
+    let retention = settings.retention(None);
+    let grace = settings.grace(None);
+    let retention_text = retention.value.map_or("never".to_owned(), format_duration);
+    let rows: Vec<(&str, serde_json::Value, String, Source)> = vec![
+        (
+            "store",
+            store.value.display().to_string().into(),
+            toml_string(&store.value.display().to_string()),
+            store.source.clone(),
+        ),
+        (
+            "sink_var",
+            sink_var.value.clone().into(),
+            toml_string(&sink_var.value),
+            sink_var.source.clone(),
+        ),
+        (
+            "tool_output.max_lines",
+            limits.max_lines.into(),
+            limits.max_lines.to_string(),
+            limit_source(t.max_lines.is_some()),
+        ),
+        (
+            "tool_output.max_bytes",
+            limits.max_bytes.into(),
+            limits.max_bytes.to_string(),
+            limit_source(t.max_bytes.is_some()),
+        ),
+        (
+            "tool_output.tail_lines",
+            limits.tail_lines.into(),
+            limits.tail_lines.to_string(),
+            limit_source(t.tail_lines.is_some()),
+        ),
+        (
+            "tool_output.max_payload_bytes",
+            limits.max_payload_bytes.into(),
+            limits.max_payload_bytes.to_string(),
+            limit_source(t.max_payload_bytes.is_some()),
+        ),
+        (
+            "retention.records",
+            retention_text.clone().into(),
+            toml_string(&retention_text),
+            retention.source.clone(),
+        ),
+        (
+            "retention.grace",
+            format_duration(grace.value).into(),
+            toml_string(&format_duration(grace.value)),
+            grace.source.clone(),
+        ),
+    ];
+    let file = settings.config_path.as_ref();
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let values: serde_json::Map<String, serde_json::Value> = rows
+            .iter()
+            .map(|(key, value, _, source)| {
+                (
+                    (*key).to_owned(),
+                    serde_json::json!({ "value": value, "source": source.to_string() }),
+                )
+            })
+            .collect();
+        let json = serde_json::json!({
+            "config_file": file.map(|f| f.value.display().to_string()),
+            "config_file_found": settings.config_found,
+            "settings": values,
+        });
+        return write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())
+            .map(|()| ExitCode::SUCCESS);
+    }
+    let mut text = match file {
+        Some(f) if settings.config_found => format!("# config file: {}\n", f.value.display()),
+        Some(f) => format!("# config file: {} (not found)\n", f.value.display()),
+        None => "# config file: none (neither XDG_CONFIG_HOME nor HOME is set)\n".to_owned(),
+    };
+    let mut section = "";
+    for (key, _, value, source) in &rows {
+        let (table, name) = key.split_once('.').unwrap_or(("", key));
+        if table != section {
+            text.push_str(&format!("\n[{table}]\n"));
+            section = table;
+        }
+        text.push_str(&format!("{name} = {value:<30} # {source}\n"));
+    }
+    write_or_quiet(&mut out, text.as_bytes()).map(|()| ExitCode::SUCCESS)
+}
+
+/// A TOML basic string.
+fn toml_string(s: &str) -> String {
+    serde_json::Value::from(s).to_string()
+}

@@ -1,0 +1,327 @@
+//! The user's settings file and human durations.
+//!
+//! `$XDG_CONFIG_HOME/agentrun/config.toml` (else `~/.config/agentrun/config.toml`), all keys
+//! optional:
+//!
+//! ```toml
+//! store = "/srv/agentrun"            # the store root
+//! sink_var = "AGENTRUN_RESULT_SINK"  # the variable naming the result sink
+//!
+//! [tool_output]                      # preview limits
+//! max_lines = 2000
+//! max_bytes = 51200
+//! tail_lines = 0
+//! max_payload_bytes = 1048576
+//!
+//! [retention]
+//! records = "30d"                    # forget recorded runs after this ("never": keep them)
+//! grace = "1h"                       # keep unreferenced objects this long
+//! ```
+//!
+//! Unknown keys and wrong types are errors that name the key and the file, so a typo never
+//! silently falls back to a default.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agentrun_core::PreviewLimits;
+use agentrun_core::limits::{LimitsError, MIN_PAYLOAD_BYTES};
+use serde::Deserialize;
+
+/// Records are forgotten after this long unless configured otherwise (30 days).
+pub const DEFAULT_RECORD_RETENTION: Duration = Duration::from_secs(30 * 86_400);
+
+/// Unreferenced objects younger than this are kept by GC (1 hour).
+pub const DEFAULT_GC_GRACE: Duration = Duration::from_secs(3600);
+
+/// The largest settings file read.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Why the settings file cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read the config file {}: {source}", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is larger than any settings file should be.
+    #[error("the config file {} is larger than 1 MiB", .path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file is not valid TOML for these settings (unknown key, wrong type, bad value).
+    #[error("the config file {} is invalid: {message}", .path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with the key and position.
+        message: String,
+    },
+}
+
+/// The settings file's contents. Every key is optional; absent keys take the defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Config {
+    /// The store root.
+    pub store: Option<PathBuf>,
+    /// The environment variable that names the result sink.
+    pub sink_var: Option<String>,
+    /// Preview limits (`[tool_output]`).
+    #[serde(default)]
+    pub tool_output: ToolOutput,
+    /// Retention (`[retention]`).
+    #[serde(default)]
+    pub retention: Retention,
+}
+
+/// `[tool_output]`: the preview limits; absent keys keep [`PreviewLimits::default`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ToolOutput {
+    /// Most lines shown per stream.
+    pub max_lines: Option<u64>,
+    /// Most preview bytes shown per stream.
+    pub max_bytes: Option<usize>,
+    /// Last lines shown after the head of a truncated stream.
+    pub tail_lines: Option<u64>,
+    /// Bound on the whole rendered result.
+    pub max_payload_bytes: Option<usize>,
+}
+
+/// `[retention]`: how long records and unreferenced objects are kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Retention {
+    /// Records older than this are forgotten by GC (`None`: [`DEFAULT_RECORD_RETENTION`];
+    /// `Some(None)`: "never", keep every record).
+    #[serde(default, deserialize_with = "retention_duration")]
+    pub records: Option<Option<Duration>>,
+    /// Grace period for unreferenced objects (`None`: [`DEFAULT_GC_GRACE`]).
+    #[serde(default, deserialize_with = "plain_duration")]
+    pub grace: Option<Duration>,
+}
+
+impl Config {
+    /// Where the settings file is looked for: `$XDG_CONFIG_HOME/agentrun/config.toml`, else
+    /// `$HOME/.config/agentrun/config.toml`. `None` when neither variable is set.
+    pub fn default_path() -> Option<PathBuf> {
+        default_path_from(|name| std::env::var_os(name))
+    }
+
+    /// Reads and parses the file at `path` (at most 1 MiB).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let read = |source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        };
+        let file = File::open(path).map_err(read)?;
+        let mut text = String::new();
+        file.take(MAX_CONFIG_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(read)?;
+        if text.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(ConfigError::TooLarge {
+                path: path.to_owned(),
+            });
+        }
+        Self::parse(&text).map_err(|message| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses settings text; the error names the key and the position.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let config: Config = toml::from_str(text).map_err(|e| e.to_string().trim().to_owned())?;
+        if let Err(e) = config.limits(PreviewLimits::default()) {
+            return Err(match e {
+                LimitsError::ZeroLines => "[tool_output] max_lines must be at least 1".to_owned(),
+                LimitsError::ZeroBytes => "[tool_output] max_bytes must be at least 1".to_owned(),
+                LimitsError::PayloadTooSmall(n) => format!(
+                    "[tool_output] max_payload_bytes = {n}, but it must be at least {MIN_PAYLOAD_BYTES}"
+                ),
+            });
+        }
+        Ok(config)
+    }
+
+    /// `base` with the `[tool_output]` keys that are set, checked.
+    pub fn limits(&self, base: PreviewLimits) -> Result<PreviewLimits, LimitsError> {
+        let t = &self.tool_output;
+        let limits = PreviewLimits {
+            max_lines: t.max_lines.unwrap_or(base.max_lines),
+            max_bytes: t.max_bytes.unwrap_or(base.max_bytes),
+            tail_lines: t.tail_lines.unwrap_or(base.tail_lines),
+            max_payload_bytes: t.max_payload_bytes.unwrap_or(base.max_payload_bytes),
+        };
+        limits.validate()?;
+        Ok(limits)
+    }
+}
+
+fn default_path_from(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
+    let var = |name: &str| env(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    // The XDG spec says relative values are invalid and must be ignored.
+    let dir = match var("XDG_CONFIG_HOME").filter(|p| p.is_absolute()) {
+        Some(dir) => dir,
+        None => var("HOME")?.join(".config"),
+    };
+    Some(dir.join("agentrun").join("config.toml"))
+}
+
+/// Parses a human duration: `500ms`, `30s`, `5m`, `1h`, `30d`, or plain seconds. The error
+/// says which forms are accepted.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?}: expected e.g. 500ms, 30s, 5m, 1h, 30d"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        "d" => value * 86_400.0,
+        _ => {
+            return Err(format!(
+                "invalid duration unit {unit:?} in {s:?}: use ms, s, m, h or d"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("duration {s:?} is out of range"))
+}
+
+/// Parses a retention period: a duration, or `never` (keep forever, `None`).
+pub fn parse_retention(s: &str) -> Result<Option<Duration>, String> {
+    if s.trim() == "never" {
+        return Ok(None);
+    }
+    parse_duration(s)
+        .map(Some)
+        .map_err(|e| format!("{e}, or \"never\""))
+}
+
+/// Renders a duration the way [`parse_duration`] reads it back, in the largest whole unit.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1000),
+    ] {
+        if ms >= size && ms.is_multiple_of(size) {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
+fn plain_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_duration(&s)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+fn retention_duration<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<Duration>>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_retention(&s)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_key() {
+        let c = Config::parse(
+            "store = \"/s\"\nsink_var = \"X_SINK\"\n[tool_output]\nmax_lines = 10\nmax_bytes = \
+             100\ntail_lines = 3\nmax_payload_bytes = 65536\n[retention]\nrecords = \
+             \"7d\"\ngrace = \"5m\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.store, Some(PathBuf::from("/s")));
+        assert_eq!(c.sink_var.as_deref(), Some("X_SINK"));
+        let l = c.limits(PreviewLimits::default()).unwrap();
+        assert_eq!(
+            (l.max_lines, l.max_bytes, l.tail_lines, l.max_payload_bytes),
+            (10, 100, 3, 65536)
+        );
+        assert_eq!(
+            c.retention.records,
+            Some(Some(Duration::from_secs(7 * 86_400)))
+        );
+        assert_eq!(c.retention.grace, Some(Duration::from_secs(300)));
+        let never = Config::parse("[retention]\nrecords = \"never\"\n").unwrap();
+        assert_eq!(never.retention.records, Some(None));
+        assert_eq!(Config::parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn mistakes_name_the_key() {
+        let typo = Config::parse("[tool_output]\nmax_line = 3\n").unwrap_err();
+        assert!(typo.contains("max_line"), "{typo}");
+        let zero = Config::parse("[tool_output]\nmax_lines = 0\n").unwrap_err();
+        assert!(zero.contains("max_lines"), "{zero}");
+        let bad = Config::parse("[retention]\nrecords = \"soon\"\n").unwrap_err();
+        assert!(bad.contains("never"), "{bad}");
+        let negative = Config::parse("[tool_output]\nmax_bytes = -1\n").unwrap_err();
+        assert!(negative.contains("max_bytes"), "{negative}");
+    }
+
+    #[test]
+    fn default_path_follows_xdg() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| std::ffi::OsString::from(v))
+            }
+        };
+        assert_eq!(
+            default_path_from(env(&[("XDG_CONFIG_HOME", "/x"), ("HOME", "/h")])),
+            Some(PathBuf::from("/x/agentrun/config.toml"))
+        );
+        assert_eq!(
+            default_path_from(env(&[("XDG_CONFIG_HOME", "rel"), ("HOME", "/h")])),
+            Some(PathBuf::from("/h/.config/agentrun/config.toml"))
+        );
+        assert_eq!(default_path_from(env(&[])), None);
+    }
+
+    #[test]
+    fn durations_round_trip() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("soon").unwrap_err().contains("expected"));
+        assert!(parse_duration("5y").unwrap_err().contains("unit"));
+        assert!(parse_duration("").is_err());
+        for s in ["30d", "1h", "5m", "45s", "250ms"] {
+            assert_eq!(format_duration(parse_duration(s).unwrap()), s);
+        }
+        assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+    }
+}
