@@ -16,5 +16,18 @@ mod live;
 pub mod os;
 
 pub use driver::{ChildProcess, RunBuilder, Runner, Runtime};
+
+/// The names `agentrun-smol` and `agentrun-tokio` both re-export (with their own `Runner` and
+/// `RunBuilder`), so the two APIs cannot drift apart.
+pub mod api {
+    pub use crate::live::RunError;
+    pub use agentrun_core::process::{
+        Exit, OptionsError, Outcome, ProcessResult, RunOptions, StdinMode,
+    };
+    pub use agentrun_core::sink::{
+        DEFAULT_SINK_CAP, DEFAULT_SINK_VAR, FileKind, NotReadReason, ResultSink, SinkOutcome,
+    };
+    pub use agentrun_fs::sink::read_sink;
+}
 pub use live::RunError;
 pub use os::program_exists;

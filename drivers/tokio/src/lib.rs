@@ -30,15 +30,8 @@ use std::os::fd::OwnedFd;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::Instant;
 
-pub use agentrun_core::process::{
-    Exit, OptionsError, Outcome, ProcessResult, RunOptions, StdinMode,
-};
-pub use agentrun_core::sink::{
-    DEFAULT_SINK_CAP, DEFAULT_SINK_VAR, FileKind, NotReadReason, ResultSink, SinkOutcome,
-};
-pub use agentrun_fs::sink::read_sink;
 use agentrun_process::ChildProcess;
-pub use agentrun_process::RunError;
+pub use agentrun_process::api::*;
 
 /// Runs processes with their output captured into a store, on tokio.
 pub type Runner = agentrun_process::Runner<TokioRuntime>;
