@@ -37,6 +37,13 @@ trait Driver {
         options: RunOptions,
         after: Duration,
     ) -> Result<ProcessResult, RunError>;
+    /// Runs one process with a stop request after each delay of `requests` (counted from the
+    /// previous one), through `RunBuilder::cancel_on`.
+    fn run_with_stop_requests(
+        store: &Store,
+        options: RunOptions,
+        requests: Vec<Duration>,
+    ) -> Result<ProcessResult, RunError>;
     /// Runs one process and drops the run future after `after` (`None`: it was dropped).
     fn run_dropped_after(
         store: &Store,
@@ -100,6 +107,19 @@ impl Driver for Smol {
                 })
                 .into_future(),
         )
+    }
+
+    fn run_with_stop_requests(
+        store: &Store,
+        options: RunOptions,
+        requests: Vec<Duration>,
+    ) -> Result<ProcessResult, RunError> {
+        let runner = agentrun_smol::Runner::new(store.clone());
+        let requests = ::smol::stream::unfold(requests.into_iter(), |mut delays| async move {
+            ::smol::Timer::after(delays.next()?).await;
+            Some(((), delays))
+        });
+        ::smol::block_on(runner.run(options).cancel_on(requests).into_future())
     }
 
     fn run_dropped_after(
@@ -187,6 +207,19 @@ impl Driver for Tokio {
         )
     }
 
+    fn run_with_stop_requests(
+        store: &Store,
+        options: RunOptions,
+        requests: Vec<Duration>,
+    ) -> Result<ProcessResult, RunError> {
+        let runner = agentrun_tokio::Runner::new(store.clone());
+        let requests = ::smol::stream::unfold(requests.into_iter(), |mut delays| async move {
+            ::tokio::time::sleep(delays.next()?).await;
+            Some(((), delays))
+        });
+        tokio_runtime().block_on(runner.run(options).cancel_on(requests).into_future())
+    }
+
     fn run_dropped_after(
         store: &Store,
         options: RunOptions,
@@ -201,6 +234,12 @@ impl Driver for Tokio {
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
+
+/// How long a stopped run may take here. The children of these tests sleep 60 s, so a run
+/// returning within this bound was stopped by the driver; when exactly is the run lifecycle's
+/// business, tested on a virtual clock in core/tests/lifecycle.rs. Generous, so a loaded
+/// machine cannot fail the suite.
+const WIRING_BOUND: Duration = Duration::from_secs(30);
 
 struct Env {
     tmp: tempfile::TempDir,
@@ -756,9 +795,9 @@ fn stdin_null_bytes_and_inherit<D: Driver>() {
 }
 
 /// A child whose grandchild keeps the pipes open, both ignoring SIGTERM, is stopped on
-/// timeout (SIGKILL to the group after the grace), the call returns within timeout + grace +
-/// a small margin, the output captured before is finalized as incomplete and readable, and
-/// the sink is not read.
+/// timeout (SIGKILL to the group after the grace): the call returns long before their own
+/// sleeps end (the exact escalation times are the run lifecycle's, tested in the core), the
+/// output captured before is finalized as incomplete and readable, and the sink is not read.
 fn a_timeout_stops_the_whole_group<D: Driver>() {
     let env = Env::new();
     let pids = env.path("pids");
@@ -775,10 +814,7 @@ fn a_timeout_stops_the_whole_group<D: Driver>() {
     )
     .unwrap();
     let took = started.elapsed();
-    assert!(
-        took < timeout + grace + Duration::from_secs(2),
-        "returned after {took:?}"
-    );
+    assert!(took < WIRING_BOUND, "returned after {took:?}");
     assert_eq!(r.outcome, Outcome::TimedOut);
     assert_eq!(r.exit, Some(Exit::Signal(9)));
     assert_eq!(
@@ -803,18 +839,15 @@ fn a_timeout_stops_the_whole_group<D: Driver>() {
 }
 
 /// A grandchild that left the group (`setsid`) and keeps the pipes open cannot be killed with
-/// the group; the run still returns shortly after the kill (the pipes are drained for at most
-/// `DRAIN_AFTER_KILL`), with what was captured.
+/// the group; the run still returns long before it lets the pipes go, with what was captured.
 fn a_grandchild_outside_the_group_does_not_hang_the_run<D: Driver>() {
     let env = Env::new();
-    let script = "setsid sleep 6 & echo started; sleep 60";
+    let script = "setsid sleep 60 & echo started; sleep 60";
     let (timeout, grace) = (Duration::from_millis(500), Duration::from_millis(200));
     let started = Instant::now();
     let r = D::run(&env.store, sh(script).timeout(timeout).kill_grace(grace)).unwrap();
     let took = started.elapsed();
-    let limit =
-        timeout + grace + agentrun_core::lifecycle::DRAIN_AFTER_KILL + Duration::from_secs(2);
-    assert!(took < limit, "returned after {took:?}");
+    assert!(took < WIRING_BOUND, "returned after {took:?}");
     assert_eq!(r.outcome, Outcome::TimedOut);
     assert_eq!(env.stdout(&r), "started\n");
 }
@@ -829,7 +862,7 @@ fn the_idle_timeout_counts_from_the_last_output<D: Driver>() {
     let r = D::run(&env.store, sh(chatty).idle_timeout(idle)).unwrap();
     assert_eq!(r.outcome, Outcome::Completed);
     assert!(started.elapsed() > idle);
-    let quiet = "for i in 1 2 3; do echo tick; sleep 0.1; done; sleep 30";
+    let quiet = "for i in 1 2 3; do echo tick; sleep 0.1; done; sleep 60";
     let started = Instant::now();
     let r = D::run(
         &env.store,
@@ -838,11 +871,7 @@ fn the_idle_timeout_counts_from_the_last_output<D: Driver>() {
             .kill_grace(Duration::from_secs(2)),
     )
     .unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < WIRING_BOUND, "{:?}", started.elapsed());
     assert_eq!(r.outcome, Outcome::IdleTimedOut);
     assert_eq!(r.exit, Some(Exit::Signal(15)));
     assert_eq!(
@@ -905,19 +934,17 @@ fn leftovers_holding_the_pipes_do_not_hold_the_run<D: Driver>() {
     let env = Env::new();
     let pidfile = env.path("bg");
     let script = format!(
-        r#"printf ok > "$AGENTRUN_RESULT_SINK"; sleep 30 & echo $! > '{}'; echo leader-done"#,
+        r#"printf ok > "$AGENTRUN_RESULT_SINK"; sleep 60 & echo $! > '{}'; echo leader-done"#,
         pidfile.display()
     );
     let started = Instant::now();
     let r = D::run(
         &env.store,
-        sh_sink(&script)
-            .timeout(Duration::from_secs(20))
-            .kill_grace(Duration::from_millis(500)),
+        sh_sink(&script).kill_grace(Duration::from_millis(500)),
     )
     .unwrap();
     let took = started.elapsed();
-    assert!(took < Duration::from_secs(8), "took {took:?}");
+    assert!(took < WIRING_BOUND, "took {took:?}");
     assert_eq!(r.outcome, Outcome::Completed);
     assert_eq!(code(&r), Exit::Code(0));
     assert_eq!(r.result.as_deref(), Some("ok"));
@@ -931,6 +958,39 @@ fn leftovers_holding_the_pipes_do_not_hold_the_run<D: Driver>() {
         eventually(Duration::from_secs(5), || ended(bg)),
         "the leftover process was stopped"
     );
+}
+
+/// A child that exits normally while a process that escaped its group (`setsid`) holds the
+/// pipes: the stop signals find the group empty, so the run does not sit out the (long) grace
+/// period; it completes with the child's exit status.
+fn an_escaped_pipe_holder_does_not_cost_the_grace<D: Driver>() {
+    let env = Env::new();
+    let script = "setsid sleep 60 & echo leader-done; exit 3";
+    let started = Instant::now();
+    let r = D::run(&env.store, sh(script).kill_grace(Duration::from_secs(60))).unwrap();
+    assert!(started.elapsed() < WIRING_BOUND, "{:?}", started.elapsed());
+    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!(r.exit, Some(Exit::Code(3)));
+    assert_eq!(env.stdout(&r), "leader-done\n");
+}
+
+/// A second stop request while the child ignores SIGTERM sends SIGKILL at once, without
+/// waiting for the (long) grace period.
+fn a_second_stop_request_kills_at_once<D: Driver>() {
+    let env = Env::new();
+    let script = "trap '' TERM; echo waiting; sleep 60";
+    let grace = Duration::from_secs(60);
+    let started = Instant::now();
+    let r = D::run_with_stop_requests(
+        &env.store,
+        sh(script).kill_grace(grace),
+        vec![Duration::from_millis(500), Duration::from_millis(500)],
+    )
+    .unwrap();
+    assert!(started.elapsed() < WIRING_BOUND, "{:?}", started.elapsed());
+    assert_eq!(r.outcome, Outcome::Cancelled);
+    assert_eq!(r.exit, Some(Exit::Signal(9)));
+    assert_eq!(env.stdout(&r), "waiting\n");
 }
 
 /// A stop future (a signal, in the CLI) stops the group like a timeout and the run still
@@ -949,11 +1009,7 @@ fn a_stop_future_cancels_the_run_and_returns_its_result<D: Driver>() {
         Duration::from_secs(1),
     )
     .unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < WIRING_BOUND, "{:?}", started.elapsed());
     assert_eq!(r.outcome, Outcome::Cancelled);
     assert_eq!(
         r.sink,
@@ -1188,6 +1244,14 @@ macro_rules! conformance {
             #[test]
             fn a_stop_future_cancels_the_run_and_returns_its_result() {
                 super::a_stop_future_cancels_the_run_and_returns_its_result::<$driver>();
+            }
+            #[test]
+            fn an_escaped_pipe_holder_does_not_cost_the_grace() {
+                super::an_escaped_pipe_holder_does_not_cost_the_grace::<$driver>();
+            }
+            #[test]
+            fn a_second_stop_request_kills_at_once() {
+                super::a_second_stop_request_kills_at_once::<$driver>();
             }
             #[test]
             fn dropping_the_future_cancels_the_run() {
