@@ -24,6 +24,7 @@
 //!     m, m.idx                       the manifest of named output (at finish)
 //!     protect                        digests being published
 //!   records/<run_id>.json          terminal result records (JSON of ResultRecord): GC roots
+//!   sessions/<session_id>/         auto-mode sessions (see [`auto_session`])
 //!   runtime/<run_id>/              0700 runtime directory of a run's result sink
 //!     result                         the sink file the child writes (removed after the run)
 //! ```
@@ -67,6 +68,7 @@
 //! re-hashes whole objects.
 
 mod atomic;
+pub mod auto_session;
 mod capture;
 pub mod config;
 mod error;
@@ -79,6 +81,7 @@ pub mod sink;
 mod store;
 mod verify;
 
+pub use auto_session::{SessionDir, SessionError};
 pub use capture::{CaptureSession, CaptureWriteError};
 pub use error::IoError;
 pub use gc::{GcOptions, GcReport};
