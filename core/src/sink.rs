@@ -16,6 +16,11 @@ use serde::{Deserialize, Serialize};
 /// The variable the sink path is exported in unless the caller names another.
 pub const DEFAULT_SINK_VAR: &str = "AGENTRUN_RESULT_SINK";
 
+/// Every result-sink variable agentrun knows agents to honour: the default and
+/// `AMPLIHACK_RESULT_SINK`. A child gets none of them unless it opted in under that name (a
+/// value inherited from an ancestor would otherwise send its answer to a stranger's file).
+pub const KNOWN_SINK_VARS: &[&str] = &[DEFAULT_SINK_VAR, "AMPLIHACK_RESULT_SINK"];
+
 /// The default cap on the sink size: larger files are refused, never read into memory.
 pub const DEFAULT_SINK_CAP: u64 = 16 << 20;
 

@@ -500,14 +500,16 @@ fn a_caller_path_is_read_and_left_in_place<D: Driver>() {
     .unwrap();
     assert_eq!(result.result.as_deref(), Some("mine"));
     assert_eq!(fs::read(&path).unwrap(), b"mine");
-    // The next run at the same path writes nothing: the earlier answer is not returned.
-    let result = D::run(
+    // A second run at the same path is refused before it starts: the earlier answer is
+    // neither returned as its answer nor deleted.
+    let err = D::run(
         &env.store,
-        sh("true").with_result_sink(ResultSink::Path(path.clone())),
+        sh("echo ran > ran").with_result_sink(ResultSink::Path(path.clone())),
     )
-    .unwrap();
-    assert_eq!(result.result, None);
-    assert_eq!(result.sink, SinkOutcome::Unwritten);
+    .map(|_| ())
+    .unwrap_err();
+    assert!(err.to_string().contains("already exists"), "{err}");
+    assert_eq!(fs::read(&path).unwrap(), b"mine");
 }
 
 /// Runs `script` with an allocated sink and checks the outcome and result; the sink and its

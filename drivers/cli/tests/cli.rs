@@ -486,6 +486,7 @@ fn run_removes_an_inherited_sink_variable_and_honours_sink_var() {
     let o = env
         .cmd(&["run", "--", "sh", "-c", probe])
         .env("AGENTRUN_RESULT_SINK", "/tmp/stale")
+        .env("AMPLIHACK_RESULT_SINK", "/tmp/stale-amplihack")
         .output()
         .unwrap();
     assert!(stdout(&o).contains("\nunset|unset"), "{}", stdout(&o));

@@ -100,8 +100,10 @@ impl Store {
     /// Prepares the result sink of run `run_id`: for [`ResultSink::Allocate`] a fresh
     /// owner-only (0700) directory `runtime/<run_id>/` (created exclusively, so never shared
     /// with another run) and the path `runtime/<run_id>/result` in it, which does not exist
-    /// yet; for [`ResultSink::Path`] the caller's path, cleared of an earlier answer (a file or
-    /// link there is removed; the directory it is in stays the caller's).
+    /// yet; for [`ResultSink::Path`] the caller's path, which must not exist yet
+    /// ([`StoreError::SinkPathExists`](crate::StoreError::SinkPathExists) otherwise: an
+    /// earlier answer there would pass for this run's, and deleting it would destroy the
+    /// caller's file).
     pub fn prepare_sink(
         &self,
         sink: &ResultSink,
@@ -109,13 +111,14 @@ impl Store {
     ) -> Result<PreparedSink, crate::StoreError> {
         match sink {
             ResultSink::Path(path) => {
-                // An answer left there by an earlier run must not pass for this run's answer.
-                // `remove_file` never follows a link; a directory is left for the read to
-                // report.
+                // Anything there (a file, a link, a directory) is refused rather than read as
+                // this run's answer or deleted.
                 match fs::symlink_metadata(path) {
-                    Ok(meta) if !meta.is_dir() => fs::remove_file(path)
-                        .at("clear the earlier answer at the result-sink path", path)?,
-                    _ => {}
+                    Ok(_) => {
+                        return Err(crate::StoreError::SinkPathExists { path: path.clone() });
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e).at("check the result-sink path", path)?,
                 }
                 Ok(PreparedSink {
                     path: path.clone(),
@@ -306,15 +309,25 @@ mod tests {
     }
 
     #[test]
-    fn a_caller_path_is_cleared_before_and_left_alone_after() {
+    fn a_caller_path_must_not_exist_and_is_left_alone_after() {
         let (tmp, store) = store();
         let path = tmp.path().join("mine");
         fs::write(&path, "stale answer of an earlier run").unwrap();
+        let err = store
+            .prepare_sink(&ResultSink::Path(path.clone()), "r")
+            .map(|_| ())
+            .unwrap_err();
+        assert!(
+            matches!(&err, crate::StoreError::SinkPathExists { path: p } if *p == path),
+            "{err}"
+        );
+        assert!(err.to_string().contains("already exists"), "{err}");
+        assert_eq!(fs::read(&path).unwrap(), b"stale answer of an earlier run");
+        fs::remove_file(&path).unwrap();
         let sink = store
             .prepare_sink(&ResultSink::Path(path.clone()), "r")
             .unwrap();
         assert!(!sink.is_allocated());
-        assert!(!path.exists(), "the earlier answer is gone before the run");
         fs::write(&path, "answer").unwrap();
         assert_eq!(sink.read(100).1.as_deref(), Some("answer"));
         sink.remove().unwrap();

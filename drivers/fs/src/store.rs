@@ -99,6 +99,16 @@ pub enum StoreError {
         /// What is wrong with it.
         detail: String,
     },
+    /// Something already exists at a caller-supplied result-sink path.
+    #[error(
+        "the result-sink path {} already exists; remove it or choose a new path (it is never \
+         overwritten, and an earlier answer there must not pass for this run's)",
+        .path.display()
+    )]
+    SinkPathExists {
+        /// The path.
+        path: PathBuf,
+    },
     /// A captured stream's file does not hold the bytes that were accepted for it.
     #[error("capture file {} is shorter than the {expected} bytes accepted for it", .path.display())]
     CaptureFileTruncated {

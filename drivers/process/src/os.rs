@@ -55,12 +55,18 @@ pub fn stdio(options: &RunOptions) -> [Stdio; 3] {
 
 /// The std command for `options`: argv only (never a shell), environment changes, working
 /// directory, its own process group, and the result-sink variable: set to `sink` when given,
-/// removed otherwise (so a value inherited from an ancestor never reaches the child).
+/// removed otherwise; every other known sink variable
+/// ([`KNOWN_SINK_VARS`](agentrun_core::sink::KNOWN_SINK_VARS)) is removed too unless the
+/// caller's environment changes set it, so a value inherited from an ancestor never reaches
+/// the child.
 pub fn command(options: &RunOptions, sink: Option<&Path>) -> Command {
     let mut cmd = Command::new(&options.program);
     cmd.args(&options.args);
     if let Some(dir) = &options.current_dir {
         cmd.current_dir(dir);
+    }
+    for known in agentrun_core::sink::KNOWN_SINK_VARS {
+        cmd.env_remove(known);
     }
     for (key, value) in &options.env {
         match value {
@@ -211,5 +217,54 @@ pub(crate) fn pump(
         let _ = session.write(stream, &buf[..n]);
         drop(guard);
         observer(&buf[..n]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(cmd: &Command) -> Vec<(String, Option<String>)> {
+        cmd.get_envs()
+            .map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    v.map(|v| v.to_string_lossy().into_owned()),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_known_sink_variable_is_removed_unless_opted_in_or_set_by_the_caller() {
+        let removed = |name: &str| (name.to_owned(), None);
+        let plain = env_of(&command(&RunOptions::new("true"), None));
+        assert!(
+            plain.contains(&removed("AGENTRUN_RESULT_SINK")),
+            "{plain:?}"
+        );
+        assert!(
+            plain.contains(&removed("AMPLIHACK_RESULT_SINK")),
+            "{plain:?}"
+        );
+
+        let opted = RunOptions::new("true").sink_var("AMPLIHACK_RESULT_SINK");
+        let env = env_of(&command(&opted, Some(Path::new("/sink"))));
+        assert!(
+            env.contains(&("AMPLIHACK_RESULT_SINK".to_owned(), Some("/sink".to_owned()))),
+            "{env:?}"
+        );
+        assert!(env.contains(&removed("AGENTRUN_RESULT_SINK")), "{env:?}");
+
+        // An explicit caller entry for another tool's variable is the caller's choice.
+        let explicit = RunOptions::new("true").env("AMPLIHACK_RESULT_SINK", "/theirs");
+        let env = env_of(&command(&explicit, None));
+        assert!(
+            env.contains(&(
+                "AMPLIHACK_RESULT_SINK".to_owned(),
+                Some("/theirs".to_owned())
+            )),
+            "{env:?}"
+        );
     }
 }
