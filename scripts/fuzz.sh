@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the cargo-fuzz targets of fuzz/ (uri, preview, page, one per harness dialect, and auto mode's sanitizer and verdict parser) for a
-# while each.
+# Runs the cargo-fuzz targets of fuzz/ (uri, preview, page, one per harness dialect, auto
+# mode's sanitizer and verdict parser, and compaction) for a while each.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     default: 60 seconds, every target
 #
@@ -21,7 +21,7 @@ seconds=${1:-60}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(uri preview page harness_claude harness_grok harness_agy harness_codex harness_muse harness_opencode auto_mode_text)
+    targets=(uri preview page harness_claude harness_grok harness_agy harness_codex harness_muse harness_opencode auto_mode_text compaction)
 fi
 
 if ! cargo fuzz --version >/dev/null 2>&1; then

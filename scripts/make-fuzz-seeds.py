@@ -176,6 +176,66 @@ PAGES = {
 }
 
 
+# --- compaction -----------------------------------------------------------------------------
+# Either a transcript document (the first three bytes, '[', '{' or ' ', also script the
+# summarizer) or generator bytes (tests/src/compaction_checks.rs: flags, then per message a
+# block count and per block an id byte and a kind byte with its operands).
+def transcript(messages, **top):
+    import json
+    doc = dict(top, messages=messages)
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def tool_use(id, name, input):
+    return {"type": "tool_use", "id": id, "name": name, "input": input}
+
+
+def tool_result(id, content, **extra):
+    return dict({"type": "tool_result", "tool_use_id": id, "content": content}, **extra)
+
+
+COMPACTION = {
+    "json-artifact-read-and-bash": transcript([
+        {"role": "user", "content": "fix it"},
+        {"role": "assistant", "content": [
+            tool_use("a", "bash", {"command": "make"}),
+            tool_use("b", "read", {"filePath": f"artifact://{DIGEST}/stdout", "offset": 0}),
+        ]},
+        {"role": "user", "content": [
+            tool_result("a", "error: x"),
+            tool_result("b", [{"type": "text", "text": "page"}], metadata={"lines": 1}),
+        ]},
+        {"role": "assistant", "content": "done"},
+    ], summary="before", recent_start=3),
+    "json-ordinary-reads": transcript([
+        {"role": "assistant", "content": [
+            tool_use("a", "read", {"filePath": "/etc/hosts"}),
+            tool_use("b", "read", f'{{"filePath":"artifact://{DIGEST}"}}'),
+            tool_use("c", "cat", {"filePath": f"artifact://{DIGEST}"}),
+            tool_use("d", "read", {"filePath": "artifact://bad"}),
+        ]},
+        {"role": "user", "content": [tool_result(i, "out " + i) for i in "abcd"]},
+    ]),
+    "json-existing-artifacts": transcript([
+        {"role": "assistant", "content": [tool_use("a", "bash", {})]},
+        {"role": "user", "content": [tool_result("a", "head", is_error=True,
+                                                  artifacts=[f"artifact://{DIGEST}/stderr"])]},
+    ]),
+    "json-unknown-blocks": transcript([
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "t"},
+                                          {"type": "image", "source": {}}]},
+    ]),
+    "json-bare-array": b'[{"role":"user","content":"hi"}]',
+    "json-split-pair": transcript([
+        {"role": "assistant", "content": [tool_use("a", "bash", {})]},
+        {"role": "user", "content": [tool_result("a", "x")]},
+    ], recent_start=1),
+    # Generator: summary + recent boundary, then calls (kind 1) and results (kind 2).
+    "gen-call-result-pairs": bytes([3, 2, 2, 0, 1, 0, 0, 0, 2, 1, 0, 0, 2, 1, 2, 1, 3, 0, 2, 1, 6]),
+    "gen-retry-with-fit-limit": bytes([1, 1, 1, 3, 0, 1, 0, 2, 0, 2, 1, 0, 2, 1, 2, 3]),
+}
+
+
 def main():
     for name, uri in URIS.items():
         write("uri", name, uri.encode())
@@ -183,6 +243,8 @@ def main():
         write("preview", name, data)
     for name, data in PAGES.items():
         write("page", name, data)
+    for name, data in COMPACTION.items():
+        write("compaction", name, data)
 
 
 if __name__ == "__main__":

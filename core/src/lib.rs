@@ -18,12 +18,15 @@
 //! * [`lifecycle`]: the run lifecycle (timeouts, stop signals, SIGKILL, pipe drain), fed
 //!   instants by its driver;
 //! * [`lines`]: a bounded line splitter for live output taps;
+//! * [`transcript`] and [`compaction`]: agent transcripts and compaction with one pruned
+//!   retry;
 //! * [`turn`] and [`auto_mode`]: the generic turn loop and auto mode's phase machine.
 
 #![forbid(unsafe_code)]
 
 pub mod auto_mode;
 pub mod capture;
+pub mod compaction;
 pub mod digest;
 pub mod harness;
 pub mod index;
@@ -38,6 +41,7 @@ pub mod record;
 pub mod sink;
 pub mod stream;
 pub mod turn;
+pub mod transcript;
 pub mod uri;
 
 pub use capture::{Capture, CaptureError, CaptureSummary, Completion, FullOutput, Status};

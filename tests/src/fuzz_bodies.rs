@@ -10,6 +10,7 @@ use agentrun_core::limits::MIN_PAYLOAD_BYTES;
 use agentrun_core::{OutputDeclaration, PreviewLimits, Status};
 
 use crate::checks::{self, Delta, PageCase, PreviewCase};
+use crate::compaction_checks;
 
 /// Most stream bytes one preview input may expand to. Keeps every run fast (paging a stream
 /// with one-line pages is quadratic in its length) while still far above `max_bytes`.
@@ -218,3 +219,46 @@ pub fn auto_mode_text(data: &[u8]) {
     crate::auto_mode_checks::check_sanitizer(&text);
     crate::auto_mode_checks::check_verdict(&text);
 }
+
+/// Compaction target: the input twice. First as a transcript document (bounded to
+/// [`MAX_TRANSCRIPT_BYTES`]): parsing never panics, and what parses is pruned and compacted
+/// under every summarizer script of [`DOCUMENT_SCRIPTS`]. Then through
+/// [`compaction_checks::transcript_from_bytes`], whose generated transcripts reach the
+/// artifact-read and pairing cases that random JSON rarely does; there the first three bytes
+/// also script the summarizer ([`compaction_checks::script_from_bytes`]).
+pub fn compaction(data: &[u8]) {
+    let limits = agentrun_core::transcript::TranscriptLimits {
+        max_bytes: MAX_TRANSCRIPT_BYTES,
+        max_messages: 256,
+        max_blocks: 1024,
+    };
+    if let Ok(t) = agentrun_core::transcript::Transcript::from_json(data, &limits) {
+        compaction_checks::check_prune(&t);
+        for (a, b, limit) in DOCUMENT_SCRIPTS {
+            compaction_checks::check_machine(
+                &t,
+                &compaction_checks::script_from_bytes(a, b, limit),
+            );
+        }
+    }
+    let mut input = Input(data);
+    let script = compaction_checks::script_from_bytes(input.byte(), input.byte(), input.byte());
+    let t = compaction_checks::transcript_from_bytes(data);
+    compaction_checks::check_prune(&t);
+    compaction_checks::check_machine(&t, &script);
+}
+
+/// Largest transcript document the compaction target parses.
+pub const MAX_TRANSCRIPT_BYTES: usize = 64 * 1024;
+
+/// The summarizer scripts a parsed document runs under (see
+/// [`compaction_checks::script_from_bytes`]): success; size failure then success; size failure
+/// twice; an unrelated failure; a fit limit; a size failure with a failing retention.
+pub const DOCUMENT_SCRIPTS: [(u8, u8, u8); 6] = [
+    (0, 0, 0),
+    (1, 0, 0),
+    (1, 1, 0),
+    (3, 0, 0),
+    (0, 0, 1),
+    (2, 0, 2),
+];

@@ -2,6 +2,7 @@
 //!
 //! * [`checks`]: the properties of SPEC §2–4 as functions that panic only on a violation;
 //! * [`auto_mode_checks`]: the properties of auto mode's sanitizer and verdict parser;
+//! * [`compaction_checks`]: the properties of compaction (transcripts, pruning, the retry);
 //! * [`fuzz_bodies`]: the fuzz targets' bodies, turning arbitrary bytes into those checks;
 //! * [`model_server`]: scripted model servers (Anthropic Messages, OpenAI Responses and chat
 //!   completions) on 127.0.0.1 for running the real agent CLIs offline;
@@ -11,5 +12,6 @@
 pub mod agent_clis;
 pub mod auto_mode_checks;
 pub mod checks;
+pub mod compaction_checks;
 pub mod fuzz_bodies;
 pub mod model_server;

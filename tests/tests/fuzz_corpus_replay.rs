@@ -47,6 +47,11 @@ fn auto_mode_text_corpus() {
     replay("auto_mode_text", fuzz_bodies::auto_mode_text);
 }
 
+#[test]
+fn compaction_corpus() {
+    replay("compaction", fuzz_bodies::compaction);
+}
+
 /// The harness decoders' corpora: both bodies of each dialect run on every input, as in the
 /// fuzz targets.
 macro_rules! harness_corpora {

@@ -1,0 +1,454 @@
+//! The eight compaction rules, one test each, plus the structural recognition cases, driven
+//! through the public `Compaction` machine and `prune`.
+
+use agentrun_core::ArtifactUri;
+use agentrun_core::compaction::{
+    ARTIFACT_READ_OMITTED, Action, AttemptKind, AttemptResult, Compacted, Compaction,
+    CompactionConfig, CompactionError, Failed, SummarizerFailure, SummarizerInput, Trigger,
+    is_artifact_read, prune, reference_text,
+};
+use agentrun_core::digest::Digest;
+use agentrun_core::transcript::{Block, Transcript, TranscriptLimits};
+use serde_json::{Value, json};
+
+const D: &str = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+
+fn transcript(v: Value) -> Transcript {
+    Transcript::from_value(v, &TranscriptLimits::default()).unwrap()
+}
+
+fn call(id: &str, name: &str, input: Value) -> Value {
+    json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": name, "input": input}]})
+}
+
+fn result(id: &str, content: Value) -> Value {
+    json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": content}]})
+}
+
+/// A build log long enough that referencing it saves space.
+fn bash_output() -> String {
+    format!(
+        "BASH OUTPUT line 1\nline 2\n{}",
+        "warning: unused\n".repeat(200)
+    )
+}
+
+/// A transcript with a prior summary, an ordinary bash output, a filesystem read, an artifact
+/// read (with metadata and attachments) and a recent suffix of two messages.
+fn sample() -> Transcript {
+    let mut artifact_result = result(
+        "t3",
+        json!([{"type": "text", "text": "ARTIFACT PAGE"}, {"type": "image", "source": {"data": "AAAA"}}]),
+    );
+    let block = &mut artifact_result["content"][0];
+    block["is_error"] = json!(false);
+    block["metadata"] = json!({"total_lines": 10});
+    block["attachments"] = json!([{"name": "a.png"}]);
+    block["messages"] = json!([{"role": "user", "content": "emitted"}]);
+    transcript(json!({
+        "summary": "PRIOR SUMMARY",
+        "discarded_log": "OLD DISCARDED TURN",
+        "messages": [
+            {"role": "user", "content": "fix the build"},
+            call("t1", "bash", json!({"command": "make"})),
+            result("t1", json!(bash_output())),
+            call("t2", "read", json!({"filePath": "/src/main.rs"})),
+            result("t2", json!("FILE CONTENT")),
+            call("t3", "read", json!({"filePath": format!("artifact://{D}/stdout"), "offset": 0})),
+            artifact_result,
+            {"role": "assistant", "content": "RECENT ANSWER"},
+            {"role": "user", "content": "RECENT QUESTION"}
+        ],
+        "recent_start": 7
+    }))
+}
+
+/// Drives the machine: answers each summarizer input with `answer(kind, text)` and stores
+/// retained outputs in `store`.
+fn drive(
+    t: &Transcript,
+    config: CompactionConfig,
+    store: &mut Vec<(Digest, String)>,
+    mut answer: impl FnMut(&SummarizerInput) -> Result<String, SummarizerFailure>,
+) -> (Result<Compacted, Failed>, Vec<SummarizerInput>) {
+    let mut c = Compaction::new(t, config);
+    let mut inputs = Vec::new();
+    loop {
+        match c
+            .poll_action()
+            .expect("the machine always has a next action here")
+        {
+            Action::Summarize(input) => {
+                match answer(&input) {
+                    Ok(summary) => c.handle_summary(summary.as_bytes()).unwrap(),
+                    Err(failure) => c.handle_failure(failure).unwrap(),
+                }
+                inputs.push(input);
+            }
+            Action::Retain(outputs) => {
+                for r in outputs {
+                    assert_eq!(Digest::of(r.text.as_bytes()), r.digest);
+                    store.push((r.digest, r.text));
+                }
+                c.handle_retained(Ok(())).unwrap();
+            }
+            Action::Done(done) => {
+                assert_eq!(c.poll_action(), None);
+                return (Ok(*done), inputs);
+            }
+            Action::Failed(failed) => {
+                assert_eq!(c.poll_action(), None);
+                return (Err(failed), inputs);
+            }
+            _ => unreachable!("no other actions exist"),
+        }
+    }
+}
+
+/// A scripted summarizer.
+type Summarizer = fn(&SummarizerInput) -> Result<String, SummarizerFailure>;
+
+fn too_long(_: &SummarizerInput) -> SummarizerFailure {
+    SummarizerFailure::ContextLength {
+        detail: "prompt is too long".into(),
+    }
+}
+
+/// First attempt fails on size, retry succeeds.
+fn retry_run(t: &Transcript) -> (Compacted, Vec<SummarizerInput>, Vec<(Digest, String)>) {
+    let mut store = Vec::new();
+    let (outcome, inputs) = drive(t, CompactionConfig::default(), &mut store, |i| {
+        match i.kind {
+            AttemptKind::First => Err(too_long(i)),
+            AttemptKind::Retry => Ok("NEW SUMMARY".into()),
+        }
+    });
+    (outcome.unwrap(), inputs, store)
+}
+
+#[test]
+fn rule_1_first_attempt_includes_the_entire_active_history() {
+    let t = sample();
+    let mut store = Vec::new();
+    let (outcome, inputs) = drive(&t, CompactionConfig::default(), &mut store, |_| {
+        Ok("S".into())
+    });
+    let compacted = outcome.unwrap();
+    assert_eq!(inputs.len(), 1);
+    let first = &inputs[0];
+    assert_eq!(first.kind, AttemptKind::First);
+    for part in [
+        "PRIOR SUMMARY",
+        "fix the build",
+        "BASH OUTPUT line 1",
+        "FILE CONTENT",
+        "ARTIFACT PAGE",
+        "RECENT ANSWER",
+        "RECENT QUESTION",
+    ] {
+        assert!(first.text.contains(part), "first input lacks {part}");
+    }
+    // Discarded logs stay discarded: fields outside the active history are never rendered.
+    assert!(!first.text.contains("OLD DISCARDED TURN"));
+    assert!(store.is_empty(), "nothing is retained without a retry");
+    // The result: the new summary, then the recent suffix verbatim.
+    assert_eq!(compacted.transcript.summary.as_deref(), Some("S"));
+    assert_eq!(compacted.transcript.messages, t.recent_suffix());
+}
+
+#[test]
+fn rule_2_only_a_size_failure_permits_one_pruned_retry() {
+    let t = sample();
+    // A provider context-length error: one retry.
+    let (compacted, inputs, _) = retry_run(&t);
+    assert_eq!(
+        inputs.iter().map(|i| i.kind).collect::<Vec<_>>(),
+        [AttemptKind::First, AttemptKind::Retry]
+    );
+    assert_eq!(compacted.attempts.len(), 2);
+    // A local fit rejection: the summarizer never sees the first input.
+    let first_len = sample_first_len(&t);
+    let mut store = Vec::new();
+    let config = CompactionConfig::default().max_input_bytes(Some(first_len - 1));
+    let (outcome, inputs) = drive(&t, config, &mut store, |_| Ok("S".into()));
+    let compacted = outcome.unwrap();
+    assert_eq!(inputs.len(), 1);
+    assert_eq!(inputs[0].kind, AttemptKind::Retry);
+    assert!(matches!(
+        compacted.attempts[0].result,
+        AttemptResult::DoesNotFit { .. }
+    ));
+    // Unrelated errors and parent overflow alone never prune.
+    for trigger in [Trigger::Requested, Trigger::ParentOverflow] {
+        let mut store = Vec::new();
+        let config = CompactionConfig::default().trigger(trigger);
+        let (outcome, inputs) = drive(&t, config, &mut store, |_| {
+            Err(SummarizerFailure::Other {
+                detail: "rate limited".into(),
+            })
+        });
+        let failed = outcome.unwrap_err();
+        assert_eq!(inputs.len(), 1);
+        assert_eq!(inputs[0].kind, AttemptKind::First);
+        assert!(
+            inputs[0].text.contains("BASH OUTPUT"),
+            "first input is unpruned"
+        );
+        assert!(matches!(failed.error, CompactionError::Summarizer { .. }));
+        assert!(store.is_empty());
+    }
+    // A second size failure ends it: no third attempt.
+    let mut store = Vec::new();
+    let (outcome, inputs) = drive(&t, CompactionConfig::default(), &mut store, |i| {
+        Err(too_long(i))
+    });
+    assert_eq!(inputs.len(), 2);
+    assert!(matches!(
+        outcome.unwrap_err().error,
+        CompactionError::RetryTooLarge { .. }
+    ));
+}
+
+fn sample_first_len(t: &Transcript) -> usize {
+    let mut c = Compaction::new(t, CompactionConfig::default());
+    match c.poll_action() {
+        Some(Action::Summarize(i)) => i.text.len(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn rule_3_the_retry_replaces_ordinary_tool_output_with_artifact_references() {
+    let t = sample();
+    let (compacted, inputs, store) = retry_run(&t);
+    let retry = &inputs[1].text;
+    for (output, what) in [
+        (bash_output(), "bash"),
+        ("FILE CONTENT".to_owned(), "filesystem read"),
+    ] {
+        assert!(
+            !retry.contains(&output),
+            "{what} output is still in the retry"
+        );
+        let digest = Digest::of(output.as_bytes());
+        assert!(retry.contains(&reference_text(&ArtifactUri::new(digest))));
+        assert!(store.contains(&(digest, output.clone())), "{what} retained");
+    }
+    // Short and recent outputs too: a one-byte result is referenced like a large one.
+    let tiny = transcript(json!([
+        call("t", "bash", json!({})),
+        result("t", json!("x"))
+    ]));
+    let (_, inputs, store) = retry_run(&tiny);
+    assert!(!inputs[1].text.contains("\nx\n"));
+    assert_eq!(store, [(Digest::of(b"x"), "x".to_owned())]);
+    assert_eq!(compacted.references.len(), 2);
+    assert!(compacted.references.iter().all(|r| !r.existing));
+}
+
+#[test]
+fn rule_4_artifact_read_output_is_omitted_entirely_with_pairing_intact() {
+    let t = sample();
+    let pruned = prune(&t);
+    let Block::ToolResult(r) = &pruned.snapshot.messages[6].blocks()[0] else {
+        panic!("the result block stays a result block");
+    };
+    assert_eq!(r.tool_use_id, "t3", "paired to its call");
+    assert_eq!(r.content, Some(json!(ARTIFACT_READ_OMITTED)));
+    assert_eq!(r.is_error, None);
+    assert!(
+        r.extra.is_empty(),
+        "metadata, attachments and messages dropped"
+    );
+    assert_eq!(pruned.omitted, 1);
+    let (_, inputs, store) = retry_run(&t);
+    let retry = &inputs[1].text;
+    for gone in ["ARTIFACT PAGE", "AAAA", "a.png", "emitted", "total_lines"] {
+        assert!(!retry.contains(gone), "{gone} survived");
+    }
+    assert!(!store.iter().any(|(_, text)| text.contains("ARTIFACT PAGE")));
+    // Any size and any stream: a bare URI and a one-line page are omitted just the same.
+    let small = transcript(json!([
+        call("a", "read", json!({"filePath": format!("artifact://{D}")})),
+        result("a", json!("1")),
+    ]));
+    let pruned = prune(&small);
+    assert_eq!(pruned.omitted, 1);
+    assert!(pruned.retain.is_empty());
+}
+
+#[test]
+fn rule_5_an_ordinary_filesystem_read_is_recognized_structurally() {
+    let read = |input: Value| agentrun_core::transcript::ToolUse {
+        id: "x".into(),
+        name: "read".into(),
+        input,
+        extra: Default::default(),
+    };
+    assert!(is_artifact_read(&read(
+        json!({"filePath": format!("artifact://{D}")})
+    )));
+    // Each of these takes the ordinary path.
+    let ordinary = [
+        read(json!({"filePath": "/home/me/artifact.txt"})),
+        read(json!(format!("{{\"filePath\": \"artifact://{D}\"}}"))),
+        read(json!({"path": format!("artifact://{D}")})),
+        read(json!({"filePath": format!("see artifact://{D}")})),
+        read(json!({"filePath": "artifact://not-a-digest"})),
+        read(json!({"filePath": [format!("artifact://{D}")]})),
+        read(json!(null)),
+    ];
+    for call in &ordinary {
+        assert!(!is_artifact_read(call), "{:?}", call.input);
+    }
+    let renamed = agentrun_core::transcript::ToolUse {
+        name: "cat".into(),
+        ..read(json!({"filePath": format!("artifact://{D}")}))
+    };
+    assert!(!is_artifact_read(&renamed));
+    // Through prune: every one is retained and referenced, none omitted.
+    let mut messages = Vec::new();
+    for (i, call) in ordinary.iter().chain([&renamed]).enumerate() {
+        let id = format!("c{i}");
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": id, "name": call.name, "input": call.input}]}));
+        messages.push(result(&id, json!(format!("output {i}"))));
+    }
+    let pruned = prune(&transcript(Value::Array(messages)));
+    assert_eq!(pruned.omitted, 0);
+    assert_eq!(pruned.retain.len(), ordinary.len() + 1);
+}
+
+#[test]
+fn rule_6_the_marker_replaces_artifact_read_output_and_is_never_retained() {
+    let t = sample();
+    let (_, inputs, store) = retry_run(&t);
+    assert!(inputs[1].text.contains(ARTIFACT_READ_OMITTED));
+    assert!(
+        store
+            .iter()
+            .all(|(_, text)| !text.contains(ARTIFACT_READ_OMITTED))
+    );
+    // Pruning the snapshot again retains nothing new, so the marker never becomes an artifact.
+    let once = prune(&t);
+    let twice = prune(&once.snapshot);
+    assert!(twice.retain.is_empty());
+    assert_eq!(twice.snapshot, once.snapshot);
+}
+
+#[test]
+fn rule_7_pruning_never_mutates_history_and_failures_keep_the_context() {
+    let t = sample();
+    let before = t.clone();
+    let (compacted, _, _) = retry_run(&t);
+    assert_eq!(t, before, "saved history untouched by a successful retry");
+    assert_eq!(compacted.transcript.messages, before.recent_suffix());
+    let failures: [Summarizer; 4] = [
+        |_| Ok(String::new()),
+        |_| Ok("  \n\t".into()),
+        |_| {
+            Err(SummarizerFailure::Other {
+                detail: "crashed".into(),
+            })
+        },
+        |i| match i.kind {
+            AttemptKind::First => Err(too_long(i)),
+            AttemptKind::Retry => Ok(String::new()),
+        },
+    ];
+    for answer in failures {
+        let mut store = Vec::new();
+        let (outcome, _) = drive(&t, CompactionConfig::default(), &mut store, answer);
+        assert!(outcome.is_err());
+        assert_eq!(t, before);
+    }
+    // Non-text output is invalid.
+    let mut c = Compaction::new(&t, CompactionConfig::default());
+    let _ = c.poll_action();
+    c.handle_summary(&[0xff, 0xfe]).unwrap();
+    let Some(Action::Failed(failed)) = c.poll_action() else {
+        panic!("non-text output must fail");
+    };
+    assert!(matches!(
+        failed.error,
+        CompactionError::InvalidSummary { .. }
+    ));
+    assert_eq!(t, before);
+}
+
+#[test]
+fn rule_8_every_hint_uses_read_with_the_public_artifact_uri() {
+    let t = sample();
+    let (_, inputs, _) = retry_run(&t);
+    // The instructions mention the syntax; the hints are those inside the transcript.
+    let retry = inputs[1].text.split_once("<transcript>").unwrap().1;
+    let hints: Vec<&str> = retry
+        .match_indices("read(filePath=\"")
+        .map(|(i, _)| &retry[i..])
+        .collect();
+    assert_eq!(hints.len(), 2);
+    for hint in hints {
+        let uri = hint["read(filePath=\"".len()..].split('"').next().unwrap();
+        let parsed = ArtifactUri::parse(uri).expect("a public artifact URI");
+        assert_eq!(parsed.to_string(), uri);
+        assert!(!uri.contains("sha256/"));
+    }
+}
+
+#[test]
+fn existing_artifacts_are_referenced_instead_of_retained_again() {
+    let t = transcript(json!([
+        call("t", "bash", json!({"command": "seq 1000000"})),
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+            "content": "1\n2\n[Truncated. …]", "artifacts": [format!("artifact://{D}/stdout")]}]}
+    ]));
+    let pruned = prune(&t);
+    assert!(pruned.retain.is_empty());
+    assert_eq!(pruned.references.len(), 1);
+    assert!(pruned.references[0].existing);
+    assert_eq!(pruned.references[0].uri, format!("artifact://{D}/stdout"));
+}
+
+#[test]
+fn nothing_to_prune_fails_without_a_pointless_retry() {
+    let t = transcript(json!([{"role": "user", "content": "a long question"}]));
+    let mut store = Vec::new();
+    let (outcome, inputs) = drive(&t, CompactionConfig::default(), &mut store, |i| {
+        Err(too_long(i))
+    });
+    assert_eq!(inputs.len(), 1);
+    assert!(matches!(
+        outcome.unwrap_err().error,
+        CompactionError::NothingToPrune { .. }
+    ));
+}
+
+#[test]
+fn handle_calls_out_of_order_are_refused() {
+    let t = sample();
+    let mut c = Compaction::new(&t, CompactionConfig::default());
+    assert!(c.handle_summary(b"x").is_err());
+    assert!(c.handle_retained(Ok(())).is_err());
+    let Some(Action::Summarize(_)) = c.poll_action() else {
+        panic!()
+    };
+    assert_eq!(c.poll_action(), None, "waiting for the summarizer");
+    assert!(c.handle_retained(Ok(())).is_err());
+    c.handle_failure(too_long_plain()).unwrap();
+    let Some(Action::Retain(outputs)) = c.poll_action() else {
+        panic!()
+    };
+    assert_eq!(outputs.len(), 2);
+    assert!(c.handle_summary(b"x").is_err());
+    c.handle_retained(Err("disk full".into())).unwrap();
+    let Some(Action::Failed(failed)) = c.poll_action() else {
+        panic!()
+    };
+    assert_eq!(failed.error, CompactionError::Retention("disk full".into()));
+}
+
+fn too_long_plain() -> SummarizerFailure {
+    SummarizerFailure::ContextLength {
+        detail: "too long".into(),
+    }
+}

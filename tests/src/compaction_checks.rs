@@ -1,0 +1,402 @@
+//! The properties of compaction (transcript parsing, pruning and the retry machine) as functions
+//! that panic only on a violation, shared by the property tests and the fuzz target.
+//!
+//! * [`check_prune`]: pairing intact, original unchanged, every reference resolves to exactly
+//!   the output it replaced, artifact reads omitted, pruning idempotent, bounded output;
+//! * [`check_machine`]: at most one retry, only after a size failure, the retry input is the
+//!   pruned snapshot, the original is never changed, success keeps the recent suffix;
+//! * [`transcript_from_bytes`] and [`script_from_bytes`]: generators of cases from bytes.
+
+use std::collections::HashMap;
+
+use agentrun_core::compaction::{
+    ARTIFACT_READ_OMITTED, Action, AttemptKind, Compaction, CompactionConfig, DEFAULT_INSTRUCTIONS,
+    SummarizerFailure, is_artifact_read, prune, reference_text, render,
+};
+use agentrun_core::digest::Digest;
+use agentrun_core::transcript::{Block, Content, Message, Role, ToolResult, ToolUse, Transcript};
+use agentrun_core::{ArtifactUri, StreamName};
+use serde_json::{Map, Value, json};
+
+/// Checks every pruning property on `t`.
+pub fn check_prune(t: &Transcript) {
+    let before = t.clone();
+    let pruned = prune(t);
+    assert_eq!(t, &before, "prune changed the original");
+    let snapshot = &pruned.snapshot;
+    assert_eq!(snapshot.summary, t.summary);
+    assert_eq!(snapshot.recent_start, t.recent_start);
+    assert_eq!(snapshot.messages.len(), t.messages.len());
+
+    let store: HashMap<Digest, &str> = pruned
+        .retain
+        .iter()
+        .map(|r| (r.digest, r.text.as_str()))
+        .collect();
+    assert_eq!(store.len(), pruned.retain.len(), "retained twice");
+    let mut calls: HashMap<&str, &ToolUse> = HashMap::new();
+    let mut omitted = 0;
+    let mut references = 0;
+    for (original, pruned_message) in t.messages.iter().zip(&snapshot.messages) {
+        assert_eq!(original.role, pruned_message.role);
+        assert_eq!(original.extra, pruned_message.extra);
+        let (a, b) = (original.blocks(), pruned_message.blocks());
+        assert_eq!(a.len(), b.len(), "a block was added or removed");
+        if let (Content::Text(x), Content::Text(y)) = (&original.content, &pruned_message.content) {
+            assert_eq!(x, y);
+        }
+        for (block, pruned_block) in a.iter().zip(b) {
+            match (block, pruned_block) {
+                (Block::ToolUse(call), _) => {
+                    assert_eq!(block, pruned_block, "a tool call changed");
+                    calls.insert(&call.id, call);
+                }
+                (Block::ToolResult(r), Block::ToolResult(p)) => {
+                    // Pairing: the result still answers the same call.
+                    assert_eq!(r.tool_use_id, p.tool_use_id);
+                    let artifact_read = calls
+                        .get(r.tool_use_id.as_str())
+                        .is_some_and(|c| is_artifact_read(c));
+                    if artifact_read {
+                        omitted += 1;
+                        assert_eq!(p.content, Some(Value::from(ARTIFACT_READ_OMITTED)));
+                        assert!(p.extra.is_empty() && p.artifacts.is_empty());
+                        assert_eq!(p.is_error, None);
+                    } else {
+                        references += check_reference(r, p, &store);
+                    }
+                }
+                (Block::ToolResult(_), _) => panic!("a tool result changed its kind"),
+                _ => assert_eq!(block, pruned_block, "a non-tool block changed"),
+            }
+        }
+    }
+    assert_eq!(pruned.omitted, omitted);
+    assert_eq!(pruned.references.len(), references);
+    // The marker is never retained in place of an artifact read's output.
+    let original_outputs: Vec<String> = results(t).map(|r| r.output_text().into_owned()).collect();
+    for r in &pruned.retain {
+        assert!(
+            original_outputs.contains(&r.text),
+            "retained something that is no original output"
+        );
+    }
+    let retained_bytes: usize = pruned.retain.iter().map(|r| r.text.len()).sum();
+    let output_bytes: usize = original_outputs.iter().map(String::len).sum();
+    assert!(retained_bytes <= output_bytes, "retention is not bounded");
+
+    // Idempotent: the snapshot prunes to itself and retains nothing more.
+    let twice = prune(snapshot);
+    assert_eq!(&twice.snapshot, snapshot, "prune(prune(t)) != prune(t)");
+    assert!(twice.retain.is_empty());
+    // The snapshot survives its JSON form.
+    let limits = agentrun_core::transcript::TranscriptLimits::default();
+    let reparsed = Transcript::from_json(&snapshot.to_json(), &limits)
+        .expect("a snapshot is a valid transcript");
+    assert_eq!(&reparsed, snapshot);
+}
+
+/// An ordinary result: its references name exactly the output it replaced (or the artifacts it
+/// already had). Returns the number of references.
+fn check_reference(r: &ToolResult, p: &ToolResult, store: &HashMap<Digest, &str>) -> usize {
+    assert_eq!(p.is_error, r.is_error);
+    assert_eq!(p.extra, r.extra);
+    let expected = if r.artifacts.is_empty() {
+        let output = r.output_text();
+        let digest = Digest::of(output.as_bytes());
+        assert_eq!(
+            store.get(&digest).copied(),
+            Some(output.as_ref()),
+            "the reference does not resolve to the output it replaced"
+        );
+        vec![ArtifactUri::new(digest)]
+    } else {
+        r.artifacts.clone()
+    };
+    assert_eq!(p.artifacts, expected);
+    let text: Vec<String> = expected.iter().map(reference_text).collect();
+    assert_eq!(p.content, Some(Value::from(text.join("\n"))));
+    expected.len()
+}
+
+fn results(t: &Transcript) -> impl Iterator<Item = &ToolResult> {
+    t.messages
+        .iter()
+        .flat_map(Message::blocks)
+        .filter_map(|b| match b {
+            Block::ToolResult(r) => Some(r),
+            _ => None,
+        })
+}
+
+/// How the scripted summarizer answers one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// A valid summary.
+    Summary,
+    /// The provider's context-length error.
+    ContextLength,
+    /// The caller's own fit check failed.
+    DoesNotFit,
+    /// Any other failure.
+    Other,
+    /// An empty answer.
+    Empty,
+    /// Bytes that are not UTF-8.
+    NotText,
+}
+
+/// A scripted run of the machine.
+#[derive(Debug, Clone)]
+pub struct Script {
+    /// The answer to the first and the second summarizer run.
+    pub answers: [Answer; 2],
+    /// The local fit limit.
+    pub max_input_bytes: Option<usize>,
+    /// Whether storing the retained outputs succeeds.
+    pub retention_ok: bool,
+}
+
+/// Drives the machine through `script` and checks its properties.
+pub fn check_machine(t: &Transcript, script: &Script) {
+    let before = t.clone();
+    let config = CompactionConfig::default().max_input_bytes(script.max_input_bytes);
+    let mut machine = Compaction::new(t, config);
+    let mut runs: Vec<AttemptKind> = Vec::new();
+    let mut retained = false;
+    let mut size_failure_seen = false;
+    let mut outcome = None;
+    for _ in 0..16 {
+        let Some(action) = machine.poll_action() else {
+            panic!("the machine stalled without an outcome");
+        };
+        match action {
+            Action::Summarize(input) => {
+                if input.kind == AttemptKind::Retry {
+                    assert!(size_failure_seen, "a retry without a size failure");
+                    let expected = render(DEFAULT_INSTRUCTIONS, &prune(t).snapshot);
+                    assert_eq!(input.text, expected, "the retry input is not the snapshot");
+                } else {
+                    assert_eq!(input.text, render(DEFAULT_INSTRUCTIONS, t));
+                }
+                if let Some(limit) = script.max_input_bytes {
+                    assert!(input.text.len() <= limit, "an input over the fit limit");
+                }
+                let answer = script.answers[runs.len().min(1)];
+                runs.push(input.kind);
+                match answer {
+                    Answer::Summary => machine.handle_summary(b" the summary ").unwrap(),
+                    Answer::Empty => machine.handle_summary(b"").unwrap(),
+                    Answer::NotText => machine.handle_summary(&[0xc3, 0x28]).unwrap(),
+                    Answer::ContextLength | Answer::DoesNotFit | Answer::Other => {
+                        let detail = "x".to_owned();
+                        size_failure_seen |= answer != Answer::Other;
+                        machine
+                            .handle_failure(match answer {
+                                Answer::ContextLength => {
+                                    SummarizerFailure::ContextLength { detail }
+                                }
+                                Answer::DoesNotFit => SummarizerFailure::DoesNotFit { detail },
+                                _ => SummarizerFailure::Other { detail },
+                            })
+                            .unwrap();
+                    }
+                }
+            }
+            Action::Retain(outputs) => {
+                assert!(!retained, "retained twice");
+                retained = true;
+                assert_eq!(outputs, prune(t).retain);
+                machine
+                    .handle_retained(if script.retention_ok {
+                        Ok(())
+                    } else {
+                        Err("disk full".into())
+                    })
+                    .unwrap();
+            }
+            Action::Done(done) => {
+                outcome = Some(Ok(done));
+                break;
+            }
+            Action::Failed(failed) => {
+                outcome = Some(Err(failed));
+                break;
+            }
+            other => panic!("unknown action {other:?}"),
+        }
+        // A local fit rejection is a size failure the machine saw by itself.
+        size_failure_seen |= machine.attempts().iter().any(|a| {
+            matches!(
+                a.result,
+                agentrun_core::compaction::AttemptResult::DoesNotFit { .. }
+            )
+        });
+    }
+    assert_eq!(machine.poll_action(), None, "an action after the outcome");
+    assert!(runs.len() <= 2, "more than one retry");
+    assert!(!runs.starts_with(&[AttemptKind::Retry, AttemptKind::Retry]));
+    if script.answers[0] == Answer::Other && script.max_input_bytes.is_none() {
+        assert!(!retained, "a non-size failure pruned");
+        assert_eq!(runs, [AttemptKind::First]);
+    }
+    assert_eq!(t, &before, "the machine changed the original");
+    match outcome.expect("an outcome within 16 steps") {
+        Ok(done) => {
+            assert_eq!(done.summary, "the summary");
+            assert_eq!(done.transcript.summary.as_deref(), Some("the summary"));
+            assert_eq!(done.transcript.messages, t.recent_suffix());
+            assert!(done.attempts.len() <= 2);
+        }
+        Err(failed) => assert!(failed.attempts.len() <= 2),
+    }
+}
+
+/// Reads fields off the front of generator input; past the end it yields zeros.
+struct Input<'a>(&'a [u8]);
+
+impl Input<'_> {
+    fn byte(&mut self) -> u8 {
+        let (&b, rest) = self.0.split_first().unwrap_or((&0, &[]));
+        self.0 = rest;
+        b
+    }
+
+    fn pick<'s, T>(&mut self, options: &'s [T]) -> &'s T {
+        &options[usize::from(self.byte()) % options.len()]
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+const DIGEST: &str = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+
+/// Builds a transcript from bytes. Layout: `u8` flags (bit 0: prior summary, bit 1:
+/// recent_start from the next byte), then messages until the input ends, each `u8` block count
+/// (`% 4`, 0 = string content) and per block a `u8` kind: text, tool call (tool name, argument
+/// shape and id picked by the next bytes from small pools so ids collide and calls go
+/// unanswered), tool result (id, content shape, `is_error`, extra fields, existing artifacts),
+/// or an unknown block. Most 64 messages.
+pub fn transcript_from_bytes(data: &[u8]) -> Transcript {
+    let mut input = Input(data);
+    let flags = input.byte();
+    let summary = (flags & 1 == 1).then(|| "prior summary".to_owned());
+    let recent = (flags & 2 == 2).then(|| usize::from(input.byte()));
+    let mut messages = Vec::new();
+    while !input.is_empty() && messages.len() < 64 {
+        let count = input.byte() % 4;
+        let role = if messages.len() % 2 == 0 {
+            Role::User
+        } else {
+            Role::Assistant
+        };
+        let content = if count == 0 {
+            Content::Text(format!("message {}", messages.len()))
+        } else {
+            Content::Blocks((0..count).map(|_| block(&mut input)).collect())
+        };
+        messages.push(Message {
+            role,
+            content,
+            extra: Map::new(),
+        });
+    }
+    let mut t = Transcript {
+        summary,
+        messages,
+        recent_start: recent,
+        extra: Map::new(),
+    };
+    if t.check_recent_start().is_err() {
+        t.recent_start = None;
+    }
+    t
+}
+
+fn block(input: &mut Input<'_>) -> Block {
+    let id = format!("c{}", input.byte() % 6);
+    match input.byte() % 4 {
+        0 => Block::Text {
+            text: input
+                .pick(&["hello", "", "artifact://x", "ünïcode ✓"])
+                .to_string(),
+            extra: Map::new(),
+        },
+        1 => {
+            let name = input.pick(&["read", "bash", "Read", "cat"]).to_string();
+            let uri = format!("artifact://{DIGEST}");
+            let args = match input.byte() % 8 {
+                0 | 1 => json!({"filePath": uri, "offset": 0}),
+                2 => json!({"filePath": format!("{uri}/stdout")}),
+                3 => json!({"filePath": "/etc/hosts"}),
+                4 => Value::String(format!("{{\"filePath\":\"{uri}\"}}")),
+                5 => json!({"filePath": "artifact://BAD"}),
+                6 => json!({"file_path": uri}),
+                _ => Value::Null,
+            };
+            Block::ToolUse(ToolUse {
+                id,
+                name,
+                input: args,
+                extra: Map::new(),
+            })
+        }
+        2 => {
+            let content = match input.byte() % 5 {
+                0 => None,
+                1 => Some(Value::from(format!("output {}", input.byte()))),
+                2 => Some(json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])),
+                3 => Some(json!([{"type": "image", "source": {"data": "AAAA"}}])),
+                _ => Some(Value::from(ARTIFACT_READ_OMITTED)),
+            };
+            let flags = input.byte();
+            let mut extra = Map::new();
+            if flags & 1 == 1 {
+                extra.insert("metadata".into(), json!({"lines": 3}));
+            }
+            let artifacts = if flags & 2 == 2 {
+                let mut uris = vec![ArtifactUri::new(Digest::of(&[flags]))];
+                if flags & 4 == 4 {
+                    uris.push(ArtifactUri::stream(
+                        Digest::of(b"m"),
+                        StreamName::new("stderr").expect("a valid name"),
+                    ));
+                }
+                uris
+            } else {
+                Vec::new()
+            };
+            Block::ToolResult(ToolResult {
+                tool_use_id: id,
+                content,
+                is_error: [None, Some(true), Some(false)][usize::from(flags >> 4) % 3],
+                artifacts,
+                extra,
+            })
+        }
+        _ => Block::Other(json!({"type": "thinking", "thinking": "hmm", "signature": id})),
+    }
+}
+
+/// A machine script from two bytes and an optional fit limit byte.
+pub fn script_from_bytes(a: u8, b: u8, limit: u8) -> Script {
+    const ANSWERS: [Answer; 6] = [
+        Answer::Summary,
+        Answer::ContextLength,
+        Answer::DoesNotFit,
+        Answer::Other,
+        Answer::Empty,
+        Answer::NotText,
+    ];
+    Script {
+        answers: [
+            ANSWERS[usize::from(a) % ANSWERS.len()],
+            ANSWERS[usize::from(b) % ANSWERS.len()],
+        ],
+        // Around the size of small rendered transcripts, so both sides of the check occur.
+        max_input_bytes: (limit & 1 == 1).then(|| 700 + usize::from(limit) * 8),
+        retention_ok: limit & 2 == 0,
+    }
+}
