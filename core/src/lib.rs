@@ -40,8 +40,8 @@ pub mod process;
 pub mod record;
 pub mod sink;
 pub mod stream;
-pub mod turn;
 pub mod transcript;
+pub mod turn;
 pub mod uri;
 
 pub use capture::{Capture, CaptureError, CaptureSummary, Completion, FullOutput, Status};
