@@ -13,6 +13,7 @@ mod duration;
 mod failure;
 mod interpret;
 mod interrupts;
+mod mcp;
 mod read;
 mod run;
 mod settings;
@@ -175,6 +176,12 @@ enum Command {
   agentrun agent codex --model gpt-5 -- \"explain src/main.rs\"
   agentrun agent claude --json --timeout 10m \"refactor the parser\"")]
     Agent(agent::AgentArgs),
+    /// Serve the run and read tools and the artifact store to an MCP client (Claude Code,
+    /// Codex, OpenCode, ...) on stdin/stdout. See docs/mcp.md.
+    #[command(after_help = "Examples:
+  agentrun mcp --allow cargo --allow git
+  claude mcp add agentrun -- agentrun mcp --allow cargo")]
+    Mcp(mcp::McpArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(after_help = "Examples:
   agentrun completions bash > ~/.local/share/bash-completion/completions/agentrun
@@ -200,6 +207,7 @@ impl Command {
             Command::Config(a) => a.json,
             Command::Interpret(a) => a.json,
             Command::Agent(a) => a.json,
+            Command::Mcp(_) => false,
             Command::Completions(_) | Command::Man => false,
         }
     }
@@ -260,6 +268,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Gc(args) => store_cmds::gc(&settings()?, args),
         Command::Verify(args) => store_cmds::verify(&settings()?, args),
         Command::Config(args) => settings::show(&settings()?, args),
+        Command::Mcp(args) => mcp::run(&settings()?, args),
     }
 }
 

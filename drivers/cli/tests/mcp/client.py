@@ -1,0 +1,393 @@
+"""Drives `agentrun mcp` with the official MCP Python SDK, one scenario per invocation.
+
+Usage: client.py SCENARIO AGENTRUN STORE
+
+Each scenario starts the server as an MCP client would (stdio), checks what it must, and exits
+non-zero with a message on the first failure. The Rust tests in tests/mcp_python.rs run one
+scenario each.
+"""
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import anyio
+import jsonschema
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+
+HINT = re.compile(r'read\(filePath="(artifact://[0-9a-f]{64}(?:/[A-Za-z0-9._-]+)?)", offset=(\d+)\)')
+PY = sys.executable
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def server(agentrun, store, *allow):
+    args = ["--store", store, "mcp"]
+    for program in allow:
+        args += ["--allow", program]
+    return StdioServerParameters(command=agentrun, args=args, env=dict(os.environ))
+
+
+async def session_for(params, body):
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            await body(session)
+
+
+def text_of(result, index=0):
+    return result.content[index].text
+
+
+async def conformance(agentrun, store):
+    # Lines of varying length, some empty, one with a tab and one with UTF-8.
+    program = (
+        "import sys\n"
+        "out = sys.stdout.buffer\n"
+        "for i in range(300000):\n"
+        "    out.write(('%d %s\\n' % (i, 'x' * (i % 53))).encode())\n"
+        "out.write('last line é\\twithout newline'.encode())\n"
+    )
+    expected = b"".join(("%d %s\n" % (i, "x" * (i % 53))).encode() for i in range(300000))
+    expected += "last line é\twithout newline".encode()
+
+    async def body(session):
+        info = session.initialize_result
+        check(info.server_info.name == "agentrun", f"server name: {info.server_info}")
+        check(info.capabilities.tools is not None, "tools capability")
+        check(info.capabilities.resources is not None, "resources capability")
+
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        check(set(tools) == {"run", "read"}, f"tools: {sorted(tools)}")
+        for tool in tools.values():
+            jsonschema.Draft202012Validator.check_schema(tool.input_schema)
+            check(tool.input_schema.get("type") == "object", f"{tool.name} schema type")
+            check(len(tool.description or "") > 100, f"{tool.name} has a real description")
+        check(tools["run"].input_schema["required"] == ["command"], "run requires command")
+        check(tools["read"].input_schema["required"] == ["filePath"], "read requires filePath")
+
+        result = await session.call_tool("run", {"command": [PY, "-c", program]})
+        check(not result.is_error, f"run failed: {result.content}")
+        text = text_of(result)
+        check(text.rstrip().endswith("]") and "[Exit code 0 after" in text, f"status line: {text[-200:]}")
+        record = result.structured_content["record"]
+        stdout = next(s for s in record["output"]["streams"] if s["name"] == "stdout")
+        check(stdout["sha256"] == hashlib.sha256(expected).hexdigest(), "retained stdout digest")
+        check(stdout["lines"] == 300001 and stdout["bytes"] == len(expected), "stdout counts")
+        check(len(text.encode()) < 120_000, f"the preview is bounded: {len(text.encode())} bytes")
+
+        # The preview, then the hint, then page after page until the end.
+        hints = HINT.findall(text)
+        check(len(hints) == 1, f"exactly one hint (stdout): {hints}")
+        uri, offset = hints[0][0], int(hints[0][1])
+        check(uri.endswith("/stdout") and uri[len("artifact://"):][:64] == record["output"]["manifest"], uri)
+        preview = text[len("[stdout]\n"):text.index("[Truncated.")]
+        # The preview may end in a line cut by the byte limit; the hint re-reads that line.
+        check(preview.count("\n") in (offset, offset + 1), "the hint offset counts complete preview lines")
+        recovered = bytearray(b"".join(line.encode() + b"\n" for line in preview.split("\n")[:offset]))
+        pages = 0
+        while True:
+            page = await session.call_tool("read", {"filePath": uri, "offset": offset})
+            check(not page.is_error, f"read at {offset} failed: {page.content}")
+            check(len(page.content) == 2, "a page and its continuation line")
+            recovered += text_of(page, 0).encode()
+            meta = page.structured_content
+            check(meta["offset"] == offset and meta["lines"] <= 2000, f"page metadata {meta}")
+            pages += 1
+            continuation = text_of(page, 1)
+            if meta["next_offset"] is None:
+                check("end of artifact" in continuation, continuation)
+                break
+            nxt = HINT.findall(continuation)
+            check(nxt == [(uri, str(meta["next_offset"]))], f"continuation {continuation}")
+            offset = meta["next_offset"]
+        check(pages >= 100, f"paged in {pages} pages")
+        check(hashlib.sha256(recovered).hexdigest() == stdout["sha256"], "recovered byte for byte")
+
+        # A byte read of the same stream, from the middle.
+        mid = len(expected) // 2
+        piece = await session.call_tool("read", {"filePath": uri, "byteOffset": mid, "byteLimit": 1000})
+        check(not piece.is_error and text_of(piece).encode() == expected[mid:mid + 1000], "byte read")
+        check("byteOffset=%d" % (mid + 1000) in text_of(piece, 1), text_of(piece, 1))
+
+        # Resources: templates, the manifest, a stream.
+        templates = (await session.list_resource_templates()).resource_templates
+        check({t.uri_template for t in templates} == {"artifact://{digest}", "artifact://{digest}/{stream}"}, templates)
+        manifest_uri = "artifact://" + record["output"]["manifest"]
+        listed = (await session.list_resources()).resources
+        check(any(str(r.uri) == manifest_uri for r in listed), f"recent run listed: {listed}")
+        contents = (await session.read_resource(manifest_uri)).contents
+        check(len(contents) == 1 and contents[0].mime_type == "application/json", contents)
+        manifest = json.loads(contents[0].text)
+        check([s["name"] for s in manifest["streams"]] == ["stdout", "stderr"], manifest)
+        check(contents[0].meta["nextOffset"] is None, contents[0].meta)
+        stream = (await session.read_resource(uri)).contents[0]
+        check(stream.text.encode() == expected[: len(stream.text.encode())], "stream resource is the first page")
+        check(stream.meta["totalLines"] == 300001 and stream.meta["nextOffset"] == 2000, stream.meta)
+
+        # Bad arguments: each an error result with a message, and the server goes on.
+        missing = "artifact://" + "0" * 64
+        bad_reads = [
+            ({"filePath": "/etc/passwd"}, "not an artifact URI"),
+            ({"filePath": "file:///etc/passwd"}, "not an artifact URI"),
+            ({"filePath": "artifact://" + "A" * 64}, "not a valid artifact URI"),
+            ({"filePath": manifest_uri + "/"}, "trailing slash"),
+            ({"filePath": manifest_uri + "?x=1"}, "query"),
+            ({"filePath": manifest_uri + "/../x"}, "not a valid artifact URI"),
+            ({"filePath": manifest_uri + "/nope"}, "declared: stdout, stderr"),
+            ({"filePath": "artifact://" + stdout["sha256"] + "/stdout"}, "not a manifest"),
+            ({"filePath": missing}, "not in this store"),
+            ({"filePath": uri, "offset": 300002}, "past the end"),
+            ({"filePath": uri, "offset": -1}, "integer of at least 0"),
+            ({"filePath": uri, "offset": "ten"}, "integer of at least 0"),
+            ({"filePath": uri, "limit": 0}, "from 1 to 2000"),
+            ({"filePath": uri, "limit": 2001}, "from 1 to 2000"),
+            ({"filePath": uri, "byteOffset": 0, "offset": 5}, "not both"),
+            ({"filePath": uri, "byteLimit": 5}, "needs `byteOffset`"),
+            ({"filePath": uri, "byteOffset": 0, "byteLimit": 3 << 20}, "from 1 to 2097152"),
+            ({"filePath": uri, "byteOffset": len(expected) + 1}, "past the end"),
+            ({"path": uri}, "has no argument `path`"),
+            ({}, "needs the argument `filePath`"),
+        ]
+        for arguments, needle in bad_reads:
+            result = await session.call_tool("read", arguments)
+            check(result.is_error, f"read {arguments} should fail")
+            check(needle in text_of(result), f"read {arguments}: {text_of(result)!r} lacks {needle!r}")
+        bad_runs = [
+            ({"command": []}, "non-empty array of strings"),
+            ({"command": "ls -l"}, "non-empty array of strings"),
+            ({"command": ["rm", "-rf", "/tmp/x"]}, "`rm` is not allowed"),
+            ({"command": [PY, "-c", "1"], "timeout_seconds": 0}, "from 1 to 86400"),
+            ({"command": [PY, "-c", "1"], "shell": True}, "has no argument `shell`"),
+            ({"command": [PY, "-c", "1"], "cwd": "/nonexistent/dir"}, "working directory"),
+        ]
+        for arguments, needle in bad_runs:
+            result = await session.call_tool("run", arguments)
+            check(result.is_error, f"run {arguments} should fail")
+            check(needle in text_of(result), f"run {arguments}: {text_of(result)!r} lacks {needle!r}")
+        for bad in ["/etc/passwd", "artifact://xyz", manifest_uri + "/a/b"]:
+            try:
+                await session.read_resource(bad)
+            except MCPError as e:
+                check(e.error.code == -32602, f"resources/read {bad}: {e.error}")
+            else:
+                raise AssertionError(f"resources/read {bad} should fail")
+        try:
+            await session.read_resource(missing)
+        except MCPError as e:
+            check("not in this store" in e.error.message, e.error.message)
+        else:
+            raise AssertionError("resources/read of a missing artifact should fail")
+        try:
+            await session.call_tool("nope", {})
+        except MCPError as e:
+            check("unknown tool" in e.error.message, e.error.message)
+        else:
+            raise AssertionError("an unknown tool should be a protocol error")
+        final = await session.call_tool("run", {"command": [PY, "-c", "print('still here')"]})
+        check("still here" in text_of(final), "the server survived the bad calls")
+
+    await session_for(server(agentrun, store, PY), body)
+
+
+def processes_with(marker):
+    """Pids of live processes whose command line contains `marker`."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state != b"Z":
+            found.append(int(pid))
+    return found
+
+
+async def cancel(agentrun, store):
+    marker = "agentrun-cancel-%d-%d" % (os.getpid(), time.time_ns())
+    # A parent that starts a grandchild, both sleeping far longer than the test.
+    program = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', sys.argv[1]])\n"
+        "print('started', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+
+    async def body(session):
+        async def call():
+            await session.call_tool("run", {"command": [PY, "-c", program, marker]})
+            raise AssertionError("the call should have been cancelled")
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(call)
+            # Cancel only once the parent and its grandchild both run.
+            deadline = time.monotonic() + 30
+            while len(processes_with(marker)) < 2:
+                check(time.monotonic() < deadline, "the program did not start its grandchild")
+                await anyio.sleep(0.05)
+            group.cancel_scope.cancel()
+        deadline = time.monotonic() + 20
+        while processes_with(marker) and time.monotonic() < deadline:
+            await anyio.sleep(0.1)
+        left = processes_with(marker)
+        check(not left, f"processes left behind after cancellation: {left}")
+        # The server is still serving.
+        result = await session.call_tool("run", {"command": [PY, "-c", "print('after cancel')"]})
+        check("after cancel" in text_of(result), text_of(result))
+
+    # Before the call, make sure the marker matches nothing (no false pass).
+    check(not processes_with(marker), "marker already in use")
+    await session_for(server(agentrun, store, PY), body)
+
+
+async def concurrent(agentrun, store):
+    program = (
+        "import os, sys\n"
+        "n = int(sys.argv[1])\n"
+        "for i in range(3000 + n):\n"
+        "    print('call %d line %d' % (n, i))\n"
+        "print('err %d' % n, file=sys.stderr)\n"
+        "open(os.environ['AGENTRUN_RESULT_SINK'], 'w').write('answer %d' % n)\n"
+    )
+    results = {}
+
+    async def body(session):
+        async def one(n):
+            results[n] = await session.call_tool(
+                "run", {"command": [PY, "-c", program, str(n)], "sink": True}
+            )
+
+        async with anyio.create_task_group() as group:
+            for n in range(32):
+                group.start_soon(one, n)
+
+    await session_for(server(agentrun, store, PY), body)
+    check(len(results) == 32, f"{len(results)} results")
+    digests = set()
+    for n, result in results.items():
+        text = text_of(result)
+        check(not result.is_error, f"call {n}: {text[:300]}")
+        check(text.startswith("[stdout]\ncall %d line 0\n" % n), f"call {n} got {text[:60]!r}")
+        check("[stderr]\nerr %d\n" % n in text, f"call {n} stderr")
+        check("answer %d\n" % n in text, f"call {n} answer")
+        structured = result.structured_content
+        check(structured["result"] == "answer %d" % n, f"call {n} clean answer {structured['result']}")
+        stdout = structured["record"]["output"]["streams"][0]
+        check(stdout["lines"] == 3000 + n, f"call {n} has its own stdout: {stdout['lines']}")
+        hint = HINT.findall(text)
+        check(len(hint) == 1 and hint[0][1] == "2000", f"call {n} hint {hint}")
+        digests.add(stdout["sha256"])
+    check(len(digests) == 32, "32 distinct outputs")
+
+
+async def progress(agentrun, store):
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, total, message))
+
+    async def body(session):
+        result = await session.call_tool(
+            "run",
+            {"command": [PY, "-c", "import time\nfor i in range(5):\n print(i, flush=True); time.sleep(0.7)"], "timeout_seconds": 60},
+            progress_callback=on_progress,
+        )
+        check(not result.is_error, text_of(result))
+
+    await session_for(server(agentrun, store, PY), body)
+    check(len(seen) >= 2, f"progress notifications: {seen}")
+    check(all(total == 60 for _, total, _ in seen), f"total is the timeout: {seen}")
+    check(all(b > a for (a, _, _), (b, _, _) in zip(seen, seen[1:])), f"progress increases: {seen}")
+    check(all("stdout so far" in m for _, _, m in seen), f"messages: {seen}")
+
+
+def robustness(agentrun, store):
+    """Raw JSON-RPC on the server's stdin: bad input gets protocol errors and it keeps serving."""
+    proc = subprocess.Popen(
+        [agentrun, "--store", store, "mcp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def send(line):
+        proc.stdin.write(line if isinstance(line, bytes) else line.encode())
+        proc.stdin.write(b"\n")
+        proc.stdin.flush()
+
+    def receive():
+        line = proc.stdout.readline()
+        check(line, "the server closed its output")
+        return json.loads(line)
+
+    try:
+        send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}}))
+        check(receive()["id"] == 1, "initialize answered")
+        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+
+        send("{this is not json")
+        reply = receive()
+        check(reply["error"]["code"] == -32700, f"parse error: {reply}")
+        send(b"\xff\xfe not utf-8")
+        check(receive()["error"]["code"] == -32700, "invalid UTF-8 is a parse error")
+        send(json.dumps({"jsonrpc": "2.0", "id": 2}))
+        reply = receive()
+        check(reply["error"]["code"] == -32600 and reply.get("id") == 2, f"invalid request: {reply}")
+        send(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "no/such/method", "params": {}}))
+        reply = receive()
+        check(reply["error"]["code"] == -32601 and reply["id"] == 3, f"unknown method: {reply}")
+        send(json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": 5}}))
+        reply = receive()
+        check("error" in reply and reply.get("id") == 4, f"malformed params: {reply}")
+        big = json.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
+            "name": "read", "arguments": {"filePath": "x" * (5 << 20)}}})
+        send(big)
+        reply = receive()
+        check(reply["error"]["code"] == -32600 and "larger than" in reply["error"]["message"], f"oversized: {reply['error']}")
+        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/bogus", "params": 1}))
+        send(json.dumps({"jsonrpc": "2.0", "id": 6, "method": "ping"}))
+        reply = receive()
+        check(reply == {"jsonrpc": "2.0", "id": 6, "result": {}}, f"alive after all that: {reply}")
+        send(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}))
+        check(len(receive()["result"]["tools"]) == 2, "tools/list after the bad input")
+    finally:
+        proc.stdin.close()
+        code = proc.wait(timeout=30)
+    check(code == 0, f"exit code {code} after the client closed stdin")
+
+
+SCENARIOS = {
+    "conformance": conformance,
+    "cancel": cancel,
+    "concurrent": concurrent,
+    "progress": progress,
+}
+
+
+def main():
+    scenario, agentrun, store = sys.argv[1:4]
+    if scenario == "robustness":
+        robustness(agentrun, store)
+    else:
+        anyio.run(SCENARIOS[scenario], agentrun, store)
+    print(f"{scenario}: ok")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+//! `agentrun mcp` driven by a client nobody here wrote: the official MCP Python SDK
+//! (`tests/mcp/client.py`, one scenario per test). The SDK is installed on first use into a
+//! virtual environment under the target directory by `scripts/install-mcp-python-client.sh`
+//! (a pinned version, from PyPI).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+fn repo() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+/// The virtual environment's Python, installing the SDK when missing.
+fn python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-python-client");
+        let status = Command::new("bash")
+            .arg(repo().join("scripts/install-mcp-python-client.sh"))
+            .arg(&venv)
+            .status()
+            .expect("run scripts/install-mcp-python-client.sh");
+        assert!(
+            status.success(),
+            "installing the MCP Python SDK failed ({status}); it needs python3 with venv and \
+             access to PyPI"
+        );
+        venv.join("bin/python")
+    })
+}
+
+/// Runs one scenario of `client.py` against a fresh store; fails with its output.
+fn scenario(name: &str) {
+    let store = tempfile::tempdir().unwrap();
+    let output = Command::new(python())
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py"))
+        .arg(name)
+        .arg(env!("CARGO_BIN_EXE_agentrun"))
+        .arg(store.path().join("store"))
+        .output()
+        .expect("run the Python client");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "scenario {name} failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    assert_eq!(stdout.trim(), format!("{name}: ok"));
+}
+
+/// initialize, tools/list with valid schemas, a 300 000-line run recovered byte for byte by
+/// following the read hints, byte reads, resource templates and reads, and an error result
+/// for every kind of bad argument.
+#[test]
+fn conformance_with_the_python_sdk() {
+    scenario("conformance");
+}
+
+/// A cancelled call stops the program and the grandchild it started; the server goes on.
+#[test]
+fn a_cancelled_call_leaves_no_process_behind() {
+    scenario("cancel");
+}
+
+/// 32 concurrent calls with distinct outputs and result sinks each get their own result.
+#[test]
+fn concurrent_calls_get_their_own_results() {
+    scenario("concurrent");
+}
+
+/// A call made with a progress token gets increasing progress notifications.
+#[test]
+fn long_runs_report_progress_when_asked() {
+    scenario("progress");
+}
+
+/// Malformed JSON-RPC, invalid requests, unknown methods and oversized requests get protocol
+/// errors, and the server keeps serving.
+#[test]
+fn the_server_survives_bad_protocol_input() {
+    scenario("robustness");
+}

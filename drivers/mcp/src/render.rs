@@ -1,0 +1,193 @@
+//! What the model reads: run results, pages and their continuation lines.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use agentrun_core::page::MAX_PAGE_BYTES;
+use agentrun_core::process::{Exit, Outcome, ProcessResult};
+use agentrun_core::{ArtifactUri, BytePage, Page, PageError, ResultRecord};
+use agentrun_fs::ReadError;
+use serde_json::{Value, json};
+
+/// The clean answer of a run, as shown to the model.
+pub(crate) enum Answer {
+    /// No sink was requested.
+    NotRequested,
+    /// Short enough to show in full.
+    Inline(String),
+    /// Over the preview bound: retained as its own artifact, shown as preview and hint.
+    Retained(Box<ResultRecord>),
+    /// The sink was requested but gave no answer; says why.
+    Missing(String),
+}
+
+/// The text of a `run` result: the output previews with their read hints, the clean answer,
+/// then one status line.
+pub(crate) fn run_text(result: &ProcessResult, answer: &Answer, timeout: Duration) -> String {
+    let mut out = result.model_text();
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    match answer {
+        Answer::NotRequested => {}
+        Answer::Inline(text) => {
+            out.push_str("[Clean answer (the program's result sink), verbatim:]\n");
+            out.push_str(text);
+            if !text.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        Answer::Retained(record) => {
+            out.push_str("[Clean answer (the program's result sink), over the preview bound:]\n");
+            let preview = record.render();
+            out.push_str(&preview);
+            if !preview.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        Answer::Missing(why) => {
+            let _ = writeln!(
+                out,
+                "[No clean answer: the result sink was {why}; the stdout preview above is the \
+                 fallback]"
+            );
+        }
+    }
+    out.push_str(&status_line(result, timeout));
+    out
+}
+
+/// One line: how the run ended and how long it took.
+fn status_line(result: &ProcessResult, timeout: Duration) -> String {
+    let took = format!("{:.1}s", result.duration.as_secs_f64());
+    match (result.outcome, result.exit) {
+        (Outcome::TimedOut | Outcome::IdleTimedOut, _) => format!(
+            "[Timed out after {}s: the process group was stopped; the output above is what it \
+             wrote until then]",
+            timeout.as_secs()
+        ),
+        (Outcome::Cancelled, _) => {
+            "[Cancelled: the process group was stopped; the output above is what it wrote until \
+             then]"
+                .to_owned()
+        }
+        (_, Some(Exit::Code(code))) => format!("[Exit code {code} after {took}]"),
+        (_, Some(Exit::Signal(signal))) => {
+            format!("[Killed by signal {signal} after {took}]")
+        }
+        (_, None) => format!("[Ended after {took}; the exit status is unknown]"),
+    }
+}
+
+/// The structured content of a `run` result: the result record and how the run ended.
+pub(crate) fn run_json(result: &ProcessResult, answer: &Answer) -> Value {
+    let (answer_text, answer_record) = match answer {
+        Answer::Inline(text) => (Some(text.as_str()), None),
+        Answer::Retained(record) => (None, Some(record)),
+        Answer::NotRequested | Answer::Missing(_) => (None, None),
+    };
+    json!({
+        "outcome": result.outcome,
+        "exit": result.exit,
+        "pid": result.pid,
+        "duration_ms": u64::try_from(result.duration.as_millis()).unwrap_or(u64::MAX),
+        "record": result.record,
+        "result": answer_text,
+        "result_artifact": answer_record.map(|r| r.output_uri().to_string()),
+        "sink": result.sink,
+    })
+}
+
+/// The continuation line of a line page: where the next page starts, or the end.
+pub(crate) fn page_continuation(uri: &ArtifactUri, page: &Page) -> String {
+    let mut line = match page.next_offset {
+        Some(next) => format!(
+            "[Lines {}-{} of {}. Read more: read(filePath=\"{uri}\", offset={next})]",
+            page.offset,
+            page.offset + page.lines.saturating_sub(1),
+            page.total_lines
+        ),
+        None if page.lines == 0 => format!(
+            "[No lines at offset {}: the artifact has {} lines]",
+            page.offset, page.total_lines
+        ),
+        None => format!(
+            "[Lines {}-{} of {}: end of artifact]",
+            page.offset,
+            page.offset + page.lines - 1,
+            page.total_lines
+        ),
+    };
+    push_lossy_note(&mut line, &page.bytes);
+    line
+}
+
+/// The continuation line of a byte page.
+pub(crate) fn byte_continuation(uri: &ArtifactUri, page: &BytePage) -> String {
+    let end = page.offset + page.bytes.len() as u64;
+    let mut line = match page.next_byte_offset {
+        Some(next) => format!(
+            "[Bytes {}-{end} of {}. Read more: read(filePath=\"{uri}\", byteOffset={next})]",
+            page.offset, page.total_bytes
+        ),
+        None => format!(
+            "[Bytes {}-{end} of {}: end of artifact]",
+            page.offset, page.total_bytes
+        ),
+    };
+    push_lossy_note(&mut line, &page.bytes);
+    line
+}
+
+fn push_lossy_note(line: &mut String, bytes: &[u8]) {
+    if std::str::from_utf8(bytes).is_err() {
+        line.push_str(
+            "\n[Note: the page is not valid UTF-8 (or a byte range cut a character); invalid \
+             bytes are shown as U+FFFD. The stored bytes are unchanged.]",
+        );
+    }
+}
+
+/// The structured content of a line page (the page text itself is the first content block).
+pub(crate) fn page_json(uri: &ArtifactUri, page: &Page) -> Value {
+    json!({
+        "uri": uri.to_string(),
+        "offset": page.offset,
+        "lines": page.lines,
+        "bytes": page.bytes.len(),
+        "total_lines": page.total_lines,
+        "next_offset": page.next_offset,
+        "content_is_utf8": std::str::from_utf8(&page.bytes).is_ok(),
+    })
+}
+
+/// The structured content of a byte page.
+pub(crate) fn byte_page_json(uri: &ArtifactUri, page: &BytePage) -> Value {
+    json!({
+        "uri": uri.to_string(),
+        "byte_offset": page.offset,
+        "bytes": page.bytes.len(),
+        "total_bytes": page.total_bytes,
+        "next_byte_offset": page.next_byte_offset,
+        "content_is_utf8": std::str::from_utf8(&page.bytes).is_ok(),
+    })
+}
+
+/// A read failure in the tool's own terms (`byteOffset=`, not command-line flags).
+pub(crate) fn read_error(uri: &ArtifactUri, error: &ReadError) -> String {
+    match error {
+        ReadError::Page(PageError::PageTooLarge {
+            offset,
+            lines: 0,
+            line_start_byte,
+        }) => format!(
+            "line {offset} of {uri} alone is longer than the {MAX_PAGE_BYTES}-byte page bound; \
+             read it in pieces: read(filePath=\"{uri}\", byteOffset={line_start_byte}, \
+             byteLimit=1048576), then continue from the next byteOffset"
+        ),
+        ReadError::Page(PageError::PageTooLarge { lines, .. }) => {
+            format!("{error} (read(filePath=\"{uri}\", offset=…, limit={lines}))")
+        }
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,312 @@
+//! The stdio transport: newline-delimited JSON-RPC with a bound on each incoming message and
+//! a protocol error for every line that is not a message.
+//!
+//! rmcp's own async read/write transport drops unparsable lines and oversized messages
+//! silently (it logs them). A client that sent one would then wait for an answer that never
+//! comes; this transport answers instead, as JSON-RPC 2.0 asks: `-32700 Parse error` for a
+//! line that is not JSON, `-32600 Invalid Request` for JSON that is not a message and for a
+//! message over the size bound (with the request's id when it can be read), and it keeps
+//! serving. Oversized lines are skipped without being buffered, so memory stays bounded
+//! whatever a client sends. Notifications get no answer, whatever is wrong with them.
+
+use std::io;
+use std::sync::Arc;
+
+use rmcp::RoleServer;
+use rmcp::model::{ErrorData, RequestId};
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::Mutex;
+
+/// The default bound on one incoming JSON-RPC message (4 MiB): tool arguments are small; the
+/// largest legitimate one is a `run` call's `stdin` text.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 4 << 20;
+
+/// A line-delimited JSON-RPC transport over a reader and a writer (stdin and stdout for
+/// `agentrun mcp`).
+pub(crate) struct LineTransport<R, W> {
+    read: R,
+    line: Vec<u8>,
+    max_line: usize,
+    /// Skipping the rest of an oversized line (kept across `receive` calls: the service polls
+    /// `receive` inside a `select!` and may drop it mid-line).
+    skipping: bool,
+    write: Arc<Mutex<Option<W>>>,
+}
+
+/// What one bounded line read found.
+enum Line {
+    /// A whole line is in `self.line` (without its `\n`).
+    Complete,
+    /// The line exceeded the bound; it was skipped.
+    Oversized,
+    /// End of input.
+    Eof,
+}
+
+impl<R, W> LineTransport<R, W>
+where
+    R: AsyncBufRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    pub(crate) fn new(read: R, write: W, max_line: usize) -> Self {
+        Self {
+            read,
+            line: Vec::new(),
+            max_line,
+            skipping: false,
+            write: Arc::new(Mutex::new(Some(write))),
+        }
+    }
+
+    /// Reads one line into `self.line` without letting it grow past the bound. Cancel-safe:
+    /// a partial line stays in `self.line` for the next call.
+    async fn read_line(&mut self) -> io::Result<Line> {
+        loop {
+            let available = self.read.fill_buf().await?;
+            if available.is_empty() {
+                return Ok(Line::Eof);
+            }
+            let newline = available.iter().position(|&b| b == b'\n');
+            let take = newline.map_or(available.len(), |i| i + 1);
+            let mut oversized = false;
+            if self.skipping {
+                if newline.is_some() {
+                    self.skipping = false;
+                }
+            } else if self.line.len() + take > self.max_line + 1 {
+                // `+ 1`: the newline itself does not count against the bound.
+                self.line.clear();
+                self.skipping = newline.is_none();
+                oversized = true;
+            } else {
+                self.line.extend_from_slice(&available[..take]);
+            }
+            self.read.consume(take);
+            if oversized {
+                return Ok(Line::Oversized);
+            }
+            if newline.is_some() && !self.skipping && !self.line.is_empty() {
+                self.line.pop();
+                if self.line.last() == Some(&b'\r') {
+                    self.line.pop();
+                }
+                return Ok(Line::Complete);
+            }
+        }
+    }
+
+    /// Writes one message as a line. Errors mean the client is gone.
+    async fn write_message(
+        write: &Mutex<Option<W>>,
+        message: &TxJsonRpcMessage<RoleServer>,
+    ) -> io::Result<()> {
+        let mut bytes = serde_json::to_vec(message).map_err(io::Error::other)?;
+        bytes.push(b'\n');
+        let mut guard = write.lock().await;
+        let Some(w) = guard.as_mut() else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the transport is closed",
+            ));
+        };
+        w.write_all(&bytes).await?;
+        w.flush().await
+    }
+
+    /// Answers a line that is not a usable message. Takes only the writer, so the future
+    /// does not borrow the reader (which need not be `Sync`).
+    fn reply_error(
+        &self,
+        error: ErrorData,
+        id: Option<RequestId>,
+    ) -> impl Future<Output = io::Result<()>> + Send + 'static {
+        let write = self.write.clone();
+        async move {
+            Self::write_message(&write, &TxJsonRpcMessage::<RoleServer>::error(error, id)).await
+        }
+    }
+}
+
+/// Why a line is not a message, and what to answer (`None`: a notification, answered by
+/// nothing).
+fn classify_bad_line(
+    line: &[u8],
+    error: &serde_json::Error,
+) -> Option<(ErrorData, Option<RequestId>)> {
+    let value: serde_json::Value = match serde_json::from_slice(line) {
+        Ok(value) => value,
+        Err(_) => {
+            return Some((
+                ErrorData::parse_error(
+                    format!(
+                        "not JSON: {error}; send one JSON-RPC 2.0 message per line, UTF-8 encoded"
+                    ),
+                    None,
+                ),
+                None,
+            ));
+        }
+    };
+    let id = value.get("id").cloned();
+    let has_method = value.get("method").is_some();
+    if id.is_none() && has_method {
+        // A notification: JSON-RPC never answers those, even malformed ones.
+        return None;
+    }
+    let id = id.and_then(|id| serde_json::from_value::<RequestId>(id).ok());
+    Some((
+        ErrorData::invalid_request(
+            format!(
+                "not a valid JSON-RPC 2.0 message: {error}; a request needs \"jsonrpc\": \"2.0\", \
+                 an \"id\" (string or integer), a \"method\" and, for most methods, \"params\""
+            ),
+            None,
+        ),
+        id,
+    ))
+}
+
+impl<R, W> Transport<RoleServer> for LineTransport<R, W>
+where
+    R: AsyncBufRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    type Error = io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let write = self.write.clone();
+        async move { Self::write_message(&write, &item).await }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        loop {
+            match self.read_line().await {
+                Ok(Line::Complete) => {}
+                Ok(Line::Oversized) => {
+                    tracing::warn!(max = self.max_line, "skipped an oversized request");
+                    let error = ErrorData::invalid_request(
+                        format!(
+                            "request larger than {} bytes: skipped; send smaller requests (for \
+                             large input to a program, write it to a file the program reads)",
+                            self.max_line
+                        ),
+                        None,
+                    );
+                    if self.reply_error(error, None).await.is_err() {
+                        return None;
+                    }
+                    continue;
+                }
+                Ok(Line::Eof) => return None,
+                Err(e) => {
+                    tracing::error!("reading requests failed: {e}");
+                    return None;
+                }
+            }
+            let line = std::mem::take(&mut self.line);
+            let text = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&line);
+            if text.iter().all(u8::is_ascii_whitespace) {
+                self.line = line;
+                self.line.clear();
+                continue;
+            }
+            let parsed = serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(text);
+            let reply = match &parsed {
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::debug!("unusable incoming line: {e}");
+                    classify_bad_line(text, e)
+                }
+            };
+            self.line = line;
+            self.line.clear();
+            match (parsed, reply) {
+                (Ok(message), _) => return Some(message),
+                (Err(_), Some((error, id))) => {
+                    if self.reply_error(error, id).await.is_err() {
+                        return None;
+                    }
+                }
+                (Err(_), None) => {}
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        let mut guard = self.write.lock().await;
+        if let Some(mut w) = guard.take() {
+            w.shutdown().await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, BufReader};
+
+    /// Feeds `input` to a transport and collects the messages it delivers and the bytes it
+    /// writes back.
+    async fn exchange(input: &[u8], max: usize) -> (Vec<String>, String) {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(server);
+        let mut transport = LineTransport::new(BufReader::new(read), write, max);
+        client.write_all(input).await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut methods = Vec::new();
+        while let Some(message) = transport.receive().await {
+            let value = serde_json::to_value(&message).unwrap();
+            methods.push(value["method"].as_str().unwrap_or("?").to_owned());
+        }
+        transport.close().await.unwrap();
+        let mut written = String::new();
+        client.read_to_string(&mut written).await.unwrap();
+        (methods, written)
+    }
+
+    #[tokio::test]
+    async fn bad_lines_get_errors_and_the_stream_goes_on() {
+        let input = concat!(
+            "{not json\n",
+            "\n",
+            "[1, 2]\n",
+            "{\"jsonrpc\":\"2.0\",\"id\":7}\n",
+            "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/whatever\",\"params\":5}\n",
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\r\n",
+        );
+        let (methods, written) = exchange(input.as_bytes(), 1024).await;
+        assert_eq!(methods, ["ping"]);
+        let replies: Vec<serde_json::Value> = written
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(replies.len(), 3, "{written}");
+        assert_eq!(replies[0]["error"]["code"], -32700);
+        assert!(replies[0].get("id").is_none_or(|id| id.is_null()));
+        assert_eq!(replies[1]["error"]["code"], -32600);
+        assert_eq!(replies[2]["error"]["code"], -32600);
+        assert_eq!(replies[2]["id"], 7, "the id of a bad request is echoed");
+    }
+
+    #[tokio::test]
+    async fn oversized_requests_are_skipped_without_buffering() {
+        let big = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{{\"pad\":\"{}\"}}}}\n",
+            "x".repeat(10_000)
+        );
+        let exact = "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}";
+        let input = format!("{big}{exact}\n");
+        let (methods, written) = exchange(input.as_bytes(), exact.len()).await;
+        assert_eq!(methods, ["ping"], "the message at the bound is delivered");
+        assert!(
+            written.contains("-32600") && written.contains("larger than"),
+            "{written}"
+        );
+    }
+}
