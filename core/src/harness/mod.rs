@@ -120,6 +120,7 @@ impl Harness {
                 );
                 push(&mut args, "--model", &request.model);
                 push(&mut args, "--effort", &request.effort);
+                args.extend(request.harness_args.iter().cloned());
                 push(&mut args, "--resume", &request.resume);
                 args.push(request.prompt.clone());
                 "claude"
@@ -128,6 +129,7 @@ impl Harness {
                 args.extend(["--output-format", "streaming-messages-json"].map(String::from));
                 push(&mut args, "-m", &request.model);
                 push(&mut args, "--reasoning-effort", &request.effort);
+                args.extend(request.harness_args.iter().cloned());
                 push(&mut args, "-r", &request.resume);
                 args.push("-p".to_owned());
                 args.push(request.prompt.clone());
@@ -137,6 +139,7 @@ impl Harness {
             Harness::Antigravity => {
                 args.extend(["-p", "--output-format", "stream-json"].map(String::from));
                 push(&mut args, "--model", &request.model);
+                args.extend(request.harness_args.iter().cloned());
                 push(&mut args, "--conversation", &request.resume);
                 args.push(request.prompt.clone());
                 "agy"
@@ -148,6 +151,7 @@ impl Harness {
                     args.push("-c".to_owned());
                     args.push(format!("model_reasoning_effort=\"{effort}\""));
                 }
+                args.extend(request.harness_args.iter().cloned());
                 if let Some(id) = &request.resume {
                     args.push("resume".to_owned());
                     args.push(id.clone());
@@ -158,6 +162,7 @@ impl Harness {
             Harness::Muse => {
                 args.extend(["exec", "--json"].map(String::from));
                 push(&mut args, "--model", &request.model);
+                args.extend(request.harness_args.iter().cloned());
                 push(&mut args, "--session-id", &request.resume);
                 args.push(request.prompt.clone());
                 "muse"
@@ -165,6 +170,7 @@ impl Harness {
             Harness::OpenCode => {
                 args.extend(["run", "--format", "json"].map(String::from));
                 push(&mut args, "-m", &request.model);
+                args.extend(request.harness_args.iter().cloned());
                 push(&mut args, "-s", &request.resume);
                 stdin = Stdin::Prompt(request.prompt.clone());
                 "opencode"
@@ -239,6 +245,9 @@ pub struct LaunchRequest {
     pub effort: Option<String>,
     /// A session id to resume.
     pub resume: Option<String>,
+    /// Arguments passed verbatim after the harness's own flags, before the resume id and
+    /// the prompt (e.g. a permission mode, so the agent may edit files non-interactively).
+    pub harness_args: Vec<String>,
 }
 
 /// A launch invocation: program, arguments, fixed environment and stdin. Values only: the
@@ -505,5 +514,34 @@ impl Drift {
     pub(crate) fn into_facts(self, facts: &mut Facts) {
         facts.unrecognized_lines = self.unrecognized;
         facts.unknown_types = self.unknown.into_iter().collect();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn harness_args_go_after_the_flags_and_before_resume_and_prompt() {
+        let request = LaunchRequest {
+            prompt: "do it".into(),
+            model: Some("m".into()),
+            resume: Some("S".into()),
+            harness_args: vec!["--permission-mode".into(), "acceptEdits".into()],
+            ..LaunchRequest::default()
+        };
+        for harness in Harness::ALL {
+            let inv = harness.invocation(&request);
+            let at = |s: &str| inv.args.iter().position(|a| a == s);
+            let extra = at("--permission-mode").expect("harness args passed");
+            assert_eq!(inv.args[extra + 1], "acceptEdits", "{harness}");
+            let resume = at("S").expect("resume id passed");
+            assert!(extra < resume, "{harness}: {:?}", inv.args);
+            if let Some(prompt) = at("do it") {
+                assert!(extra < prompt, "{harness}: {:?}", inv.args);
+            }
+            let model = at("m").expect("model passed");
+            assert!(model < extra, "{harness}: {:?}", inv.args);
+        }
     }
 }

@@ -63,6 +63,10 @@ pub(crate) struct AgentArgs {
     /// A harness session id to resume.
     #[arg(long, value_name = "ID")]
     resume: Option<String>,
+    /// An argument passed to the harness verbatim, before the prompt (repeatable; may start
+    /// with `-`), e.g. `--harness-arg=--permission-mode --harness-arg=acceptEdits`.
+    #[arg(long = "harness-arg", value_name = "ARG", allow_hyphen_values = true)]
+    harness_args: Vec<String>,
     /// Enable the security policy: `Model: …` progress and sticky safeguard refusals (exit 1).
     #[arg(long)]
     security: bool,
@@ -155,6 +159,7 @@ pub(crate) fn run(store: Store, args: AgentArgs) -> Result<ExitCode, Failure> {
         model: args.model.clone(),
         effort: args.effort.clone(),
         resume: args.resume.clone(),
+        harness_args: args.harness_args.clone(),
     };
     let invocation = harness.invocation(&request);
     let mut options = RunOptions::new(&invocation.program)

@@ -518,3 +518,34 @@ fn usage_errors_exit_125() {
         assert_eq!(o.status.code(), Some(125), "{args:?}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn harness_args_reach_every_harness_verbatim_before_the_prompt() {
+    for (harness, fixture_path) in [
+        ("claude", "claude/agentrun-golden-synthetic.jsonl"),
+        ("grok", "grok/agentrun-messages-synthetic.jsonl"),
+        ("agy", "antigravity/agentrun-stream-synthetic.jsonl"),
+        ("codex", "codex/agentrun-resume-synthetic.jsonl"),
+        ("muse", "muse/agentrun-exec-synthetic.jsonl"),
+    ] {
+        let env = Env::new();
+        let o = env
+            .agent(
+                harness,
+                &[
+                    "--harness-arg=--permission-mode",
+                    "--harness-arg",
+                    "acceptEdits",
+                    "--harness-arg",
+                    "-x y",
+                ],
+                fixture_path,
+            )
+            .env("FAKE_HARNESS_ARGS", "--permission-mode\nacceptEdits\n-x y")
+            .env("MUSE_HOME", env.path("muse"))
+            .output()
+            .unwrap();
+        // The fake exits 90 when its argv differs from the expected one.
+        assert_eq!(o.status.code(), Some(0), "{harness}: {}", stderr(&o));
+    }
+}

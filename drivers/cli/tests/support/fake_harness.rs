@@ -10,7 +10,7 @@
 //! Environment (all optional except `FAKE_FIXTURE` and `FAKE_PROMPT`):
 //!
 //! * `FAKE_PROMPT`, `FAKE_MODEL`, `FAKE_EFFORT`, `FAKE_RESUME`: the launch request the argv
-//!   must encode;
+//!   must encode; `FAKE_HARNESS_ARGS`: the `--harness-arg` values, one per line;
 //! * `FAKE_FIXTURE`: the file replayed on stdout; `FAKE_DELAY_MS`: a pause before each line;
 //! * `FAKE_STDERR`: a line written to stderr; `FAKE_EXIT`: the exit code (default 0);
 //! * `FAKE_WAIT_FOR`: after the replay, wait up to 20 s for this file to exist (the test
@@ -37,6 +37,10 @@ fn fail(code: u8, name: &str, message: String) -> ExitCode {
 fn expected_args(name: &str) -> Option<Vec<String>> {
     let prompt = var("FAKE_PROMPT").unwrap_or_default();
     let (model, effort, resume) = (var("FAKE_MODEL"), var("FAKE_EFFORT"), var("FAKE_RESUME"));
+    // `--harness-arg` values, one per line, expected after the harness's own flags.
+    let extra: Vec<String> = var("FAKE_HARNESS_ARGS")
+        .map(|v| v.lines().map(String::from).collect())
+        .unwrap_or_default();
     let mut a: Vec<String> = Vec::new();
     let flag = |a: &mut Vec<String>, f: &str, v: &Option<String>| {
         if let Some(v) = v {
@@ -49,6 +53,7 @@ fn expected_args(name: &str) -> Option<Vec<String>> {
             a.extend(["-p", "--output-format", "stream-json", "--verbose"].map(String::from));
             flag(&mut a, "--model", &model);
             flag(&mut a, "--effort", &effort);
+            a.extend(extra);
             flag(&mut a, "--resume", &resume);
             a.push(prompt);
         }
@@ -56,12 +61,14 @@ fn expected_args(name: &str) -> Option<Vec<String>> {
             a.extend(["--output-format", "streaming-messages-json"].map(String::from));
             flag(&mut a, "-m", &model);
             flag(&mut a, "--reasoning-effort", &effort);
+            a.extend(extra);
             flag(&mut a, "-r", &resume);
             a.extend(["-p".to_owned(), prompt]);
         }
         "agy" => {
             a.extend(["-p", "--output-format", "stream-json"].map(String::from));
             flag(&mut a, "--model", &model);
+            a.extend(extra);
             flag(&mut a, "--conversation", &resume);
             a.push(prompt);
         }
@@ -71,6 +78,7 @@ fn expected_args(name: &str) -> Option<Vec<String>> {
             if let Some(e) = &effort {
                 a.extend(["-c".to_owned(), format!("model_reasoning_effort=\"{e}\"")]);
             }
+            a.extend(extra);
             if let Some(r) = &resume {
                 a.extend(["resume".to_owned(), r.clone()]);
             }
@@ -79,12 +87,14 @@ fn expected_args(name: &str) -> Option<Vec<String>> {
         "muse" => {
             a.extend(["exec", "--json"].map(String::from));
             flag(&mut a, "--model", &model);
+            a.extend(extra);
             flag(&mut a, "--session-id", &resume);
             a.push(prompt);
         }
         "opencode" => {
             a.extend(["run", "--format", "json"].map(String::from));
             flag(&mut a, "-m", &model);
+            a.extend(extra);
             flag(&mut a, "-s", &resume);
         }
         _ => return None,
