@@ -115,6 +115,7 @@ enum Command {
     /// stays empty and stderr says why.
     #[command(after_help = "Examples:
   agentrun run seq 1 100000                 preview of the first 2000 lines, the rest stored
+  agentrun run --live cargo build           show the output as it comes, keep it all
   agentrun run --timeout 5m -- make -j8     stop after 5 minutes (exit 124)
   echo hi | agentrun run --stdin inherit cat
   agentrun run --json ls -la                the record, with an artifact URI per stream")]

@@ -53,6 +53,10 @@ pub(crate) struct RunArgs {
     /// or the config file's `sink_var`].
     #[arg(long, value_name = "NAME", help_heading = "Result channel")]
     sink_var: Option<String>,
+    /// Show the program's stdout and stderr on the terminal as they come, like `tee`, while
+    /// capturing them; afterwards only the summary and the read commands are printed.
+    #[arg(long, conflicts_with_all = ["json", "sink"])]
+    live: bool,
     /// Print one JSON object (status, exit, artifact URIs, the record) instead of the preview.
     #[arg(long)]
     pub(crate) json: bool,
@@ -116,12 +120,13 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
     let store = settings.open_store()?;
     let runner = agentrun_smol::Runner::new(store.clone());
     let mut interrupts = interrupts::Interrupts::install();
-    let result = smol::block_on(
-        runner
-            .run(options)
-            .cancel_on(interrupts.requests())
-            .into_future(),
-    );
+    let mut run = runner.run(options).cancel_on(interrupts.requests());
+    if args.live {
+        run = run
+            .observe_stdout(tee(io::stdout))
+            .observe_stderr(tee(io::stderr));
+    }
+    let result = smol::block_on(run.into_future());
     let result = match result {
         Ok(r) => r,
         Err(e @ agentrun_smol::RunError::Spawn { .. }) => {
@@ -175,6 +180,9 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
                 result.sink.describe()
             ),
         }
+    } else if args.live {
+        // The output was shown as it came: only where it is kept remains to be said.
+        eprintln!("{footer}");
     } else {
         write_or_quiet(&mut out, result.model_text().as_bytes())?;
         eprintln!("{footer}");
@@ -188,6 +196,18 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
         );
     }
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// A live tap copying each chunk to `sink` (agentrun's stdout or stderr) at once. A write
+/// error (a closed pipe, a full terminal) ends the copy, never the capture.
+fn tee<W: io::Write + 'static>(sink: fn() -> W) -> impl FnMut(&[u8]) + Send + 'static {
+    let mut open = true;
+    move |chunk: &[u8]| {
+        if open {
+            let mut w = sink();
+            open = w.write_all(chunk).and_then(|()| w.flush()).is_ok();
+        }
+    }
 }
 
 /// How a run ended, in the words the record and its preview use: `succeeded`, `failed` or

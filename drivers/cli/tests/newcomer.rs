@@ -606,3 +606,130 @@ fn agent_usage_mistakes_are_actionable() {
     assert_eq!(o.status.code(), Some(127), "{}", err(&o));
     assert!(err(&o).contains("not found"), "{}", err(&o));
 }
+
+#[test]
+fn live_shows_both_streams_while_the_program_runs() {
+    use std::io::{BufRead, BufReader};
+    let h = Home::new();
+    let (out_marker, err_marker) = (h.path("saw-out"), h.path("saw-err"));
+    // The program waits for the test to have seen each line on agentrun's own stdout and
+    // stderr, and fails if it does not within 10 s: only live output lets it succeed.
+    let wait = |m: &PathBuf| {
+        format!(
+            "i=0; while [ ! -e '{}' ]; do i=$((i+1)); [ $i -gt 1000 ] && exit 3; sleep 0.01; done",
+            m.display()
+        )
+    };
+    let script = format!(
+        "echo to-stdout; {}; echo to-stderr >&2; {}; echo done",
+        wait(&out_marker),
+        wait(&err_marker)
+    );
+    let mut child = h
+        .cmd(&["run", "--live", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let err_thread = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for line in BufReader::new(stderr).lines() {
+            let line = line.unwrap();
+            if line == "to-stderr" {
+                fs::write(&err_marker, b"").unwrap();
+            }
+            lines.push(line);
+        }
+        lines
+    });
+    let mut out_lines = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        if line == "to-stdout" {
+            fs::write(&out_marker, b"").unwrap();
+        }
+        out_lines.push(line);
+    }
+    let status = child.wait().unwrap();
+    let err_lines = err_thread.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{err_lines:?}");
+    // The output as the program printed it, no preview repeated after it.
+    assert_eq!(out_lines, ["to-stdout", "done"]);
+    assert_eq!(err_lines[0], "to-stderr");
+    assert!(
+        err_lines[1].contains(" succeeded (exit 0); stdout 2 lines"),
+        "{err_lines:?}"
+    );
+    // And everything was captured.
+    assert!(
+        err_lines
+            .iter()
+            .any(|l| l.starts_with("agentrun: stdout: agentrun read "))
+    );
+    assert!(
+        err_lines
+            .iter()
+            .any(|l| l.starts_with("agentrun: stderr: agentrun read "))
+    );
+    let conflict = h.run(&["run", "--live", "--json", "true"]);
+    assert_eq!(conflict.status.code(), Some(125));
+}
+
+/// The exact commands of the newcomer's report, each now succeeding or failing with an
+/// actionable message.
+#[test]
+fn the_commands_from_the_newcomer_report() {
+    let h = Home::new();
+    // `agentrun run ls` (no `--`).
+    let o = h.run(&["run", "ls"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    // `echo x | agentrun run -- cat` prints nothing, and now says why in the help and the
+    // guide; `--stdin inherit` passes the pipe.
+    let mut c = h.cmd(&["run", "--stdin", "inherit", "--", "cat"]);
+    c.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    {
+        use std::io::Write as _;
+        child.stdin.take().unwrap().write_all(b"x\n").unwrap();
+    }
+    assert_eq!(
+        out(&child.wait_with_output().unwrap()),
+        "[stdout]\nx\n\n[stderr]\n"
+    );
+    // `run -- ls /nonexistent` exits with ls's own 2; `run --max-lines 0 -- seq 3` is
+    // agentrun's usage error, 125, naming the flag.
+    let o = h.run(&["run", "--", "ls", "/nonexistent"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err(&o).contains(" failed (exit 2);"), "{}", err(&o));
+    let o = h.run(&["run", "--max-lines", "0", "--", "seq", "3"]);
+    assert_eq!(o.status.code(), Some(125));
+    assert!(
+        err(&o).contains("'--max-lines <N>'") && err(&o).contains("at least 1"),
+        "{}",
+        err(&o)
+    );
+    // `run --json -- false` no longer says succeeded beside exit 1.
+    let o = h.run(&["run", "--json", "--", "false"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["status"].as_str(), o.status.code()),
+        (Some("failed"), Some(1))
+    );
+    // A plain `gc` frees what expired, with the retention named.
+    let o = h.run(&["gc"]);
+    assert!(out(&o).contains("30d retention period"), "{}", out(&o));
+    // `--store /nonexistent/deep/store` does not create /nonexistent/deep.
+    let deep = h.path("nonexistent/deep/store");
+    let o = h.run(&["run", "--store", deep.to_str().unwrap(), "--", "true"]);
+    assert_eq!(o.status.code(), Some(125));
+    assert!(!h.path("nonexistent").exists());
+    // `agentrun agent claude hi` is a launch (127 here: no claude on PATH), not a usage error.
+    let o = h
+        .cmd(&["agent", "claude", "hi"])
+        .env("PATH", h.path("empty"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(127), "{}", err(&o));
+}

@@ -106,7 +106,7 @@ impl<R: Runtime> Runner<R> {
         RunBuilder {
             runner: self,
             options,
-            observer: None,
+            observers: [None, None],
             cancel: None,
         }
     }
@@ -119,7 +119,8 @@ type CancelStream<'a> = Pin<Box<dyn Stream<Item = ()> + Send + 'a>>;
 pub struct RunBuilder<'a, R> {
     runner: &'a Runner<R>,
     options: RunOptions,
-    observer: Option<StdoutObserver>,
+    /// Live taps on stdout and stderr.
+    observers: [Option<StdoutObserver>; 2],
     cancel: Option<CancelStream<'a>>,
 }
 
@@ -127,7 +128,8 @@ impl<R> std::fmt::Debug for RunBuilder<'_, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunBuilder")
             .field("options", &self.options)
-            .field("observed", &self.observer.is_some())
+            .field("observed_stdout", &self.observers[0].is_some())
+            .field("observed_stderr", &self.observers[1].is_some())
             .field("cancellable", &self.cancel.is_some())
             .finish_non_exhaustive()
     }
@@ -140,7 +142,14 @@ impl<'a, R: Runtime> RunBuilder<'a, R> {
     /// retained stdout artifact is byte-identical to the concatenated chunks. A slow observer
     /// slows the child down (backpressure); it must not panic.
     pub fn observe_stdout(mut self, observer: impl FnMut(&[u8]) + Send + 'static) -> Self {
-        self.observer = Some(Box::new(observer));
+        self.observers[0] = Some(Box::new(observer));
+        self
+    }
+
+    /// A live tap on the child's stderr, like [`RunBuilder::observe_stdout`] (each pipe has
+    /// its own pump thread, so the two observers may run at the same time).
+    pub fn observe_stderr(mut self, observer: impl FnMut(&[u8]) + Send + 'static) -> Self {
+        self.observers[1] = Some(Box::new(observer));
         self
     }
 
@@ -170,7 +179,7 @@ impl<'a, R: Runtime> IntoFuture for RunBuilder<'a, R> {
             self.runner.runtime.clone(),
             self.runner.store.clone(),
             self.options,
-            self.observer,
+            self.observers,
             self.cancel,
         ))
     }
@@ -190,7 +199,7 @@ async fn run<R: Runtime>(
     rt: R,
     store: Store,
     options: RunOptions,
-    observer: Option<StdoutObserver>,
+    observers: [Option<StdoutObserver>; 2],
     mut cancel: Option<CancelStream<'_>>,
 ) -> Result<ProcessResult, RunError> {
     let Prepared {
@@ -209,7 +218,7 @@ async fn run<R: Runtime>(
     let lifecycle = RunLifecycle::new(run.options(), now)?;
     let [stdin, stdout, stderr] = child.take_pipes()?;
     let pumps_done = Arc::new(AtomicUsize::new(0));
-    let jobs = run.output_jobs(stdout, stderr, observer)?;
+    let jobs = run.output_jobs(stdout, stderr, observers)?;
     let pump_count = jobs.len();
     let pumps: Vec<_> = jobs
         .into_iter()

@@ -168,17 +168,17 @@ impl LiveRun {
     }
 
     /// The pump jobs for the child's stdout and stderr pipes (none for a pipe that is not
-    /// captured). Each runs until its pipe is at end of file. The stdout job carries the tap,
-    /// if any.
+    /// captured). Each runs until its pipe is at end of file and carries its pipe's tap, if
+    /// any.
     pub(crate) fn output_jobs(
         &mut self,
         stdout: Option<OwnedFd>,
         stderr: Option<OwnedFd>,
-        mut observer: Option<StdoutObserver>,
+        observers: [Option<StdoutObserver>; 2],
     ) -> io::Result<Vec<Job>> {
         let mut jobs: Vec<Job> = Vec::new();
-        for (pipe, stream) in [stdout, stderr].into_iter().zip(self.streams) {
-            let mut observer = observer.take();
+        let pipes = [stdout, stderr].into_iter().zip(self.streams);
+        for ((pipe, stream), mut observer) in pipes.zip(observers) {
             let (Some(pipe), Some(stream)) = (pipe, stream) else {
                 continue;
             };

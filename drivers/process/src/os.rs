@@ -183,8 +183,8 @@ impl Activity {
     }
 }
 
-/// A live tap on the child's stdout: called with each chunk as it is captured, cut anywhere
-/// (use `agentrun_core::lines::LineSplitter` for lines).
+/// A live tap on the child's stdout (or stderr): called with each chunk as it is captured, cut
+/// anywhere (use `agentrun_core::lines::LineSplitter` for lines).
 pub type StdoutObserver = Box<dyn FnMut(&[u8]) + Send + 'static>;
 
 /// Copies `pipe` into stream `stream` of the session until end of file, recording activity
