@@ -300,6 +300,23 @@ impl Exit {
     }
 }
 
+/// What a process run was and how it ended, kept in its record
+/// ([`crate::ResultRecord::run`]) so a run can be listed and shown again without the
+/// caller's memory of it. Times are the driver's (the core reads no clock).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// The program and its arguments, lossily decoded as UTF-8.
+    pub command: Vec<String>,
+    /// How the run ended.
+    pub outcome: Outcome,
+    /// How the child ended (`None` when it was stopped before it exited by itself).
+    pub exit: Option<Exit>,
+    /// When the run started, in milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// How long it took, in milliseconds.
+    pub duration_ms: u64,
+}
+
 /// How the run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -13,6 +13,7 @@ use crate::capture::{CaptureFault, CaptureSummary, Status, StreamSummary};
 use crate::digest::Digest;
 use crate::limits::PreviewLimits;
 use crate::preview::{cut_head, cut_tail};
+use crate::process::RunInfo;
 use crate::stream::StreamName;
 use crate::uri::ArtifactUri;
 
@@ -97,6 +98,10 @@ pub struct ResultRecord {
     pub limits: PreviewLimits,
     /// The retained output.
     pub output: RecordOutput,
+    /// For a process run: the command, how it ended, when and how long (absent for other
+    /// tools and in records written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunInfo>,
 }
 
 impl ResultRecord {
@@ -131,6 +136,7 @@ impl ResultRecord {
             display: summary.display.clone(),
             limits,
             output,
+            run: None,
         }
     }
 

@@ -65,16 +65,18 @@ pub(crate) struct VerifyArgs {
 }
 
 /// `agentrun show RUN_ID`: the recorded preview on stdout and the footer on stderr, as the
-/// run printed them (the exit status of the program is not recorded, so the footer gives the
-/// record's status).
+/// run printed them (from the record alone: nothing is rerun).
 pub(crate) fn show(settings: &Settings, args: ShowArgs) -> Result<ExitCode, Failure> {
     let store = settings.store_to_read()?;
     let record = store.record(&args.run_id).map_err(Failure::runtime)?;
     let mut out = io::stdout().lock();
     if args.json {
+        let (status, reason) = status_of(&record);
         let json = serde_json::json!({
             "run_id": record.run_id,
-            "status": record.status.as_str(),
+            "status": status,
+            "reason": reason,
+            "command": record.run.as_ref().map(|r| &r.command),
             "artifacts": crate::run::artifacts_json(&record),
             "model_text": record.render(),
             "record": record,
@@ -90,8 +92,23 @@ pub(crate) fn show(settings: &Settings, args: ShowArgs) -> Result<ExitCode, Fail
     Ok(ExitCode::SUCCESS)
 }
 
-/// `agentrun: run ID succeeded; stdout 3 lines, 6 bytes; …` from the record alone.
+/// How a recorded run ended, in the words `run` printed: from the process run's own account
+/// when the record has one, else from the record's status.
+fn status_of(record: &ResultRecord) -> (String, Option<String>) {
+    match &record.run {
+        Some(run) => {
+            let (status, reason) = crate::run::status(run.outcome, run.exit);
+            (status.to_owned(), Some(reason))
+        }
+        None => (record.status.as_str().to_owned(), None),
+    }
+}
+
+/// The run summary line, from the record alone.
 fn summary(record: &ResultRecord) -> String {
+    if let Some(run) = &record.run {
+        return crate::run::run_summary(record, run.outcome, run.exit);
+    }
     let mut s = format!("agentrun: run {} {}", record.run_id, record.status.as_str());
     if record.incomplete {
         s.push_str(" (output incomplete)");
@@ -132,10 +149,16 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
                         })
                     })
                     .collect();
+                let (status, reason) = status_of(&r.record);
+                let run = r.record.run.as_ref();
                 serde_json::json!({
                     "run_id": r.run_id,
+                    "started_unix_ms": run.map(|run| run.started_unix_ms),
                     "finished_unix_ms": unix_ms(r.finished),
-                    "status": r.record.status.as_str(),
+                    "command": run.map(|run| &run.command),
+                    "exit": run.and_then(|run| run.exit),
+                    "status": status,
+                    "reason": reason,
                     "incomplete": r.record.incomplete,
                     "streams": streams,
                 })
@@ -149,12 +172,15 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
         eprintln!("agentrun: no runs recorded in {}", store.root().display());
         return Ok(ExitCode::SUCCESS);
     }
-    let mut text = format!(
-        "{:<30} {:<20} {:<10} STREAMS\n",
-        "RUN ID", "FINISHED (UTC)", "STATUS"
-    );
+    let mut rows = vec![[
+        "RUN ID".to_owned(),
+        "FINISHED (UTC)".to_owned(),
+        "STATUS".to_owned(),
+        "OUTPUT".to_owned(),
+        "COMMAND".to_owned(),
+    ]];
     for r in &runs {
-        let streams: Vec<String> = r
+        let sizes: Vec<String> = r
             .record
             .streams()
             .iter()
@@ -166,18 +192,47 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
                 )
             })
             .collect();
-        let status = if r.record.incomplete {
-            format!("{}*", r.record.status.as_str())
-        } else {
-            r.record.status.as_str().to_owned()
+        let (status, reason) = status_of(&r.record);
+        let mut status = match reason {
+            Some(reason) if status != "succeeded" => format!("{status} ({reason})"),
+            _ => status,
         };
-        text.push_str(&format!(
-            "{:<30} {:<20} {:<10} {}\n",
-            r.run_id,
+        if r.record.incomplete {
+            status.push('*');
+        }
+        let command = r.record.run.as_ref().map_or(String::new(), |run| {
+            let line = run.command.join(" ");
+            match line.char_indices().nth(60) {
+                Some((cut, _)) => format!("{}…", &line[..cut]),
+                None => line,
+            }
+        });
+        rows.push([
+            r.run_id.clone(),
             utc(r.finished),
             status,
-            streams.join(", ")
-        ));
+            sizes.join(", "),
+            command,
+        ]);
+    }
+    let mut widths = [0usize; 5];
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut text = String::new();
+    for row in &rows {
+        let mut line = String::new();
+        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        text.push_str(line.trim_end());
+        text.push('\n');
     }
     write_or_quiet(&mut out, text.as_bytes())?;
     eprintln!("agentrun: `agentrun show RUN_ID` shows a run again; * marks incomplete output");

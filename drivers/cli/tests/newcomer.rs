@@ -166,6 +166,13 @@ fn show_replays_a_run_and_runs_lists_it() {
     let shown = h.run(&["show", &id]);
     assert_eq!(shown.status.code(), Some(0), "{}", err(&shown));
     assert_eq!(out(&shown), out(&o), "the same preview, without rerunning");
+    // The footer as the run printed it: the record keeps how the run ended.
+    assert_eq!(
+        err(&shown).lines().next(),
+        err(&o).lines().next(),
+        "{}",
+        err(&shown)
+    );
     assert!(
         err(&shown).contains("agentrun read artifact://"),
         "{}",
@@ -176,10 +183,24 @@ fn show_replays_a_run_and_runs_lists_it() {
     assert!(out(&listed).starts_with("RUN ID"), "{}", out(&listed));
     assert!(out(&listed).contains(&id), "{}", out(&listed));
     assert!(out(&listed).contains("stdout 10 B"), "{}", out(&listed));
+    assert!(
+        out(&listed).trim_end().ends_with(" seq 5"),
+        "{}",
+        out(&listed)
+    );
+    let failed = h.run(&["run", "sh", "-c", "exit 4"]);
+    assert_eq!(failed.status.code(), Some(4));
+    let listed = out(&h.run(&["runs", "-n", "1"]));
+    assert!(listed.contains(" failed (exit 4) "), "{listed}");
     let json = h.run(&["runs", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
-    assert_eq!(v[0]["run_id"], id.as_str());
-    assert_eq!(v[0]["streams"][0]["lines"], 5);
+    assert_eq!(v[1]["run_id"], id.as_str());
+    assert_eq!(v[1]["streams"][0]["lines"], 5);
+    assert_eq!(v[1]["command"], serde_json::json!(["seq", "5"]));
+    assert_eq!(
+        (v[0]["status"].as_str(), v[0]["exit"]["code"].as_i64()),
+        (Some("failed"), Some(4))
+    );
     let unknown = h.run(&["show", "no-such-run"]);
     assert_eq!(unknown.status.code(), Some(125));
     assert!(

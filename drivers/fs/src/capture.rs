@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use agentrun_core::capture::CaptureSummary;
 use agentrun_core::digest::StreamingDigest;
 use agentrun_core::index::{BlockIndexer, HEADER_LEN, IndexEntry};
+use agentrun_core::process::RunInfo;
 use agentrun_core::stream::StreamIndex;
 use agentrun_core::{
     Capture, CaptureError, Channel, Completion, Digest, OutputDeclaration, PreviewLimits,
@@ -116,6 +117,7 @@ impl Store {
             run_id,
             capture,
             streams,
+            run: None,
             dir,
         })
     }
@@ -231,11 +233,18 @@ pub struct CaptureSession {
     run_id: String,
     capture: Capture,
     streams: Vec<StreamFiles>,
+    run: Option<RunInfo>,
     // Last, so the directory is removed after the files in it are closed.
     dir: CaptureDir,
 }
 
 impl CaptureSession {
+    /// Describes the process run this capture belongs to; the record will carry it
+    /// ([`ResultRecord::run`]).
+    pub fn describe_run(&mut self, run: RunInfo) {
+        self.run = Some(run);
+    }
+
     /// The run id; the record is persisted as `records/<run_id>.json`.
     pub fn run_id(&self) -> &str {
         &self.run_id
@@ -397,6 +406,7 @@ impl CaptureSession {
             run_id,
             capture,
             mut streams,
+            run: run_info,
             dir,
         } = self;
         let summary = capture.finish(display, status);
@@ -418,7 +428,8 @@ impl CaptureSession {
         }
         // The record goes last: once it exists, everything it references is published. It is
         // written before the GC lock and the capture lock (the protection) are released.
-        let record = ResultRecord::from_summary(run_id.clone(), &summary);
+        let mut record = ResultRecord::from_summary(run_id.clone(), &summary);
+        record.run = run_info;
         let json = serde_json::to_vec_pretty(&record).map_err(io::Error::other);
         let json = json.at("serialize the record of", &layout.record(&run_id))?;
         write_atomic(

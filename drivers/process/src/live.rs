@@ -8,9 +8,11 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use agentrun_core::process::{Exit, OptionsError, Outcome, ProcessResult, RunOptions, StdinMode};
+use agentrun_core::process::{
+    Exit, OptionsError, Outcome, ProcessResult, RunInfo, RunOptions, StdinMode,
+};
 use agentrun_core::sink::SinkOutcome;
 use agentrun_core::stream::StreamIndex;
 use agentrun_core::{Completion, Status};
@@ -114,11 +116,13 @@ pub(crate) fn prepare(store: &Store, options: RunOptions) -> Result<Prepared, Ru
         _ => None,
     };
     let started = Instant::now();
+    let started_wall = SystemTime::now();
     Ok(Prepared {
         command,
         stdio,
         run: LiveRun {
             started,
+            started_wall,
             session: Arc::new(Mutex::new(Some(session))),
             activity: Arc::new(Activity::new(started)),
             streams: [stdout, stderr],
@@ -133,6 +137,8 @@ pub(crate) fn prepare(store: &Store, options: RunOptions) -> Result<Prepared, Ru
 /// One run between [`prepare`] and [`LiveRun::finish`].
 pub(crate) struct LiveRun {
     started: Instant,
+    /// The same moment on the wall clock, for the record.
+    started_wall: SystemTime,
     session: SharedSession,
     activity: Arc<Activity>,
     streams: [Option<StreamIndex>; 2],
@@ -234,6 +240,20 @@ impl LiveRun {
         if let Some(sink) = self.sink {
             let _ = sink.remove();
         }
+        let mut session = session;
+        session.describe_run(RunInfo {
+            command: std::iter::once(&self.options.program)
+                .chain(&self.options.args)
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            outcome,
+            exit,
+            started_unix_ms: self
+                .started_wall
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            duration_ms: self.started.elapsed().as_millis() as u64,
+        });
         let record = session.finish(Completion::Streamed {
             display: None,
             status: outcome.capture_status(),
