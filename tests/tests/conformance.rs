@@ -976,6 +976,47 @@ fn an_escaped_pipe_holder_does_not_cost_the_grace<D: Driver>() {
     assert_eq!(env.stdout(&r), "leader-done\n");
 }
 
+/// When the runner itself is SIGKILLed (no chance to clean up), its watchdog stops the
+/// child's whole group: the child and a grandchild in its group end, long before their own
+/// sleeps would. The runner is this test binary, re-run with a marker variable.
+fn the_group_is_stopped_when_the_runner_is_killed<D: Driver>(test_name: &str) {
+    const PIDS: &str = "AGENTRUN_CONFORMANCE_RUNNER_PIDS";
+    if let Some(pids) = std::env::var_os(PIDS) {
+        // The runner: a run that would last a minute, killed from outside.
+        let env = Env::new();
+        let script = format!(
+            "sleep 60 & echo $! > '{p}.tmp'; echo $$ >> '{p}.tmp'; mv '{p}.tmp' '{p}'; sleep 60",
+            p = Path::new(&pids).display()
+        );
+        let _ = D::run(&env.store, sh(&script).kill_grace(Duration::from_secs(1)));
+        return;
+    }
+    let env = Env::new();
+    let pids = env.path("pids");
+    let name = test_name
+        .split_once("::")
+        .map_or(test_name, |(_, rest)| rest);
+    let mut runner = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(PIDS, &pids)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(WIRING_BOUND, || pids.exists()),
+        "the runner started its child"
+    );
+    runner.kill().unwrap(); // SIGKILL
+    runner.wait().unwrap();
+    for pid in fs::read_to_string(&pids).unwrap().split_whitespace() {
+        let pid: i32 = pid.parse().unwrap();
+        assert!(
+            eventually(WIRING_BOUND, || ended(pid)),
+            "{pid} was stopped after the runner died"
+        );
+    }
+}
+
 /// A second stop request while the child ignores SIGTERM sends SIGKILL at once, without
 /// waiting for the (long) grace period.
 fn a_second_stop_request_kills_at_once<D: Driver>() {
@@ -1250,6 +1291,13 @@ macro_rules! conformance {
             #[test]
             fn an_escaped_pipe_holder_does_not_cost_the_grace() {
                 super::an_escaped_pipe_holder_does_not_cost_the_grace::<$driver>();
+            }
+            #[test]
+            fn the_group_is_stopped_when_the_runner_is_killed() {
+                super::the_group_is_stopped_when_the_runner_is_killed::<$driver>(concat!(
+                    module_path!(),
+                    "::the_group_is_stopped_when_the_runner_is_killed"
+                ));
             }
             #[test]
             fn a_second_stop_request_kills_at_once() {

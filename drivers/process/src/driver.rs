@@ -34,7 +34,7 @@ use futures_lite::Stream;
 use rustix::process::{Pid, Signal};
 
 use crate::live::{LiveRun, Prepared, RunError, prepare};
-use crate::os::{self, Delivery, StdoutObserver};
+use crate::os::{self, Delivery, StdoutObserver, Watchdog};
 
 /// What a process driver needs from an async runtime. agentrun-smol and agentrun-tokio
 /// implement it; everything else is written once, here.
@@ -240,10 +240,13 @@ async fn run<R: Runtime>(
             let _ = pump.await;
         }
     }));
+    let group = os::group_of(child.id());
+    let watchdog = Watchdog::start(group, &run.options().stop_signals, run.options().kill_grace);
     let mut guard = DropGuard {
         state: Some(State {
             rt: rt.clone(),
-            group: os::group_of(child.id()),
+            watchdog,
+            group,
             child,
             exited: false,
             lifecycle,
@@ -256,8 +259,15 @@ async fn run<R: Runtime>(
         let state = guard.state();
         let now = Instant::now();
         if let Some((outcome, exit)) = state.apply_actions(now) {
-            let State { run, .. } = guard.disarm();
-            return rt.spawn_blocking(move || run.finish(outcome, exit)).await?;
+            let State { run, watchdog, .. } = guard.disarm();
+            return rt
+                .spawn_blocking(move || {
+                    if let Some(watchdog) = watchdog {
+                        watchdog.stand_down();
+                    }
+                    run.finish(outcome, exit)
+                })
+                .await?;
         }
         let wake = state.lifecycle.poll_timeout();
         let exited = state.exited;
@@ -313,6 +323,8 @@ const DROPPED_POLL: Duration = Duration::from_millis(10);
 /// A run after the spawn: what both the run future and its drop guard drive.
 struct State<R: Runtime> {
     rt: R,
+    /// Stops the group if this process dies before the run ends.
+    watchdog: Option<Watchdog>,
     group: Option<Pid>,
     child: R::Child,
     exited: bool,
@@ -372,6 +384,14 @@ impl<R: Runtime> State<R> {
             };
             std::thread::sleep(step);
         }
+        self.abandon();
+    }
+
+    /// Finalizes the output captured so far as cancelled; the watchdog stands down.
+    fn abandon(self) {
+        if let Some(watchdog) = self.watchdog {
+            watchdog.stand_down();
+        }
         self.run.abandon();
     }
 }
@@ -406,7 +426,7 @@ impl<R: Runtime> Drop for DropGuard<R> {
             let rt = state.rt.clone();
             drop(rt.spawn_blocking(move || {
                 if finished {
-                    state.run.abandon();
+                    state.abandon();
                 } else {
                     state.finish_dropped();
                 }

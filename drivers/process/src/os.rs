@@ -220,6 +220,81 @@ pub(crate) fn pump(
     }
 }
 
+/// The watchdog's script: on "done" the run ended normally and it exits; on end of file (the
+/// runner died without saying so) it stops the group the way a timeout would: each stop
+/// signal with the grace after it, then SIGKILL. Its arguments are the group id, the grace
+/// in seconds and the stop signals' names; nothing of the caller's reaches the script text.
+const WATCHDOG_SCRIPT: &str = r#"read -r word
+[ "$word" = done ] && exit 0
+group=$1 grace=$2
+shift 2
+for sig in "$@"; do
+    kill -s "$sig" -- "-$group" 2>/dev/null || exit 0
+    sleep "$grace"
+done
+kill -s KILL -- "-$group" 2>/dev/null
+exit 0
+"#;
+
+/// Stops the child's process group if the runner dies without ending the run (SIGKILL, a
+/// crash): a tiny `/bin/sh` process in a group of its own, holding the read end of a pipe
+/// whose write end only the runner has. The kernel closes that end when the runner dies, for
+/// whatever reason; the watchdog then reads end of file and stops the group. A parent-death
+/// signal would reach only the child, not the processes it started, and is tied to the
+/// thread that spawned it.
+#[derive(Debug)]
+pub(crate) struct Watchdog {
+    alarm: File,
+    process: std::process::Child,
+}
+
+impl Watchdog {
+    /// Starts the watchdog of `group`. Best effort: without `/bin/sh` (or on any spawn error)
+    /// the run goes on unguarded, as it would have before.
+    pub(crate) fn start(
+        group: Option<Pid>,
+        signals: &[StopSignal],
+        grace: Duration,
+    ) -> Option<Self> {
+        let group = group?;
+        // Close-on-exec: no other child (of this run or a concurrent one) may inherit the
+        // write end, or the watchdog would not see the runner die.
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).ok()?;
+        let names = signals.iter().map(|s| match s {
+            StopSignal::Interrupt => "INT",
+            StopSignal::Terminate => "TERM",
+        });
+        let process = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(WATCHDOG_SCRIPT)
+            .arg("agentrun-watchdog")
+            .arg(group.as_raw_pid().to_string())
+            .arg(format!("{}.{:03}", grace.as_secs(), grace.subsec_millis()))
+            .args(names)
+            .stdin(Stdio::from(read))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            // Not in the terminal's foreground group: a Ctrl-C meant for the runner must not
+            // end the watchdog.
+            .process_group(0)
+            .spawn()
+            .ok()?;
+        Some(Self {
+            alarm: File::from(write),
+            process,
+        })
+    }
+
+    /// The run is over: tells the watchdog to exit without signalling, and reaps it
+    /// (blocking, briefly).
+    pub(crate) fn stand_down(mut self) {
+        use std::io::Write as _;
+        let _ = self.alarm.write_all(b"done\n");
+        drop(self.alarm);
+        let _ = self.process.wait();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
