@@ -1,44 +1,89 @@
 #!/usr/bin/env bash
-# Runs the cargo-fuzz targets of fuzz/ (uri, preview, page, one per harness dialect, auto
-# mode's sanitizer and verdict parser, and compaction) for a while each.
+# Runs every cargo-fuzz target of fuzz/ (each [[bin]] of fuzz/Cargo.toml) with real libFuzzer
+# for a while each. CI (.ci/run) calls it with a short smoke time.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     default: 60 seconds, every target
 #
-# cargo-fuzz needs a nightly compiler for its sanitizer and coverage flags. A rustup nightly is
-# used when installed; otherwise the stable compiler is told to accept the nightly flags with
-# RUSTC_BOOTSTRAP=1 (no toolchain download needed). cargo-fuzz itself is installed from
-# crates.io when missing.
+# cargo-fuzz needs nightly compiler flags (sanitizer coverage). The active toolchain is told
+# to accept them with RUSTC_BOOTSTRAP=1, so no nightly download is needed (to fuzz with a
+# nightly compiler instead: `rustup run nightly scripts/fuzz.sh`). cargo-fuzz itself is
+# installed from crates.io when missing.
+#
+# Sanitizer: none by default. The fuzzed crates forbid unsafe code, so what fuzzing finds is
+# panics (violated properties, overflows: debug assertions and overflow checks are on) and
+# hangs; AddressSanitizer made every target about ten times slower and its quarantine of
+# freed memory held ~500 MB per process. FUZZ_SANITIZER=address brings it back (with a small
+# quarantine), for instance after touching an unsafe dependency.
 #
 # The committed seeds in fuzz/corpus/<target>/ are read but never written: what libFuzzer
-# discovers goes to fuzz/target/corpus/<target>/ (ignored by git). A crash is saved under
-# fuzz/artifacts/<target>/ and ends the script with a non-zero status; once the bug is fixed,
-# copy the crash input into fuzz/corpus/<target>/ under a descriptive name so that
-# tests/tests/fuzz_corpus_replay.rs replays it on every stable test run.
+# discovers goes to fuzz/target/corpus/<target>/ (ignored by git). A failing input (crash,
+# panic, hang over FUZZ_TIMEOUT seconds, default 30) is saved under fuzz/artifacts/<target>/;
+# the script still runs the remaining targets, then prints how to reproduce each failure and
+# exits non-zero. Once the bug is fixed, copy the input into fuzz/corpus/<target>/ under a
+# descriptive name so that tests/tests/fuzz_corpus_replay.rs replays it on every test run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=${1:-60}
 shift || true
 targets=("$@")
-if [ ${#targets[@]} -eq 0 ]; then
-    targets=(uri preview page harness_claude harness_grok harness_agy harness_codex harness_muse harness_opencode auto_mode_text compaction)
-fi
+sanitizer=${FUZZ_SANITIZER:-none}
+timeout=${FUZZ_TIMEOUT:-30}
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
-    cargo install cargo-fuzz --locked
+    cargo install cargo-fuzz --version 0.13.2 --locked
 fi
-
-if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
-    fuzz=(cargo +nightly fuzz)
-else
-    export RUSTC_BOOTSTRAP=1
-    fuzz=(cargo fuzz)
+export RUSTC_BOOTSTRAP=1
+if [ "$sanitizer" = address ]; then
+    # The default quarantine (256 MB of freed blocks kept poisoned) is what grew the RSS.
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-quarantine_size_mb=16}
 fi
 
 cd fuzz
+if [ ${#targets[@]} -eq 0 ]; then
+    # The [[bin]] entries of fuzz/Cargo.toml, so a new target needs no change here.
+    mapfile -t targets < <(cargo fuzz list)
+fi
+[ ${#targets[@]} -gt 0 ] || { echo "fuzz.sh: no fuzz targets found in fuzz/Cargo.toml" >&2; exit 1; }
+
+# One build for all targets; each `run` below then only checks it is fresh.
+cargo fuzz build --sanitizer "$sanitizer"
+
+failed=()
 for target in "${targets[@]}"; do
     work="target/corpus/$target"
-    mkdir -p "$work"
-    echo "== fuzzing $target for ${seconds}s (${fuzz[*]})"
-    "${fuzz[@]}" run "$target" "$work" "corpus/$target" -- -max_total_time="$seconds"
+    seeds="corpus/$target"
+    mkdir -p "$work" "artifacts/$target"
+    [ -d "$seeds" ] || { echo "fuzz.sh: $target has no seed corpus fuzz/$seeds" >&2; exit 1; }
+    marker=$(mktemp)
+    echo "== fuzzing $target for ${seconds}s (sanitizer: $sanitizer)"
+    start=$SECONDS
+    if cargo fuzz run --sanitizer "$sanitizer" "$target" "$work" "$seeds" -- \
+        -max_total_time="$seconds" -timeout="$timeout" -print_final_stats=1 \
+        >"target/$target.log" 2>&1; then
+        runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "target/$target.log")
+        rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "target/$target.log")
+        echo "   ok: ${runs:-?} executions in $((SECONDS - start))s, peak RSS ${rss:-?} MB"
+    else
+        tail -40 "target/$target.log"
+        failed+=("$target")
+        found=$(find "artifacts/$target" -type f -newer "$marker")
+        if [ -z "$found" ]; then
+            echo "!! $target failed without saving an input (log: fuzz/target/$target.log)"
+        fi
+        for input in $found; do
+            cat <<EOF
+!! $target failed on the input saved as fuzz/$input
+   base64: $(base64 -w0 "$input")
+   reproduce with libFuzzer:  cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run --sanitizer $sanitizer $target $input
+   or on stable:  cp fuzz/$input fuzz/corpus/$target/crash-DESCRIPTION && cargo test -p agentrun-tests --test fuzz_corpus_replay
+EOF
+        done
+    fi
+    rm -f "$marker"
 done
+
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "fuzz.sh: ${#failed[@]} target(s) failed: ${failed[*]} (inputs and commands above)" >&2
+    exit 1
+fi

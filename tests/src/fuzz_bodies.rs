@@ -5,7 +5,12 @@
 //! [`crate::checks`]; it panics only when a property is violated. The byte layouts are simple
 //! and documented so seeds can be written by hand (`scripts/make-fuzz-seeds.py`): a reader
 //! past the end of the input yields zeros.
+//!
+//! Adding a target: its `[[bin]]` in `fuzz/Cargo.toml` (which `scripts/fuzz.sh` and CI read),
+//! `fuzz/fuzz_targets/<name>.rs` calling its body here, a row in [`TARGETS`] and seeds in
+//! `fuzz/corpus/<name>/`. The replay test fails for a target that lacks any of them.
 
+use agentrun_core::harness::fuzzing;
 use agentrun_core::limits::MIN_PAYLOAD_BYTES;
 use agentrun_core::{OutputDeclaration, PreviewLimits, Status};
 
@@ -15,6 +20,45 @@ use crate::compaction_checks;
 /// Most stream bytes one preview input may expand to. Keeps every run fast (paging a stream
 /// with one-line pages is quadratic in its length) while still far above `max_bytes`.
 pub const MAX_PREVIEW_STREAM_BYTES: usize = 64 * 1024;
+
+/// A fuzz body: panics only when a property is violated.
+pub type Body = fn(&[u8]);
+
+/// Every fuzz target's body by target name (the `[[bin]]` name in `fuzz/Cargo.toml`).
+pub const TARGETS: &[(&str, Body)] = &[
+    ("uri", uri),
+    ("preview", preview),
+    ("page", page),
+    ("harness_claude", harness_claude),
+    ("harness_grok", harness_grok),
+    ("harness_agy", harness_agy),
+    ("harness_codex", harness_codex),
+    ("harness_muse", harness_muse),
+    ("harness_opencode", harness_opencode),
+    ("auto_mode_text", auto_mode_text),
+    ("compaction", compaction),
+];
+
+/// The harness decoder targets: both bodies of one dialect on every input, arbitrary bytes as
+/// lines and the input as a sequence of plausible events (see `agentrun_core::harness::fuzzing`).
+macro_rules! harness_bodies {
+    ($($target:ident => $bytes:ident, $events:ident;)*) => {$(
+        #[doc = concat!("Target `", stringify!($target), "`.")]
+        pub fn $target(data: &[u8]) {
+            fuzzing::$bytes(data);
+            fuzzing::$events(data);
+        }
+    )*};
+}
+
+harness_bodies! {
+    harness_claude => claude_bytes, claude_events;
+    harness_grok => grok_bytes, grok_events;
+    harness_agy => agy_bytes, agy_events;
+    harness_codex => codex_bytes, codex_events;
+    harness_muse => muse_bytes, muse_events;
+    harness_opencode => opencode_bytes, opencode_events;
+}
 
 /// Reads fields off the front of a fuzz input.
 struct Input<'a>(&'a [u8]);

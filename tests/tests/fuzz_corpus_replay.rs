@@ -1,76 +1,78 @@
 //! Replays every committed fuzz corpus input through its target's body on stable Rust, so CI
-//! checks the seeds and every crash input ever found without nightly or cargo-fuzz.
+//! checks the seeds and every crash input ever found without nightly or cargo-fuzz. The targets
+//! are the `[[bin]]` entries of `fuzz/Cargo.toml`, the list `scripts/fuzz.sh` fuzzes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use agentrun_tests::fuzz_bodies;
+use agentrun_tests::fuzz_bodies::TARGETS;
 
-fn replay(target: &str, body: fn(&[u8])) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus")
-        .join(target);
+fn fuzz_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz")
+}
+
+/// The `name` of every `[[bin]]` table of `fuzz/Cargo.toml`, in order. The manifest is written
+/// by hand in one style (`name = "…"` inside each `[[bin]]`), which is all this reads.
+fn declared_targets() -> Vec<String> {
+    let manifest = std::fs::read_to_string(fuzz_dir().join("Cargo.toml")).unwrap();
+    let mut names = Vec::new();
+    let mut in_bin = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_bin = line == "[[bin]]";
+        } else if in_bin && let Some(value) = line.strip_prefix("name") {
+            let value = value.trim_start().strip_prefix('=').unwrap().trim();
+            names.push(value.trim_matches('"').to_owned());
+        }
+    }
+    names
+}
+
+/// Every input of `fuzz/corpus/<target>/` through `body`; returns the inputs that panicked.
+fn replay(target: &str, body: fn(&[u8])) -> Vec<String> {
+    let dir = fuzz_dir().join("corpus").join(target);
     let mut inputs: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .unwrap_or_else(|e| panic!("seed corpus {} of target {target}: {e}", dir.display()))
         .map(|entry| entry.unwrap().path())
         .collect();
     inputs.sort();
     assert!(!inputs.is_empty(), "corpus {} is empty", dir.display());
-    for path in inputs {
-        let data = std::fs::read(&path).unwrap();
-        // Name the input in the failure: the body's own panic message says which property broke.
-        let outcome = std::panic::catch_unwind(|| body(&data));
+    inputs
+        .into_iter()
+        .filter(|path| {
+            let data = std::fs::read(path).unwrap();
+            // The body's own panic message (printed above) says which property broke.
+            std::panic::catch_unwind(|| body(&data)).is_err()
+        })
+        .map(|path| path.display().to_string())
+        .collect()
+}
+
+#[test]
+fn every_fuzz_target_has_a_body() {
+    let declared = declared_targets();
+    assert!(!declared.is_empty(), "no [[bin]] in fuzz/Cargo.toml");
+    for name in &declared {
         assert!(
-            outcome.is_ok(),
-            "{target} corpus input {} violates a property",
-            path.display()
+            TARGETS.iter().any(|(t, _)| t == name),
+            "fuzz target {name} of fuzz/Cargo.toml has no row in fuzz_bodies::TARGETS"
+        );
+    }
+    for (name, _) in TARGETS {
+        assert!(
+            declared.iter().any(|d| d == name),
+            "fuzz_bodies::TARGETS row {name} is not a [[bin]] of fuzz/Cargo.toml"
         );
     }
 }
 
 #[test]
-fn uri_corpus() {
-    replay("uri", fuzz_bodies::uri);
-}
-
-#[test]
-fn preview_corpus() {
-    replay("preview", fuzz_bodies::preview);
-}
-
-#[test]
-fn page_corpus() {
-    replay("page", fuzz_bodies::page);
-}
-
-#[test]
-fn auto_mode_text_corpus() {
-    replay("auto_mode_text", fuzz_bodies::auto_mode_text);
-}
-
-#[test]
-fn compaction_corpus() {
-    replay("compaction", fuzz_bodies::compaction);
-}
-
-/// The harness decoders' corpora: both bodies of each dialect run on every input, as in the
-/// fuzz targets.
-macro_rules! harness_corpora {
-    ($($test:ident, $target:literal => $bytes:ident, $events:ident;)*) => {$(
-        #[test]
-        fn $test() {
-            replay($target, |data| {
-                agentrun_core::harness::fuzzing::$bytes(data);
-                agentrun_core::harness::fuzzing::$events(data);
-            });
-        }
-    )*};
-}
-
-harness_corpora! {
-    harness_claude_corpus, "harness_claude" => claude_bytes, claude_events;
-    harness_grok_corpus, "harness_grok" => grok_bytes, grok_events;
-    harness_agy_corpus, "harness_agy" => agy_bytes, agy_events;
-    harness_codex_corpus, "harness_codex" => codex_bytes, codex_events;
-    harness_muse_corpus, "harness_muse" => muse_bytes, muse_events;
-    harness_opencode_corpus, "harness_opencode" => opencode_bytes, opencode_events;
+fn every_corpus_input_replays() {
+    let failures: Vec<String> = TARGETS
+        .iter()
+        .flat_map(|&(target, body)| replay(target, body))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "corpus inputs violating a property: {failures:#?}"
+    );
 }
