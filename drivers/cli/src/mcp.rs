@@ -29,6 +29,11 @@ pub(crate) struct McpArgs {
     /// then do anything your user account can.
     #[arg(long, conflicts_with = "allow")]
     allow_all: bool,
+    /// Also return each result's JSON as MCP structured content (the run's record, a page's
+    /// metadata). Off by default: some clients, Claude Code among them, then show the model
+    /// the JSON instead of the text with its read hints.
+    #[arg(long)]
+    structured_content: bool,
     /// Timeout of `run` calls that name none (e.g. 30s, 10m, 1h).
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10m")]
     timeout: Duration,
@@ -41,7 +46,8 @@ pub(crate) fn run(settings: &Settings, args: McpArgs) -> Result<ExitCode, Failur
     let root = store.root().to_path_buf();
     let mut builder = agentrun_mcp::McpServer::builder(store)
         .limits(limits)
-        .default_timeout(args.timeout);
+        .default_timeout(args.timeout)
+        .structured_content(args.structured_content);
     if args.allow_all {
         builder = builder.allow_all();
     }

@@ -373,7 +373,9 @@ impl McpServer {
             &answer,
             call.timeout,
         ))]);
-        out.structured_content = Some(render::run_json(&result, &answer));
+        if inner.structured_content {
+            out.structured_content = Some(render::run_json(&result, &answer));
+        }
         Ok(out)
     }
 
@@ -408,7 +410,9 @@ impl McpServer {
             ContentBlock::text(String::from_utf8_lossy(&bytes).into_owned()),
             ContentBlock::text(continuation),
         ]);
-        out.structured_content = Some(json);
+        if self.inner.structured_content {
+            out.structured_content = Some(json);
+        }
         Ok(out)
     }
 }

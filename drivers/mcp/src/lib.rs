@@ -74,6 +74,7 @@ struct Inner {
     allow: Allow,
     default_timeout: Duration,
     max_request_bytes: usize,
+    structured_content: bool,
     /// Output URIs of the latest runs, newest last, for `resources/list`.
     recent: Mutex<Vec<handler::RecentRun>>,
     /// Told when the connection ends, so running calls stop their processes.
@@ -131,6 +132,7 @@ pub struct McpServerBuilder {
     allow: Allow,
     default_timeout: Duration,
     max_request_bytes: usize,
+    structured_content: bool,
 }
 
 impl McpServerBuilder {
@@ -170,6 +172,15 @@ impl McpServerBuilder {
         self
     }
 
+    /// Also return each result's JSON as `structuredContent` (default off): the `run` result
+    /// record, a page's metadata. Off by default because some clients (Claude Code among
+    /// them) then give the model the JSON *instead of* the text content, so the model would
+    /// lose the read hints and the page text. Turn it on for programmatic clients.
+    pub fn structured_content(mut self, on: bool) -> Self {
+        self.structured_content = on;
+        self
+    }
+
     /// Checks the configuration.
     pub fn build(self) -> Result<McpServer, ConfigError> {
         self.limits.validate()?;
@@ -191,6 +202,7 @@ impl McpServerBuilder {
                 allow: self.allow,
                 default_timeout: self.default_timeout,
                 max_request_bytes: self.max_request_bytes,
+                structured_content: self.structured_content,
                 recent: Mutex::new(Vec::new()),
                 shutdown: tokio::sync::watch::Sender::new(false),
                 calls: tokio::sync::watch::Sender::new(0),
@@ -208,6 +220,7 @@ impl McpServer {
             allow: Allow::Programs(BTreeSet::new()),
             default_timeout: DEFAULT_TIMEOUT,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            structured_content: false,
         }
     }
 

@@ -31,7 +31,7 @@ def check(condition, message):
 
 
 def server(agentrun, store, *allow):
-    args = ["--store", store, "mcp"]
+    args = ["--store", store, "mcp", "--structured-content"]
     for program in allow:
         args += ["--allow", program]
     return StdioServerParameters(command=agentrun, args=args, env=dict(os.environ))
