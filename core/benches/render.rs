@@ -5,8 +5,8 @@
 //! `ResultRecord::from_summary` + `render`: the times should be equal across stream sizes.
 
 use agentrun_core::capture::Capture;
-use agentrun_core::stream::{Channel, OutputDeclaration};
-use agentrun_core::{PreviewLimits, ResultRecord, Status};
+use agentrun_core::stream::{OutputChannel, OutputDeclaration};
+use agentrun_core::{CaptureStatus, PreviewLimits, ResultRecord};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
 fn summary_of(stream_bytes: usize) -> agentrun_core::CaptureSummary {
@@ -17,7 +17,7 @@ fn summary_of(stream_bytes: usize) -> agentrun_core::CaptureSummary {
     let mut capture = Capture::new(OutputDeclaration::Single, limits).expect("valid limits");
     let line: Vec<u8> = b"2026-11-30T05:00:00Z INFO worker processed item status=ok\n".repeat(1024);
     let stream = capture
-        .resolve(&Channel::Single)
+        .resolve(&OutputChannel::Single)
         .expect("declared")
         .expect("no fault");
     let mut fed = 0;
@@ -26,7 +26,7 @@ fn summary_of(stream_bytes: usize) -> agentrun_core::CaptureSummary {
         while capture.poll_index_entry(stream).is_some() {}
         fed += line.len();
     }
-    capture.finish(None, Status::Succeeded)
+    capture.finish(None, CaptureStatus::Succeeded)
 }
 
 fn render(c: &mut Criterion) {

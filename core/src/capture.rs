@@ -8,7 +8,7 @@
 //!
 //! 1. [`Capture::new`] with the tool's [`OutputDeclaration`] and [`PreviewLimits`].
 //! 2. For every delta:
-//!    1. [`Capture::resolve`] the delta's [`Channel`]; an error rejects the whole delta
+//!    1. [`Capture::resolve`] the delta's [`OutputChannel`]; an error rejects the whole delta
 //!       (undeclared stream, named chunk on single output, …) and changes nothing.
 //!    2. Append the chunk to that stream's capture file. On a write error call
 //!       [`Capture::handle_capture_error`] and stop writing that stream.
@@ -34,7 +34,9 @@ use crate::digest::{Digest, StreamingDigest};
 use crate::index::{BlockIndexer, IndexEntry, IndexHeader};
 use crate::limits::{LimitsError, PreviewLimits};
 use crate::manifest::{Manifest, ManifestEntry};
-use crate::stream::{Channel, ChannelError, OutputDeclaration, StreamIndex, StreamName};
+use crate::stream::{
+    OutputChannel, OutputChannelError, OutputDeclaration, StreamIndex, StreamName,
+};
 
 /// Default bound of the live display, in bytes.
 pub const DEFAULT_DISPLAY_BYTES: usize = 64 * 1024;
@@ -45,7 +47,8 @@ pub const MAX_FAULT_BYTES: usize = 256;
 /// Terminal status of a tool invocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Status {
+#[non_exhaustive]
+pub enum CaptureStatus {
     /// The tool finished normally.
     Succeeded,
     /// The tool failed; what it produced is kept, marked incomplete.
@@ -54,7 +57,7 @@ pub enum Status {
     Cancelled,
 }
 
-impl Status {
+impl CaptureStatus {
     /// Lowercase name, as in records.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -76,20 +79,20 @@ pub enum FullOutput {
 
 /// How an invocation ends. The two variants make the completion modes unambiguous.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Completion {
+pub enum CaptureCompletion {
     /// Finalize the chunks already accepted; nothing is resent.
     Streamed {
         /// Final display; replaces the live display. `None` keeps the live display.
         display: Option<String>,
         /// Terminal status.
-        status: Status,
+        status: CaptureStatus,
     },
     /// Supply the whole output once. Rejected after any accepted chunk (mixed mode).
     Full {
         /// Final display; replaces the live display.
         display: Option<String>,
         /// Terminal status.
-        status: Status,
+        status: CaptureStatus,
         /// The outputs.
         outputs: FullOutput,
     },
@@ -97,10 +100,11 @@ pub enum Completion {
 
 /// Why the capture machine refused an input.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CaptureError {
     /// The chunk's channel does not fit the declaration.
     #[error(transparent)]
-    Channel(#[from] ChannelError),
+    OutputChannel(#[from] OutputChannelError),
     /// A full completion after streamed chunks.
     #[error(
         "mixed completion modes: chunks were already streamed, so the output cannot be \
@@ -317,7 +321,7 @@ pub struct CaptureSummary {
     /// The limits the capture ran with.
     pub limits: PreviewLimits,
     /// Terminal status.
-    pub status: Status,
+    pub status: CaptureStatus,
     /// Final display (the final display given at completion, else the live display).
     pub display: String,
     /// Capture faults, in the order they happened.
@@ -329,7 +333,7 @@ pub struct CaptureSummary {
 impl CaptureSummary {
     /// Whether the output must be presented as incomplete.
     pub fn incomplete(&self) -> bool {
-        self.status != Status::Succeeded || !self.faults.is_empty()
+        self.status != CaptureStatus::Succeeded || !self.faults.is_empty()
     }
 
     /// The manifest of named output (`None` for single output).
@@ -355,6 +359,7 @@ impl CaptureSummary {
 
 /// The capture state machine; see the module documentation for the driving order.
 #[derive(Debug)]
+#[must_use = "a capture machine does nothing unless fed and finished"]
 pub struct Capture {
     declaration: OutputDeclaration,
     limits: PreviewLimits,
@@ -404,7 +409,7 @@ impl Capture {
 
     /// Resolves a delta's channel. Once a stream had a capture fault, its further chunks are
     /// refused too (`Ok(None)`), so the caller stops writing it.
-    pub fn resolve(&self, channel: &Channel) -> Result<Option<StreamIndex>, CaptureError> {
+    pub fn resolve(&self, channel: &OutputChannel) -> Result<Option<StreamIndex>, CaptureError> {
         if self.full_started {
             return Err(CaptureError::FullSuppliedTwice);
         }
@@ -505,11 +510,15 @@ impl Capture {
             return Err(CaptureError::FullSuppliedTwice);
         }
         let feeds = match outputs {
-            FullOutput::Single(bytes) => vec![(self.declaration.resolve(&Channel::Single)?, bytes)],
+            FullOutput::Single(bytes) => {
+                vec![(self.declaration.resolve(&OutputChannel::Single)?, bytes)]
+            }
             FullOutput::Named(outputs) => {
                 let mut feeds: Vec<(StreamIndex, Vec<u8>)> = Vec::new();
                 for (name, bytes) in outputs {
-                    let ix = self.declaration.resolve(&Channel::Named(name.clone()))?;
+                    let ix = self
+                        .declaration
+                        .resolve(&OutputChannel::Named(name.clone()))?;
                     if feeds.iter().any(|(i, _)| *i == ix) {
                         return Err(CaptureError::DuplicateFullOutput(name));
                     }
@@ -523,7 +532,7 @@ impl Capture {
     }
 
     /// Finalizes: consumes the machine and returns what publication and the record need.
-    pub fn finish(self, display: Option<String>, status: Status) -> CaptureSummary {
+    pub fn finish(self, display: Option<String>, status: CaptureStatus) -> CaptureSummary {
         let declaration = self.declaration;
         let streams = self
             .streams
@@ -564,11 +573,11 @@ mod tests {
         OutputDeclaration::named(names).unwrap()
     }
 
-    fn ch(name: &str) -> Channel {
-        Channel::Named(StreamName::new(name).unwrap())
+    fn ch(name: &str) -> OutputChannel {
+        OutputChannel::Named(StreamName::new(name).unwrap())
     }
 
-    fn feed(c: &mut Capture, channel: &Channel, bytes: &[u8]) -> Result<(), CaptureError> {
+    fn feed(c: &mut Capture, channel: &OutputChannel, bytes: &[u8]) -> Result<(), CaptureError> {
         if let Some(ix) = c.resolve(channel)? {
             c.handle_chunk(ix, bytes);
         }
@@ -585,13 +594,13 @@ mod tests {
         feed(&mut c, &ch("results"), b"r2\n").unwrap();
         assert!(matches!(
             feed(&mut c, &ch("stdout"), b"x"),
-            Err(CaptureError::Channel(_))
+            Err(CaptureError::OutputChannel(_))
         ));
         assert!(matches!(
-            feed(&mut c, &Channel::Single, b"x"),
-            Err(CaptureError::Channel(_))
+            feed(&mut c, &OutputChannel::Single, b"x"),
+            Err(CaptureError::OutputChannel(_))
         ));
-        let s = c.finish(None, Status::Succeeded);
+        let s = c.finish(None, CaptureStatus::Succeeded);
         assert_eq!(s.streams[0].head, b"r1\nr2\n");
         assert_eq!(s.streams[1].head, b"d1\n");
         assert_eq!(s.streams[0].digest, Digest::of(b"r1\nr2\n"));
@@ -610,7 +619,7 @@ mod tests {
         let mut c = Capture::new(OutputDeclaration::Single, PreviewLimits::default()).unwrap();
         c.handle_display("a");
         c.handle_display("b");
-        let s = c.finish(Some("done".into()), Status::Succeeded);
+        let s = c.finish(Some("done".into()), CaptureStatus::Succeeded);
         assert_eq!(s.display, "done");
     }
 
@@ -659,7 +668,7 @@ mod tests {
             Err(CaptureError::FullSuppliedTwice)
         );
         assert_eq!(
-            c.resolve(&Channel::Single),
+            c.resolve(&OutputChannel::Single),
             Err(CaptureError::FullSuppliedTwice)
         );
     }
@@ -672,7 +681,7 @@ mod tests {
         c.handle_capture_error(Some(StreamIndex(0)), "No space left on device");
         assert_eq!(c.resolve(&ch("stdout")), Ok(None));
         assert_eq!(c.resolve(&ch("stderr")), Ok(Some(StreamIndex(1))));
-        let s = c.finish(None, Status::Succeeded);
+        let s = c.finish(None, CaptureStatus::Succeeded);
         assert!(s.incomplete());
         assert_eq!(s.faults[0].stream.as_ref().unwrap().as_str(), "stdout");
         assert_eq!(s.streams[0].head, b"kept\n");
@@ -687,14 +696,17 @@ mod tests {
         };
         let mut c = Capture::new(OutputDeclaration::Single, limits).unwrap();
         for chunk in [&b"a\nb"[..], b"\nc\nd\n"] {
-            feed(&mut c, &Channel::Single, chunk).unwrap();
+            feed(&mut c, &OutputChannel::Single, chunk).unwrap();
         }
-        let s = c.finish(None, Status::Succeeded);
+        let s = c.finish(None, CaptureStatus::Succeeded);
         assert_eq!(s.streams[0].head, b"a\nb\n");
         let mut c = Capture::new(OutputDeclaration::Single, limits).unwrap();
-        feed(&mut c, &Channel::Single, &[b'x'; 100]).unwrap();
+        feed(&mut c, &OutputChannel::Single, &[b'x'; 100]).unwrap();
         // max_bytes plus the 3 bytes of UTF-8 lookahead.
-        assert_eq!(c.finish(None, Status::Failed).streams[0].head.len(), 13);
+        assert_eq!(
+            c.finish(None, CaptureStatus::Failed).streams[0].head.len(),
+            13
+        );
     }
 
     #[test]
@@ -718,7 +730,7 @@ mod tests {
             while let Some(e) = c.poll_index_entry(ix) {
                 entries.push(e);
             }
-            let s = c.finish(None, Status::Succeeded);
+            let s = c.finish(None, CaptureStatus::Succeeded);
             let st = &s.streams[0];
             (
                 st.digest,
@@ -747,9 +759,9 @@ mod tests {
         };
         let mut c = Capture::new(OutputDeclaration::Single, limits).unwrap();
         for chunk in [&b"ab\ncd\n"[..], b"ef\ngh\n", b"ij"] {
-            feed(&mut c, &Channel::Single, chunk).unwrap();
+            feed(&mut c, &OutputChannel::Single, chunk).unwrap();
         }
-        let t = c.finish(None, Status::Succeeded).streams[0]
+        let t = c.finish(None, CaptureStatus::Succeeded).streams[0]
             .tail
             .clone()
             .unwrap();

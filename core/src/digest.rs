@@ -8,6 +8,7 @@ pub struct Digest(pub [u8; 32]);
 
 /// Why a digest string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DigestError {
     /// Not exactly 64 bytes long.
     #[error("a digest is 64 lowercase hex digits; this one is {0} bytes long")]

@@ -36,6 +36,7 @@ const MAGIC: &[u8; 8] = b"AGRIDX01";
 
 /// Why an index could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum IndexError {
     /// Too short, wrong magic or a checksum mismatch in the header.
     #[error("index header is corrupt ({0})")]

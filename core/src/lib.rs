@@ -44,11 +44,13 @@ pub mod transcript;
 pub mod turn;
 pub mod uri;
 
-pub use capture::{Capture, CaptureError, CaptureSummary, Completion, FullOutput, Status};
+pub use capture::{
+    Capture, CaptureCompletion, CaptureError, CaptureStatus, CaptureSummary, FullOutput,
+};
 pub use digest::Digest;
 pub use limits::PreviewLimits;
 pub use manifest::Manifest;
 pub use page::{BytePage, ByteRange, Page, PageError, PageRequest};
 pub use record::ResultRecord;
-pub use stream::{Channel, OutputDeclaration, StreamName};
+pub use stream::{OutputChannel, OutputDeclaration, StreamName};
 pub use uri::ArtifactUri;

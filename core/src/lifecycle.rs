@@ -50,7 +50,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::harness::StopSignal;
-use crate::process::{Exit, OptionsError, Outcome, RunOptions};
+use crate::process::{Exit, OptionsError, RunOptions, RunOutcome};
 
 /// How long the output pipes may stay open after the child exited by itself before what is
 /// left of its group is stopped.
@@ -73,7 +73,7 @@ pub enum RunAction {
     /// child's status could not be read).
     Finish {
         /// How the run ended.
-        outcome: Outcome,
+        outcome: RunOutcome,
         /// How the child ended.
         exit: Option<Exit>,
     },
@@ -120,7 +120,7 @@ pub struct RunLifecycle {
     signals: Vec<StopSignal>,
     phase: Phase,
     /// How the run ends when stopped (set by the first cause: deadline, idle or cancel).
-    outcome: Outcome,
+    outcome: RunOutcome,
     /// `Some` once the child was reaped (the inner `None`: its status could not be read).
     exit: Option<Option<Exit>>,
     pipes_closed: bool,
@@ -139,7 +139,7 @@ impl RunLifecycle {
             grace: options.kill_grace,
             signals: options.stop_signals.clone(),
             phase: Phase::Running,
-            outcome: Outcome::Completed,
+            outcome: RunOutcome::Completed,
             exit: None,
             pipes_closed: false,
             actions: VecDeque::new(),
@@ -227,13 +227,13 @@ impl RunLifecycle {
     }
 
     /// The caller asked to stop the run at `now`. The first request stops the group like a
-    /// timeout (outcome [`Outcome::Cancelled`] unless a timeout already stopped it); a request
+    /// timeout (outcome [`RunOutcome::Cancelled`] unless a timeout already stopped it); a request
     /// while the group is being stopped sends SIGKILL at once. A child that already exited by
     /// itself stays completed: what it left behind is stopped.
     pub fn handle_cancel(&mut self, now: Instant) {
         match self.phase {
             Phase::Running => {
-                self.outcome = Outcome::Cancelled;
+                self.outcome = RunOutcome::Cancelled;
                 self.stop(now);
             }
             Phase::Draining { .. } => self.stop(now),
@@ -270,11 +270,11 @@ impl RunLifecycle {
         }
         match reason {
             WakeReason::Deadline => {
-                self.outcome = Outcome::TimedOut;
+                self.outcome = RunOutcome::TimedOut;
                 self.stop(now);
             }
             WakeReason::Idle => {
-                self.outcome = Outcome::IdleTimedOut;
+                self.outcome = RunOutcome::IdleTimedOut;
                 self.stop(now);
             }
             WakeReason::DrainAfterExit => self.stop(now),

@@ -43,6 +43,7 @@ impl Default for PreviewLimits {
 
 /// Why limits were refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LimitsError {
     /// `max_lines` is 0.
     #[error("max_lines must be at least 1")]

@@ -38,6 +38,7 @@ pub struct Manifest {
 
 /// Why bytes are not a manifest.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ManifestError {
     /// Not manifest JSON at all.
     #[error("not an agentrun manifest")]

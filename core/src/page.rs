@@ -16,6 +16,7 @@ pub const MAX_PAGE_LINES: u32 = 2000;
 
 /// Why a page request or extraction failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PageError {
     /// `limit` outside 1–2000.
     #[error("limit must be between 1 and {MAX_PAGE_LINES}, got {0}")]
@@ -58,7 +59,7 @@ fn page_advice(lines: u64, offset: u64, line_start_byte: u64) -> String {
     if lines == 0 {
         format!(
             "line {offset} alone is longer than that; read it in pieces with a byte range \
-             starting at byte offset {line_start_byte} (--byte-offset {line_start_byte} --byte-limit N)"
+             starting at byte offset {line_start_byte}"
         )
     } else {
         format!("ask for fewer lines (limit {lines} fits)")
@@ -132,6 +133,7 @@ impl Page {
 
 /// Whether a cursor wants more bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CursorState {
     /// The page is not full yet.
     NeedMore,
@@ -387,7 +389,7 @@ mod tests {
                 line_start_byte: 11
             }
         );
-        assert!(err.to_string().contains("--byte-offset 11"), "{err}");
+        assert!(err.to_string().contains("byte offset 11"), "{err}");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::capture::Status;
+use crate::capture::CaptureStatus;
 use crate::harness::StopSignal;
 use crate::limits::PreviewLimits;
 use crate::record::{ResultRecord, StreamRecord};
@@ -73,11 +73,12 @@ pub struct RunOptions {
 
 /// Why run options were refused (before anything was spawned).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum OptionsError {
     /// The caller's environment changes set the result-sink variable.
     #[error(
-        "the environment of the child may not set {var:?}: the runner owns that variable; use \
-         with_result_sink (agentrun run --sink) to request the clean result channel"
+        "the environment of the child may not set {var:?}: the runner owns that variable; \
+         request the clean result channel with RunOptions::with_result_sink instead"
     )]
     SinkVarInEnv {
         /// The variable.
@@ -183,6 +184,7 @@ impl RunOptions {
     }
 
     /// Adds one argument.
+    #[must_use = "the builder returns the changed value"]
     pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
         self.args.push(arg.as_ref().to_owned());
         self
@@ -196,12 +198,14 @@ impl RunOptions {
     }
 
     /// Sets the working directory.
+    #[must_use = "the builder returns the changed value"]
     pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.current_dir = Some(dir.into());
         self
     }
 
     /// Sets an environment variable for the child.
+    #[must_use = "the builder returns the changed value"]
     pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
         self.env
             .push((key.as_ref().to_owned(), Some(value.as_ref().to_owned())));
@@ -209,24 +213,28 @@ impl RunOptions {
     }
 
     /// Removes an environment variable from the child's environment.
+    #[must_use = "the builder returns the changed value"]
     pub fn env_remove(mut self, key: impl AsRef<OsStr>) -> Self {
         self.env.push((key.as_ref().to_owned(), None));
         self
     }
 
     /// Sets standard input.
+    #[must_use = "the builder returns the changed value"]
     pub fn stdin(mut self, stdin: StdinMode) -> Self {
         self.stdin = stdin;
         self
     }
 
     /// Sets the preview limits.
+    #[must_use = "the builder returns the changed value"]
     pub fn limits(mut self, limits: PreviewLimits) -> Self {
         self.limits = limits;
         self
     }
 
     /// Sets the wall-clock timeout.
+    #[must_use = "the builder returns the changed value"]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
@@ -234,18 +242,21 @@ impl RunOptions {
 
     /// Sets the idle timeout: stop the child when no output arrived on any captured stream
     /// for this long.
+    #[must_use = "the builder returns the changed value"]
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = Some(timeout);
         self
     }
 
     /// Sets the grace between SIGTERM and SIGKILL.
+    #[must_use = "the builder returns the changed value"]
     pub fn kill_grace(mut self, grace: Duration) -> Self {
         self.kill_grace = grace;
         self
     }
 
     /// Labels the process (returned as [`ProcessResult::label`]).
+    #[must_use = "the builder returns the changed value"]
     pub fn label(mut self, label: impl Into<String>) -> Self {
         self.label = Some(label.into());
         self
@@ -254,6 +265,7 @@ impl RunOptions {
     /// Sets the stop signals, sent in order with the grace period after each, then SIGKILL
     /// (e.g. a harness's `Harness::stop_signals`, SIGINT then SIGTERM, so the CLI can finish
     /// its session record). An empty list means SIGKILL at once.
+    #[must_use = "the builder returns the changed value"]
     pub fn stop_signals(mut self, signals: &[StopSignal]) -> Self {
         self.stop_signals = signals.to_vec();
         self
@@ -261,6 +273,7 @@ impl RunOptions {
 
     /// Requests the clean result channel: the sink path is exported to the child in
     /// [`sink_var`](Self::sink_var) and read back verbatim after a normal exit.
+    #[must_use = "the builder returns the changed value"]
     pub fn with_result_sink(mut self, sink: ResultSink) -> Self {
         self.result_sink = Some(sink);
         self
@@ -268,12 +281,14 @@ impl RunOptions {
 
     /// Names the variable the sink path is exported in (default `AGENTRUN_RESULT_SINK`; e.g.
     /// `AMPLIHACK_RESULT_SINK` for agents honouring that contract).
+    #[must_use = "the builder returns the changed value"]
     pub fn sink_var(mut self, name: impl AsRef<OsStr>) -> Self {
         self.sink_var = name.as_ref().to_owned();
         self
     }
 
     /// Sets the largest sink accepted, in bytes (default 16 MiB).
+    #[must_use = "the builder returns the changed value"]
     pub fn sink_cap(mut self, cap: u64) -> Self {
         self.sink_cap = cap;
         self
@@ -283,6 +298,7 @@ impl RunOptions {
 /// How the child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+// Exhaustive on purpose: a Unix process ends with a code or by a signal, nothing else.
 pub enum Exit {
     /// Exited with this code.
     Code(i32),
@@ -308,7 +324,7 @@ pub struct RunInfo {
     /// The program and its arguments, lossily decoded as UTF-8.
     pub command: Vec<String>,
     /// How the run ended.
-    pub outcome: Outcome,
+    pub outcome: RunOutcome,
     /// How the child ended (`None` when it was stopped before it exited by itself).
     pub exit: Option<Exit>,
     /// When the run started, in milliseconds since the Unix epoch.
@@ -320,7 +336,8 @@ pub struct RunInfo {
 /// How the run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+#[non_exhaustive]
+pub enum RunOutcome {
     /// The child exited by itself (any code or signal).
     Completed,
     /// The wall-clock timeout fired; the child's group was stopped.
@@ -332,12 +349,12 @@ pub enum Outcome {
     Cancelled,
 }
 
-impl Outcome {
+impl RunOutcome {
     /// The status the capture is finalized with: a stopped run is incomplete.
-    pub fn capture_status(self) -> Status {
+    pub fn capture_status(self) -> CaptureStatus {
         match self {
-            Self::Completed => Status::Succeeded,
-            Self::TimedOut | Self::IdleTimedOut | Self::Cancelled => Status::Cancelled,
+            Self::Completed => CaptureStatus::Succeeded,
+            Self::TimedOut | Self::IdleTimedOut | Self::Cancelled => CaptureStatus::Cancelled,
         }
     }
 
@@ -361,7 +378,7 @@ impl Outcome {
 #[derive(Debug, Clone)]
 pub struct ProcessResult {
     /// How the run ended.
-    pub outcome: Outcome,
+    pub outcome: RunOutcome,
     /// How the child ended (`None` if it never exited by itself and was not reaped as such).
     pub exit: Option<Exit>,
     /// Wall-clock duration of the run.
@@ -447,11 +464,17 @@ mod tests {
 
     #[test]
     fn stopped_runs_are_incomplete_and_their_sink_is_not_read() {
-        assert_eq!(Outcome::Completed.capture_status(), Status::Succeeded);
-        assert_eq!(Outcome::Completed.sink_not_read(), None);
-        assert_eq!(Outcome::TimedOut.capture_status(), Status::Cancelled);
         assert_eq!(
-            Outcome::IdleTimedOut.sink_not_read(),
+            RunOutcome::Completed.capture_status(),
+            CaptureStatus::Succeeded
+        );
+        assert_eq!(RunOutcome::Completed.sink_not_read(), None);
+        assert_eq!(
+            RunOutcome::TimedOut.capture_status(),
+            CaptureStatus::Cancelled
+        );
+        assert_eq!(
+            RunOutcome::IdleTimedOut.sink_not_read(),
             Some(NotReadReason::IdleTimedOut)
         );
     }

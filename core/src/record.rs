@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::capture::{CaptureFault, CaptureSummary, Status, StreamSummary};
+use crate::capture::{CaptureFault, CaptureStatus, CaptureSummary, StreamSummary};
 use crate::digest::Digest;
 use crate::limits::PreviewLimits;
 use crate::preview::{cut_head, cut_tail};
@@ -64,6 +64,7 @@ pub struct StreamRecord {
 /// The retained output of a record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
+// Exhaustive like `OutputDeclaration`, whose two shapes it mirrors.
 pub enum RecordOutput {
     /// Single output: one artifact.
     Single {
@@ -87,7 +88,7 @@ pub struct ResultRecord {
     /// The invocation's identifier (unique within a store).
     pub run_id: String,
     /// Terminal status.
-    pub status: Status,
+    pub status: CaptureStatus,
     /// Whether the output must be presented as incomplete.
     pub incomplete: bool,
     /// Capture faults.
@@ -236,7 +237,7 @@ impl ResultRecord {
 
     fn status_line(&self) -> String {
         let mut line = format!("[Incomplete output: the run {}", self.status.as_str());
-        if self.status == Status::Succeeded {
+        if self.status == CaptureStatus::Succeeded {
             line = "[Incomplete output: capture failed".to_owned();
         }
         if let Some(f) = self.faults.first() {
@@ -328,7 +329,7 @@ fn stream_record(s: &StreamSummary, limits: &PreviewLimits, budget: usize) -> St
 mod tests {
     use super::*;
     use crate::capture::Capture;
-    use crate::stream::{Channel, OutputDeclaration};
+    use crate::stream::{OutputChannel, OutputDeclaration};
 
     fn run(
         decl: OutputDeclaration,
@@ -338,14 +339,14 @@ mod tests {
         let mut c = Capture::new(decl, limits).unwrap();
         for (name, bytes) in chunks {
             let ch = if name.is_empty() {
-                Channel::Single
+                OutputChannel::Single
             } else {
-                Channel::Named(StreamName::new(name).unwrap())
+                OutputChannel::Named(StreamName::new(name).unwrap())
             };
             let ix = c.resolve(&ch).unwrap().unwrap();
             c.handle_chunk(ix, bytes);
         }
-        ResultRecord::from_summary("r1".into(), &c.finish(None, Status::Succeeded))
+        ResultRecord::from_summary("r1".into(), &c.finish(None, CaptureStatus::Succeeded))
     }
 
     #[test]
@@ -407,7 +408,7 @@ mod tests {
     fn incomplete_output_says_so() {
         let mut c = Capture::new(OutputDeclaration::Single, PreviewLimits::default()).unwrap();
         c.handle_chunk(crate::stream::StreamIndex(0), b"partial");
-        let r = ResultRecord::from_summary("r".into(), &c.finish(None, Status::Cancelled));
+        let r = ResultRecord::from_summary("r".into(), &c.finish(None, CaptureStatus::Cancelled));
         assert!(r.incomplete);
         assert_eq!(
             r.render(),

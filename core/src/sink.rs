@@ -38,6 +38,7 @@ pub enum ResultSink {
 /// The kind of a non-regular file found at the sink path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FileKind {
     /// A directory.
     Directory,
@@ -56,6 +57,7 @@ pub enum FileKind {
 /// Why the sink was not read at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum NotReadReason {
     /// The wall-clock timeout stopped the child.
     TimedOut,
@@ -68,6 +70,7 @@ pub enum NotReadReason {
 /// What reading the sink found. Only [`SinkOutcome::Read`] comes with `result: Some(..)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SinkOutcome {
     /// The caller did not opt in.
     NotRequested,

@@ -15,6 +15,7 @@ pub const MAX_STREAMS: usize = 8;
 
 /// Why a stream name was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StreamNameError {
     /// The name has no bytes.
     #[error("stream name is empty")]
@@ -102,6 +103,7 @@ impl<'de> serde::Deserialize<'de> for StreamName {
 
 /// Why an output declaration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DeclarationError {
     /// A named declaration listed no streams.
     #[error("a named output declaration needs at least one stream")]
@@ -172,20 +174,27 @@ impl OutputDeclaration {
     }
 
     /// Index of the channel a chunk addresses, or why it may not be addressed.
-    pub fn resolve(&self, channel: &Channel) -> Result<StreamIndex, ChannelError> {
+    pub fn resolve(&self, channel: &OutputChannel) -> Result<StreamIndex, OutputChannelError> {
         match (self, channel) {
-            (Self::Single, Channel::Single) => Ok(StreamIndex(0)),
-            (Self::Single, Channel::Named(name)) => Err(ChannelError::NamedOnSingle(name.clone())),
-            (Self::Named(_), Channel::Single) => Err(ChannelError::UnnamedOnNamed),
-            (Self::Named(names), Channel::Named(name)) => names
+            (Self::Single, OutputChannel::Single) => Ok(StreamIndex(0)),
+            (Self::Single, OutputChannel::Named(name)) => {
+                Err(OutputChannelError::NamedOnSingle(name.clone()))
+            }
+            (Self::Named(_), OutputChannel::Single) => Err(OutputChannelError::UnnamedOnNamed),
+            (Self::Named(names), OutputChannel::Named(name)) => names
                 .iter()
                 .position(|n| n == name)
                 .map(StreamIndex)
-                .ok_or_else(|| ChannelError::Undeclared {
+                .ok_or_else(|| OutputChannelError::Undeclared {
                     name: name.clone(),
                     declared: names.clone(),
                 }),
         }
+    }
+
+    /// Every stream of the declaration, in order.
+    pub fn indexes(&self) -> impl Iterator<Item = StreamIndex> + use<> {
+        (0..self.channel_count()).map(StreamIndex)
     }
 
     /// Name of a channel (`None` for single output).
@@ -197,13 +206,22 @@ impl OutputDeclaration {
     }
 }
 
-/// Position of a channel within its declaration.
+/// Position of a channel within its declaration. Only a declaration makes one
+/// ([`OutputDeclaration::resolve`], [`OutputDeclaration::indexes`]), so an index always names a
+/// declared stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct StreamIndex(pub usize);
+pub struct StreamIndex(pub(crate) usize);
+
+impl StreamIndex {
+    /// The position, for indexing a driver's per-stream state (0 for single output).
+    pub fn get(self) -> usize {
+        self.0
+    }
+}
 
 /// The channel a delta addresses.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Channel {
+pub enum OutputChannel {
     /// The unnamed channel of a single-output declaration.
     Single,
     /// A declared named stream.
@@ -212,7 +230,8 @@ pub enum Channel {
 
 /// Why a chunk's channel does not fit the declaration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ChannelError {
+#[non_exhaustive]
+pub enum OutputChannelError {
     /// The stream was not declared.
     #[error("stream \"{name}\" was not declared (declared: {})", list(declared))]
     Undeclared {
@@ -317,25 +336,25 @@ mod tests {
     #[test]
     fn channels_resolve_only_to_declared_streams() {
         let decl = OutputDeclaration::stdout_stderr();
-        let stderr = Channel::Named(StreamName::new("stderr").unwrap());
+        let stderr = OutputChannel::Named(StreamName::new("stderr").unwrap());
         assert_eq!(decl.resolve(&stderr), Ok(StreamIndex(1)));
         let err = decl
-            .resolve(&Channel::Named(StreamName::new("results").unwrap()))
+            .resolve(&OutputChannel::Named(StreamName::new("results").unwrap()))
             .unwrap_err();
         assert_eq!(
             err.to_string(),
             "stream \"results\" was not declared (declared: stdout, stderr)"
         );
         assert_eq!(
-            decl.resolve(&Channel::Single),
-            Err(ChannelError::UnnamedOnNamed)
+            decl.resolve(&OutputChannel::Single),
+            Err(OutputChannelError::UnnamedOnNamed)
         );
         assert!(matches!(
             OutputDeclaration::Single.resolve(&stderr),
-            Err(ChannelError::NamedOnSingle(_))
+            Err(OutputChannelError::NamedOnSingle(_))
         ));
         assert_eq!(
-            OutputDeclaration::Single.resolve(&Channel::Single),
+            OutputDeclaration::Single.resolve(&OutputChannel::Single),
             Ok(StreamIndex(0))
         );
     }

@@ -29,6 +29,7 @@ pub struct ArtifactUri {
 
 /// Why a string is not a valid artifact URI.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum UriError {
     /// The string does not start with `artifact://`.
     #[error("not an artifact URI: it must start with \"artifact://\"")]

@@ -8,7 +8,7 @@ use agentrun_core::harness::StopSignal;
 use agentrun_core::lifecycle::{
     DRAIN_AFTER_EXIT, DRAIN_AFTER_KILL, RunAction, RunLifecycle, WakeReason,
 };
-use agentrun_core::process::{Exit, OptionsError, Outcome, RunOptions};
+use agentrun_core::process::{Exit, OptionsError, RunOptions, RunOutcome};
 
 /// The origin of the virtual clock. The machine only compares instants and adds durations to
 /// them, so any instant will do; this is the only clock read in these tests (the sans-IO rule
@@ -66,7 +66,7 @@ fn opts() -> RunOptions {
     RunOptions::new("child").kill_grace(Duration::from_secs(5))
 }
 
-fn finish(outcome: Outcome, exit: Option<Exit>) -> RunAction {
+fn finish(outcome: RunOutcome, exit: Option<Exit>) -> RunAction {
     RunAction::Finish { outcome, exit }
 }
 
@@ -83,7 +83,7 @@ fn a_normal_exit_finishes_once_the_pipes_close_in_either_order() {
     sim.run.handle_pipes_closed(sim.at(11));
     assert_eq!(
         sim.actions(),
-        [finish(Outcome::Completed, Some(Exit::Code(3)))]
+        [finish(RunOutcome::Completed, Some(Exit::Code(3)))]
     );
     assert!(sim.run.is_finished());
     assert_eq!(sim.run.poll_timeout(), None);
@@ -98,7 +98,7 @@ fn a_normal_exit_finishes_once_the_pipes_close_in_either_order() {
     sim.run.handle_exit(sim.at(20), Some(Exit::Code(0)));
     assert_eq!(
         sim.actions(),
-        [finish(Outcome::Completed, Some(Exit::Code(0)))]
+        [finish(RunOutcome::Completed, Some(Exit::Code(0)))]
     );
 }
 
@@ -119,7 +119,7 @@ fn the_deadline_sends_sigterm_then_sigkill_after_the_grace() {
     sim.set(6010);
     sim.run.handle_exit(sim.now, KILLED);
     sim.run.handle_pipes_closed(sim.now);
-    assert_eq!(sim.actions(), [finish(Outcome::TimedOut, KILLED)]);
+    assert_eq!(sim.actions(), [finish(RunOutcome::TimedOut, KILLED)]);
 }
 
 #[test]
@@ -137,7 +137,7 @@ fn an_exit_during_the_grace_ends_it_early_and_kills_the_rest_of_the_group() {
         Some((sim.at(1200) + DRAIN_AFTER_KILL, WakeReason::DrainAfterKill))
     );
     sim.run.handle_pipes_closed(sim.at(1300));
-    assert_eq!(sim.actions(), [finish(Outcome::TimedOut, term)]);
+    assert_eq!(sim.actions(), [finish(RunOutcome::TimedOut, term)]);
 }
 
 #[test]
@@ -151,7 +151,7 @@ fn a_grandchild_holding_the_pipes_after_sigkill_is_not_waited_for() {
     assert_eq!(sim.elapsed_ms(), 1100 + DRAIN_AFTER_KILL.as_millis());
     assert_eq!(
         sim.actions(),
-        [finish(Outcome::TimedOut, Some(Exit::Signal(15)))]
+        [finish(RunOutcome::TimedOut, Some(Exit::Signal(15)))]
     );
 }
 
@@ -182,7 +182,7 @@ fn the_idle_timeout_counts_from_the_last_output() {
         sim.actions(),
         [
             RunAction::Kill,
-            finish(Outcome::IdleTimedOut, Some(Exit::Signal(15)))
+            finish(RunOutcome::IdleTimedOut, Some(Exit::Signal(15)))
         ]
     );
 }
@@ -221,7 +221,7 @@ fn cancel_stops_like_a_timeout_and_a_second_cancel_kills_at_once() {
     sim.run.handle_exit(sim.at(300), KILLED);
     assert_eq!(sim.actions(), []);
     assert_eq!(sim.wake(), Some(WakeReason::DrainAfterKill));
-    assert_eq!(sim.actions(), [finish(Outcome::Cancelled, KILLED)]);
+    assert_eq!(sim.actions(), [finish(RunOutcome::Cancelled, KILLED)]);
 }
 
 #[test]
@@ -233,7 +233,7 @@ fn a_cancel_after_a_timeout_escalates_but_keeps_the_cause() {
     sim.run.handle_pipes_closed(sim.at(1510));
     assert_eq!(
         sim.actions(),
-        [TERM, RunAction::Kill, finish(Outcome::TimedOut, KILLED)]
+        [TERM, RunAction::Kill, finish(RunOutcome::TimedOut, KILLED)]
     );
 }
 
@@ -279,7 +279,7 @@ fn leftovers_holding_the_pipes_after_an_exit_are_stopped_and_the_exit_kept() {
     sim.run.handle_pipes_closed(sim.at(2200));
     assert_eq!(
         sim.actions(),
-        [finish(Outcome::Completed, Some(Exit::Code(0)))]
+        [finish(RunOutcome::Completed, Some(Exit::Code(0)))]
     );
 }
 
@@ -298,7 +298,7 @@ fn leftovers_ignoring_sigterm_get_sigkill_and_a_last_drain() {
             (WakeReason::Grace, vec![RunAction::Kill]),
             (
                 WakeReason::DrainAfterKill,
-                vec![finish(Outcome::Completed, Some(Exit::Code(0)))]
+                vec![finish(RunOutcome::Completed, Some(Exit::Code(0)))]
             ),
         ]
     );
@@ -317,7 +317,7 @@ fn a_holder_outside_the_group_costs_two_drains_not_the_grace() {
     assert_eq!(sim.wake(), Some(WakeReason::DrainAfterKill));
     assert_eq!(
         sim.actions(),
-        [finish(Outcome::Completed, Some(Exit::Code(0)))]
+        [finish(RunOutcome::Completed, Some(Exit::Code(0)))]
     );
     assert_eq!(
         sim.elapsed_ms(),
@@ -347,7 +347,7 @@ fn a_cancel_after_the_exit_stops_the_leftovers_and_keeps_completed() {
         [
             TERM,
             RunAction::Kill,
-            finish(Outcome::Completed, Some(Exit::Code(1)))
+            finish(RunOutcome::Completed, Some(Exit::Code(1)))
         ]
     );
 }
@@ -357,7 +357,7 @@ fn nothing_happens_after_finish_and_unreadable_statuses_are_kept_as_none() {
     let mut sim = Sim::new(opts().timeout(Duration::from_secs(1)));
     sim.run.handle_pipes_closed(sim.at(1));
     sim.run.handle_exit(sim.at(2), None);
-    assert_eq!(sim.actions(), [finish(Outcome::Completed, None)]);
+    assert_eq!(sim.actions(), [finish(RunOutcome::Completed, None)]);
     sim.run.handle_cancel(sim.at(3));
     sim.run.handle_timeout(sim.at(10_000));
     sim.run.handle_exit(sim.at(4), Some(Exit::Code(0)));

@@ -13,8 +13,8 @@ use agentrun_core::manifest::{Manifest, ManifestEntry};
 use agentrun_core::page::{self, ByteRange, MAX_PAGE_BYTES, PageCursor, PageError, PageRequest};
 use agentrun_core::record::{RecordOutput, ResultRecord, StreamRecord};
 use agentrun_core::{
-    ArtifactUri, Capture, Channel, Digest, FullOutput, OutputDeclaration, PreviewLimits, Status,
-    StreamName,
+    ArtifactUri, Capture, CaptureStatus, Digest, FullOutput, OutputChannel, OutputDeclaration,
+    PreviewLimits, StreamName,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -123,7 +123,7 @@ pub struct PreviewCase {
     /// The deltas, in emission order.
     pub deltas: Vec<Delta>,
     /// Terminal status.
-    pub status: Status,
+    pub status: CaptureStatus,
     /// Line limits (1–2000) of the successive `read` pages that follow the hints, used in turn;
     /// empty means the default of 2000.
     pub page_limits: Vec<u64>,
@@ -140,23 +140,23 @@ pub struct PreviewOutcome {
     pub streams: Vec<Vec<u8>>,
 }
 
-fn channel_of(declaration: &OutputDeclaration, stream: usize) -> Channel {
+fn channel_of(declaration: &OutputDeclaration, stream: usize) -> OutputChannel {
     match declaration {
-        OutputDeclaration::Single => Channel::Single,
-        OutputDeclaration::Named(names) => Channel::Named(names[stream].clone()),
+        OutputDeclaration::Single => OutputChannel::Single,
+        OutputDeclaration::Named(names) => OutputChannel::Named(names[stream].clone()),
     }
 }
 
-fn foreign_channel(declaration: &OutputDeclaration, named: bool) -> Channel {
+fn foreign_channel(declaration: &OutputDeclaration, named: bool) -> OutputChannel {
     match declaration {
-        OutputDeclaration::Named(_) if !named => Channel::Single,
-        OutputDeclaration::Single => Channel::Named(StreamName::new("undeclared").unwrap()),
+        OutputDeclaration::Named(_) if !named => OutputChannel::Single,
+        OutputDeclaration::Single => OutputChannel::Named(StreamName::new("undeclared").unwrap()),
         OutputDeclaration::Named(names) => {
             let free = (0..)
                 .map(|i| StreamName::new(&format!("undeclared{i}")).unwrap())
                 .find(|n| !names.contains(n))
                 .unwrap();
-            Channel::Named(free)
+            OutputChannel::Named(free)
         }
     }
 }
@@ -187,16 +187,20 @@ pub fn check_preview(case: &PreviewCase) -> PreviewOutcome {
                     .resolve(&channel_of(declaration, *stream))
                     .expect("a declared channel resolves")
                     .expect("no capture fault happened");
-                assert_eq!(ix.0, *stream);
+                assert_eq!(ix.get(), *stream);
                 capture.handle_chunk(ix, bytes);
-                polled_entries[ix.0].extend(std::iter::from_fn(|| capture.poll_index_entry(ix)));
-                streams[ix.0].extend_from_slice(bytes);
-                assert_eq!(capture.stream_bytes(ix), streams[ix.0].len() as u64);
+                polled_entries[ix.get()]
+                    .extend(std::iter::from_fn(|| capture.poll_index_entry(ix)));
+                streams[ix.get()].extend_from_slice(bytes);
+                assert_eq!(capture.stream_bytes(ix), streams[ix.get()].len() as u64);
             }
             Delta::Foreign(named) => {
                 let channel = foreign_channel(declaration, *named);
                 assert!(
-                    matches!(capture.resolve(&channel), Err(CaptureError::Channel(_))),
+                    matches!(
+                        capture.resolve(&channel),
+                        Err(CaptureError::OutputChannel(_))
+                    ),
                     "chunk for {channel:?} accepted by {declaration:?}"
                 );
             }
@@ -247,7 +251,7 @@ pub fn check_preview(case: &PreviewCase) -> PreviewOutcome {
         rendered.len(),
         limits.max_payload_bytes
     );
-    assert_eq!(record.incomplete, case.status != Status::Succeeded);
+    assert_eq!(record.incomplete, case.status != CaptureStatus::Succeeded);
     if record.incomplete {
         assert!(
             rendered.starts_with("[Incomplete output: the run "),

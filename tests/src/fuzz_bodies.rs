@@ -12,7 +12,7 @@
 
 use agentrun_core::harness::fuzzing;
 use agentrun_core::limits::MIN_PAYLOAD_BYTES;
-use agentrun_core::{OutputDeclaration, PreviewLimits, Status};
+use agentrun_core::{CaptureStatus, OutputDeclaration, PreviewLimits};
 
 use crate::checks::{self, Delta, PageCase, PreviewCase};
 use crate::compaction_checks;
@@ -129,8 +129,11 @@ fn preview_case(data: &[u8]) -> PreviewCase {
         tail_lines: u64::from(input.byte() % 6),
         max_payload_bytes: MIN_PAYLOAD_BYTES + usize::from(input.u16()),
     };
-    let status =
-        [Status::Succeeded, Status::Failed, Status::Cancelled][usize::from(input.byte() % 3)];
+    let status = [
+        CaptureStatus::Succeeded,
+        CaptureStatus::Failed,
+        CaptureStatus::Cancelled,
+    ][usize::from(input.byte() % 3)];
     let declaration = declaration(&mut input);
     let streams = declaration.channel_count();
     let pages = 1 + input.byte() % 4;

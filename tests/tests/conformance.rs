@@ -12,11 +12,11 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use agentrun_core::process::OptionsError;
-use agentrun_core::{ArtifactUri, ResultRecord, Status};
+use agentrun_core::{ArtifactUri, CaptureStatus, ResultRecord};
 use agentrun_fs::Store;
 use agentrun_smol::{
-    DEFAULT_SINK_VAR, Exit, FileKind, NotReadReason, Outcome, ProcessResult, ResultSink, RunError,
-    RunOptions, SinkOutcome, StdinMode,
+    DEFAULT_SINK_VAR, Exit, FileKind, NotReadReason, ProcessResult, ResultSink, RunError,
+    RunOptions, RunOutcome, SinkOutcome, StdinMode,
 };
 
 /// One process driver, driven from a synchronous test.
@@ -526,7 +526,7 @@ fn sink_case<D: Driver>(
         started.elapsed() < Duration::from_secs(10),
         "the read does not hang"
     );
-    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!(r.outcome, RunOutcome::Completed);
     assert_eq!(r.sink, outcome);
     assert_eq!(r.result.as_deref(), result);
     assert!(
@@ -665,8 +665,11 @@ fn exit_codes_and_signals<D: Driver>() {
     let env = Env::new();
     for c in [0, 1, 255] {
         let r = D::run(&env.store, sh(&format!("exit {c}"))).unwrap();
-        assert_eq!((r.outcome, code(&r)), (Outcome::Completed, Exit::Code(c)));
-        assert_eq!(r.record.status, Status::Succeeded);
+        assert_eq!(
+            (r.outcome, code(&r)),
+            (RunOutcome::Completed, Exit::Code(c))
+        );
+        assert_eq!(r.record.status, CaptureStatus::Succeeded);
     }
     let r = D::run(&env.store, sh("echo dying; kill -KILL $$")).unwrap();
     assert_eq!(code(&r), Exit::Signal(9));
@@ -817,7 +820,7 @@ fn a_timeout_stops_the_whole_group<D: Driver>() {
     .unwrap();
     let took = started.elapsed();
     assert!(took < WIRING_BOUND, "returned after {took:?}");
-    assert_eq!(r.outcome, Outcome::TimedOut);
+    assert_eq!(r.outcome, RunOutcome::TimedOut);
     assert_eq!(r.exit, Some(Exit::Signal(9)));
     assert_eq!(
         r.sink,
@@ -827,7 +830,7 @@ fn a_timeout_stops_the_whole_group<D: Driver>() {
     );
     assert_eq!(r.result, None);
     assert!(r.record.incomplete);
-    assert_eq!(r.record.status, Status::Cancelled);
+    assert_eq!(r.record.status, CaptureStatus::Cancelled);
     assert_eq!(env.stdout(&r), "started\n");
     assert_eq!(env.store.record(&r.record.run_id).unwrap(), r.record);
     for pid in fs::read_to_string(&pids).unwrap().split_whitespace() {
@@ -850,7 +853,7 @@ fn a_grandchild_outside_the_group_does_not_hang_the_run<D: Driver>() {
     let r = D::run(&env.store, sh(script).timeout(timeout).kill_grace(grace)).unwrap();
     let took = started.elapsed();
     assert!(took < WIRING_BOUND, "returned after {took:?}");
-    assert_eq!(r.outcome, Outcome::TimedOut);
+    assert_eq!(r.outcome, RunOutcome::TimedOut);
     assert_eq!(env.stdout(&r), "started\n");
 }
 
@@ -862,7 +865,7 @@ fn the_idle_timeout_counts_from_the_last_output<D: Driver>() {
     let chatty = "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do echo tick; sleep 0.1; done; echo tock >&2";
     let started = Instant::now();
     let r = D::run(&env.store, sh(chatty).idle_timeout(idle)).unwrap();
-    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!(r.outcome, RunOutcome::Completed);
     assert!(started.elapsed() > idle);
     let quiet = "for i in 1 2 3; do echo tick; sleep 0.1; done; sleep 60";
     let started = Instant::now();
@@ -874,7 +877,7 @@ fn the_idle_timeout_counts_from_the_last_output<D: Driver>() {
     )
     .unwrap();
     assert!(started.elapsed() < WIRING_BOUND, "{:?}", started.elapsed());
-    assert_eq!(r.outcome, Outcome::IdleTimedOut);
+    assert_eq!(r.outcome, RunOutcome::IdleTimedOut);
     assert_eq!(r.exit, Some(Exit::Signal(15)));
     assert_eq!(
         r.sink,
@@ -922,7 +925,7 @@ fn dropping_the_future_cancels_the_run<D: Driver>() {
     let id = &env.store.records().unwrap()[0];
     let record = env.store.record(id).unwrap();
     assert!(record.incomplete);
-    assert_eq!(record.status, Status::Cancelled);
+    assert_eq!(record.status, CaptureStatus::Cancelled);
     assert_eq!(env.bytes(&record, "stdout"), b"before-cancel\n");
     assert!(eventually(Duration::from_secs(5), || env
         .runtime_entries()
@@ -947,7 +950,7 @@ fn leftovers_holding_the_pipes_do_not_hold_the_run<D: Driver>() {
     .unwrap();
     let took = started.elapsed();
     assert!(took < WIRING_BOUND, "took {took:?}");
-    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!(r.outcome, RunOutcome::Completed);
     assert_eq!(code(&r), Exit::Code(0));
     assert_eq!(r.result.as_deref(), Some("ok"));
     assert_eq!(env.stdout(&r), "leader-done\n");
@@ -971,7 +974,7 @@ fn an_escaped_pipe_holder_does_not_cost_the_grace<D: Driver>() {
     let started = Instant::now();
     let r = D::run(&env.store, sh(script).kill_grace(Duration::from_secs(60))).unwrap();
     assert!(started.elapsed() < WIRING_BOUND, "{:?}", started.elapsed());
-    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!(r.outcome, RunOutcome::Completed);
     assert_eq!(r.exit, Some(Exit::Code(3)));
     assert_eq!(env.stdout(&r), "leader-done\n");
 }
@@ -1031,7 +1034,7 @@ fn a_second_stop_request_kills_at_once<D: Driver>() {
     )
     .unwrap();
     assert!(started.elapsed() < WIRING_BOUND, "{:?}", started.elapsed());
-    assert_eq!(r.outcome, Outcome::Cancelled);
+    assert_eq!(r.outcome, RunOutcome::Cancelled);
     assert_eq!(r.exit, Some(Exit::Signal(9)));
     assert_eq!(env.stdout(&r), "waiting\n");
 }
@@ -1053,7 +1056,7 @@ fn a_stop_future_cancels_the_run_and_returns_its_result<D: Driver>() {
     )
     .unwrap();
     assert!(started.elapsed() < WIRING_BOUND, "{:?}", started.elapsed());
-    assert_eq!(r.outcome, Outcome::Cancelled);
+    assert_eq!(r.outcome, RunOutcome::Cancelled);
     assert_eq!(
         r.sink,
         SinkOutcome::NotRead {
@@ -1062,7 +1065,7 @@ fn a_stop_future_cancels_the_run_and_returns_its_result<D: Driver>() {
     );
     assert_eq!(r.result, None);
     assert!(r.record.incomplete);
-    assert_eq!(r.record.status, Status::Cancelled);
+    assert_eq!(r.record.status, CaptureStatus::Cancelled);
     assert_eq!(env.stdout(&r), "before-stop\n");
     let pid: i32 = fs::read_to_string(&pidfile)
         .unwrap()
@@ -1182,7 +1185,7 @@ fn stop_signals_are_sent_in_order_with_the_grace_between<D: Driver>() {
         .kill_grace(grace)
         .stop_signals(&[StopSignal::Interrupt, StopSignal::Terminate]);
     let r = D::run(&env.store, options).unwrap();
-    assert_eq!(r.outcome, Outcome::TimedOut);
+    assert_eq!(r.outcome, RunOutcome::TimedOut);
     assert_eq!(fs::read_to_string(&log).unwrap(), "int\n");
     // Ignores SIGINT: SIGTERM follows after the grace period.
     fs::remove_file(&log).unwrap();
@@ -1197,7 +1200,7 @@ fn stop_signals_are_sent_in_order_with_the_grace_between<D: Driver>() {
         .stop_signals(&[StopSignal::Interrupt, StopSignal::Terminate]);
     let start = Instant::now();
     let r = D::run(&env.store, options).unwrap();
-    assert_eq!(r.outcome, Outcome::TimedOut);
+    assert_eq!(r.outcome, RunOutcome::TimedOut);
     assert!(start.elapsed() >= timeout + grace, "{:?}", start.elapsed());
     assert_eq!(fs::read_to_string(&log).unwrap(), "int\nterm\n");
     assert_eq!(env.stdout(&r), "ready\n");
@@ -1348,7 +1351,7 @@ fn both_drivers_export_the_same_names() {
         RunError,
         RunOptions,
         ProcessResult,
-        Outcome,
+        RunOutcome,
         Exit,
         StdinMode,
         OptionsError,

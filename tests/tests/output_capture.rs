@@ -6,10 +6,10 @@ use agentrun_core::capture::CaptureError;
 use agentrun_core::limits::MIN_PAYLOAD_BYTES;
 use agentrun_core::page::{ByteRange, PageRequest, extract_bytes, extract_page};
 use agentrun_core::record::RecordOutput;
-use agentrun_core::stream::ChannelError;
+use agentrun_core::stream::OutputChannelError;
 use agentrun_core::{
-    Capture, Channel, Digest, FullOutput, OutputDeclaration, PreviewLimits, ResultRecord, Status,
-    StreamName,
+    Capture, CaptureStatus, Digest, FullOutput, OutputChannel, OutputDeclaration, PreviewLimits,
+    ResultRecord, StreamName,
 };
 use agentrun_tests::checks::{Delta, PreviewCase, PreviewOutcome, check_preview, hint};
 
@@ -22,7 +22,7 @@ fn run(
         declaration,
         limits,
         deltas,
-        status: Status::Succeeded,
+        status: CaptureStatus::Succeeded,
         page_limits: vec![1, 2000],
     })
 }
@@ -121,19 +121,25 @@ fn custom_named_streams_are_addressable() {
 #[test]
 fn undeclared_chunks_are_rejected() {
     let c = Capture::new(named(&["results"]), PreviewLimits::default()).unwrap();
-    let undeclared = Channel::Named(StreamName::new("stdout").unwrap());
+    let undeclared = OutputChannel::Named(StreamName::new("stdout").unwrap());
     assert!(matches!(
         c.resolve(&undeclared),
-        Err(CaptureError::Channel(ChannelError::Undeclared { .. }))
+        Err(CaptureError::OutputChannel(
+            OutputChannelError::Undeclared { .. }
+        ))
     ));
     assert_eq!(
-        c.resolve(&Channel::Single),
-        Err(CaptureError::Channel(ChannelError::UnnamedOnNamed))
+        c.resolve(&OutputChannel::Single),
+        Err(CaptureError::OutputChannel(
+            OutputChannelError::UnnamedOnNamed
+        ))
     );
     let single = Capture::new(OutputDeclaration::Single, PreviewLimits::default()).unwrap();
     assert!(matches!(
         single.resolve(&undeclared),
-        Err(CaptureError::Channel(ChannelError::NamedOnSingle(_)))
+        Err(CaptureError::OutputChannel(
+            OutputChannelError::NamedOnSingle(_)
+        ))
     ));
     // Rejected chunks leave no trace in the retained output.
     let out = run(
@@ -217,7 +223,8 @@ fn full_completion_gives_the_same_record_as_streaming_the_same_bytes() {
     for (ix, bytes) in c.begin_full(outputs).unwrap() {
         c.handle_chunk(ix, &bytes);
     }
-    let full = ResultRecord::from_summary("check".into(), &c.finish(None, Status::Succeeded));
+    let full =
+        ResultRecord::from_summary("check".into(), &c.finish(None, CaptureStatus::Succeeded));
     assert_eq!(full, streamed.record);
     assert_eq!(full.render(), streamed.rendered);
 }
@@ -225,13 +232,13 @@ fn full_completion_gives_the_same_record_as_streaming_the_same_bytes() {
 #[test]
 fn full_completion_after_streamed_chunks_is_rejected_as_mixed_mode() {
     let mut c = Capture::new(OutputDeclaration::Single, PreviewLimits::default()).unwrap();
-    let ix = c.resolve(&Channel::Single).unwrap().unwrap();
+    let ix = c.resolve(&OutputChannel::Single).unwrap().unwrap();
     c.handle_chunk(ix, b"streamed");
     assert_eq!(
         c.begin_full(FullOutput::Single(b"again".to_vec())),
         Err(CaptureError::MixedCompletion)
     );
-    let s = c.finish(None, Status::Succeeded);
+    let s = c.finish(None, CaptureStatus::Succeeded);
     assert_eq!(
         s.streams[0].digest,
         Digest::of(b"streamed"),
@@ -443,7 +450,7 @@ fn the_tail_view_shows_the_exact_last_lines() {
 
 #[test]
 fn incomplete_runs_say_so_and_keep_their_output() {
-    for status in [Status::Failed, Status::Cancelled] {
+    for status in [CaptureStatus::Failed, CaptureStatus::Cancelled] {
         let out = check_preview(&PreviewCase {
             declaration: OutputDeclaration::Single,
             limits: PreviewLimits::default(),

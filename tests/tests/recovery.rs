@@ -5,7 +5,7 @@
 //! and recovery of every stream byte for byte by following the hints with `read` pages.
 
 use agentrun_core::limits::MIN_PAYLOAD_BYTES;
-use agentrun_core::{OutputDeclaration, PreviewLimits, Status};
+use agentrun_core::{CaptureStatus, OutputDeclaration, PreviewLimits};
 use agentrun_tests::checks::{Delta, PreviewCase, check_preview};
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -75,7 +75,11 @@ fn case(
         streams,
         prop::collection::vec(any::<Index>(), 0..64),
         limits,
-        prop::sample::select(vec![Status::Succeeded, Status::Failed, Status::Cancelled]),
+        prop::sample::select(vec![
+            CaptureStatus::Succeeded,
+            CaptureStatus::Failed,
+            CaptureStatus::Cancelled,
+        ]),
         prop::collection::vec(prop_oneof![1u64..=3, 1u64..=2000], 1..4),
     )
         .prop_map(

@@ -29,7 +29,7 @@ use agentrun_core::harness::{
     RetainedRecord, RetainedRequest, Stdin,
 };
 use agentrun_core::lines::LineSplitter;
-use agentrun_core::process::{Exit, Outcome, ProcessResult, RunOptions, StdinMode};
+use agentrun_core::process::{Exit, ProcessResult, RunOptions, RunOutcome, StdinMode};
 use agentrun_core::{PreviewLimits, ResultRecord};
 use agentrun_fs::Store;
 use clap::Args;
@@ -270,12 +270,12 @@ pub(crate) fn run(store: Store, args: AgentArgs) -> Result<ExitCode, Failure> {
         );
     }
 
-    if result.outcome != Outcome::Completed {
+    if result.outcome != RunOutcome::Completed {
         let interrupted = interp.interrupt();
         let models = interrupted.observed_models();
         let why = match result.outcome {
-            Outcome::IdleTimedOut => "idle_timed_out",
-            Outcome::Cancelled => "cancelled",
+            RunOutcome::IdleTimedOut => "idle_timed_out",
+            RunOutcome::Cancelled => "cancelled",
             _ => "timed_out",
         };
         if args.json {
@@ -486,8 +486,8 @@ fn opencode_export(store: &Store, id: &str) -> Result<Vec<u8>, String> {
     let runner = agentrun_smol::Runner::new(store.clone());
     let result = smol::block_on(runner.run(options).into_future()).map_err(|e| e.to_string())?;
     match (result.outcome, result.exit) {
-        (Outcome::Completed, Some(Exit::Code(0))) => {}
-        (Outcome::Completed, exit) => {
+        (RunOutcome::Completed, Some(Exit::Code(0))) => {}
+        (RunOutcome::Completed, exit) => {
             return Err(exit_diagnostic(Harness::OpenCode, exit, &result));
         }
         _ => return Err(format!("timed out after {}s", EXPORT_TIMEOUT.as_secs())),

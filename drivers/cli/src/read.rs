@@ -214,6 +214,7 @@ fn read_failure(store: &Store, uri: &ArtifactUri, e: ReadError) -> Failure {
             MAX_PAGE_BYTES >> 20,
             plural(*lines, "line", "lines")
         ),
+        ReadError::Missing(_) => format!("{e} (--store DIR or AGENTRUN_HOME)"),
         _ => e.to_string(),
     };
     Failure::runtime(message)

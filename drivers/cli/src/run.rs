@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use agentrun_core::ResultRecord;
 use agentrun_core::page::{PageError, PageRequest};
-use agentrun_core::process::{Exit, Outcome, ProcessResult, RunOptions, StdinMode};
+use agentrun_core::process::{Exit, ProcessResult, RunOptions, RunOutcome, StdinMode};
 use agentrun_core::record::StreamRecord;
 use agentrun_core::sink::ResultSink;
 use agentrun_fs::{ReadError, Store};
@@ -148,10 +148,12 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
         Err(e) => return Err(Failure::runtime(e)),
     };
     let mut code = match (result.outcome, result.exit) {
-        (Outcome::TimedOut | Outcome::IdleTimedOut, _) => i32::from(failure::TIMED_OUT),
-        (Outcome::Cancelled, _) => interrupts.exit_code().map_or(130, i32::from),
-        (Outcome::Completed, Some(exit)) => exit.shell_code(),
-        (Outcome::Completed, None) => i32::from(failure::FAILED),
+        (RunOutcome::TimedOut | RunOutcome::IdleTimedOut, _) => i32::from(failure::TIMED_OUT),
+        (RunOutcome::Cancelled, _) => interrupts.exit_code().map_or(130, i32::from),
+        (RunOutcome::Completed, Some(exit)) => exit.shell_code(),
+        (RunOutcome::Completed, None) => i32::from(failure::FAILED),
+        // An outcome this version does not know: not a success.
+        _ => i32::from(failure::FAILED),
     };
     // A capture fault (full disk, …) must not pass for success: the child may have done its
     // job, but part of its output was not retained.
@@ -212,11 +214,11 @@ fn tee<W: io::Write + 'static>(sink: fn() -> W) -> impl FnMut(&[u8]) + Send + 's
 
 /// How a run ended, in the words the record and its preview use: `succeeded`, `failed` or
 /// `cancelled`, with the reason.
-pub(crate) fn status(outcome: Outcome, exit: Option<Exit>) -> (&'static str, String) {
+pub(crate) fn status(outcome: RunOutcome, exit: Option<Exit>) -> (&'static str, String) {
     match (outcome, exit) {
-        (Outcome::TimedOut, _) => ("cancelled", "timed out".to_owned()),
-        (Outcome::IdleTimedOut, _) => ("cancelled", "idle timeout: no output".to_owned()),
-        (Outcome::Cancelled, _) => ("cancelled", "stopped by a signal".to_owned()),
+        (RunOutcome::TimedOut, _) => ("cancelled", "timed out".to_owned()),
+        (RunOutcome::IdleTimedOut, _) => ("cancelled", "idle timeout: no output".to_owned()),
+        (RunOutcome::Cancelled, _) => ("cancelled", "stopped by a signal".to_owned()),
         (_, Some(Exit::Code(0))) => ("succeeded", "exit 0".to_owned()),
         (_, Some(Exit::Code(c))) => ("failed", format!("exit {c}")),
         (_, Some(Exit::Signal(s))) => ("failed", format!("killed by signal {s}")),
@@ -267,12 +269,12 @@ fn stream_name(stream: &StreamRecord) -> &str {
 pub(crate) fn footer(
     store: &Store,
     record: &ResultRecord,
-    outcome: Outcome,
+    outcome: RunOutcome,
     exit: Option<Exit>,
     timeout: Option<Duration>,
 ) -> String {
     let mut summary = run_summary(record, outcome, exit);
-    if let (Outcome::TimedOut, Some(t)) = (outcome, timeout) {
+    if let (RunOutcome::TimedOut, Some(t)) = (outcome, timeout) {
         let after = format!(
             "(timed out after {})",
             agentrun_fs::config::format_duration(t)
@@ -315,7 +317,11 @@ fn continuation(store: &Store, record: &ResultRecord, stream: &StreamRecord) -> 
 }
 
 /// One line: the run id, how it ended, and each stream's size.
-pub(crate) fn run_summary(record: &ResultRecord, outcome: Outcome, exit: Option<Exit>) -> String {
+pub(crate) fn run_summary(
+    record: &ResultRecord,
+    outcome: RunOutcome,
+    exit: Option<Exit>,
+) -> String {
     let (status, reason) = status(outcome, exit);
     format!(
         "agentrun: run {} {status} ({reason}){}",

@@ -103,7 +103,8 @@ impl Settings {
         if let Some(dir) = &self.config.store {
             return Ok(Setting::new(expand_home(dir)?, Source::File));
         }
-        let root = Store::default_root().map_err(Failure::usage)?;
+        let root =
+            Store::default_root().map_err(|e| Failure::usage(format!("{e} (--store DIR)")))?;
         Ok(Setting::new(root, Source::Default))
     }
 
@@ -128,7 +129,7 @@ impl Settings {
                 )));
             }
         }
-        Store::open(&root.value).map_err(Failure::runtime)
+        Store::open(&root.value).map_err(store_failure)
     }
 
     /// Opens the store only if it exists (`None` otherwise): for commands that only read.
@@ -137,7 +138,7 @@ impl Settings {
         if !root.value.exists() {
             return Ok(None);
         }
-        Store::open(&root.value).map(Some).map_err(Failure::runtime)
+        Store::open(&root.value).map(Some).map_err(store_failure)
     }
 
     /// Like [`Settings::existing_store`], but a missing store is an error naming it.
@@ -371,4 +372,14 @@ pub(crate) fn show(settings: &Settings, args: ConfigArgs) -> Result<ExitCode, Fa
 /// A TOML basic string.
 fn toml_string(s: &str) -> String {
     serde_json::Value::from(s).to_string()
+}
+
+/// A store that cannot be opened, with the command line's ways to pick another.
+fn store_failure(e: agentrun_fs::StoreError) -> Failure {
+    match e {
+        agentrun_fs::StoreError::NotADirectory { .. } => {
+            Failure::runtime(format!("{e} (--store DIR or AGENTRUN_HOME)"))
+        }
+        e => Failure::runtime(e),
+    }
 }

@@ -25,8 +25,8 @@ use agentrun_core::index::{BlockIndexer, HEADER_LEN, IndexEntry};
 use agentrun_core::process::RunInfo;
 use agentrun_core::stream::StreamIndex;
 use agentrun_core::{
-    Capture, CaptureError, Channel, Completion, Digest, OutputDeclaration, PreviewLimits,
-    ResultRecord, Status,
+    Capture, CaptureCompletion, CaptureError, CaptureStatus, Digest, OutputChannel,
+    OutputDeclaration, PreviewLimits, ResultRecord,
 };
 
 use crate::atomic::{self, fsync_dir, publish_object, write_atomic};
@@ -65,6 +65,7 @@ const RUN_ID_ATTEMPTS: usize = 16;
 
 /// Why a chunk was not captured.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CaptureWriteError {
     /// The chunk does not fit the declaration (undeclared stream, named chunk on single output,
     /// …). Nothing was written.
@@ -109,8 +110,10 @@ impl Store {
                 return Err(e.into());
             }
         };
-        let streams = (0..capture.declaration().channel_count())
-            .map(|i| StreamFiles::create(&dir.path, i, label(capture.declaration(), i)))
+        let streams = capture
+            .declaration()
+            .indexes()
+            .map(|ix| StreamFiles::create(&dir.path, ix.get(), label(capture.declaration(), ix)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(CaptureSession {
             store: self.clone(),
@@ -139,9 +142,9 @@ impl Store {
     }
 }
 
-fn label(declaration: &OutputDeclaration, i: usize) -> String {
+fn label(declaration: &OutputDeclaration, ix: StreamIndex) -> String {
     declaration
-        .name(StreamIndex(i))
+        .name(ix)
         .map_or_else(|| "output".to_owned(), |n| n.to_string())
 }
 
@@ -228,6 +231,7 @@ impl StreamFiles {
 /// Dropping a session without finishing it removes its capture directory: nothing is
 /// published and no record is written.
 #[derive(Debug)]
+#[must_use = "dropping a capture session discards what it captured; call finish"]
 pub struct CaptureSession {
     store: Store,
     run_id: String,
@@ -258,13 +262,13 @@ impl CaptureSession {
     /// The stream a chunk for `channel` goes to. A channel that does not fit the declaration is
     /// [`CaptureWriteError::Rejected`]; a stream that already failed gives its
     /// [`CaptureWriteError::Io`] again.
-    pub fn resolve(&self, channel: &Channel) -> Result<StreamIndex, CaptureWriteError> {
+    pub fn resolve(&self, channel: &OutputChannel) -> Result<StreamIndex, CaptureWriteError> {
         let ix = self
             .capture
             .declaration()
             .resolve(channel)
             .map_err(CaptureError::from)?;
-        match self.streams[ix.0].failed_error() {
+        match self.streams[ix.get()].failed_error() {
             Some(e) => Err(e),
             None => Ok(ix),
         }
@@ -278,7 +282,7 @@ impl CaptureSession {
     ///
     /// If `stream` was not returned by [`resolve`](Self::resolve) of this session.
     pub fn write(&mut self, stream: StreamIndex, bytes: &[u8]) -> Result<(), CaptureWriteError> {
-        let files = &mut self.streams[stream.0];
+        let files = &mut self.streams[stream.get()];
         if let Some(e) = files.failed_error() {
             return Err(e);
         }
@@ -313,12 +317,15 @@ impl CaptureSession {
         if let Err(e) = written {
             // A partial write may have appended part of the chunk; cut the file back so it
             // holds exactly the accepted bytes (finish checks this again).
-            let _ = self.streams[stream.0].data.set_len(accepted);
+            let _ = self.streams[stream.get()].data.set_len(accepted);
             return Err(self.fail(stream, "writing the capture file", e));
         }
-        start_writeback(&mut self.streams[stream.0], accepted + bytes.len() as u64);
+        start_writeback(
+            &mut self.streams[stream.get()],
+            accepted + bytes.len() as u64,
+        );
         while let Some(entry) = self.capture.poll_index_entry(stream) {
-            let files = &mut self.streams[stream.0];
+            let files = &mut self.streams[stream.get()];
             if files.index_broken {
                 continue; // rebuilt at finish; keep draining so memory stays bounded
             }
@@ -342,7 +349,7 @@ impl CaptureSession {
     fn fail(&mut self, stream: StreamIndex, what: &str, e: io::Error) -> CaptureWriteError {
         let message = format!("{what} failed: {e}");
         self.capture.handle_capture_error(Some(stream), &message);
-        let files = &mut self.streams[stream.0];
+        let files = &mut self.streams[stream.get()];
         files.failed = Some((e.kind(), message));
         CaptureWriteError::Io {
             stream: files.label.clone(),
@@ -353,7 +360,7 @@ impl CaptureSession {
     /// [`resolve`](Self::resolve) then [`write`](Self::write).
     pub fn write_channel(
         &mut self,
-        channel: &Channel,
+        channel: &OutputChannel,
         bytes: &[u8],
     ) -> Result<(), CaptureWriteError> {
         let ix = self.resolve(channel)?;
@@ -368,13 +375,13 @@ impl CaptureSession {
     /// Ends the capture: finalizes every stream, publishes the artifacts (and the manifest of
     /// named output), persists the record, then removes the capture directory.
     ///
-    /// A [`Completion::Full`] after streamed chunks is refused with
+    /// A [`CaptureCompletion::Full`] after streamed chunks is refused with
     /// [`StoreError::Capture`] (mixed completion modes). Capture faults do not fail `finish`:
     /// the record is marked incomplete and the accepted bytes are published.
-    pub fn finish(mut self, completion: Completion) -> Result<ResultRecord, StoreError> {
+    pub fn finish(mut self, completion: CaptureCompletion) -> Result<ResultRecord, StoreError> {
         let (display, status) = match completion {
-            Completion::Streamed { display, status } => (display, status),
-            Completion::Full {
+            CaptureCompletion::Streamed { display, status } => (display, status),
+            CaptureCompletion::Full {
                 display,
                 status,
                 outputs,
@@ -392,7 +399,7 @@ impl CaptureSession {
                     // it: keep it as a failed, incomplete run and say where it is.
                     self.capture.handle_capture_error(None, &error.to_string());
                     let run_id = self.run_id.clone();
-                    self.finalize(display, Status::Failed)?;
+                    self.finalize(display, CaptureStatus::Failed)?;
                     return Err(StoreError::CompletionRejected { error, run_id });
                 }
             },
@@ -400,7 +407,11 @@ impl CaptureSession {
         self.finalize(display, status)
     }
 
-    fn finalize(self, display: Option<String>, status: Status) -> Result<ResultRecord, StoreError> {
+    fn finalize(
+        self,
+        display: Option<String>,
+        status: CaptureStatus,
+    ) -> Result<ResultRecord, StoreError> {
         let CaptureSession {
             store,
             run_id,
@@ -565,14 +576,14 @@ mod tests {
 
     use super::*;
 
-    fn named(name: &str) -> Channel {
-        Channel::Named(StreamName::new(name).unwrap())
+    fn named(name: &str) -> OutputChannel {
+        OutputChannel::Named(StreamName::new(name).unwrap())
     }
 
-    fn done() -> Completion {
-        Completion::Streamed {
+    fn done() -> CaptureCompletion {
+        CaptureCompletion::Streamed {
             display: None,
-            status: Status::Succeeded,
+            status: CaptureStatus::Succeeded,
         }
     }
 
@@ -627,11 +638,11 @@ mod tests {
             .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
             .unwrap();
         let kept = vec![b'k'; PARALLEL_CHUNK + 1];
-        s.write_channel(&Channel::Single, &kept).unwrap();
+        s.write_channel(&OutputChannel::Single, &kept).unwrap();
         let path = s.streams[0].data_path.clone();
         s.streams[0].data = File::open(&path).unwrap();
         let lost = vec![b'x'; 2 * PARALLEL_CHUNK];
-        assert!(s.write_channel(&Channel::Single, &lost).is_err());
+        assert!(s.write_channel(&OutputChannel::Single, &lost).is_err());
         let record = s.finish(done()).unwrap();
         let stream = &record.streams()[0];
         assert_eq!(stream.sha256, Digest::of(&kept));
@@ -655,7 +666,7 @@ mod tests {
             .flat_map(|i| format!("{i}\n").into_bytes())
             .collect();
         let err = s
-            .write_channel(&Channel::Single, &content[..100_000])
+            .write_channel(&OutputChannel::Single, &content[..100_000])
             .unwrap_err();
         assert!(matches!(err, CaptureWriteError::Io { .. }), "{err:?}");
         let record = s.finish(done()).unwrap();

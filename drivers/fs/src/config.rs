@@ -152,6 +152,7 @@ impl Config {
                 LimitsError::PayloadTooSmall(n) => format!(
                     "[tool_output] max_payload_bytes = {n}, but it must be at least {MIN_PAYLOAD_BYTES}"
                 ),
+                other => format!("[tool_output]: {other}"),
             });
         }
         Ok(config)

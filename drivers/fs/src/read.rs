@@ -31,11 +31,12 @@ pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
 
 /// Why a read failed. Each variant is a distinct situation with its own remedy.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReadError {
     /// No object with this digest is in the store.
     #[error(
         "artifact {0} is not in this store (it was never stored here or has been \
-         garbage-collected); check the URI and the store (--store / AGENTRUN_HOME)"
+         garbage-collected); check the URI and which store is read"
     )]
     Missing(Digest),
     /// The object's bytes do not match its checksums.
@@ -366,7 +367,9 @@ pub(crate) fn read_small(path: &std::path::Path) -> Result<Option<Vec<u8>>, IoEr
 
 #[cfg(test)]
 mod tests {
-    use agentrun_core::{Channel, Completion, OutputDeclaration, PreviewLimits, Status};
+    use agentrun_core::{
+        CaptureCompletion, CaptureStatus, OutputChannel, OutputDeclaration, PreviewLimits,
+    };
 
     use super::*;
 
@@ -383,10 +386,10 @@ mod tests {
             content.extend_from_slice(&line);
             content.push(b'\n');
         }
-        s.write_channel(&Channel::Single, &content).unwrap();
-        s.finish(Completion::Streamed {
+        s.write_channel(&OutputChannel::Single, &content).unwrap();
+        s.finish(CaptureCompletion::Streamed {
             display: None,
-            status: Status::Succeeded,
+            status: CaptureStatus::Succeeded,
         })
         .unwrap();
         let object = Object::open(&store.layout, &Digest::of(&content)).unwrap();

@@ -58,7 +58,9 @@ fn read_with_mtime(path: &std::path::Path) -> io::Result<(Vec<u8>, SystemTime)> 
 
 #[cfg(test)]
 mod tests {
-    use agentrun_core::{Channel, Completion, OutputDeclaration, PreviewLimits, Status};
+    use agentrun_core::{
+        CaptureCompletion, CaptureStatus, OutputChannel, OutputDeclaration, PreviewLimits,
+    };
 
     use super::*;
 
@@ -66,11 +68,13 @@ mod tests {
         let mut session = store
             .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
             .unwrap();
-        session.write_channel(&Channel::Single, bytes).unwrap();
         session
-            .finish(Completion::Streamed {
+            .write_channel(&OutputChannel::Single, bytes)
+            .unwrap();
+        session
+            .finish(CaptureCompletion::Streamed {
                 display: None,
-                status: Status::Succeeded,
+                status: CaptureStatus::Succeeded,
             })
             .unwrap()
     }

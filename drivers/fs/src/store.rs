@@ -18,6 +18,7 @@ use crate::layout::{self, Layout, RECORD_SUFFIX};
 
 /// Why a store operation (other than a read) failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// An I/O operation failed; the error names the path.
     #[error(transparent)]
@@ -50,7 +51,7 @@ pub enum StoreError {
     },
     /// Something other than a directory sits where the store needs one.
     #[error(
-        "{} is not a directory; move it away or choose another store (--store DIR or AGENTRUN_HOME)",
+        "{} is not a directory; move it away or choose another store",
         .path.display()
     )]
     NotADirectory {
@@ -58,7 +59,9 @@ pub enum StoreError {
         path: PathBuf,
     },
     /// No environment variable locates a default store.
-    #[error("cannot locate the store: set AGENTRUN_HOME (or HOME), or pass --store DIR")]
+    #[error(
+        "cannot locate the default store: set AGENTRUN_HOME (or HOME), or open a store by path"
+    )]
     NoHome,
     /// The preview limits of a capture are invalid.
     #[error("invalid preview limits: {0}")]

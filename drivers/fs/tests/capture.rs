@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 use agentrun_core::capture::CaptureError;
 use agentrun_core::record::RecordOutput;
 use agentrun_core::{
-    ArtifactUri, ByteRange, Channel, Completion, Digest, FullOutput, Manifest, OutputDeclaration,
-    PageRequest, PreviewLimits, Status, StreamName,
+    ArtifactUri, ByteRange, CaptureCompletion, CaptureStatus, Digest, FullOutput, Manifest,
+    OutputChannel, OutputDeclaration, PageRequest, PreviewLimits, StreamName,
 };
 use agentrun_fs::{CaptureWriteError, StoreError};
 use common::*;
@@ -112,9 +112,9 @@ fn full_completion_goes_through_the_same_pipeline() {
     let s = store
         .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
         .unwrap();
-    let full = Completion::Full {
+    let full = CaptureCompletion::Full {
         display: Some("done".into()),
-        status: Status::Succeeded,
+        status: CaptureStatus::Succeeded,
         outputs: FullOutput::Single(b"all at once\n".to_vec()),
     };
     let record = s.finish(full).unwrap();
@@ -127,9 +127,9 @@ fn full_completion_goes_through_the_same_pipeline() {
     let decl = OutputDeclaration::stdout_stderr();
     let s = store.begin_capture(decl, PreviewLimits::default()).unwrap();
     let stderr = StreamName::new("stderr").unwrap();
-    let full = Completion::Full {
+    let full = CaptureCompletion::Full {
         display: None,
-        status: Status::Failed,
+        status: CaptureStatus::Failed,
         outputs: FullOutput::Named(vec![(stderr, b"boom\n".to_vec())]),
     };
     let record = s.finish(full).unwrap();
@@ -147,11 +147,12 @@ fn full_completion_after_streamed_chunks_is_refused_and_keeps_the_streamed_outpu
     let mut s = store
         .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
         .unwrap();
-    s.write_channel(&Channel::Single, b"streamed").unwrap();
+    s.write_channel(&OutputChannel::Single, b"streamed")
+        .unwrap();
     let dir = s.dir().to_owned();
-    let full = Completion::Full {
+    let full = CaptureCompletion::Full {
         display: None,
-        status: Status::Succeeded,
+        status: CaptureStatus::Succeeded,
         outputs: FullOutput::Single(b"again".to_vec()),
     };
     let err = s.finish(full).unwrap_err();
@@ -164,7 +165,7 @@ fn full_completion_after_streamed_chunks_is_refused_and_keeps_the_streamed_outpu
     // Refusing the completion loses nothing that was streamed.
     let record = store.record(run_id).unwrap();
     assert!(record.incomplete);
-    assert_eq!(record.status, Status::Failed);
+    assert_eq!(record.status, CaptureStatus::Failed);
     assert_eq!(
         read_all_pages(&store, &record.output_uri(), 10).unwrap(),
         b"streamed"
@@ -184,7 +185,7 @@ fn chunks_that_do_not_fit_the_declaration_are_rejected() {
         "{err}"
     );
     assert!(matches!(
-        s.resolve(&Channel::Single),
+        s.resolve(&OutputChannel::Single),
         Err(CaptureWriteError::Rejected(_))
     ));
     s.write_channel(&named("stdout"), b"ok\n").unwrap();
@@ -223,7 +224,7 @@ fn a_dropped_session_leaves_nothing_behind() {
     let mut s = store
         .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
         .unwrap();
-    s.write_channel(&Channel::Single, b"never finished")
+    s.write_channel(&OutputChannel::Single, b"never finished")
         .unwrap();
     let dir = s.dir().to_owned();
     assert!(dir.join("lock").exists());
@@ -299,17 +300,17 @@ fn concurrent_sessions_get_distinct_run_ids() {
 
 #[test]
 fn failed_and_cancelled_runs_publish_what_was_accepted_marked_incomplete() {
-    for status in [Status::Failed, Status::Cancelled] {
+    for status in [CaptureStatus::Failed, CaptureStatus::Cancelled] {
         let (_tmp, store) = store();
         let mut s = store
             .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
             .unwrap();
-        let stdout = Channel::Named(StreamName::new("stdout").unwrap());
+        let stdout = OutputChannel::Named(StreamName::new("stdout").unwrap());
         s.write_channel(&stdout, b"partial line 1\npartial")
             .unwrap();
         s.display("still running");
         let record = s
-            .finish(Completion::Streamed {
+            .finish(CaptureCompletion::Streamed {
                 display: None,
                 status,
             })

@@ -9,7 +9,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use agentrun_core::{Channel, OutputDeclaration, PreviewLimits};
+use agentrun_core::{OutputChannel, OutputDeclaration, PreviewLimits};
 use agentrun_fs::{GcOptions, Store};
 use common::*;
 
@@ -84,6 +84,6 @@ fn sigkill_at_any_point_leaves_a_consistent_store() {
     let mut s = store
         .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
         .unwrap();
-    s.write_channel(&Channel::Single, b"after\n").unwrap();
+    s.write_channel(&OutputChannel::Single, b"after\n").unwrap();
     s.finish(done()).unwrap();
 }

@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use agentrun_core::record::RecordOutput;
 use agentrun_core::{
-    ArtifactUri, Channel, Completion, Digest, OutputDeclaration, PageRequest, PreviewLimits,
-    Status, StreamName,
+    ArtifactUri, CaptureCompletion, CaptureStatus, Digest, OutputChannel, OutputDeclaration,
+    PageRequest, PreviewLimits, StreamName,
 };
 use agentrun_fs::{GcOptions, GcReport, StoreError};
 use common::*;
@@ -140,7 +140,7 @@ fn gc_beside_a_live_capture_deletes_nothing_of_it() {
         .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
         .unwrap();
     let content = lines(10_000);
-    let stdout = Channel::Named(StreamName::new("stdout").unwrap());
+    let stdout = OutputChannel::Named(StreamName::new("stdout").unwrap());
     session.write_channel(&stdout, &content[..300_000]).unwrap();
     let before: Vec<_> = fs::read_dir(session.dir())
         .unwrap()
@@ -234,11 +234,12 @@ fn expired_records_stop_rooting_their_artifacts() {
     let mut s = store
         .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
         .unwrap();
-    s.write_channel(&Channel::Single, b"old output\n").unwrap();
+    s.write_channel(&OutputChannel::Single, b"old output\n")
+        .unwrap();
     let record = s
-        .finish(Completion::Streamed {
+        .finish(CaptureCompletion::Streamed {
             display: None,
-            status: Status::Succeeded,
+            status: CaptureStatus::Succeeded,
         })
         .unwrap();
     // Within the retention period the record and its artifact stay.

@@ -9,7 +9,7 @@ use agentrun_core::capture::FullOutput;
 use agentrun_core::page::{ByteRange, MAX_PAGE_LINES, PageRequest};
 use agentrun_core::process::{ProcessResult, RunOptions, StdinMode};
 use agentrun_core::sink::ResultSink;
-use agentrun_core::{ArtifactUri, Completion, OutputDeclaration, Status};
+use agentrun_core::{ArtifactUri, CaptureCompletion, CaptureStatus, OutputDeclaration};
 use agentrun_fs::Store;
 use agentrun_tokio::{RunError, Runner};
 use rmcp::model::{
@@ -283,9 +283,9 @@ fn retain_answer(store: &Store, answer: String, limits: agentrun_core::PreviewLi
     let retained = store
         .begin_capture(OutputDeclaration::Single, limits)
         .and_then(|session| {
-            session.finish(Completion::Full {
+            session.finish(CaptureCompletion::Full {
                 display: None,
-                status: Status::Succeeded,
+                status: CaptureStatus::Succeeded,
                 outputs: FullOutput::Single(answer.into_bytes()),
             })
         });

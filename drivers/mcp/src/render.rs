@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use agentrun_core::page::MAX_PAGE_BYTES;
-use agentrun_core::process::{Exit, Outcome, ProcessResult};
+use agentrun_core::process::{Exit, ProcessResult, RunOutcome};
 use agentrun_core::{ArtifactUri, BytePage, Page, PageError, ResultRecord};
 use agentrun_fs::ReadError;
 use serde_json::{Value, json};
@@ -61,12 +61,12 @@ pub(crate) fn run_text(result: &ProcessResult, answer: &Answer, timeout: Duratio
 fn status_line(result: &ProcessResult, timeout: Duration) -> String {
     let took = format!("{:.1}s", result.duration.as_secs_f64());
     match (result.outcome, result.exit) {
-        (Outcome::TimedOut | Outcome::IdleTimedOut, _) => format!(
+        (RunOutcome::TimedOut | RunOutcome::IdleTimedOut, _) => format!(
             "[Timed out after {}s: the process group was stopped; the output above is what it \
              wrote until then]",
             timeout.as_secs()
         ),
-        (Outcome::Cancelled, _) => {
+        (RunOutcome::Cancelled, _) => {
             "[Cancelled: the process group was stopped; the output above is what it wrote until \
              then]"
                 .to_owned()

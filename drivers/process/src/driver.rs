@@ -28,8 +28,10 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use agentrun_core::lifecycle::{RunAction, RunLifecycle};
-use agentrun_core::process::{Exit, Outcome, ProcessResult, RunOptions};
-use agentrun_fs::Store;
+use agentrun_core::page::{BytePage, ByteRange, Page, PageRequest};
+use agentrun_core::process::{Exit, ProcessResult, RunOptions, RunOutcome};
+use agentrun_core::{ArtifactUri, ResultRecord};
+use agentrun_fs::{ReadError, Store, StoreError};
 use futures_lite::Stream;
 use rustix::process::{Pid, Signal};
 
@@ -98,6 +100,42 @@ impl<R: Runtime> Runner<R> {
         &self.store
     }
 
+    /// Reads one page of lines of an artifact ([`Store::read_page`]) on the runtime's
+    /// blocking pool, so an async caller never blocks its executor on the disk.
+    pub async fn read_page(
+        &self,
+        uri: &ArtifactUri,
+        request: PageRequest,
+    ) -> Result<Page, ReadError> {
+        let (store, uri) = (self.store.clone(), uri.clone());
+        self.blocking(move || store.read_page(&uri, request)).await
+    }
+
+    /// Reads a byte range of an artifact ([`Store::read_bytes`]) on the blocking pool.
+    pub async fn read_bytes(
+        &self,
+        uri: &ArtifactUri,
+        range: ByteRange,
+    ) -> Result<BytePage, ReadError> {
+        let (store, uri) = (self.store.clone(), uri.clone());
+        self.blocking(move || store.read_bytes(&uri, range)).await
+    }
+
+    /// Loads the result record of run `run_id` ([`Store::record`]) on the blocking pool.
+    pub async fn record(&self, run_id: &str) -> Result<ResultRecord, StoreError> {
+        let (store, run_id) = (self.store.clone(), run_id.to_owned());
+        self.blocking(move || store.record(&run_id)).await
+    }
+
+    /// Runs a store call on the blocking pool. A panic in it is resumed here, as if the call
+    /// had been made directly.
+    async fn blocking<T: Send + 'static>(&self, job: impl FnOnce() -> T + Send + 'static) -> T {
+        match self.runtime.spawn_blocking(job).await {
+            Ok(value) => value,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
     /// Describes one run of `options`; `.await` it (after choosing a live stdout tap or a stop
     /// input on the returned [`RunBuilder`]) to run the process to its end (exit, timeout,
     /// idle timeout or cancellation) and get its result. Dropping the future cancels the run:
@@ -155,7 +193,7 @@ impl<'a, R: Runtime> RunBuilder<'a, R> {
 
     /// Stops the run when `stop` resolves (for example on a signal the caller received): the
     /// group is stopped as on a timeout, the output captured so far is finalized as
-    /// cancelled, and the result says `Outcome::Cancelled`. Unlike dropping the future, this
+    /// cancelled, and the result says `RunOutcome::Cancelled`. Unlike dropping the future, this
     /// waits for the child to be stopped and reaped and returns the result.
     pub fn stop_on(self, stop: impl Future<Output = ()> + Send + 'a) -> Self {
         self.cancel_on(futures_lite::stream::once_future(stop))
@@ -336,7 +374,7 @@ struct State<R: Runtime> {
 
 impl<R: Runtime> State<R> {
     /// Carries out the lifecycle's actions; `Some` when the run is over.
-    fn apply_actions(&mut self, now: Instant) -> Option<(Outcome, Option<Exit>)> {
+    fn apply_actions(&mut self, now: Instant) -> Option<(RunOutcome, Option<Exit>)> {
         while let Some(action) = self.lifecycle.poll_action() {
             let signal = match action {
                 RunAction::Signal(signal) => os::os_signal(signal),

@@ -22,7 +22,7 @@ pub use driver::{ChildProcess, RunBuilder, Runner, Runtime};
 pub mod api {
     pub use crate::live::RunError;
     pub use agentrun_core::process::{
-        Exit, OptionsError, Outcome, ProcessResult, RunOptions, StdinMode,
+        Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, StdinMode,
     };
     pub use agentrun_core::sink::{
         DEFAULT_SINK_CAP, DEFAULT_SINK_VAR, FileKind, NotReadReason, ResultSink, SinkOutcome,

@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use agentrun_core::process::{
-    Exit, OptionsError, Outcome, ProcessResult, RunInfo, RunOptions, StdinMode,
+    Exit, OptionsError, ProcessResult, RunInfo, RunOptions, RunOutcome, StdinMode,
 };
 use agentrun_core::sink::SinkOutcome;
 use agentrun_core::stream::StreamIndex;
-use agentrun_core::{Completion, Status};
+use agentrun_core::{CaptureCompletion, CaptureStatus};
 use agentrun_fs::{PreparedSink, Store, StoreError};
 
 use crate::os::{self, Activity, SharedSession, StdoutObserver};
@@ -220,7 +220,7 @@ impl LiveRun {
     /// result. The pumps stop at their next chunk.
     pub(crate) fn finish(
         self,
-        outcome: Outcome,
+        outcome: RunOutcome,
         exit: Option<Exit>,
     ) -> Result<ProcessResult, RunError> {
         let taken = self
@@ -254,7 +254,7 @@ impl LiveRun {
                 .map_or(0, |d| d.as_millis() as u64),
             duration_ms: self.started.elapsed().as_millis() as u64,
         });
-        let record = session.finish(Completion::Streamed {
+        let record = session.finish(CaptureCompletion::Streamed {
             display: None,
             status: outcome.capture_status(),
         })?;
@@ -279,9 +279,9 @@ impl LiveRun {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         if let Some(session) = taken {
-            let _ = session.finish(Completion::Streamed {
+            let _ = session.finish(CaptureCompletion::Streamed {
                 display: None,
-                status: Status::Cancelled,
+                status: CaptureStatus::Cancelled,
             });
         }
         drop(self.sink);

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use agentrun_core::harness::StopSignal;
 use agentrun_core::process::{Exit, RunOptions, StdinMode};
-use agentrun_core::stream::{Channel, OutputDeclaration, StreamIndex};
+use agentrun_core::stream::{OutputChannel, OutputDeclaration, StreamIndex};
 use agentrun_fs::CaptureSession;
 use rustix::process::{Pid, Signal};
 
@@ -86,14 +86,14 @@ pub fn command(options: &RunOptions, sink: Option<&Path>) -> Command {
 /// The channel a child pipe (`stdout` or `stderr`) is captured into: the declared stream of
 /// that name, or for single output the stdout pipe. Pipes not captured are connected to
 /// `/dev/null` rather than left unread (an unread pipe would block the child).
-pub fn captures(options: &RunOptions, pipe: &str) -> Option<Channel> {
+pub fn captures(options: &RunOptions, pipe: &str) -> Option<OutputChannel> {
     match &options.declaration {
-        OutputDeclaration::Single => (pipe == "stdout").then_some(Channel::Single),
+        OutputDeclaration::Single => (pipe == "stdout").then_some(OutputChannel::Single),
         OutputDeclaration::Named(names) => names
             .iter()
             .find(|n| n.as_str() == pipe)
             .cloned()
-            .map(Channel::Named),
+            .map(OutputChannel::Named),
     }
 }
 
@@ -117,6 +117,7 @@ pub fn os_signal(signal: StopSignal) -> Signal {
 
 /// Whether a signal sent to a process group found a process in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Delivery {
     /// The group exists (the signal was sent).
     Sent,

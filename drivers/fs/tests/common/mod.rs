@@ -5,8 +5,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use agentrun_core::{
-    ArtifactUri, Channel, Completion, Digest, OutputDeclaration, PageRequest, PreviewLimits,
-    ResultRecord, Status, StreamName,
+    ArtifactUri, CaptureCompletion, CaptureStatus, Digest, OutputChannel, OutputDeclaration,
+    PageRequest, PreviewLimits, ResultRecord, StreamName,
 };
 use agentrun_fs::{ReadError, Store};
 use tempfile::TempDir;
@@ -17,10 +17,10 @@ pub fn store() -> (TempDir, Store) {
     (tmp, store)
 }
 
-pub fn done() -> Completion {
-    Completion::Streamed {
+pub fn done() -> CaptureCompletion {
+    CaptureCompletion::Streamed {
         display: None,
-        status: Status::Succeeded,
+        status: CaptureStatus::Succeeded,
     }
 }
 
@@ -30,7 +30,7 @@ pub fn capture_single(store: &Store, content: &[u8], chunk: usize) -> ResultReco
         .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
         .unwrap();
     for c in content.chunks(chunk.max(1)) {
-        s.write_channel(&Channel::Single, c).unwrap();
+        s.write_channel(&OutputChannel::Single, c).unwrap();
     }
     s.finish(done()).unwrap()
 }
@@ -46,8 +46,8 @@ pub fn capture_named(store: &Store, streams: &[(&str, &[u8])]) -> ResultRecord {
     s.finish(done()).unwrap()
 }
 
-pub fn named(name: &str) -> Channel {
-    Channel::Named(StreamName::new(name).unwrap())
+pub fn named(name: &str) -> OutputChannel {
+    OutputChannel::Named(StreamName::new(name).unwrap())
 }
 
 pub fn uri(digest: Digest) -> ArtifactUri {
