@@ -115,6 +115,105 @@ PREVIEWS = {
 }
 
 
+# --- capture --------------------------------------------------------------------------------
+# Write outcomes of a chunk: 0 written, 1 write fails, 2 written but its index write fails.
+
+
+def cap_chunk(stream, data, write=0, repeat=1):
+    assert len(data) <= 255 and 1 <= repeat <= 32
+    return bytes([0, stream, write, repeat - 1, len(data)]) + data
+
+
+def cap_fault(stream, message, repeat=1):
+    data = message.encode()
+    assert len(data) <= 255 and 1 <= repeat <= 4
+    return bytes([3, stream, repeat - 1, len(data)]) + data
+
+
+def cap_display(text):
+    data = text.encode()
+    return bytes([4, len(data)]) + data
+
+
+def cap_foreign(named):
+    return bytes([5, int(named)])
+
+
+def final_display(text):
+    if text is None:
+        return b"\x00"
+    data = text.encode()
+    return bytes([1, len(data)]) + data
+
+
+def cap_streamed(display=None):
+    return bytes([6]) + final_display(display)
+
+
+def cap_full(outputs, display=None, misfit=False):
+    """outputs: (stream, data, write fails, repeat) per supplied output."""
+    out = bytes([7]) + final_display(display) + bytes([int(misfit), len(outputs)])
+    for stream, data, fails, repeat in outputs:
+        out += bytes([stream, int(fails), repeat - 1, len(data)]) + data
+    return out
+
+
+def capture_seed(ops, *, max_lines=50, max_bytes=4096, tail=0, payload_extra=0, status=0,
+                 display_bound=1024, names=(), pages=(2000,)):
+    head = bytes([max_lines - 1]) + struct.pack("<H", max_bytes - 1)
+    head += bytes([tail]) + struct.pack("<H", payload_extra) + bytes([status])
+    head += struct.pack("<H", display_bound - 1) + bytes([len(names)])
+    for name in names:
+        head += name_field(name)
+    head += bytes([len(pages) - 1]) + b"".join(struct.pack("<H", p - 1) for p in pages)
+    return head + b"".join(ops)
+
+
+OUT_ERR = ("stdout", "stderr")
+CAPTURES = {
+    "write-fault-stops-the-stream": capture_seed(
+        [cap_chunk(0, b"o1\n"), cap_chunk(1, b"e1\n"), cap_chunk(1, b"lost\n", write=1),
+         cap_chunk(1, b"refused\n"), cap_chunk(0, LINES40[:100], repeat=3), cap_streamed()],
+        max_lines=5, names=OUT_ERR),
+    "index-write-fails-after-a-block": capture_seed(
+        [cap_chunk(0, b"x" * 254 + b"\n"), cap_chunk(0, b"y" * 255, write=2, repeat=32),
+         cap_chunk(0, b"refused")],
+        max_bytes=100, tail=2),
+    "fault-of-no-stream-while-succeeded": capture_seed(
+        [cap_chunk(0, b"all\n"), cap_fault(9, "disk quota exceeded"), cap_chunk(0, b"more\n")]),
+    "fault-message-cut-in-multibyte": capture_seed(
+        [cap_fault(0, "\u00e9\u20ac\U0001F600" * 25, repeat=3), cap_fault(1, "second")],
+        names=OUT_ERR, status=2),
+    "live-display-bound-multibyte": capture_seed(
+        [cap_display("abc\u00e9"), cap_chunk(0, b"x\n"), cap_display("\u20acdef"),
+         cap_display("\U0001F600")],
+        display_bound=6),
+    "final-display-replaces-live": capture_seed(
+        [cap_display("working"), cap_chunk(0, b"done\n"), cap_streamed("final text")]),
+    "foreign-channels-refused": capture_seed(
+        [cap_foreign(True), cap_foreign(False), cap_chunk(0, b"kept\n"), cap_foreign(True)],
+        names=("results",)),
+    "full-named-one-write-fails": capture_seed(
+        [cap_display("tool ran"),
+         cap_full([(0, LINES40[:120], False, 4), (2, b"diag\n", True, 1),
+                   (1, b"e\n", False, 1)], display="final")],
+        max_lines=3, max_bytes=200, tail=1, names=("a", "b", "c")),
+    "full-after-faulted-stream": capture_seed(
+        [cap_fault(1, "pipe broke"), cap_full([(0, b"out\n", False, 1), (1, b"err\n", False, 1)])],
+        names=OUT_ERR),
+    "full-single-long-line": capture_seed(
+        [cap_full([(0, b"z" * 200, False, 32)])], max_bytes=300, tail=3),
+    "full-after-streaming-is-mixed": capture_seed(
+        [cap_chunk(0, b"streamed\n"), cap_full([(0, b"again\n", False, 1)])]),
+    "full-names-a-stream-twice": capture_seed(
+        [cap_full([(1, b"first\n", False, 1), (1, b"second\n", False, 1)])], names=OUT_ERR),
+    "full-wrong-shape-named": capture_seed(
+        [cap_full([(0, b"single\n", False, 1)], misfit=True)], names=OUT_ERR),
+    "full-wrong-shape-single": capture_seed(
+        [cap_full([(0, b"named\n", False, 1)], misfit=True)]),
+}
+
+
 # --- page -----------------------------------------------------------------------------------
 
 
@@ -243,6 +342,8 @@ def main():
         write("preview", name, data)
     for name, data in PAGES.items():
         write("page", name, data)
+    for name, data in CAPTURES.items():
+        write("capture", name, data)
     for name, data in COMPACTION.items():
         write("compaction", name, data)
 

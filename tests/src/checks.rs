@@ -5,13 +5,16 @@
 //! splitting, the URI grammar, lossy decoding), not against the core's own helpers, so a bug in
 //! a core helper cannot hide itself.
 
-use agentrun_core::capture::{CaptureError, DEFAULT_DISPLAY_BYTES};
+use agentrun_core::capture::{
+    CaptureError, CaptureFault, CaptureSummary, DEFAULT_DISPLAY_BYTES, MAX_FAULT_BYTES,
+};
 use agentrun_core::index::{
     self, BLOCK_SIZE, ENTRY_LEN, HEADER_LEN, IndexEntry, IndexHeader, block_of_newline,
 };
 use agentrun_core::manifest::{Manifest, ManifestEntry};
 use agentrun_core::page::{self, ByteRange, MAX_PAGE_BYTES, PageCursor, PageError, PageRequest};
 use agentrun_core::record::{RecordOutput, ResultRecord, StreamRecord};
+use agentrun_core::stream::StreamIndex;
 use agentrun_core::{
     ArtifactUri, Capture, CaptureStatus, Digest, FullOutput, OutputChannel, OutputDeclaration,
     PreviewLimits, StreamName,
@@ -216,18 +219,7 @@ pub fn check_preview(case: &PreviewCase) -> PreviewOutcome {
     }
     let summary = capture.finish(None, case.status);
 
-    // The capture's line index is the one of the whole stream, whatever the chunking.
-    for (i, s) in summary.streams.iter().enumerate() {
-        let mut sidecar = s.index_header.encode().to_vec();
-        for (block, entry) in polled_entries[i].iter().chain(&s.index_entries).enumerate() {
-            sidecar.extend_from_slice(&entry.encode(block as u64));
-        }
-        assert_eq!(
-            sidecar,
-            index::encode_index_of(&streams[i], BLOCK_SIZE),
-            "index of stream {i}"
-        );
-    }
+    check_index_entries(&summary, &polled_entries, &streams);
 
     let record = ResultRecord::from_summary("check".into(), &summary);
     assert_eq!(
@@ -243,37 +235,95 @@ pub fn check_preview(case: &PreviewCase) -> PreviewOutcome {
         assert!(record.display().len() <= DEFAULT_DISPLAY_BYTES);
     }
 
+    assert_eq!(record.incomplete, case.status != CaptureStatus::Succeeded);
+    let rendered = check_rendering(
+        &record,
+        declaration,
+        &streams,
+        &case.limits,
+        &case.page_limits,
+    );
+    PreviewOutcome {
+        record,
+        rendered,
+        streams,
+    }
+}
+
+/// The capture's line index (the entries polled while capturing, then those left at finish) is
+/// the one of each whole stream, whatever the chunking.
+fn check_index_entries(
+    summary: &CaptureSummary,
+    polled_entries: &[Vec<IndexEntry>],
+    streams: &[Vec<u8>],
+) {
+    for (i, s) in summary.streams.iter().enumerate() {
+        let mut sidecar = s.index_header.encode().to_vec();
+        for (block, entry) in polled_entries[i].iter().chain(&s.index_entries).enumerate() {
+            sidecar.extend_from_slice(&entry.encode(block as u64));
+        }
+        assert_eq!(
+            sidecar,
+            index::encode_index_of(&streams[i], BLOCK_SIZE),
+            "index of stream {i}"
+        );
+    }
+}
+
+/// Renders `record` (whose streams received exactly `streams`) and checks the rendering: it fits
+/// the payload bound, an incomplete run says so first (with its status or first capture fault),
+/// names, digests and counts are exact, and per stream the preview, hint, recovery through
+/// `read` pages and tail view hold (see [`check_preview`]). Returns the rendering.
+pub fn check_rendering(
+    record: &ResultRecord,
+    declaration: &OutputDeclaration,
+    streams: &[Vec<u8>],
+    limits: &PreviewLimits,
+    page_limits: &[u64],
+) -> String {
     let rendered = record.render();
-    let limits = &case.limits;
     assert!(
         rendered.len() <= limits.max_payload_bytes,
         "rendered {} bytes over the payload bound {}",
         rendered.len(),
         limits.max_payload_bytes
     );
-    assert_eq!(record.incomplete, case.status != CaptureStatus::Succeeded);
     if record.incomplete {
-        assert!(
-            rendered.starts_with("[Incomplete output: the run "),
-            "{rendered}"
-        );
+        let marker = match record.status {
+            CaptureStatus::Succeeded => "[Incomplete output: capture failed".to_owned(),
+            status => format!("[Incomplete output: the run {}", status.as_str()),
+        };
+        assert!(rendered.starts_with(&marker), "{rendered}");
+        if let Some(fault) = record.faults.first() {
+            let status_line = rendered.lines().next().unwrap_or_default();
+            assert!(
+                rendered.contains(&fault.message),
+                "first fault {fault:?} not in {status_line:?}"
+            );
+        }
+    } else {
+        assert!(!rendered.starts_with("[Incomplete output: "));
     }
 
-    let manifest_digest = check_output_shape(&record, declaration, &streams);
-    for (i, (s, content)) in record.streams().iter().zip(&streams).enumerate() {
+    let manifest_digest = check_output_shape(record, declaration, streams);
+    for (i, (s, content)) in record.streams().iter().zip(streams).enumerate() {
         let uri = match (&manifest_digest, &s.name) {
             (Some(m), Some(name)) => format!("artifact://{m}/{name}"),
             _ => format!("artifact://{}", Digest::of(content)),
         };
         assert_eq!(record.stream_uri(s).to_string(), uri);
-        check_stream(s, content, limits, n, &rendered, &uri, &case.page_limits)
-            .unwrap_or_else(|e| panic!("stream {i}: {e}"));
+        check_stream(
+            s,
+            content,
+            limits,
+            streams.len(),
+            &rendered,
+            &uri,
+            page_limits,
+        )
+        .unwrap_or_else(|e| panic!("stream {i}: {e}"));
     }
-    PreviewOutcome {
-        record,
-        rendered,
-        streams,
-    }
+    rendered
 }
 
 /// The record of the same invocation finished by a non-streaming tool: same displays, the whole
@@ -487,6 +537,364 @@ fn follow_pages(
         }
     }
     Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sequences of capture operations
+// ---------------------------------------------------------------------------------------------
+
+/// How a driver's write of one chunk went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// The chunk is on disk: the machine is told about it.
+    Written,
+    /// Writing the chunk failed: the machine gets a capture fault for the stream instead.
+    Failed,
+    /// The chunk is on disk but writing its line-index entries failed: the machine is told
+    /// about the chunk, then gets a capture fault for the stream.
+    IndexFailed,
+}
+
+/// One operation a driver performs on the capture machine before the completion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaptureOp {
+    /// A chunk for the declared stream at this index, written as said.
+    Chunk(usize, Vec<u8>, Write),
+    /// A chunk addressed to a channel the declaration lacks (see [`Delta::Foreign`]).
+    Foreign(bool),
+    /// A capture fault of one stream (`Some` index) or of none.
+    Fault(Option<usize>, String),
+    /// Display text.
+    Display(String),
+}
+
+/// How a [`CaptureCase`] ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// A streamed completion, with an optional final display.
+    Streamed(Option<String>),
+    /// A full completion: `(stream, bytes, write fails)` per supplied output, in order; for a
+    /// single declaration only the first is supplied (or an empty output when there is none).
+    /// `misfit` supplies the outputs in the other shape (named outputs to a single declaration,
+    /// a single output to named ones), which must be refused.
+    Full {
+        /// Final display.
+        display: Option<String>,
+        /// The outputs.
+        outputs: Vec<(usize, Vec<u8>, bool)>,
+        /// Supply them in the shape the declaration does not have.
+        misfit: bool,
+    },
+}
+
+/// A sequence of capture operations as a driver performs them, then a completion.
+#[derive(Debug, Clone)]
+pub struct CaptureCase {
+    /// The declaration.
+    pub declaration: OutputDeclaration,
+    /// Valid limits.
+    pub limits: PreviewLimits,
+    /// Bound of the live display (at least 1).
+    pub display_bound: usize,
+    /// The operations, in order.
+    pub ops: Vec<CaptureOp>,
+    /// The completion.
+    pub ending: Ending,
+    /// Terminal status (a refused full completion ends the run failed, as the store does).
+    pub status: CaptureStatus,
+    /// Line limits of the `read` pages that follow the hints (see [`PreviewCase`]).
+    pub page_limits: Vec<u64>,
+}
+
+/// What the machine must have been told, kept by the driver model of [`check_capture`].
+struct CaptureModel {
+    declaration: OutputDeclaration,
+    streams: Vec<Vec<u8>>,
+    polled: Vec<Vec<IndexEntry>>,
+    failed: Vec<bool>,
+    /// Whether a non-empty chunk was accepted (a full completion is then mixed mode).
+    streamed: bool,
+    faults: Vec<(Option<usize>, String)>,
+    display: String,
+}
+
+impl CaptureModel {
+    fn index(&self, i: usize) -> StreamIndex {
+        self.declaration
+            .resolve(&channel_of(&self.declaration, i))
+            .expect("a declared stream resolves")
+    }
+
+    fn fault(&mut self, capture: &mut Capture, stream: Option<usize>, message: String) {
+        let ix = stream.map(|i| {
+            self.failed[i] = true;
+            self.index(i)
+        });
+        capture.handle_capture_error(ix, &message);
+        self.faults.push((stream, message));
+    }
+
+    /// Tells the machine about a chunk written to stream `i` and drains its index entries.
+    fn accept(&mut self, capture: &mut Capture, i: usize, bytes: &[u8]) {
+        let ix = self.index(i);
+        capture.handle_chunk(ix, bytes);
+        self.polled[i].extend(std::iter::from_fn(|| capture.poll_index_entry(ix)));
+        self.streams[i].extend_from_slice(bytes);
+        assert_eq!(capture.stream_bytes(ix), self.streams[i].len() as u64);
+    }
+}
+/// Drives the capture machine through `case` as a driver does (resolve, write, tell the
+/// machine or report the fault, drain index entries, display, complete) and checks it against a
+/// model of what it was told:
+///
+/// * a declared channel resolves to its stream until that stream has a capture fault, then is
+///   refused (`Ok(None)`); undeclared channels are refused; accepted byte counts are exact;
+/// * a full completion is refused after streamed chunks (mixed mode), in the wrong shape or
+///   naming a stream twice; once accepted, every channel and a second one are refused;
+/// * faults are kept in order with their stream's name and a message cut to a character
+///   boundary within [`MAX_FAULT_BYTES`]; the live display keeps the newest text within its
+///   bound; a final display replaces it;
+/// * digests, counts, the line index, previews, hints, recovery of every byte through `read`
+///   pages and tail views are exact for the bytes each stream received ([`check_rendering`]);
+/// * the record depends only on those bytes, the faults, the display and the status: the same
+///   bytes streamed in one chunk per stream give the identical record.
+pub fn check_capture(case: &CaptureCase) -> ResultRecord {
+    let declaration = &case.declaration;
+    let n = declaration.channel_count();
+    let mut capture =
+        Capture::with_display_bound(declaration.clone(), case.limits, case.display_bound)
+            .expect("limits are valid");
+    let mut model = CaptureModel {
+        declaration: declaration.clone(),
+        streams: vec![Vec::new(); n],
+        polled: vec![Vec::new(); n],
+        failed: vec![false; n],
+        streamed: false,
+        faults: Vec::new(),
+        display: String::new(),
+    };
+    for op in &case.ops {
+        match op {
+            CaptureOp::Chunk(i, bytes, write) => {
+                let resolved = capture
+                    .resolve(&channel_of(declaration, *i))
+                    .expect("a declared channel resolves");
+                if model.failed[*i] {
+                    assert_eq!(resolved, None, "stream {i} accepted after its fault");
+                    continue;
+                }
+                assert_eq!(resolved, Some(model.index(*i)));
+                // The store writes nothing for an empty chunk, so it cannot fail.
+                if bytes.is_empty() {
+                    continue;
+                }
+                if *write != Write::Failed {
+                    model.accept(&mut capture, *i, bytes);
+                    model.streamed = true;
+                }
+                if *write != Write::Written {
+                    model.fault(&mut capture, Some(*i), format!("write {write:?} on {i}"));
+                }
+            }
+            CaptureOp::Foreign(named) => {
+                let channel = foreign_channel(declaration, *named);
+                assert!(
+                    matches!(
+                        capture.resolve(&channel),
+                        Err(CaptureError::OutputChannel(_))
+                    ),
+                    "chunk for {channel:?} accepted by {declaration:?}"
+                );
+            }
+            CaptureOp::Fault(stream, message) => {
+                model.fault(&mut capture, *stream, message.clone());
+            }
+            CaptureOp::Display(text) => {
+                capture.handle_display(text);
+                model.display.push_str(text);
+            }
+        }
+    }
+
+    let (display, status) = match &case.ending {
+        Ending::Streamed(display) => (display.clone(), case.status),
+        Ending::Full {
+            display,
+            outputs,
+            misfit,
+        } => {
+            let status = complete_full(&mut capture, &mut model, outputs, *misfit, case.status);
+            (display.clone(), status)
+        }
+    };
+    let summary = capture.finish(display.clone(), status);
+    check_index_entries(&summary, &model.polled, &model.streams);
+
+    let faults: Vec<CaptureFault> = model
+        .faults
+        .iter()
+        .map(|(stream, message)| CaptureFault {
+            stream: stream.and_then(|i| declaration.name(model.index(i)).cloned()),
+            message: message.clone(),
+        })
+        .collect();
+    assert_eq!(summary.faults.len(), faults.len());
+    for (got, sent) in summary.faults.iter().zip(&faults) {
+        assert_eq!(got.stream, sent.stream);
+        check_cut(&sent.message, &got.message, MAX_FAULT_BYTES, true);
+    }
+    match &display {
+        Some(text) => assert_eq!(&summary.display, text),
+        None => check_cut(&model.display, &summary.display, case.display_bound, false),
+    }
+
+    let record = ResultRecord::from_summary("check".into(), &summary);
+    assert_eq!(record.status, status);
+    assert_eq!(
+        record.incomplete,
+        status != CaptureStatus::Succeeded || !faults.is_empty()
+    );
+    check_rendering(
+        &record,
+        declaration,
+        &model.streams,
+        &case.limits,
+        &case.page_limits,
+    );
+
+    // The same outcome reached by streaming each stream's bytes in one chunk.
+    let mut again = Capture::new(declaration.clone(), case.limits).expect("limits are valid");
+    for (i, bytes) in model.streams.iter().enumerate() {
+        again.handle_chunk(model.index(i), bytes);
+    }
+    for (stream, message) in &model.faults {
+        again.handle_capture_error(stream.map(|i| model.index(i)), message);
+    }
+    let again = ResultRecord::from_summary(
+        "check".into(),
+        &again.finish(Some(summary.display.clone()), status),
+    );
+    assert_eq!(again, record, "record depends on how the bytes arrived");
+    record
+}
+
+/// A full completion as the store performs it: refused (mixed mode, wrong shape, a stream
+/// named twice) → a capture fault of no stream and a failed run; accepted → each output
+/// written unless its stream already failed. Returns the run's status.
+fn complete_full(
+    capture: &mut Capture,
+    model: &mut CaptureModel,
+    outputs: &[(usize, Vec<u8>, bool)],
+    misfit: bool,
+    status: CaptureStatus,
+) -> CaptureStatus {
+    let declaration = model.declaration.clone();
+    let supplied = match (&declaration, misfit) {
+        (OutputDeclaration::Single, false) | (OutputDeclaration::Named(_), true) => {
+            let bytes = outputs.first().map(|o| o.1.clone()).unwrap_or_default();
+            FullOutput::Single(bytes)
+        }
+        (OutputDeclaration::Named(names), false) => FullOutput::Named(
+            outputs
+                .iter()
+                .map(|(i, bytes, _)| (names[*i].clone(), bytes.clone()))
+                .collect(),
+        ),
+        (OutputDeclaration::Single, true) => FullOutput::Named(vec![(
+            StreamName::new("undeclared").unwrap(),
+            outputs.first().map(|o| o.1.clone()).unwrap_or_default(),
+        )]),
+    };
+    let mut seen = Vec::new();
+    let duplicate = outputs.iter().find_map(|(i, _, _)| {
+        let repeated = seen.contains(i);
+        seen.push(*i);
+        repeated.then_some(*i)
+    });
+    let expected = if model.streamed {
+        Some(CaptureError::MixedCompletion)
+    } else if misfit {
+        None // a channel error: checked by its variant below
+    } else if let (OutputDeclaration::Named(names), Some(i)) = (&declaration, duplicate) {
+        Some(CaptureError::DuplicateFullOutput(names[i].clone()))
+    } else {
+        None
+    };
+    match capture.begin_full(supplied) {
+        Err(error) => {
+            match &expected {
+                Some(e) => assert_eq!(&error, e),
+                None => assert!(
+                    misfit && matches!(error, CaptureError::OutputChannel(_)),
+                    "full output refused: {error}"
+                ),
+            }
+            model.fault(capture, None, error.to_string());
+            CaptureStatus::Failed
+        }
+        Ok(feeds) => {
+            assert!(
+                expected.is_none() && !misfit,
+                "full output accepted, expected {expected:?} (misfit {misfit})"
+            );
+            for (ix, bytes) in feeds {
+                let i = (0..model.streams.len())
+                    .find(|&i| model.index(i) == ix)
+                    .expect("a declared stream");
+                let fails = match &declaration {
+                    OutputDeclaration::Single => outputs.first().is_some_and(|o| o.2),
+                    OutputDeclaration::Named(_) => {
+                        outputs.iter().find(|o| o.0 == i).is_some_and(|o| o.2)
+                    }
+                };
+                if model.failed[i] || bytes.is_empty() {
+                    continue;
+                }
+                if fails {
+                    model.fault(capture, Some(i), format!("full write on {i}"));
+                } else {
+                    model.accept(capture, i, &bytes);
+                }
+            }
+            let channel = channel_of(&declaration, 0);
+            assert_eq!(
+                capture.resolve(&channel),
+                Err(CaptureError::FullSuppliedTwice)
+            );
+            assert_eq!(
+                capture.begin_full(FullOutput::Named(Vec::new())),
+                Err(CaptureError::FullSuppliedTwice)
+            );
+            status
+        }
+    }
+}
+
+/// `kept` is what a bounded buffer kept of `sent`: all of it when it fits `bound`, else the
+/// longest prefix (`head`) or suffix (otherwise) within `bound` that starts and ends on
+/// character boundaries.
+fn check_cut(sent: &str, kept: &str, bound: usize, head: bool) {
+    if sent.len() <= bound {
+        assert_eq!(kept, sent);
+        return;
+    }
+    assert!(
+        kept.len() <= bound,
+        "{} bytes kept over {bound}",
+        kept.len()
+    );
+    let next = if head {
+        assert!(sent.starts_with(kept), "{kept:?} is not a prefix");
+        sent[kept.len()..].chars().next()
+    } else {
+        assert!(sent.ends_with(kept), "{kept:?} is not a suffix");
+        sent[..sent.len() - kept.len()].chars().next_back()
+    };
+    let next = next.expect("something was cut");
+    assert!(
+        kept.len() + next.len_utf8() > bound,
+        "{next:?} would still fit the bound {bound}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ use agentrun_core::harness::fuzzing;
 use agentrun_core::limits::MIN_PAYLOAD_BYTES;
 use agentrun_core::{CaptureStatus, OutputDeclaration, PreviewLimits};
 
-use crate::checks::{self, Delta, PageCase, PreviewCase};
+use crate::checks::{self, CaptureCase, CaptureOp, Delta, Ending, PageCase, PreviewCase, Write};
 use crate::compaction_checks;
 
 /// Most stream bytes one preview input may expand to. Keeps every run fast (paging a stream
@@ -29,6 +29,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("uri", uri),
     ("preview", preview),
     ("page", page),
+    ("capture", capture),
     ("harness_claude", harness_claude),
     ("harness_grok", harness_grok),
     ("harness_agy", harness_agy),
@@ -123,23 +124,11 @@ pub fn preview(data: &[u8]) {
 
 fn preview_case(data: &[u8]) -> PreviewCase {
     let mut input = Input(data);
-    let limits = PreviewLimits {
-        max_lines: 1 + u64::from(input.byte() % 50),
-        max_bytes: 1 + usize::from(input.u16() % 4096),
-        tail_lines: u64::from(input.byte() % 6),
-        max_payload_bytes: MIN_PAYLOAD_BYTES + usize::from(input.u16()),
-    };
-    let status = [
-        CaptureStatus::Succeeded,
-        CaptureStatus::Failed,
-        CaptureStatus::Cancelled,
-    ][usize::from(input.byte() % 3)];
+    let limits = limits(&mut input);
+    let status = status(&mut input);
     let declaration = declaration(&mut input);
     let streams = declaration.channel_count();
-    let pages = 1 + input.byte() % 4;
-    let page_limits = (0..pages)
-        .map(|_| 1 + u64::from(input.u16() % 2000))
-        .collect();
+    let page_limits = page_limits(&mut input);
 
     let mut deltas = Vec::new();
     let mut total = 0;
@@ -175,6 +164,138 @@ fn preview_case(data: &[u8]) -> PreviewCase {
         status,
         page_limits,
     }
+}
+
+/// Most stream bytes one capture input may expand to, all streams together (see
+/// [`MAX_PREVIEW_STREAM_BYTES`]).
+pub const MAX_CAPTURE_STREAM_BYTES: usize = 32 * 1024;
+
+/// Capture target: random sequences of the operations a driver performs on the capture
+/// machine, checked by [`checks::check_capture`]. Layout:
+///
+/// ```text
+/// limits and status as in the preview target, then
+/// u16 display bound = 1 + v % 1024
+/// declaration and pages as in the preview target
+/// then operations until the input ends (a streamed completion) or a completion, each u8 op:
+///     op % 8 == 0, 1, 2: chunk  u8 stream (% streams), u8 write (% 3: written, write fails,
+///                               index write fails), u8 repeat = 1 + b % 32, u8 len, bytes
+///     op % 8 == 3: fault        u8 stream (>= streams: no stream), u8 repeat = 1 + b % 4,
+///                               u8 len, message bytes (lossily decoded, repeated)
+///     op % 8 == 4: display      u8 len, bytes (lossily decoded)
+///     op % 8 == 5: foreign      u8 named (odd)
+///     op % 8 == 6: streamed completion   final display (below)
+///     op % 8 == 7: full completion       final display, u8 flags (bit 0: wrong shape),
+///                               u8 outputs = b % 10, each: u8 stream, u8 write fails (odd),
+///                               u8 repeat, u8 len, bytes
+/// final display: u8 b; odd: u8 len, bytes; even: none (the live display stays)
+/// ```
+pub fn capture(data: &[u8]) {
+    checks::check_capture(&capture_case(data));
+}
+
+fn capture_case(data: &[u8]) -> CaptureCase {
+    let mut input = Input(data);
+    let limits = limits(&mut input);
+    let status = status(&mut input);
+    let display_bound = 1 + usize::from(input.u16() % 1024);
+    let declaration = declaration(&mut input);
+    let streams = declaration.channel_count();
+    let page_limits = page_limits(&mut input);
+
+    let mut total = 0;
+    let mut repeated = |input: &mut Input<'_>, max_repeat: u8| {
+        let repeat = 1 + usize::from(input.byte() % max_repeat);
+        let len = usize::from(input.byte());
+        let bytes = input.take(len).repeat(repeat);
+        let room = MAX_CAPTURE_STREAM_BYTES.saturating_sub(total);
+        total += bytes.len().min(room);
+        bytes[..bytes.len().min(room)].to_vec()
+    };
+    let final_display = |input: &mut Input<'_>| {
+        (input.byte() % 2 == 1).then(|| {
+            let len = usize::from(input.byte());
+            String::from_utf8_lossy(input.take(len)).into_owned()
+        })
+    };
+    let mut ops = Vec::new();
+    let ending = loop {
+        if input.is_empty() {
+            break Ending::Streamed(None);
+        }
+        match input.byte() % 8 {
+            0..=2 => {
+                let stream = usize::from(input.byte()) % streams;
+                let write = [Write::Written, Write::Failed, Write::IndexFailed]
+                    [usize::from(input.byte() % 3)];
+                ops.push(CaptureOp::Chunk(stream, repeated(&mut input, 32), write));
+            }
+            3 => {
+                let stream = usize::from(input.byte());
+                let message = String::from_utf8_lossy(&repeated(&mut input, 4)).into_owned();
+                ops.push(CaptureOp::Fault(
+                    (stream < streams).then_some(stream),
+                    message,
+                ));
+            }
+            4 => {
+                let len = usize::from(input.byte());
+                let text = String::from_utf8_lossy(input.take(len)).into_owned();
+                ops.push(CaptureOp::Display(text));
+            }
+            5 => ops.push(CaptureOp::Foreign(input.byte() % 2 == 1)),
+            6 => break Ending::Streamed(final_display(&mut input)),
+            _ => {
+                let display = final_display(&mut input);
+                let misfit = input.byte() & 1 == 1;
+                let outputs = (0..input.byte() % 10)
+                    .map(|_| {
+                        let stream = usize::from(input.byte()) % streams;
+                        let fails = input.byte() % 2 == 1;
+                        (stream, repeated(&mut input, 32), fails)
+                    })
+                    .collect();
+                break Ending::Full {
+                    display,
+                    outputs,
+                    misfit,
+                };
+            }
+        }
+    };
+    CaptureCase {
+        declaration,
+        limits,
+        display_bound,
+        ops,
+        ending,
+        status,
+        page_limits,
+    }
+}
+
+fn limits(input: &mut Input<'_>) -> PreviewLimits {
+    PreviewLimits {
+        max_lines: 1 + u64::from(input.byte() % 50),
+        max_bytes: 1 + usize::from(input.u16() % 4096),
+        tail_lines: u64::from(input.byte() % 6),
+        max_payload_bytes: MIN_PAYLOAD_BYTES + usize::from(input.u16()),
+    }
+}
+
+fn status(input: &mut Input<'_>) -> CaptureStatus {
+    [
+        CaptureStatus::Succeeded,
+        CaptureStatus::Failed,
+        CaptureStatus::Cancelled,
+    ][usize::from(input.byte() % 3)]
+}
+
+fn page_limits(input: &mut Input<'_>) -> Vec<u64> {
+    let pages = 1 + input.byte() % 4;
+    (0..pages)
+        .map(|_| 1 + u64::from(input.u16() % 2000))
+        .collect()
 }
 
 fn declaration(input: &mut Input<'_>) -> OutputDeclaration {
