@@ -375,13 +375,14 @@ impl RunOutcome {
 }
 
 /// The result of one process run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ProcessResult {
     /// How the run ended.
     pub outcome: RunOutcome,
     /// How the child ended (`None` if it never exited by itself and was not reaped as such).
     pub exit: Option<Exit>,
-    /// Wall-clock duration of the run.
+    /// Wall-clock duration of the run (serialized as `duration_ms`).
+    #[serde(rename = "duration_ms", serialize_with = "millis")]
     pub duration: Duration,
     /// The terminal record (artifact references, counts, previews).
     pub record: ResultRecord,
@@ -419,6 +420,10 @@ impl ProcessResult {
     pub fn stderr(&self) -> Option<&StreamRecord> {
         self.record.stream("stderr")
     }
+}
+
+fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

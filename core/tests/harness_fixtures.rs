@@ -403,7 +403,8 @@ fn opencode_every_recorded_stream() {
     assert_eq!(final_message(&c), "```\nhello\n```");
     assert_eq!(c.outcome.status, OutcomeStatus::Succeeded);
     let usage = c.report.usage.clone().expect("usage");
-    assert_eq!((usage.input_tokens, usage.output_tokens), (22443, 118));
+    // Input includes the cache reads OpenCode counts apart: 21772 + 671 + 21415.
+    assert_eq!((usage.input_tokens, usage.output_tokens), (43858, 118));
     assert_eq!(usage.cached_input_tokens, 21415);
 
     let (_, c) = run(Harness::OpenCode, "opencode/noldor-opencode-events.jsonl");
@@ -414,7 +415,7 @@ fn opencode_every_recorded_stream() {
     assert_eq!(final_message(&c), "alpha\nbravo\ncharlie");
     assert_eq!(
         c.report.summary.as_deref(),
-        Some("17913 input tokens, 9 output tokens")
+        Some("19577 input tokens, 38 output tokens")
     );
     no_drift(&c);
 
@@ -436,14 +437,18 @@ fn opencode_every_recorded_stream() {
 #[test]
 fn muse_streams() {
     let (progress, c) = run(Harness::Muse, "muse/agentrun-exec-synthetic.jsonl");
+    // One line per proposed tool task (a re-proposal of t2 is not repeated).
     assert_eq!(
         progress,
-        strings(&["session started", "$ cargo test --workspace"])
+        strings(&["session started", "$ cargo test --workspace", "$ sleep 600"])
     );
     assert_eq!(c.outcome.session_id.as_deref(), Some("muse-sess-42"));
     // The model task started a new reply; the terminal text is only a fallback.
     assert_eq!(final_message(&c), "All tests pass.");
     assert_eq!(c.outcome.status, OutcomeStatus::Succeeded);
+    // The tool task cancelled because the session ended is killed work, named by its kind;
+    // a cancellation of a task never proposed is not.
+    assert_eq!(c.outcome.killed_work, strings(&["tool.bash"]));
 
     let (_, c) = run(Harness::Muse, "muse/agentrun-failed-synthetic.jsonl");
     assert_eq!(final_message(&c), "only the fallback");
@@ -501,10 +506,15 @@ fn streams_without_a_terminal_event_are_accepted() {
 #[test]
 fn retained_parsers() {
     use agentrun_core::harness::retained::{parse_muse_session_log, parse_opencode_export};
-    let log = parse_muse_session_log(&fixture("muse/agentrun-session-log-synthetic.jsonl"))
-        .expect("parses");
+    let log = parse_muse_session_log(
+        Some("muse-sess-42"),
+        &fixture("muse/agentrun-session-log-synthetic.jsonl"),
+    )
+    .expect("parses");
     assert_eq!(log.session_id.as_deref(), Some("muse-sess-42"));
+    // Other sessions' records and non-run records do not count; wrapped records do.
     assert_eq!(log.models, strings(&["muse-large-2026", "muse-small-2026"]));
+    assert_eq!(log.final_message.as_deref(), Some("All tests pass."));
     let usage = log.usage.expect("usage");
     assert_eq!(
         (
@@ -514,8 +524,12 @@ fn retained_parsers() {
         ),
         (1200, 60, 400)
     );
-    assert!(parse_muse_session_log(b"garbage\n\n").is_err());
-    assert!(parse_muse_session_log(b"").is_err());
+    assert!(parse_muse_session_log(None, b"garbage\n\n").is_err());
+    assert!(parse_muse_session_log(None, b"").is_err());
+    // One malformed line makes the whole log unreadable.
+    let mut damaged = fixture("muse/agentrun-session-log-synthetic.jsonl");
+    damaged.extend_from_slice(b"{\"truncated\n");
+    assert!(parse_muse_session_log(Some("muse-sess-42"), &damaged).is_err());
 
     let export = parse_opencode_export(&fixture("opencode/agentrun-session-export-synthetic.json"))
         .expect("parses");

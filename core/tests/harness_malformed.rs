@@ -17,7 +17,7 @@ fn probe(h: Harness, n: usize) -> (Vec<u8>, String) {
             r#"{{"type":"assistant","message":{{"model":"probe-model","content":[{{"type":"tool_use","name":"Read","input":{{"file_path":"/p{n}"}}}}]}}}}"#
         ),
         Harness::Antigravity => format!(
-            r#"{{"event":"step_update","step_index":{n},"step_type":"tool","tool_name":"Read","input":{{"path":"/p{n}"}}}}"#
+            r#"{{"event":"step_update","step_update":{{"step_index":{n},"step_type":"tool","tool_name":"view_file","tool_info":{{"parameters":{{"AbsolutePath":"/p{n}"}}}}}}}}"#
         ),
         Harness::Codex => format!(
             r#"{{"type":"item.started","item":{{"id":"i{n}","type":"file_change","changes":[{{"path":"/p{n}","kind":"update"}}]}}}}"#
@@ -31,6 +31,7 @@ fn probe(h: Harness, n: usize) -> (Vec<u8>, String) {
     };
     let expected = match h {
         Harness::Codex => format!("Edit /p{n}"),
+        Harness::Antigravity => format!("view_file /p{n}"),
         _ => format!("Read /p{n}"),
     };
     (line.into_bytes(), expected)

@@ -449,7 +449,10 @@ fn retained_record_present_replaces_even_when_empty_absent_keeps() {
     let stream = fixture("opencode/takopi-opencode_stream_success.jsonl");
 
     let record = RetainedKind::OpenCodeExport
-        .parse(&fixture("opencode/agentrun-session-export-synthetic.json"))
+        .parse(
+            None,
+            &fixture("opencode/agentrun-session-export-synthetic.json"),
+        )
         .expect("export parses");
     let (_, interp) = interpret(Harness::OpenCode, None, &stream);
     let finished = interp.finish(HarnessExit::Success);
@@ -465,13 +468,14 @@ fn retained_record_present_replaces_even_when_empty_absent_keeps() {
     assert!(c.report.retained);
     assert_eq!(c.report.models, strings(&["anthropic/claude-sonnet-4-5"]));
     let usage = c.report.usage.expect("usage");
-    assert_eq!((usage.input_tokens, usage.output_tokens), (22443, 118));
+    assert_eq!((usage.input_tokens, usage.output_tokens), (43858, 118));
     assert!(c.report.warnings.is_empty(), "{:?}", c.report.warnings);
 
     let empty = RetainedKind::OpenCodeExport
-        .parse(&fixture(
-            "opencode/agentrun-session-export-empty-synthetic.json",
-        ))
+        .parse(
+            None,
+            &fixture("opencode/agentrun-session-export-empty-synthetic.json"),
+        )
         .expect("empty export parses");
     assert!(empty.models.is_empty());
     let (_, interp) = interpret(Harness::OpenCode, None, &stream);
@@ -498,7 +502,10 @@ fn retained_record_present_replaces_even_when_empty_absent_keeps() {
 
     // A present record with models replaces an empty stream list for Muse too.
     let log = RetainedKind::MuseSessionLog
-        .parse(&fixture("muse/agentrun-session-log-synthetic.jsonl"))
+        .parse(
+            Some("muse-sess-42"),
+            &fixture("muse/agentrun-session-log-synthetic.jsonl"),
+        )
         .expect("log parses");
     let (_, interp) = interpret(
         Harness::Muse,

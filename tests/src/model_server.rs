@@ -892,9 +892,10 @@ fn write_error(w: &mut TcpStream, api: Api, e: &ApiError) -> io::Result<bool> {
     if let Some(retry) = e.should_retry {
         headers.push(("x-should-retry", retry.to_string()));
     }
-    if e.status == 429 {
-        headers.push(("retry-after", "0".to_owned()));
-    }
+    // Clients that retry anyway (OpenCode's session loop retries 5xx and 429 up to five
+    // times) retry at once instead of backing off for a minute.
+    headers.push(("retry-after", "0".to_owned()));
+    headers.push(("retry-after-ms", "0".to_owned()));
     write_full(
         w,
         e.status,

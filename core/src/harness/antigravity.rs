@@ -25,12 +25,31 @@ pub(crate) struct AgyDecoder {
     diagnostics: Vec<String>,
 }
 
+/// The body of an event: nested under a key of the event's own name
+/// (`{"event":"result","result":{…}}`), or, for older flat streams, the event itself.
+fn body<'a>(v: &'a Value, event: &str) -> &'a Value {
+    v.get(event).filter(|b| b.is_object()).unwrap_or(v)
+}
+
 impl AgyDecoder {
+    fn take_session(&mut self, id: Option<&str>, update: &mut StreamUpdate) {
+        if self.session_id.is_none()
+            && let Some(id) = id
+        {
+            self.session_id = Some(id.to_owned());
+            if !self.started {
+                self.started = true;
+                update.progress.push(progress::SESSION_STARTED.to_owned());
+            }
+        }
+    }
+
     fn init(&mut self, v: &Value, update: &mut StreamUpdate) {
-        let init = v.get("init").filter(|i| i.is_object()).unwrap_or(v);
+        let init = body(v, "init");
         // Every init can supply model evidence, whether or not identity was accepted before.
+        // A delegated agent's init carries the parent's tool use id.
         if let Some(model) = json::str(init, "model") {
-            let delegated = json::non_null(v, "parent_id") || json::non_null(init, "parent_id");
+            let delegated = json::non_null(v, "parent_tool_use_id");
             update.evidence.push(Evidence::ObservedModel {
                 name: model.to_owned(),
                 scope: if delegated {
@@ -41,20 +60,12 @@ impl AgyDecoder {
             });
         }
         // Identity while none: an init without one leaves the next init to supply it.
-        if self.session_id.is_none()
-            && let Some(id) = json::nonempty(v, "conversation_id")
-                .or_else(|| json::nonempty(init, "conversation_id"))
-        {
-            self.session_id = Some(id.to_owned());
-            if !self.started {
-                self.started = true;
-                update.progress.push(progress::SESSION_STARTED.to_owned());
-            }
-        }
+        let id = json::nonempty(v, "conversation_id");
+        self.take_session(id, update);
     }
 
     fn step(&mut self, v: &Value, update: &mut StreamUpdate) {
-        let step = v.get("step").filter(|s| s.is_object()).unwrap_or(v);
+        let step = body(v, "step_update");
         if json::str(step, "step_type") != Some("tool") {
             return;
         }
@@ -64,32 +75,26 @@ impl AgyDecoder {
         if !self.shown_steps.insert(index) {
             return;
         }
-        let name = json::first_str(step, &["tool_name", "name", "tool"]).unwrap_or("tool");
-        let input = step
-            .get("input")
-            .or_else(|| step.get("args"))
+        let info = step.get("tool_info").unwrap_or(&Value::Null);
+        let name = json::nonempty(step, "tool_name")
+            .or_else(|| json::nonempty(info, "name"))
+            .unwrap_or("tool");
+        let params = info
+            .get("parameters")
+            .or_else(|| step.get("input"))
             .unwrap_or(&Value::Null);
-        let line = match json::str(input, "command") {
-            Some(cmd)
-                if matches!(
-                    name,
-                    "run_command" | "bash" | "shell" | "run_terminal_command"
-                ) =>
-            {
-                progress::shell(cmd)
-            }
+        let line = match json::first_str(params, &["CommandLine", "command"]) {
+            Some(cmd) if name == "run_command" => progress::shell(cmd),
             _ => progress::tool(
                 name,
                 json::first_str(
-                    input,
+                    params,
                     &[
-                        "file_path",
-                        "path",
-                        "pattern",
-                        "description",
-                        "url",
-                        "query",
-                        "command",
+                        "AbsolutePath",
+                        "TargetFile",
+                        "SearchPath",
+                        "Query",
+                        "Description",
                     ],
                 ),
             ),
@@ -98,41 +103,42 @@ impl AgyDecoder {
     }
 
     fn result(&mut self, v: &Value, update: &mut StreamUpdate) {
-        if self.session_id.is_none()
-            && let Some(id) = json::nonempty(v, "conversation_id")
-        {
-            self.session_id = Some(id.to_owned());
-            if !self.started {
-                self.started = true;
-                update.progress.push(progress::SESSION_STARTED.to_owned());
-            }
-        }
+        let result = body(v, "result");
+        let id = json::nonempty(result, "conversation_id")
+            .or_else(|| json::nonempty(v, "conversation_id"));
+        self.take_session(id, update);
         // Last result wins.
         self.terminal_seen = true;
-        self.final_message = json::str(v, "response")
+        self.final_message = json::str(result, "response")
             .filter(|r| !r.is_empty())
             .map(str::to_owned);
-        let status = json::str(v, "status").unwrap_or("SUCCESS");
-        self.failure = if status.eq_ignore_ascii_case("SUCCESS") {
-            None
-        } else {
-            let error = v.get("error").and_then(|e| {
-                e.as_str()
-                    .map(str::to_owned)
-                    .or_else(|| json::str(e, "message").map(str::to_owned))
-            });
-            Some(error.unwrap_or_else(|| format!("status {status}")))
-        };
-        if let Some(u) = v.get("usage") {
+        let error = json::nonempty(result, "error").or_else(|| {
+            result
+                .get("error")
+                .and_then(|e| json::nonempty(e, "message"))
+        });
+        if let Some(e) = error {
+            update
+                .progress
+                .push(format!("error: {}", progress::detail(e)));
+        }
+        self.failure = (json::str(result, "status") == Some("ERROR"))
+            .then(|| error.unwrap_or("status ERROR").to_owned());
+        if let Some(u) = result.get("usage") {
+            // Antigravity counts thinking apart from output; the common convention counts
+            // output including reasoning.
+            let thinking = json::u64(u, "thinking_tokens").unwrap_or(0);
             self.usage = Some(Usage {
                 input_tokens: json::u64(u, "input_tokens").unwrap_or(0),
-                cached_input_tokens: json::u64(u, "cached_input_tokens").unwrap_or(0),
-                output_tokens: json::u64(u, "output_tokens").unwrap_or(0),
-                reasoning_tokens: json::u64(u, "thinking_tokens").unwrap_or(0),
+                cached_input_tokens: json::u64(u, "cache_read_tokens").unwrap_or(0),
+                output_tokens: json::u64(u, "output_tokens")
+                    .unwrap_or(0)
+                    .saturating_add(thinking),
+                reasoning_tokens: thinking,
                 cost_usd: None,
-                turns: json::u64(v, "num_turns"),
+                turns: json::u64(result, "num_turns"),
             });
-        } else if let Some(turns) = json::u64(v, "num_turns") {
+        } else if let Some(turns) = json::u64(result, "num_turns") {
             self.usage.get_or_insert_with(Usage::default).turns = Some(turns);
         }
     }

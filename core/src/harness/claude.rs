@@ -49,6 +49,9 @@ pub(crate) struct ClaudeDecoder {
     drift: Drift,
     /// The session id from the first init.
     session_id: Option<String>,
+    /// Whether an init was seen: only the first one names the session, even when it names
+    /// none (a later init belongs to another session, e.g. a resumed or nested one).
+    init_seen: bool,
     /// Grok: the first `session_id`/`sessionId` on any event (used when no init has one).
     any_session_id: Option<String>,
     started: bool,
@@ -77,6 +80,7 @@ impl ClaudeDecoder {
             dialect,
             drift: Drift::default(),
             session_id: None,
+            init_seen: false,
             any_session_id: None,
             started: false,
             subscription: false,
@@ -115,10 +119,9 @@ impl ClaudeDecoder {
         match subtype {
             // Init's `model` is the requested model: never evidence.
             "init" => {
-                if self.session_id.is_none()
-                    && let Some(id) = json::nonempty(v, "session_id")
-                {
-                    self.session_id = Some(id.to_owned());
+                if !self.init_seen {
+                    self.init_seen = true;
+                    self.session_id = json::nonempty(v, "session_id").map(str::to_owned);
                     self.subscription = json::str(v, "apiKeySource") == Some("none");
                 }
                 self.start_session(update);
@@ -285,8 +288,10 @@ impl ClaudeDecoder {
             self.failure = None;
             self.failure_kind = None;
         }
-        // Killed work counts only after the last root result.
+        // Killed work counts only after the last root result, and an API error belongs to
+        // the turn this result ended.
         self.killed.clear();
+        self.api_error_text = None;
     }
 
     /// Grok: remembers the first session id seen on any event.
@@ -418,19 +423,34 @@ fn is_cyber_refusal_text(text: &str) -> bool {
     t.starts_with("[cyber]") || (t.starts_with("API Error:") && t.contains("[cyber]"))
 }
 
-/// Token counts from a `usage` object (snake or camel case).
+/// Token counts from a `usage` object (snake or camel case), in the common convention: input
+/// including cached, cached, output including reasoning, reasoning. Claude's `input_tokens`
+/// leaves out the prompt-cache reads and writes, so they are added back.
 fn token_usage(u: &Value) -> Usage {
     let get = |keys: &[&str]| keys.iter().find_map(|k| json::u64(u, k)).unwrap_or(0);
+    let cache_read = get(&[
+        "cache_read_input_tokens",
+        "cached_input_tokens",
+        "cacheReadInputTokens",
+        "cachedTokens",
+    ]);
+    let uncached = json::u64(u, "cache_read_input_tokens").is_some()
+        || json::u64(u, "cache_creation_input_tokens").is_some();
+    let mut input = get(&["input_tokens", "inputTokens", "prompt_tokens"]);
+    if uncached {
+        input = input
+            .saturating_add(cache_read)
+            .saturating_add(get(&["cache_creation_input_tokens"]));
+    }
+    let reasoning = u
+        .get("output_tokens_details")
+        .and_then(|d| json::u64(d, "thinking_tokens"))
+        .unwrap_or_else(|| get(&["reasoning_tokens", "reasoningTokens", "thoughtTokens"]));
     Usage {
-        input_tokens: get(&["input_tokens", "inputTokens", "prompt_tokens"]),
-        cached_input_tokens: get(&[
-            "cache_read_input_tokens",
-            "cached_input_tokens",
-            "cacheReadInputTokens",
-            "cachedTokens",
-        ]),
+        input_tokens: input,
+        cached_input_tokens: cache_read,
         output_tokens: get(&["output_tokens", "outputTokens", "completion_tokens"]),
-        reasoning_tokens: get(&["reasoning_tokens", "reasoningTokens", "thoughtTokens"]),
+        reasoning_tokens: reasoning,
         cost_usd: None,
         turns: None,
     }

@@ -10,6 +10,15 @@ use super::{
     Drift, Evidence, Facts, FailureKind, RefusalCategory, StreamDecoder, StreamUpdate, Usage,
 };
 
+/// Where Codex keeps token counts (`turn.completed.usage` and the session file's totals):
+/// input (cached included), cached input, output (reasoning included), reasoning.
+pub(crate) const TOKEN_KEYS: [&str; 4] = [
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "reasoning_output_tokens",
+];
+
 #[derive(Debug, Default)]
 pub(crate) struct CodexDecoder {
     drift: Drift,
@@ -45,10 +54,16 @@ impl CodexDecoder {
         let id = json::str(item, "id").unwrap_or("");
         let kind = json::str(item, "type").unwrap_or("");
         let line = render_item(kind, item);
-        if event == "item.completed" || json::str(item, "status") == Some("completed") {
+        // The item's own status decides whether it is still running: Codex re-emits an item
+        // it gave up on as `item.completed` with `status: "in_progress"`, and that is
+        // unfinished work, not a finished item.
+        let running = match json::str(item, "status") {
+            Some(status) => status == "in_progress",
+            None => event != "item.completed",
+        };
+        if !running {
             self.in_progress.retain(|(i, _)| i != id);
-        } else if event == "item.started"
-            && let Some(line) = &line
+        } else if let Some(line) = &line
             && !self.in_progress.iter().any(|(i, _)| i == id)
         {
             self.in_progress.push((id.to_owned(), line.clone()));
@@ -146,15 +161,9 @@ impl StreamDecoder for CodexDecoder {
                 self.failure = None;
                 self.failure_kind = None;
                 if let Some(u) = v.get("usage") {
-                    self.usage.get_or_insert_with(Usage::default).add_tokens(
-                        u,
-                        [
-                            "input_tokens",
-                            "cached_input_tokens",
-                            "output_tokens",
-                            "reasoning_output_tokens",
-                        ],
-                    );
+                    self.usage
+                        .get_or_insert_with(Usage::default)
+                        .add_tokens(u, TOKEN_KEYS);
                 }
                 for (_, desc) in self.in_progress.drain(..) {
                     if !self.killed.contains(&desc) {

@@ -134,6 +134,8 @@ impl Interpretation {
                 if !is_reportable_model(&name) {
                     return;
                 }
+                // `" m "` and `"m"` are one model.
+                let name = name.trim().to_owned();
                 if let Some(sec) = &mut self.security
                     && scope == ModelScope::MainLoop
                     && sec.last_progress_model.as_deref() != Some(name.as_str())
@@ -291,28 +293,42 @@ impl Finished {
             usage: facts.usage,
             retained: false,
         };
+        let mut final_message = facts.final_message;
+        let mut failure = facts.failure;
         if let Some(kind) = harness.retained_kind() {
             match retained {
                 Some(record) => {
                     report.retained = true;
                     report.models = record.models;
+                    let recounted = record.usage.is_some() || record.usage_baseline.is_some();
                     if let Some(usage) = record.usage {
-                        report.summary = Some(usage.summary());
                         report.usage = Some(usage);
                     }
-                }
-                None => report.warnings.push(format!(
-                    "the retained {} was not available; models and usage come from the stream",
-                    match kind {
-                        super::RetainedKind::MuseSessionLog => "Muse session log",
-                        super::RetainedKind::OpenCodeExport => "OpenCode session export",
+                    if let (Some(before), Some(usage)) = (&record.usage_baseline, &report.usage) {
+                        report.usage = Some(usage.since(before));
                     }
+                    if recounted {
+                        report.summary = report.usage.as_ref().map(Usage::summary);
+                    }
+                    if record.final_message.is_some() {
+                        final_message = record.final_message;
+                    }
+                    if failure.is_none() {
+                        failure = record.failure;
+                    }
+                }
+                // The Codex stream is complete without its session file (only the model
+                // used is missing, and the requested-model fallback says so).
+                None if kind == super::RetainedKind::CodexSession => {}
+                None => report.warnings.push(format!(
+                    "{} was not available; models and usage come from the stream",
+                    kind.description()
                 )),
             }
         }
         let status = if let Some(category) = refusal {
             OutcomeStatus::Refused { category }
-        } else if let Some(diagnostic) = facts.failure {
+        } else if let Some(diagnostic) = failure {
             OutcomeStatus::TurnFailed { diagnostic }
         } else if let HarnessExit::Failed { diagnostic } = exit {
             OutcomeStatus::ExecutionFailed { diagnostic }
@@ -328,7 +344,7 @@ impl Finished {
             outcome: Outcome {
                 failure_kind,
                 session_id: facts.session_id,
-                final_message: facts.final_message,
+                final_message,
                 killed_work: facts.killed_work,
                 terminal_seen: facts.terminal_seen,
                 status,

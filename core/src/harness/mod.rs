@@ -100,9 +100,12 @@ impl Harness {
         })
     }
 
-    /// The launch invocation for a prompt with optional model, effort and resume id
-    /// (SPEC §12). Options a harness has no flag for (effort for Antigravity, Muse and
-    /// OpenCode) are left out.
+    /// The launch invocation for a prompt with optional model, effort and resume id.
+    /// Options a harness has no flag for (effort for Antigravity and Muse) are left out.
+    ///
+    /// The prompt is data, never a flag or a subcommand: it comes after `--` (Claude Code,
+    /// Antigravity, Codex, Muse), as the value of `-p` (Grok), or on stdin (OpenCode), so a
+    /// prompt such as `-x`, `--help me`, `help` or `resume` reaches the model verbatim.
     pub fn invocation(self, request: &LaunchRequest) -> Invocation {
         let mut args: Vec<String> = Vec::new();
         let mut env = Vec::new();
@@ -122,6 +125,7 @@ impl Harness {
                 push(&mut args, "--effort", &request.effort);
                 args.extend(request.harness_args.iter().cloned());
                 push(&mut args, "--resume", &request.resume);
+                args.push("--".to_owned());
                 args.push(request.prompt.clone());
                 "claude"
             }
@@ -141,11 +145,16 @@ impl Harness {
                 push(&mut args, "--model", &request.model);
                 args.extend(request.harness_args.iter().cloned());
                 push(&mut args, "--conversation", &request.resume);
+                args.push("--".to_owned());
                 args.push(request.prompt.clone());
+                env.push(("AGY_CLI_DISABLE_AUTO_UPDATE".to_owned(), "true".to_owned()));
                 "agy"
             }
             Harness::Codex => {
                 args.extend(["exec", "--json"].map(String::from));
+                if request.skip_git_repo_check {
+                    args.push("--skip-git-repo-check".to_owned());
+                }
                 push(&mut args, "-m", &request.model);
                 if let Some(effort) = &request.effort {
                     args.push("-c".to_owned());
@@ -156,6 +165,7 @@ impl Harness {
                     args.push("resume".to_owned());
                     args.push(id.clone());
                 }
+                args.push("--".to_owned());
                 args.push(request.prompt.clone());
                 "codex"
             }
@@ -164,15 +174,19 @@ impl Harness {
                 push(&mut args, "--model", &request.model);
                 args.extend(request.harness_args.iter().cloned());
                 push(&mut args, "--session-id", &request.resume);
+                args.push("--".to_owned());
                 args.push(request.prompt.clone());
+                env.push(("MUSE_NO_AUTO_UPDATE".to_owned(), "1".to_owned()));
                 "muse"
             }
             Harness::OpenCode => {
                 args.extend(["run", "--format", "json"].map(String::from));
                 push(&mut args, "-m", &request.model);
+                push(&mut args, "--variant", &request.effort);
                 args.extend(request.harness_args.iter().cloned());
                 push(&mut args, "-s", &request.resume);
                 stdin = Stdin::Prompt(request.prompt.clone());
+                env.push(("OPENCODE_DISABLE_AUTOUPDATE".to_owned(), "1".to_owned()));
                 "opencode"
             }
         };
@@ -185,14 +199,18 @@ impl Harness {
     }
 
     /// How a driver stops this harness: send the signals in order, waiting the driver's grace
-    /// period between them, then kill the process group.
+    /// period between them, then kill the process group. Codex gets SIGINT first (it ends
+    /// its turn and writes its session file on it); the others SIGTERM.
     pub fn stop_signals(self) -> StopSignals {
         match self {
-            // Node/Bun CLIs that finish their session log on SIGINT.
-            Harness::Claude | Harness::Grok | Harness::OpenCode | Harness::Muse => StopSignals {
+            Harness::Codex => StopSignals {
                 sequence: &[StopSignal::Interrupt, StopSignal::Terminate],
             },
-            Harness::Codex | Harness::Antigravity => StopSignals {
+            Harness::Claude
+            | Harness::Grok
+            | Harness::Antigravity
+            | Harness::Muse
+            | Harness::OpenCode => StopSignals {
                 sequence: &[StopSignal::Terminate],
             },
         }
@@ -216,6 +234,7 @@ impl Harness {
         match self {
             Harness::Muse => Some(RetainedKind::MuseSessionLog),
             Harness::OpenCode => Some(RetainedKind::OpenCodeExport),
+            Harness::Codex => Some(RetainedKind::CodexSession),
             _ => None,
         }
     }
@@ -248,6 +267,9 @@ pub struct LaunchRequest {
     /// Arguments passed verbatim after the harness's own flags, before the resume id and
     /// the prompt (e.g. a permission mode, so the agent may edit files non-interactively).
     pub harness_args: Vec<String>,
+    /// Codex only: run outside a Git repository (`--skip-git-repo-check`); Codex refuses to
+    /// otherwise. Ignored by the other harnesses.
+    pub skip_git_repo_check: bool,
 }
 
 /// A launch invocation: program, arguments, fixed environment and stdin. Values only: the
@@ -262,6 +284,24 @@ pub struct Invocation {
     pub env: Vec<(String, String)>,
     /// What the child reads on stdin.
     pub stdin: Stdin,
+}
+
+impl From<Invocation> for crate::process::RunOptions {
+    /// The process options that launch `invocation`: program, arguments, fixed environment
+    /// and stdin (the prompt written then closed, or null). Stop signals, timeouts and the
+    /// rest stay at their defaults.
+    fn from(invocation: Invocation) -> Self {
+        let mut options = crate::process::RunOptions::new(&invocation.program)
+            .args(&invocation.args)
+            .stdin(match invocation.stdin {
+                Stdin::Null => crate::process::StdinMode::Null,
+                Stdin::Prompt(prompt) => crate::process::StdinMode::Bytes(prompt.into_bytes()),
+            });
+        for (key, value) in &invocation.env {
+            options = options.env(key, value);
+        }
+        options
+    }
 }
 
 /// The child's stdin.
@@ -367,16 +407,19 @@ impl StreamUpdate {
     }
 }
 
-/// Token and cost usage of a session.
+/// Token and cost usage of a session, in one convention for every harness: `input_tokens`
+/// includes the cached ones (`cached_input_tokens` is the part read from a prompt cache), and
+/// `output_tokens` includes the reasoning ones (`reasoning_tokens` is that part). Each decoder
+/// converts its harness's own counting to this.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Usage {
-    /// Input tokens (including cached ones where the harness counts them so).
+    /// Input tokens, cached ones included.
     pub input_tokens: u64,
-    /// Cached input tokens.
+    /// The part of the input read from a prompt cache.
     pub cached_input_tokens: u64,
-    /// Output tokens.
+    /// Output tokens, reasoning included.
     pub output_tokens: u64,
-    /// Reasoning/thinking tokens.
+    /// The part of the output spent on reasoning/thinking.
     pub reasoning_tokens: u64,
     /// Cost in US dollars, when reported.
     pub cost_usd: Option<f64>,
@@ -401,6 +444,32 @@ impl Usage {
         self.cached_input_tokens = self.cached_input_tokens.saturating_add(count(cached));
         self.output_tokens = self.output_tokens.saturating_add(count(output));
         self.reasoning_tokens = self.reasoning_tokens.saturating_add(count(reasoning));
+    }
+
+    /// The usage of this run when `self` is a running total that already counted `before`:
+    /// each count less `before`'s. When some count is below `before`'s, `self` was not a
+    /// running total after all and is returned unchanged.
+    pub fn since(&self, before: &Usage) -> Usage {
+        let counts = |u: &Usage| {
+            [
+                u.input_tokens,
+                u.cached_input_tokens,
+                u.output_tokens,
+                u.reasoning_tokens,
+            ]
+        };
+        let (now, then) = (counts(self), counts(before));
+        if now.iter().zip(then).any(|(n, t)| *n < t) {
+            return self.clone();
+        }
+        Usage {
+            input_tokens: now[0] - then[0],
+            cached_input_tokens: now[1] - then[1],
+            output_tokens: now[2] - then[2],
+            reasoning_tokens: now[3] - then[3],
+            cost_usd: self.cost_usd,
+            turns: self.turns,
+        }
     }
 
     /// Adds a reported cost.

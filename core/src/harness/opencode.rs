@@ -10,9 +10,26 @@ use super::json;
 use super::progress;
 use super::{Drift, Facts, FailureKind, StreamDecoder, StreamUpdate, Usage};
 
-/// Where OpenCode keeps token counts (live `step_finish` parts and the session export alike):
-/// input, cached input, output, reasoning.
-pub(crate) const TOKEN_KEYS: [&str; 4] = ["input", "cache.read", "output", "reasoning"];
+/// Adds OpenCode token counts (`tokens{input, output, reasoning, cache{read, write}}` of live
+/// `step_finish` parts and of the session export alike) in the common convention. OpenCode
+/// counts the cache reads and writes apart from `input`, and the reasoning apart from
+/// `output` (seen on opencode 1.18: a request of 15 prompt tokens, 5 cached, and 4
+/// completion tokens, 3 of them reasoning, is stored as input 10, cache.read 5, output 1,
+/// reasoning 3).
+pub(crate) fn add_tokens(usage: &mut Usage, tokens: &Value) {
+    let count = |v: Option<&Value>, key: &str| v.and_then(|v| json::u64(v, key)).unwrap_or(0);
+    let cache = tokens.get("cache");
+    let (read, write) = (count(cache, "read"), count(cache, "write"));
+    let reasoning = count(Some(tokens), "reasoning");
+    let input = count(Some(tokens), "input")
+        .saturating_add(read)
+        .saturating_add(write);
+    let output = count(Some(tokens), "output").saturating_add(reasoning);
+    usage.input_tokens = usage.input_tokens.saturating_add(input);
+    usage.cached_input_tokens = usage.cached_input_tokens.saturating_add(read);
+    usage.output_tokens = usage.output_tokens.saturating_add(output);
+    usage.reasoning_tokens = usage.reasoning_tokens.saturating_add(reasoning);
+}
 
 #[derive(Debug, Default)]
 pub(crate) struct OpenCodeDecoder {
@@ -61,6 +78,24 @@ impl OpenCodeDecoder {
     }
 }
 
+/// An OpenCode error as `<type>: <message>`, with its type: the error is a string, an object
+/// `{type, message}`, or `{name, data{message}}` (the shape `opencode run` prints).
+pub(crate) fn error_text(error: &Value) -> (Option<&str>, String) {
+    if let Some(text) = error.as_str() {
+        return (None, text.to_owned());
+    }
+    let kind = json::nonempty(error, "type").or_else(|| json::nonempty(error, "name"));
+    let message = json::nonempty(error, "message")
+        .or_else(|| error.get("data").and_then(|d| json::nonempty(d, "message")));
+    let text = match (kind, message) {
+        (Some(k), Some(m)) => format!("{k}: {m}"),
+        (Some(k), None) => k.to_owned(),
+        (None, Some(m)) => m.to_owned(),
+        (None, None) => "unknown error".to_owned(),
+    };
+    (kind, text)
+}
+
 impl StreamDecoder for OpenCodeDecoder {
     fn condense(&mut self, line: &[u8]) -> StreamUpdate {
         let mut update = StreamUpdate::default();
@@ -92,8 +127,7 @@ impl StreamDecoder for OpenCodeDecoder {
                 self.terminal_seen =
                     json::str(part, "reason") == Some("stop") || self.terminal_seen;
                 if let Some(t) = part.get("tokens") {
-                    let usage = self.usage.get_or_insert_with(Usage::default);
-                    usage.add_tokens(t, TOKEN_KEYS);
+                    add_tokens(self.usage.get_or_insert_with(Usage::default), t);
                 }
                 if let Some(cost) = json::f64(part, "cost") {
                     self.usage.get_or_insert_with(Usage::default).add_cost(cost);
@@ -102,16 +136,10 @@ impl StreamDecoder for OpenCodeDecoder {
             "error" => {
                 self.terminal_seen = true;
                 let error = v.get("error").unwrap_or(&Value::Null);
-                let name = json::nonempty(error, "name").unwrap_or("Error");
-                let message = error
-                    .get("data")
-                    .and_then(|d| json::nonempty(d, "message"))
-                    .or_else(|| json::nonempty(error, "message"))
-                    .or_else(|| error.as_str())
-                    .unwrap_or("unknown error");
-                self.failure = Some(format!("{name}: {message}"));
+                let (kind, text) = error_text(error);
+                self.failure = Some(text);
                 self.failure_kind =
-                    (name == "ContextOverflowError").then_some(FailureKind::ContextLength);
+                    (kind == Some("ContextOverflowError")).then_some(FailureKind::ContextLength);
             }
             k if QUIET_TYPES.contains(&k) => {}
             other => self.drift.unknown(other),

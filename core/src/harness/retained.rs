@@ -1,24 +1,33 @@
 //! Pure parsers for the retained records that are authoritative for models and usage: the
-//! Muse session log and the OpenCode session export. Reading them is the driver's job; it
-//! hands the bytes to [`RetainedKind::parse`] and the record to
+//! Muse session log, the OpenCode session export and the Codex session file. Reading them is
+//! the driver's job; it hands the bytes to [`RetainedKind::parse`] and the record to
 //! [`Finished::complete`](super::Finished::complete).
 //!
-//! Formats (SPEC §12; where the public documentation is silent, this is the reading
-//! agentrun implements, documented in `docs/interpretation.md`):
+//! Formats (where the public documentation is silent, this is the reading agentrun
+//! implements, documented in `docs/interpretation.md`):
 //!
-//! * **Muse session log**: JSON lines with the stream envelope
-//!   `{stream{kind,id}, payload_type, payload}`. A payload's string `model` (or a
-//!   `payload.task.model` on `task.lifecycle.*`) names a model that answered; records with
-//!   `payload_type == "model.usage"` also carry `input_tokens`, `output_tokens`,
-//!   `cached_input_tokens`, `reasoning_tokens` and `cost_usd`, which are summed. Malformed
-//!   lines are skipped; a log with no parseable line at all is an error.
-//! * **OpenCode session export** (`opencode session export ID`): one JSON document
+//! * **Muse session log** (`…/muse/sessions/<yyyy>/<mm>/<dd>/<id>/session.jsonl`): JSON
+//!   lines, each a record `{stream{kind,id}, payload_type, payload}` or a wrapper
+//!   `{"retained_frame":…,"children":[{"record_json":"<record as a JSON string>"}]}`. Only
+//!   records of the session (`stream.id == <id>`) with `payload.kind == "run"` count:
+//!   `payload.event.kind == "assistant_message_committed"` gives the reply (last wins, from
+//!   `text`), `"model_completed"` the usage (`input_tokens`, `cached_tokens`,
+//!   `output_tokens`, from `usage` or the event itself; summed) and the model
+//!   (`payload.event.model`). A malformed line makes the whole log unreadable.
+//! * **OpenCode session export** (`opencode export ID`): one JSON document
 //!   `{info{id,…}, messages[{info{role, providerID, modelID, tokens{input, output,
-//!   reasoning, cache{read,write}}, cost}, parts[…]}]}`. Each assistant message names the model
-//!   `providerID/modelID` (or `modelID` alone); tokens and cost are summed.
+//!   reasoning, cache{read,write}}, cost, error}, parts[…]}]}`. Each assistant message names
+//!   the model `providerID/modelID` (or `modelID` alone); tokens and cost are summed; the
+//!   last text part of the last assistant message is the final message; an assistant
+//!   message's `error` fails the turn.
+//! * **Codex session file** (`$CODEX_HOME/sessions/YYYY/MM/DD/rollout-…-<thread_id>.jsonl`):
+//!   JSON lines `{type, payload}`. The lines a run appended name the model it used in each
+//!   `turn_context`'s `payload.model`. Codex reports the thread's running token total after
+//!   a resume, so the total recorded before the run ([`codex_token_total`] of the file as it
+//!   was) becomes the record's [`RetainedRecord::usage_baseline`].
 //!
-//! Model lists are ordered by first appearance, deduplicated, and exclude empty names and
-//! `<synthetic>`, exactly like live evidence.
+//! Model lists are ordered by first appearance, deduplicated, trimmed, and exclude empty
+//! names and `<synthetic>`, exactly like live evidence.
 
 use serde_json::Value;
 
@@ -27,19 +36,37 @@ use super::json;
 
 /// Which retained record a harness has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum RetainedKind {
     /// Muse's session log.
     MuseSessionLog,
-    /// OpenCode's `opencode session export ID` document.
+    /// OpenCode's `opencode export ID` document.
     OpenCodeExport,
+    /// The lines Codex appended to its session file during the run.
+    CodexSession,
 }
 
 impl RetainedKind {
-    /// Parses the record's bytes.
-    pub fn parse(self, bytes: &[u8]) -> Result<RetainedRecord, RetainedError> {
+    /// Parses the record's bytes; `session_id` selects the session's records where the record
+    /// holds several (Muse), and is ignored otherwise.
+    pub fn parse(
+        self,
+        session_id: Option<&str>,
+        bytes: &[u8],
+    ) -> Result<RetainedRecord, RetainedError> {
         match self {
-            RetainedKind::MuseSessionLog => parse_muse_session_log(bytes),
+            RetainedKind::MuseSessionLog => parse_muse_session_log(session_id, bytes),
             RetainedKind::OpenCodeExport => parse_opencode_export(bytes),
+            RetainedKind::CodexSession => parse_codex_session(bytes),
+        }
+    }
+
+    /// What the record is called in messages (`the OpenCode session export`).
+    pub fn description(self) -> &'static str {
+        match self {
+            RetainedKind::MuseSessionLog => "the Muse session log",
+            RetainedKind::OpenCodeExport => "the OpenCode session export",
+            RetainedKind::CodexSession => "the Codex session file",
         }
     }
 }
@@ -57,6 +84,7 @@ pub struct RetainedRequest {
 
 /// A parsed retained record: the authoritative model list and usage.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct RetainedRecord {
     /// The session id the record names, if any.
     pub session_id: Option<String>,
@@ -64,10 +92,18 @@ pub struct RetainedRecord {
     pub models: Vec<String>,
     /// Summed usage, when the record carries any.
     pub usage: Option<Usage>,
+    /// The final message, when the record has one (it replaces the stream's).
+    pub final_message: Option<String>,
+    /// A turn failure the record reports (used when the stream reported none).
+    pub failure: Option<String>,
+    /// Tokens the stream's usage already counted before this run (Codex's running total
+    /// after a resume); subtracted from the stream's usage.
+    pub usage_baseline: Option<Usage>,
 }
 
 impl RetainedRecord {
     fn add_model(&mut self, name: &str) {
+        let name = name.trim();
         if super::interpretation::is_reportable_model(name)
             && !self.models.iter().any(|m| m == name)
         {
@@ -78,6 +114,7 @@ impl RetainedRecord {
 
 /// Why a retained record could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RetainedError {
     /// The OpenCode export is not a JSON object.
     #[error("the OpenCode session export is not a JSON object: {0}")]
@@ -88,56 +125,105 @@ pub enum RetainedError {
     /// The Muse session log has no parseable record.
     #[error("the Muse session log has no parseable record")]
     EmptyLog,
+    /// A line of a JSON-lines record is not JSON.
+    #[error("line {line} of {what} is not a JSON object")]
+    MalformedLine {
+        /// Which record (`the Muse session log`).
+        what: &'static str,
+        /// The 1-based line number.
+        line: usize,
+    },
 }
 
-/// Parses a Muse session log (JSON lines).
-pub fn parse_muse_session_log(bytes: &[u8]) -> Result<RetainedRecord, RetainedError> {
-    let mut record = RetainedRecord::default();
-    let mut parsed_any = false;
-    for line in bytes.split(|&b| b == b'\n') {
-        let json::Line::Object(v) = json::parse(line) else {
-            continue;
-        };
-        parsed_any = true;
-        if record.session_id.is_none() {
-            record.session_id = v
-                .get("stream")
-                .filter(|s| json::str(s, "kind") == Some("session"))
-                .and_then(|s| json::nonempty(s, "id"))
-                .map(str::to_owned);
-        }
-        let Some(payload) = v.get("payload") else {
-            continue;
-        };
-        let kind = json::str(&v, "payload_type").unwrap_or("");
-        if let Some(model) = json::str(payload, "model") {
-            record.add_model(model);
-        } else if kind.starts_with("task.lifecycle.")
-            && let Some(model) = payload.get("task").and_then(|t| json::str(t, "model"))
-        {
-            record.add_model(model);
-        }
-        if kind == "model.usage" {
-            let usage = record.usage.get_or_insert_with(Usage::default);
-            usage.add_tokens(
-                payload,
-                [
-                    "input_tokens",
-                    "cached_input_tokens",
-                    "output_tokens",
-                    "reasoning_tokens",
-                ],
-            );
-            if let Some(c) = json::f64(payload, "cost_usd") {
-                usage.add_cost(c);
+/// The JSON objects of a JSON-lines record, blank lines skipped; a line that is not an
+/// object is an error naming it.
+fn object_lines<'a>(
+    bytes: &'a [u8],
+    what: &'static str,
+) -> impl Iterator<Item = Result<(usize, Value), RetainedError>> + 'a {
+    bytes
+        .split(|&b| b == b'\n')
+        .enumerate()
+        .filter_map(move |(n, line)| match json::parse(line) {
+            json::Line::Blank => None,
+            json::Line::Object(v) => Some(Ok((n + 1, v))),
+            json::Line::Malformed => Some(Err(RetainedError::MalformedLine { what, line: n + 1 })),
+        })
+}
+
+/// Parses a Muse session log (JSON lines), keeping the records of session `session_id` (all
+/// records when `None`).
+pub fn parse_muse_session_log(
+    session_id: Option<&str>,
+    bytes: &[u8],
+) -> Result<RetainedRecord, RetainedError> {
+    const WHAT: &str = "the Muse session log";
+    let mut records = Vec::new();
+    for line in object_lines(bytes, WHAT) {
+        let (n, v) = line?;
+        match v.get("children").and_then(Value::as_array) {
+            Some(children) if v.get("retained_frame").is_some() => {
+                for child in children {
+                    let record = json::str(child, "record_json")
+                        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+                        .filter(Value::is_object)
+                        .ok_or(RetainedError::MalformedLine {
+                            what: WHAT,
+                            line: n,
+                        })?;
+                    records.push(record);
+                }
             }
+            _ => records.push(v),
         }
     }
-    if parsed_any {
-        Ok(record)
-    } else {
-        Err(RetainedError::EmptyLog)
+    if records.is_empty() {
+        return Err(RetainedError::EmptyLog);
     }
+    let mut record = RetainedRecord {
+        session_id: session_id.map(str::to_owned),
+        ..RetainedRecord::default()
+    };
+    for v in &records {
+        let stream_id = v.get("stream").and_then(|s| json::str(s, "id"));
+        if session_id.is_some() && stream_id != session_id {
+            continue;
+        }
+        let Some(payload) = v
+            .get("payload")
+            .filter(|p| json::str(p, "kind") == Some("run"))
+        else {
+            continue;
+        };
+        let event = payload.get("event").unwrap_or(&Value::Null);
+        match json::str(event, "kind") {
+            Some("assistant_message_committed") => {
+                if let Some(text) = json::first_str(event, &["text", "content", "message"]) {
+                    record.final_message = Some(text.to_owned());
+                }
+            }
+            Some("model_completed") => {
+                if let Some(model) = json::str(event, "model") {
+                    record.add_model(model);
+                }
+                let usage = event
+                    .get("usage")
+                    .filter(|u| u.is_object())
+                    .unwrap_or(event);
+                record.usage.get_or_insert_with(Usage::default).add_tokens(
+                    usage,
+                    [
+                        "input_tokens",
+                        "cached_tokens",
+                        "output_tokens",
+                        "reasoning_tokens",
+                    ],
+                );
+            }
+            _ => {}
+        }
+    }
+    Ok(record)
 }
 
 /// Parses an OpenCode session export (one JSON document).
@@ -170,12 +256,64 @@ pub fn parse_opencode_export(bytes: &[u8]) -> Result<RetainedRecord, RetainedErr
             }
         }
         if let Some(t) = info.get("tokens") {
-            let usage = record.usage.get_or_insert_with(Usage::default);
-            usage.add_tokens(t, super::opencode::TOKEN_KEYS);
+            super::opencode::add_tokens(record.usage.get_or_insert_with(Usage::default), t);
         }
         if let Some(c) = json::f64(info, "cost") {
             record.usage.get_or_insert_with(Usage::default).add_cost(c);
         }
+        // The last assistant message decides the answer and the failure.
+        record.final_message = json::array(message, "parts")
+            .iter()
+            .filter(|p| json::str(p, "type") == Some("text"))
+            .filter_map(|p| json::str(p, "text"))
+            .next_back()
+            .map(str::to_owned);
+        record.failure = info
+            .get("error")
+            .filter(|e| !e.is_null())
+            .map(|e| super::opencode::error_text(e).1);
     }
     Ok(record)
+}
+
+/// Parses the lines Codex appended to its session file during a run: the models of its
+/// `turn_context` records, and the session id of a `session_meta` record.
+pub fn parse_codex_session(bytes: &[u8]) -> Result<RetainedRecord, RetainedError> {
+    let mut record = RetainedRecord::default();
+    for line in object_lines(bytes, "the Codex session file") {
+        let (_, v) = line?;
+        let payload = v.get("payload").unwrap_or(&Value::Null);
+        match json::str(&v, "type") {
+            Some("turn_context") => {
+                if let Some(model) = json::str(payload, "model") {
+                    record.add_model(model);
+                }
+            }
+            Some("session_meta") if record.session_id.is_none() => {
+                record.session_id = json::nonempty(payload, "id").map(str::to_owned);
+            }
+            _ => {}
+        }
+    }
+    Ok(record)
+}
+
+/// The thread's running token total recorded in a Codex session file: the last
+/// `token_count` event's `info.total_token_usage`. `None` when there is none (or a line is
+/// not JSON: a baseline must not be guessed).
+pub fn codex_token_total(bytes: &[u8]) -> Option<Usage> {
+    let mut total = None;
+    for line in object_lines(bytes, "the Codex session file") {
+        let (_, v) = line.ok()?;
+        let payload = v.get("payload").unwrap_or(&Value::Null);
+        if json::str(&v, "type") == Some("event_msg")
+            && json::str(payload, "type") == Some("token_count")
+            && let Some(t) = payload.get("info").and_then(|i| i.get("total_token_usage"))
+        {
+            let mut usage = Usage::default();
+            usage.add_tokens(t, super::codex::TOKEN_KEYS);
+            total = Some(usage);
+        }
+    }
+    total
 }

@@ -88,7 +88,7 @@ pub(crate) fn run(args: InterpretArgs) -> Result<ExitCode, Failure> {
         (Some(request), Some(path)) => {
             let bytes = std::fs::read(path)
                 .map_err(|e| Failure::runtime(format!("{}: {e}", path.display())))?;
-            match request.kind.parse(&bytes) {
+            match request.kind.parse(request.session_id.as_deref(), &bytes) {
                 Ok(record) => Some(record),
                 Err(e) => {
                     eprintln!("agentrun: warning: {}: {e}; ignoring it", path.display());

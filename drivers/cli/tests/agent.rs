@@ -72,9 +72,13 @@ impl Env {
             .args(args)
             .env("PATH", self.path("bin"))
             .env("FAKE_PROMPT", "fix the bug")
-            .env("MUSE_HOME", self.path("muse"))
+            .env("XDG_DATA_HOME", self.path("data"))
+            .env("CODEX_HOME", self.path("codex"))
             .env_remove("AGENTRUN_RESULT_SINK")
             .env_remove("GROK_DISABLE_AUTOUPDATER")
+            .env_remove("AGY_CLI_DISABLE_AUTO_UPDATE")
+            .env_remove("MUSE_NO_AUTO_UPDATE")
+            .env_remove("OPENCODE_DISABLE_AUTOUPDATE")
             .stdin(Stdio::null());
         c
     }
@@ -187,10 +191,21 @@ fn each_harness_prints_its_final_message_and_models() {
     ];
     for case in cases {
         let env = Env::new();
-        // Muse's session log where agentrun looks for it; OpenCode's export from the fake.
+        // Muse's session log and Codex's session file where agentrun looks for them;
+        // OpenCode's export from the fake.
         let muse_log = fixture("muse/agentrun-session-log-synthetic.jsonl");
-        std::fs::create_dir_all(env.path("muse/sessions")).unwrap();
-        std::fs::copy(&muse_log, env.path("muse/sessions/muse-sess-42.jsonl")).unwrap();
+        let muse_dir = env.path("data/muse/sessions/2026/11/30/muse-sess-42");
+        std::fs::create_dir_all(&muse_dir).unwrap();
+        std::fs::copy(&muse_log, muse_dir.join("session.jsonl")).unwrap();
+        let codex_dir = env.path("codex/sessions/2026/11/30");
+        std::fs::create_dir_all(&codex_dir).unwrap();
+        let codex_session = codex_dir.join("rollout-2026-11-30T10-00-00-codex-first-thread.jsonl");
+        std::fs::write(
+            &codex_session,
+            "{\"type\":\"session_meta\",\"payload\":{\"id\":\"codex-first-thread\"}}\n\
+             {\"type\":\"turn_context\",\"payload\":{\"model\":\"gpt-5-codex\"}}\n",
+        )
+        .unwrap();
         let export = fixture("opencode/agentrun-session-export-synthetic.json");
         let mut c = env.agent(case.harness, case.flags, case.fixture);
         c.env("FAKE_EXPORT", &export)
@@ -218,6 +233,7 @@ fn each_harness_prints_its_final_message_and_models() {
         let retained = match case.harness {
             "muse" => vec!["--retained", muse_log.to_str().unwrap()],
             "opencode" => vec!["--retained", export.to_str().unwrap()],
+            "codex" => vec!["--retained", codex_session.to_str().unwrap()],
             _ => vec![],
         };
         assert_eq!(
@@ -468,7 +484,7 @@ fn the_retained_artifacts_are_readable_with_agentrun_read() {
 #[test]
 fn an_unreadable_retained_record_is_absent_and_a_warning() {
     let env = Env::new();
-    // No session log under MUSE_HOME.
+    // No session log under XDG_DATA_HOME.
     let o = env
         .agent("muse", &[], "muse/agentrun-exec-synthetic.jsonl")
         .output()
@@ -482,7 +498,7 @@ fn an_unreadable_retained_record_is_absent_and_a_warning() {
     assert!(out.contains("observed models: (none)\n"), "{out}");
     assert!(!out.contains("retained record"), "{out}");
     assert!(
-        out.contains("warning: the retained Muse session log was not available"),
+        out.contains("warning: the Muse session log was not available"),
         "{out}"
     );
     // An export that is not JSON.
@@ -542,7 +558,7 @@ fn harness_args_reach_every_harness_verbatim_before_the_prompt() {
                 fixture_path,
             )
             .env("FAKE_HARNESS_ARGS", "--permission-mode\nacceptEdits\n-x y")
-            .env("MUSE_HOME", env.path("muse"))
+            .env("XDG_DATA_HOME", env.path("data"))
             .output()
             .unwrap();
         // The fake exits 90 when its argv differs from the expected one.

@@ -98,7 +98,7 @@ fn reads_stdin_with_dash() {
     let s = stdout(&out);
     assert!(s.starts_with("session started\n$ echo hello\n"), "{s}");
     assert!(s.contains("session: ses_494719016ffe85dkDMj0FPRbHK\n"));
-    assert!(s.contains("warning: the retained OpenCode session export was not available"));
+    assert!(s.contains("warning: the OpenCode session export was not available"));
     assert!(s.ends_with("final message:\n```\nhello\n```\n"), "{s}");
 }
 

@@ -78,8 +78,8 @@ pub trait ChildProcess: Send + 'static {
 /// Runs processes with their output captured into a store, on runtime `R`.
 #[derive(Debug, Clone)]
 pub struct Runner<R> {
-    store: Store,
-    runtime: R,
+    pub(crate) store: Store,
+    pub(crate) runtime: R,
 }
 
 impl<R: Runtime + Default> Runner<R> {

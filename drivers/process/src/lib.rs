@@ -11,15 +11,21 @@
 //! Applications use it through `agentrun-smol` or `agentrun-tokio`, which implement
 //! [`Runtime`] and re-export the API under the same names.
 
+mod agent;
 mod driver;
 mod live;
 pub mod os;
 
+pub use agent::{
+    AgentError, AgentOptions, AgentRun, AgentRunBuilder, MAX_LINE_BYTES, RETAINED_CAP,
+    RetainedSource, exit_diagnostic, plausible_session_id,
+};
 pub use driver::{ChildProcess, RunBuilder, Runner, Runtime};
 
 /// The names `agentrun-smol` and `agentrun-tokio` both re-export (with their own `Runner` and
 /// `RunBuilder`), so the two APIs cannot drift apart.
 pub mod api {
+    pub use crate::agent::{AgentError, AgentOptions, AgentRun, RetainedSource};
     pub use crate::live::RunError;
     pub use agentrun_core::process::{
         Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, StdinMode,

@@ -16,8 +16,8 @@
 //! * `FAKE_WAIT_FOR`: after the replay, wait up to 20 s for this file to exist (the test
 //!   creates it on seeing progress), else exit 91: proves the output was interpreted live;
 //! * `FAKE_SLEEP_MS`: sleep after the replay (to be stopped by a timeout);
-//! * `FAKE_EXPORT`, `FAKE_EXPORT_SESSION`: for `opencode session export ID`, the file printed
-//!   and the id expected.
+//! * `FAKE_EXPORT`, `FAKE_EXPORT_SESSION`: for `opencode export ID`, the file printed and the
+//!   id expected.
 
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -55,7 +55,7 @@ fn expected_args(name: &str) -> Option<Vec<String>> {
             flag(&mut a, "--effort", &effort);
             a.extend(extra);
             flag(&mut a, "--resume", &resume);
-            a.push(prompt);
+            a.extend(["--".to_owned(), prompt]);
         }
         "grok" => {
             a.extend(["--output-format", "streaming-messages-json"].map(String::from));
@@ -70,7 +70,7 @@ fn expected_args(name: &str) -> Option<Vec<String>> {
             flag(&mut a, "--model", &model);
             a.extend(extra);
             flag(&mut a, "--conversation", &resume);
-            a.push(prompt);
+            a.extend(["--".to_owned(), prompt]);
         }
         "codex" => {
             a.extend(["exec", "--json"].map(String::from));
@@ -82,18 +82,19 @@ fn expected_args(name: &str) -> Option<Vec<String>> {
             if let Some(r) = &resume {
                 a.extend(["resume".to_owned(), r.clone()]);
             }
-            a.push(prompt);
+            a.extend(["--".to_owned(), prompt]);
         }
         "muse" => {
             a.extend(["exec", "--json"].map(String::from));
             flag(&mut a, "--model", &model);
             a.extend(extra);
             flag(&mut a, "--session-id", &resume);
-            a.push(prompt);
+            a.extend(["--".to_owned(), prompt]);
         }
         "opencode" => {
             a.extend(["run", "--format", "json"].map(String::from));
             flag(&mut a, "-m", &model);
+            flag(&mut a, "--variant", &effort);
             a.extend(extra);
             flag(&mut a, "-s", &resume);
         }
@@ -111,7 +112,7 @@ fn main() -> ExitCode {
         .unwrap_or_default();
     let args: Vec<String> = argv.collect();
 
-    if name == "opencode" && args.first().map(String::as_str) == Some("session") {
+    if name == "opencode" && args.first().map(String::as_str) == Some("export") {
         return export(&name, &args);
     }
     let Some(expected) = expected_args(&name) else {
@@ -128,14 +129,18 @@ fn main() -> ExitCode {
             format!("argv mismatch: expected {expected:?}, got {args:?}"),
         );
     }
-    let autoupdater = std::env::var("GROK_DISABLE_AUTOUPDATER").ok();
-    let wanted = (name == "grok").then(|| "1".to_owned());
-    if autoupdater != wanted {
-        return fail(
-            90,
-            &name,
-            format!("GROK_DISABLE_AUTOUPDATER is {autoupdater:?}, expected {wanted:?}"),
-        );
+    // Each CLI's self-update switch, and only its own.
+    for (harness, key, value) in [
+        ("grok", "GROK_DISABLE_AUTOUPDATER", "1"),
+        ("agy", "AGY_CLI_DISABLE_AUTO_UPDATE", "true"),
+        ("muse", "MUSE_NO_AUTO_UPDATE", "1"),
+        ("opencode", "OPENCODE_DISABLE_AUTOUPDATE", "1"),
+    ] {
+        let got = std::env::var(key).ok();
+        let wanted = (name == harness).then(|| value.to_owned());
+        if got != wanted {
+            return fail(90, &name, format!("{key} is {got:?}, expected {wanted:?}"));
+        }
     }
     if std::env::var_os("AGENTRUN_RESULT_SINK").is_some() {
         return fail(
@@ -211,12 +216,9 @@ fn replay(fixture: Option<PathBuf>) -> io::Result<()> {
 
 /// `opencode session export ID`: prints `FAKE_EXPORT`.
 fn export(name: &str, args: &[String]) -> ExitCode {
-    let [_, export, id] = args else {
-        return fail(90, name, format!("bad session command {args:?}"));
+    let [_, id] = args else {
+        return fail(90, name, format!("bad export command {args:?}"));
     };
-    if export != "export" {
-        return fail(90, name, format!("bad session command {args:?}"));
-    }
     if let Some(wanted) = var("FAKE_EXPORT_SESSION")
         && *id != wanted
     {

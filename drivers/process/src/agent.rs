@@ -1,0 +1,806 @@
+//! Agent turns as one library call: [`Runner::agent`] launches a harness CLI with its registry
+//! invocation, interprets its stdout live (progress to a callback as each line is decoded),
+//! retains stdout and stderr in the store, fetches the harness's retained record after the
+//! exit, and returns a typed, serializable [`AgentRun`].
+//!
+//! ```no_run
+//! # async fn demo(runner: &agentrun_process::Runner<impl agentrun_process::Runtime>) -> Result<(), agentrun_process::AgentError> {
+//! use agentrun_core::harness::Harness;
+//! use agentrun_process::AgentOptions;
+//!
+//! let turn = runner
+//!     .agent(AgentOptions::new(Harness::Claude, "fix the failing test").model("opus"))
+//!     .on_progress(|line| eprintln!("{line}"))
+//!     .await?;
+//! if let Some(completion) = &turn.completion {
+//!     println!("{:?}", completion.outcome.final_message);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Driving order, for one turn: the options become the [`Invocation`] and the
+//! [`RunOptions`] (stop signals of the harness, stderr tail kept for diagnostics); for a Codex
+//! resume, the session file is located and its running token total noted; the process runs
+//! with a stdout tap that splits lines (bounded by [`MAX_LINE_BYTES`]) into the
+//! [`Interpretation`]; then either the run was stopped (timeout, idle timeout, cancellation:
+//! the interpretation is interrupted, no retained read) or it ended (the interpretation
+//! finishes, the retained record is read — `opencode export ID`, the Muse session log, or
+//! the lines Codex appended to its session file — and the completion is built).
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::future::{Future, IntoFuture};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentrun_core::PreviewLimits;
+use agentrun_core::harness::retained::codex_token_total;
+use agentrun_core::harness::{
+    Completion, Harness, HarnessExit, Interpretation, LaunchRequest, OutcomeStatus, RetainedKind,
+    RetainedRecord, RetainedRequest,
+};
+use agentrun_core::lines::LineSplitter;
+use agentrun_core::process::{Exit, OptionsError, ProcessResult, RunOptions, RunOutcome};
+use agentrun_core::sink::ResultSink;
+use futures_lite::Stream;
+use serde::Serialize;
+
+use crate::driver::{Runner, Runtime};
+use crate::live::RunError;
+
+/// The longest stdout line interpreted in full; a longer line is interpreted truncated (and
+/// counted as unrecognized) while the stdout artifact keeps it whole.
+pub const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// The largest retained record read.
+pub const RETAINED_CAP: u64 = 64 << 20;
+
+/// How long `opencode export ID` may take.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where the retained record comes from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RetainedSource {
+    /// The harness's own: `opencode export ID`, the Muse session log, the Codex session file.
+    #[default]
+    Harness,
+    /// This file instead (a saved Muse log or OpenCode export).
+    File(PathBuf),
+    /// None: complete from the stream alone.
+    Skip,
+}
+
+/// One harness turn to run: what to launch and how to watch it.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct AgentOptions {
+    harness: Harness,
+    request: LaunchRequest,
+    security: bool,
+    timeout: Option<Duration>,
+    idle_timeout: Option<Duration>,
+    retained: RetainedSource,
+    current_dir: Option<PathBuf>,
+    env: Vec<(OsString, Option<OsString>)>,
+    result_sink: Option<(ResultSink, Option<OsString>)>,
+}
+
+impl AgentOptions {
+    /// A turn of `harness` with `prompt` (passed as data: never read as a flag).
+    pub fn new(harness: Harness, prompt: impl Into<String>) -> Self {
+        AgentOptions {
+            harness,
+            request: LaunchRequest {
+                prompt: prompt.into(),
+                ..LaunchRequest::default()
+            },
+            security: false,
+            timeout: None,
+            idle_timeout: None,
+            retained: RetainedSource::Harness,
+            current_dir: None,
+            env: Vec::new(),
+            result_sink: None,
+        }
+    }
+
+    /// Requests a model (passed to the harness verbatim).
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.request.model = Some(model.into());
+        self
+    }
+
+    /// Requests a reasoning effort (Claude `--effort`, Codex `model_reasoning_effort`,
+    /// OpenCode `--variant`, Grok `--reasoning-effort`; dropped for the others).
+    pub fn effort(mut self, effort: impl Into<String>) -> Self {
+        self.request.effort = Some(effort.into());
+        self
+    }
+
+    /// Resumes a harness session.
+    pub fn resume(mut self, session_id: impl Into<String>) -> Self {
+        self.request.resume = Some(session_id.into());
+        self
+    }
+
+    /// Adds an argument passed to the harness verbatim, before the prompt.
+    pub fn harness_arg(mut self, arg: impl Into<String>) -> Self {
+        self.request.harness_args.push(arg.into());
+        self
+    }
+
+    /// Codex: run outside a Git repository (`--skip-git-repo-check`).
+    pub fn skip_git_repo_check(mut self, skip: bool) -> Self {
+        self.request.skip_git_repo_check = skip;
+        self
+    }
+
+    /// Enables the security policy (`Model: …` progress, fatal safeguard refusals).
+    pub fn security(mut self, on: bool) -> Self {
+        self.security = on;
+        self
+    }
+
+    /// Stops the harness after `timeout`.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Stops the harness when it printed nothing for `idle`.
+    pub fn idle_timeout(mut self, idle: Duration) -> Self {
+        self.idle_timeout = Some(idle);
+        self
+    }
+
+    /// Where the retained record comes from (default: the harness's own).
+    pub fn retained(mut self, source: RetainedSource) -> Self {
+        self.retained = source;
+        self
+    }
+
+    /// Runs the harness in `dir`.
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.current_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets an environment variable of the harness (on top of the inherited environment and
+    /// the harness's fixed variables). Also where the harness's files are looked for
+    /// (`HOME`, `CODEX_HOME`, `XDG_DATA_HOME`).
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.env
+            .push((key.as_ref().to_owned(), Some(value.as_ref().to_owned())));
+        self
+    }
+
+    /// Removes an environment variable from the harness's environment.
+    pub fn env_remove(mut self, key: impl AsRef<OsStr>) -> Self {
+        self.env.push((key.as_ref().to_owned(), None));
+        self
+    }
+
+    /// Gives the harness a clean result channel (see `RunOptions::with_result_sink`), under
+    /// `var` when given.
+    pub fn with_result_sink(mut self, sink: ResultSink, var: Option<&OsStr>) -> Self {
+        self.result_sink = Some((sink, var.map(OsStr::to_owned)));
+        self
+    }
+
+    /// The harness.
+    pub fn harness(&self) -> Harness {
+        self.harness
+    }
+
+    /// The launch request.
+    pub fn request(&self) -> &LaunchRequest {
+        &self.request
+    }
+
+    /// The process options this turn runs with: the invocation, the harness's stop signals,
+    /// a stderr tail for diagnostics, the timeouts, directory, environment and sink.
+    pub fn run_options(&self) -> RunOptions {
+        let mut options = RunOptions::from(self.harness.invocation(&self.request))
+            .limits(PreviewLimits {
+                // The stderr tail names why a harness failed.
+                tail_lines: 5,
+                ..PreviewLimits::default()
+            })
+            .stop_signals(self.harness.stop_signals().sequence);
+        if let Some(t) = self.timeout {
+            options = options.timeout(t);
+        }
+        if let Some(t) = self.idle_timeout {
+            options = options.idle_timeout(t);
+        }
+        if let Some(dir) = &self.current_dir {
+            options = options.current_dir(dir);
+        }
+        options = self.with_env(options);
+        if let Some((sink, var)) = &self.result_sink {
+            options = options.with_result_sink(sink.clone());
+            if let Some(var) = var {
+                options = options.sink_var(var);
+            }
+        }
+        options
+    }
+
+    /// `options` with the caller's environment changes.
+    fn with_env(&self, mut options: RunOptions) -> RunOptions {
+        for (key, value) in &self.env {
+            options = match value {
+                Some(v) => options.env(key, v),
+                None => options.env_remove(key),
+            };
+        }
+        options
+    }
+
+    /// The value `key` has in the harness's environment.
+    fn child_env(&self, key: &str) -> Option<OsString> {
+        match self.env.iter().rev().find(|(k, _)| k == key) {
+            Some((_, value)) => value.clone(),
+            None => std::env::var_os(key),
+        }
+        .filter(|v| !v.is_empty())
+    }
+}
+
+/// Why an agent turn could not run (a turn that ran and failed is an [`AgentRun`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// The options are invalid.
+    #[error(transparent)]
+    Options(#[from] OptionsError),
+    /// The process could not be run (not found, not executable, store failure, …).
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// The stdout tap was lost (it panicked): the turn cannot be interpreted.
+    #[error("the stdout interpretation of the harness was lost (it panicked)")]
+    TapLost,
+}
+
+/// The result of one harness turn.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct AgentRun {
+    /// The harness.
+    #[serde(serialize_with = "harness_name")]
+    pub harness: Harness,
+    /// The models observed on the stream (before the retained record's reconciliation).
+    pub observed_models: Vec<String>,
+    /// The completion: report and outcome. `None` when the run was stopped (timeout, idle
+    /// timeout, cancellation): then there is no report and no retained read.
+    pub completion: Option<Completion>,
+    /// The harness process: how it ended, its retained stdout and stderr.
+    pub process: ProcessResult,
+    /// Stdout lines longer than [`MAX_LINE_BYTES`], interpreted truncated.
+    pub truncated_lines: u64,
+    /// Why the retained record is absent, when the harness has one and it could not be read.
+    pub retained_error: Option<String>,
+}
+
+fn harness_name<S: serde::Serializer>(h: &Harness, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(h.name())
+}
+
+impl AgentRun {
+    /// Whether the session succeeded: it completed, its status is succeeded, and its output
+    /// was captured without a fault.
+    pub fn succeeded(&self) -> bool {
+        self.completion
+            .as_ref()
+            .is_some_and(|c| c.outcome.status == OutcomeStatus::Succeeded)
+            && self.process.record.faults.is_empty()
+    }
+
+    /// How the run was stopped, when it was (timeout, idle timeout, cancellation).
+    pub fn stopped(&self) -> Option<RunOutcome> {
+        self.completion.is_none().then_some(self.process.outcome)
+    }
+}
+
+type Progress = Box<dyn FnMut(&str) + Send>;
+type StopInput<'a> = Pin<Box<dyn Stream<Item = ()> + Send + 'a>>;
+
+/// One agent turn being described ([`Runner::agent`]); awaiting it runs the turn.
+#[must_use = "an agent turn does nothing until awaited"]
+pub struct AgentRunBuilder<'a, R> {
+    runner: &'a Runner<R>,
+    options: AgentOptions,
+    progress: Option<Progress>,
+    stop: Option<StopInput<'a>>,
+}
+
+impl<R> std::fmt::Debug for AgentRunBuilder<'_, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentRunBuilder")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Runtime> Runner<R> {
+    /// Describes one harness turn; `.await` it to run it.
+    pub fn agent(&self, options: AgentOptions) -> AgentRunBuilder<'_, R> {
+        AgentRunBuilder {
+            runner: self,
+            options,
+            progress: None,
+            stop: None,
+        }
+    }
+}
+
+impl<'a, R: Runtime> AgentRunBuilder<'a, R> {
+    /// Calls `progress` with each progress line (`session started`, `$ cargo test`,
+    /// `Model: …`) as soon as its stdout line is decoded, on the thread that pumps the pipe.
+    /// Each call is one line without a newline; it must not block for long (backpressure).
+    pub fn on_progress(mut self, progress: impl FnMut(&str) + Send + 'static) -> Self {
+        self.progress = Some(Box::new(progress));
+        self
+    }
+
+    /// Stops the harness when `stop` resolves (e.g. on Ctrl-C), with its stop signals; the
+    /// result is then a stopped run ([`AgentRun::stopped`] is `Cancelled`).
+    pub fn stop_on(self, stop: impl Future<Output = ()> + Send + 'a) -> Self {
+        self.cancel_on(futures_lite::stream::once_future(stop))
+    }
+
+    /// Like [`AgentRunBuilder::stop_on`], with every item of `requests` a stop request: the
+    /// first stops the harness, a second one while it is being stopped kills it at once.
+    pub fn cancel_on(mut self, requests: impl Stream<Item = ()> + Send + 'a) -> Self {
+        self.stop = Some(Box::pin(requests));
+        self
+    }
+}
+
+impl<'a, R: Runtime> IntoFuture for AgentRunBuilder<'a, R> {
+    type Output = Result<AgentRun, AgentError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(run_turn(
+            self.runner,
+            self.options,
+            self.progress,
+            self.stop,
+        ))
+    }
+}
+
+/// What the stdout tap owns while the harness runs.
+struct Live {
+    interp: Interpretation,
+    splitter: LineSplitter,
+    progress: Option<Progress>,
+}
+
+impl Live {
+    fn feed(interp: &mut Interpretation, progress: &mut Option<Progress>, line: &[u8]) {
+        let lines = interp.handle_line(line);
+        if let Some(progress) = progress {
+            for l in &lines {
+                progress(l);
+            }
+        }
+    }
+
+    fn chunk(&mut self, chunk: &[u8]) {
+        let Live {
+            interp,
+            splitter,
+            progress,
+        } = self;
+        splitter.push(chunk, |line| Self::feed(interp, progress, line.bytes));
+    }
+
+    /// End of output: feeds a last line without a newline.
+    fn end(self) -> (Interpretation, u64) {
+        let Live {
+            mut interp,
+            splitter,
+            mut progress,
+        } = self;
+        let truncated = splitter.truncated_lines();
+        splitter.finish(|line| Self::feed(&mut interp, &mut progress, line.bytes));
+        (interp, truncated)
+    }
+}
+
+async fn run_turn<R: Runtime>(
+    runner: &Runner<R>,
+    options: AgentOptions,
+    progress: Option<Progress>,
+    stop: Option<StopInput<'_>>,
+) -> Result<AgentRun, AgentError> {
+    let harness = options.harness;
+    let run_options = options.run_options();
+    run_options.validate()?;
+
+    // Codex reports a resumed thread's running total: note the total before this run, and
+    // where its session file ends, to read only what this run appends.
+    let codex_before = match (&options.retained, harness, &options.request.resume) {
+        (RetainedSource::Harness, Harness::Codex, Some(id)) if plausible_session_id(id) => {
+            let dir = codex_sessions_dir(&options);
+            let id = id.clone();
+            runner
+                .runtime
+                .spawn_blocking(move || dir.and_then(|d| codex_snapshot(&d, &id)))
+                .await
+                .ok()
+                .flatten()
+        }
+        _ => None,
+    };
+
+    let mut interp = Interpretation::new(harness);
+    if options.security {
+        interp.for_security(options.request.model.as_deref());
+    }
+    let live = Arc::new(Mutex::new(Some(Live {
+        interp,
+        splitter: LineSplitter::new(MAX_LINE_BYTES),
+        progress,
+    })));
+    let tap = live.clone();
+    let observe = move |chunk: &[u8]| {
+        if let Some(live) = tap.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            live.chunk(chunk);
+        }
+    };
+    let builder = runner.run(run_options).observe_stdout(observe);
+    let process = match stop {
+        Some(stop) => builder.cancel_on(stop).await?,
+        None => builder.await?,
+    };
+    let taken = live.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let Some(live) = taken else {
+        return Err(AgentError::TapLost);
+    };
+    let (interp, truncated_lines) = live.end();
+
+    if process.outcome != RunOutcome::Completed {
+        let interrupted = interp.interrupt();
+        return Ok(AgentRun {
+            harness,
+            observed_models: interrupted.observed_models().to_vec(),
+            completion: None,
+            process,
+            truncated_lines,
+            retained_error: None,
+        });
+    }
+
+    let exit = match process.exit {
+        Some(Exit::Code(0)) => HarnessExit::Success,
+        other => HarnessExit::Failed {
+            diagnostic: exit_diagnostic(harness, other, &process),
+        },
+    };
+    let finished = interp.finish(exit);
+    let observed_models = finished.observed_models().to_vec();
+    let (retained, retained_error) = match finished.retained_request() {
+        Some(request) => match acquire(runner, &options, &request, codex_before).await {
+            Ok(record) => (Some(record), None),
+            Err(why) => (None, Some(why)),
+        },
+        None => (None, None),
+    };
+    let completion = finished.complete(retained);
+    Ok(AgentRun {
+        harness,
+        observed_models,
+        completion: Some(completion),
+        process,
+        truncated_lines,
+        retained_error,
+    })
+}
+
+/// `claude exited with code 3: <last stderr line>`.
+pub fn exit_diagnostic(harness: Harness, exit: Option<Exit>, result: &ProcessResult) -> String {
+    let mut s = match exit {
+        Some(Exit::Code(c)) => format!("{harness} exited with code {c}"),
+        Some(Exit::Signal(sig)) => format!("{harness} was killed by signal {sig}"),
+        None => format!("{harness} ended without an exit status"),
+    };
+    let last = result.stderr().and_then(|s| {
+        let text = s.tail.as_ref().map_or(s.preview.text.as_str(), |t| &t.text);
+        text.lines().rev().find(|l| !l.trim().is_empty())
+    });
+    if let Some(line) = last {
+        s.push_str(": ");
+        s.extend(line.trim().chars().take(300));
+    }
+    s
+}
+
+/// A Codex session file before the run: its path, its length, its running token total.
+struct CodexSnapshot {
+    path: PathBuf,
+    len: u64,
+    total: Option<agentrun_core::harness::Usage>,
+}
+
+fn codex_snapshot(sessions: &Path, id: &str) -> Option<CodexSnapshot> {
+    let path = find_codex_session(sessions, id)?;
+    let bytes = read_capped(&path, 0).ok()?;
+    Some(CodexSnapshot {
+        path,
+        len: bytes.len() as u64,
+        total: codex_token_total(&bytes),
+    })
+}
+
+/// `$CODEX_HOME/sessions` (`CODEX_HOME` defaults to `~/.codex`).
+fn codex_sessions_dir(options: &AgentOptions) -> Option<PathBuf> {
+    let home = match options.child_env("CODEX_HOME") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(options.child_env("HOME")?).join(".codex"),
+    };
+    Some(home.join("sessions"))
+}
+
+/// The session file of thread `id`: `sessions/YYYY/MM/DD/rollout-…-<id>.jsonl`.
+fn find_codex_session(sessions: &Path, id: &str) -> Option<PathBuf> {
+    let suffix = format!("-{id}.jsonl");
+    find_three_deep(sessions, |name| {
+        name.starts_with("rollout-") && name.ends_with(&suffix)
+    })
+}
+
+/// The first entry three directory levels below `root` (`YYYY/MM/DD/<entry>`) whose name
+/// satisfies `wanted`, newest date first. Bounded: at most 4096 entries per directory.
+fn find_three_deep(root: &Path, wanted: impl Fn(&str) -> bool) -> Option<PathBuf> {
+    fn sorted(dir: &Path) -> Vec<PathBuf> {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .take(4096)
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        entries.sort();
+        entries.reverse();
+        entries
+    }
+    for year in sorted(root) {
+        for month in sorted(&year) {
+            for day in sorted(&month) {
+                for entry in sorted(&day) {
+                    if entry
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(&wanted)
+                    {
+                        return Some(entry);
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Where Muse keeps session `id`'s log:
+/// `<XDG_DATA_HOME or ~/.local/share>/muse/sessions/<yyyy>/<mm>/<dd>/<id>/session.jsonl`.
+fn find_muse_log(options: &AgentOptions, id: &str) -> Option<PathBuf> {
+    let data = match options.child_env("XDG_DATA_HOME") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(options.child_env("HOME")?).join(".local/share"),
+    };
+    find_three_deep(&data.join("muse").join("sessions"), |name| name == id)
+        .map(|dir| dir.join("session.jsonl"))
+}
+
+/// Reads and parses the retained record; the error says why it is absent.
+async fn acquire<R: Runtime>(
+    runner: &Runner<R>,
+    options: &AgentOptions,
+    request: &RetainedRequest,
+    codex_before: Option<CodexSnapshot>,
+) -> Result<RetainedRecord, String> {
+    let what = request.kind.description();
+    let id = request
+        .session_id
+        .clone()
+        .or_else(|| options.request.resume.clone());
+    let file = match &options.retained {
+        RetainedSource::Skip => return Err(format!("{what} was not requested")),
+        RetainedSource::File(path) => Some(path.clone()),
+        RetainedSource::Harness => None,
+    };
+    let bytes = match file {
+        Some(path) => {
+            blocking(runner, move || {
+                read_capped(&path, 0).map_err(|e| format!("{what} {}: {e}", path.display()))
+            })
+            .await?
+        }
+        None => {
+            let id =
+                id.ok_or_else(|| format!("{what} cannot be read: the stream named no session"))?;
+            if !plausible_session_id(&id) {
+                return Err(format!(
+                    "{what} cannot be read: the session id {id:?} is not a plain identifier"
+                ));
+            }
+            match request.kind {
+                RetainedKind::OpenCodeExport => opencode_export(runner, options, &id)
+                    .await
+                    .map_err(|e| format!("{what} (opencode export {id}): {e}"))?,
+                RetainedKind::MuseSessionLog => {
+                    let options = options.clone();
+                    blocking(runner, move || {
+                        let path = find_muse_log(&options, &id)
+                            .ok_or_else(|| format!("{what} of session {id} was not found"))?;
+                        read_capped(&path, 0).map_err(|e| format!("{what} {}: {e}", path.display()))
+                    })
+                    .await?
+                }
+                RetainedKind::CodexSession => {
+                    let dir = codex_sessions_dir(options);
+                    let mut record = blocking(runner, move || {
+                        let (path, offset) = match &codex_before {
+                            Some(before) => (before.path.clone(), before.len),
+                            None => (
+                                dir.and_then(|d| find_codex_session(&d, &id))
+                                    .ok_or_else(|| {
+                                        format!("{what} of thread {id} was not found")
+                                    })?,
+                                0,
+                            ),
+                        };
+                        let bytes = read_capped(&path, offset)
+                            .map_err(|e| format!("{what} {}: {e}", path.display()))?;
+                        RetainedKind::CodexSession
+                            .parse(Some(&id), &bytes)
+                            .map_err(|e| format!("{what} is unreadable: {e}"))
+                            .map(|r| (r, codex_before.and_then(|b| b.total)))
+                    })
+                    .await?;
+                    record.0.usage_baseline = record.1.take();
+                    return Ok(record.0);
+                }
+                _ => return Err(format!("{what} cannot be read by this version")),
+            }
+        }
+    };
+    request
+        .kind
+        .parse(request.session_id.as_deref(), &bytes)
+        .map_err(|e| format!("{what} is unreadable: {e}"))
+}
+
+async fn blocking<R: Runtime, T: Send + 'static>(
+    runner: &Runner<R>,
+    job: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    runner
+        .runtime
+        .spawn_blocking(job)
+        .await
+        .map_err(|e| e.to_string())?
+}
+
+/// Whether a session id may name a file or an argument: letters, digits, `-`, `_`, `.`,
+/// `:`, not starting with `-` or `.` (no paths, no options).
+pub fn plausible_session_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 256
+        && !id.starts_with(['-', '.'])
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+}
+
+/// Reads `path` from `offset`, refusing more than [`RETAINED_CAP`] bytes.
+fn read_capped(path: &Path, offset: u64) -> io::Result<Vec<u8>> {
+    let mut file = File::open(path)?;
+    let len = file.metadata()?.len();
+    if len.saturating_sub(offset) > RETAINED_CAP {
+        return Err(io::Error::other(format!(
+            "larger than {} MiB",
+            RETAINED_CAP >> 20
+        )));
+    }
+    file.seek(SeekFrom::Start(offset))?;
+    let mut bytes = Vec::new();
+    file.take(RETAINED_CAP).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Runs `opencode export ID` in the harness's environment (retained in the store like any
+/// run, with a short timeout) and returns its stdout.
+async fn opencode_export<R: Runtime>(
+    runner: &Runner<R>,
+    options: &AgentOptions,
+    id: &str,
+) -> Result<Vec<u8>, String> {
+    let mut export = RunOptions::new("opencode")
+        .args(["export", id])
+        .timeout(EXPORT_TIMEOUT)
+        .kill_grace(Duration::from_secs(1));
+    if let Some(dir) = &options.current_dir {
+        export = export.current_dir(dir);
+    }
+    let export = options.with_env(export);
+    let result = runner.run(export).await.map_err(|e| e.to_string())?;
+    match (result.outcome, result.exit) {
+        (RunOutcome::Completed, Some(Exit::Code(0))) => {}
+        (RunOutcome::Completed, exit) => {
+            return Err(exit_diagnostic(Harness::OpenCode, exit, &result));
+        }
+        _ => return Err(format!("timed out after {}s", EXPORT_TIMEOUT.as_secs())),
+    }
+    let stdout = result.stdout().ok_or("no stdout was captured")?;
+    if stdout.bytes > RETAINED_CAP {
+        return Err(format!("larger than {} MiB", RETAINED_CAP >> 20));
+    }
+    let uri = result.record.stream_uri(stdout);
+    let store = runner.store.clone();
+    blocking(runner, move || {
+        let mut bytes = Vec::new();
+        store.copy_to(&uri, &mut bytes).map_err(|e| e.to_string())?;
+        Ok(bytes)
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_from_the_stream_cannot_be_paths_or_options() {
+        for ok in ["ses_abc123", "muse-sess-42", "0b7f.e:1"] {
+            assert!(plausible_session_id(ok), "{ok}");
+        }
+        for bad in ["", "../etc", "a/b", "-rf", ".hidden", "a b", "x\n"] {
+            assert!(!plausible_session_id(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn harness_files_are_found_three_levels_down_newest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let sessions = dir.path().join("sessions");
+        for day in ["2026/11/29", "2026/11/30"] {
+            std::fs::create_dir_all(sessions.join(day)).unwrap();
+        }
+        std::fs::write(sessions.join("2026/11/29/rollout-a-th-1.jsonl"), "").unwrap();
+        std::fs::write(sessions.join("2026/11/30/rollout-b-th-2.jsonl"), "").unwrap();
+        std::fs::write(sessions.join("2026/11/30/rollout-b-xth-1.jsonl"), "").unwrap();
+        assert_eq!(
+            find_codex_session(&sessions, "th-1"),
+            Some(sessions.join("2026/11/29/rollout-a-th-1.jsonl"))
+        );
+        assert_eq!(find_codex_session(&sessions, "th-3"), None);
+        assert_eq!(find_codex_session(&dir.path().join("none"), "th-1"), None);
+    }
+
+    #[test]
+    fn the_invocation_becomes_the_run_options() {
+        let options = AgentOptions::new(Harness::OpenCode, "-x")
+            .effort("high")
+            .timeout(Duration::from_secs(5))
+            .env("HOME", "/h");
+        let run = options.run_options();
+        assert_eq!(run.program, OsString::from("opencode"));
+        assert!(run.args.iter().any(|a| a == "--variant"));
+        assert_eq!(run.stop_signals, Harness::OpenCode.stop_signals().sequence);
+        assert_eq!(run.timeout, Some(Duration::from_secs(5)));
+        assert!(
+            run.env
+                .iter()
+                .any(|(k, v)| k == "OPENCODE_DISABLE_AUTOUPDATE" && v.is_some())
+        );
+        assert_eq!(options.child_env("HOME"), Some(OsString::from("/h")));
+    }
+}
