@@ -1,34 +1,13 @@
 //! `agentrun mcp` driven by a client nobody here wrote: the official MCP Python SDK
-//! (`tests/mcp/client.py`, one scenario per test). The SDK is installed on first use into a
-//! virtual environment under the target directory by `scripts/install-mcp-python-client.sh`
-//! (a pinned version, from PyPI).
+//! (`tests/mcp/client.py`, one scenario per test), installed on first use
+//! (`tests/mcp/python.rs`).
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
-fn repo() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
+#[path = "mcp/python.rs"]
+mod python_client;
 
-/// The virtual environment's Python, installing the SDK when missing.
-fn python() -> &'static Path {
-    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| {
-        let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-python-client");
-        let status = Command::new("bash")
-            .arg(repo().join("scripts/install-mcp-python-client.sh"))
-            .arg(&venv)
-            .status()
-            .expect("run scripts/install-mcp-python-client.sh");
-        assert!(
-            status.success(),
-            "installing the MCP Python SDK failed ({status}); it needs python3 with venv and \
-             access to PyPI"
-        );
-        venv.join("bin/python")
-    })
-}
+use python_client::python;
 
 /// Runs one scenario of `client.py` against a fresh store; fails with its output.
 fn scenario(name: &str) {

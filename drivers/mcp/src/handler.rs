@@ -10,7 +10,6 @@ use agentrun_core::page::{ByteRange, MAX_PAGE_LINES, PageRequest};
 use agentrun_core::process::{ProcessResult, RunOptions, StdinMode};
 use agentrun_core::sink::ResultSink;
 use agentrun_core::{ArtifactUri, CaptureCompletion, CaptureStatus, OutputDeclaration};
-use agentrun_fs::Store;
 use agentrun_tokio::{RunError, Runner};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
@@ -83,7 +82,7 @@ saying which lines these were and the offset of the next page. For a single line
 a page, read bytes instead with byteOffset (and byteLimit, at most 2097152). Reads only \
 artifact URIs, never files.";
 
-fn object(value: Value) -> Arc<JsonObject> {
+pub(crate) fn object(value: Value) -> Arc<JsonObject> {
     match value {
         Value::Object(map) => Arc::new(map),
         _ => unreachable!("tool schemas are JSON objects"),
@@ -176,7 +175,7 @@ fn read_tool() -> Tool {
 }
 
 /// An error result the model reads (not a protocol error: clients show those opaquely).
-fn tool_error(message: impl Into<String>) -> CallToolResult {
+pub(crate) fn tool_error(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message.into())])
 }
 
@@ -230,7 +229,7 @@ impl Inner {
         })
     }
 
-    fn check_allowed(&self, program: &str) -> Result<(), ArgError> {
+    pub(crate) fn check_allowed(&self, program: &str) -> Result<(), ArgError> {
         match &self.allow {
             Allow::All => Ok(()),
             Allow::Programs(set) if set.contains(program) => Ok(()),
@@ -269,7 +268,7 @@ impl Inner {
 }
 
 /// Blocking store work on tokio's blocking pool; a panic there is an internal error.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ErrorData> {
     tokio::task::spawn_blocking(f)
@@ -277,23 +276,46 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ErrorData::internal_error(format!("a blocking task failed: {e}"), None))
 }
 
-/// Keeps a clean answer over the preview bound as its own artifact, so that the model sees a
-/// bounded preview and can page the rest.
-fn retain_answer(store: &Store, answer: String, limits: agentrun_core::PreviewLimits) -> Answer {
-    let retained = store
-        .begin_capture(OutputDeclaration::Single, limits)
-        .and_then(|session| {
-            session.finish(CaptureCompletion::Full {
-                display: None,
-                status: CaptureStatus::Succeeded,
-                outputs: FullOutput::Single(answer.into_bytes()),
-            })
-        });
-    match retained {
-        Ok(record) => Answer::Retained(Box::new(record)),
-        Err(e) => Answer::Missing(format!(
-            "read, but it is over the preview bound and retaining it failed: {e}"
-        )),
+/// A text for the model (a clean answer, a final message): shown in full within the preview
+/// bound, else kept as its own artifact so that the model sees a bounded preview with a read
+/// hint for the rest.
+pub(crate) async fn retain_text(inner: &Inner, text: String) -> Result<Answer, ErrorData> {
+    if text.len() <= inner.limits.max_bytes {
+        return Ok(Answer::Inline(text));
+    }
+    let (store, limits) = (inner.store.clone(), inner.limits);
+    blocking(move || {
+        let retained = store
+            .begin_capture(OutputDeclaration::Single, limits)
+            .and_then(|session| {
+                session.finish(CaptureCompletion::Full {
+                    display: None,
+                    status: CaptureStatus::Succeeded,
+                    outputs: FullOutput::Single(text.into_bytes()),
+                })
+            });
+        match retained {
+            Ok(record) => Answer::Retained(Box::new(record)),
+            Err(e) => Answer::Missing(format!(
+                "it is over the preview bound and retaining it failed: {e}"
+            )),
+        }
+    })
+    .await
+}
+
+/// Resolves when the call is cancelled by the client or the connection ends.
+pub(crate) fn stop_future(
+    inner: &Inner,
+    context: &RequestContext<RoleServer>,
+) -> impl Future<Output = ()> + Send + 'static {
+    let mut shutdown = inner.shutdown.subscribe();
+    let cancelled = context.ct.clone();
+    async move {
+        tokio::select! {
+            () = cancelled.cancelled() => {}
+            _ = shutdown.wait_for(|gone| *gone) => {}
+        }
     }
 }
 
@@ -325,26 +347,18 @@ impl McpServer {
             return Ok(tool_error(format!("`run` cannot start: {e}")));
         }
 
-        let seen = Arc::new(Seen::default());
+        let watch = Arc::new(Watch::default());
         let observer = {
-            let seen = seen.clone();
-            move |chunk: &[u8]| seen.add(chunk)
-        };
-        let mut shutdown = inner.shutdown.subscribe();
-        let cancelled = context.ct.clone();
-        let stop = async move {
-            tokio::select! {
-                () = cancelled.cancelled() => {}
-                _ = shutdown.wait_for(|gone| *gone) => {}
-            }
+            let watch = watch.clone();
+            move |chunk: &[u8]| watch.add(chunk)
         };
         let runner = Runner::new(inner.store.clone());
         let run = runner
             .run(options)
             .observe_stdout(observer)
-            .stop_on(stop)
+            .stop_on(stop_future(inner, &context))
             .into_future();
-        let progress = report_progress(&context, &seen, call.timeout);
+        let progress = report_progress(&context, &watch, call.timeout);
         let result = tokio::select! {
             result = run => result,
             never = progress => match never {},
@@ -358,14 +372,11 @@ impl McpServer {
         };
         let answer = match (&result.result, call.sink) {
             (_, false) => Answer::NotRequested,
-            (Some(text), true) if text.len() <= inner.limits.max_bytes => {
-                Answer::Inline(text.clone())
-            }
-            (Some(text), true) => {
-                let (store, text, limits) = (inner.store.clone(), text.clone(), inner.limits);
-                blocking(move || retain_answer(&store, text, limits)).await?
-            }
-            (None, true) => Answer::Missing(result.sink.describe()),
+            (Some(text), true) => retain_text(inner, text.clone()).await?,
+            (None, true) => Answer::Missing(format!(
+                "the result sink was {}; the stdout preview above is the fallback",
+                result.sink.describe()
+            )),
         };
         inner.remember(&result, &call.program);
         let mut out = CallToolResult::success(vec![ContentBlock::text(render::run_text(
@@ -384,22 +395,23 @@ impl McpServer {
             Ok(request) => request,
             Err(e) => return Ok(e.into()),
         };
-        let store = self.inner.store.clone();
-        let (uri, range) = (request.uri.clone(), request.range);
+        let runner = Runner::new(self.inner.store.clone());
+        let uri = &request.uri;
         // (stored bytes, continuation line, structured metadata) of a line or byte page.
-        let read = blocking(move || match range {
-            ReadRange::Lines(page_request) => store.read_page(&uri, page_request).map(|page| {
-                let continuation = render::page_continuation(&uri, &page);
-                let json = render::page_json(&uri, &page);
+        let read = match request.range {
+            ReadRange::Lines(page_request) => {
+                runner.read_page(uri, page_request).await.map(|page| {
+                    let continuation = render::page_continuation(uri, &page);
+                    let json = render::page_json(uri, &page);
+                    (page.bytes, continuation, json)
+                })
+            }
+            ReadRange::Bytes(range) => runner.read_bytes(uri, range).await.map(|page| {
+                let continuation = render::byte_continuation(uri, &page);
+                let json = render::byte_page_json(uri, &page);
                 (page.bytes, continuation, json)
             }),
-            ReadRange::Bytes(range) => store.read_bytes(&uri, range).map(|page| {
-                let continuation = render::byte_continuation(&uri, &page);
-                let json = render::byte_page_json(&uri, &page);
-                (page.bytes, continuation, json)
-            }),
-        })
-        .await?;
+        };
         let (bytes, continuation, json) = match read {
             Ok(read) => read,
             Err(e) => return Ok(tool_error(render::read_error(&request.uri, &e))),
@@ -417,27 +429,37 @@ impl McpServer {
     }
 }
 
-/// Bytes and lines of stdout seen so far, for progress messages.
+/// What a running call has shown so far, for progress messages: stdout bytes and lines.
 #[derive(Default)]
-struct Seen {
+pub(crate) struct Watch {
     bytes: AtomicU64,
     lines: AtomicU64,
 }
 
-impl Seen {
-    fn add(&self, chunk: &[u8]) {
+impl Watch {
+    /// Counts a stdout chunk.
+    pub(crate) fn add(&self, chunk: &[u8]) {
         self.bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
         let newlines = chunk.iter().filter(|&&b| b == b'\n').count();
         self.lines.fetch_add(newlines as u64, Ordering::Relaxed);
     }
+
+    fn message(&self, elapsed: Duration) -> String {
+        format!(
+            "running for {}s; stdout so far: {} lines, {} bytes",
+            elapsed.as_secs(),
+            self.lines.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed)
+        )
+    }
 }
 
-/// Sends a progress notification every [`PROGRESS_EVERY`] while the run lasts, when the
+/// Sends a progress notification every [`PROGRESS_EVERY`] while the call lasts, when the
 /// client asked for progress (a `progressToken` in the request). Progress is the elapsed time
-/// against the timeout; the message says how much stdout arrived. Never returns.
-async fn report_progress(
+/// against the timeout; the message says what the call has shown so far. Never returns.
+pub(crate) async fn report_progress(
     context: &RequestContext<RoleServer>,
-    seen: &Seen,
+    watch: &Watch,
     timeout: Duration,
 ) -> std::convert::Infallible {
     let Some(token) = context.meta.get_progress_token() else {
@@ -451,13 +473,8 @@ async fn report_progress(
         let elapsed = start.elapsed();
         let mut param = ProgressNotificationParam::new(token.clone(), elapsed.as_secs_f64())
             .with_total(timeout.as_secs_f64());
-        param.message = Some(format!(
-            "running for {}s; stdout so far: {} lines, {} bytes",
-            elapsed.as_secs(),
-            seen.lines.load(Ordering::Relaxed),
-            seen.bytes.load(Ordering::Relaxed)
-        ));
-        // A client that went away cannot be told; the run goes on until it is stopped.
+        param.message = Some(watch.message(elapsed));
+        // A client that went away cannot be told; the call goes on until it is stopped.
         let _ = context.peer.notify_progress(param).await;
     }
 }

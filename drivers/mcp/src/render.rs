@@ -46,11 +46,7 @@ pub(crate) fn run_text(result: &ProcessResult, answer: &Answer, timeout: Duratio
             }
         }
         Answer::Missing(why) => {
-            let _ = writeln!(
-                out,
-                "[No clean answer: the result sink was {why}; the stdout preview above is the \
-                 fallback]"
-            );
+            let _ = writeln!(out, "[No clean answer: {why}]");
         }
     }
     out.push_str(&status_line(result, timeout));

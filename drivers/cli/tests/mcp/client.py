@@ -193,6 +193,26 @@ async def conformance(agentrun, store):
             check("unknown tool" in e.error.message, e.error.message)
         else:
             raise AssertionError("an unknown tool should be a protocol error")
+        # A clean answer over the preview bound is retained and paged like any output.
+        big_answer = "".join("answer line %d\n" % i for i in range(20000))
+        writer = "import os, sys\nopen(os.environ['AGENTRUN_RESULT_SINK'], 'w').write(sys.stdin.read())"
+        result = await session.call_tool("run", {"command": [PY, "-c", writer], "stdin": big_answer, "sink": True})
+        text = text_of(result)
+        check("[Clean answer (the program's result sink), over the preview bound:]" in text, text[-500:])
+        answer_hint = HINT.findall(text[text.index("over the preview bound"):])
+        check(len(answer_hint) == 1, f"the answer has its own hint: {answer_hint}")
+        answer_uri, answer_offset = answer_hint[0][0], int(answer_hint[0][1])
+        check(result.structured_content["result_artifact"] == answer_uri, result.structured_content["result_artifact"])
+        rest = await session.call_tool("read", {"filePath": answer_uri, "offset": answer_offset, "limit": 2000})
+        check(text_of(rest).startswith("answer line %d\n" % answer_offset), text_of(rest)[:100])
+
+        # A timeout stops the program and says so; what it printed is kept.
+        slow = "import time\nprint('before the timeout', flush=True)\ntime.sleep(600)"
+        result = await session.call_tool("run", {"command": [PY, "-c", slow], "timeout_seconds": 1})
+        text = text_of(result)
+        check("before the timeout" in text and "[Timed out after 1s" in text, text)
+        check(result.structured_content["outcome"] == "timed_out", result.structured_content["outcome"])
+
         final = await session.call_tool("run", {"command": [PY, "-c", "print('still here')"]})
         check("still here" in text_of(final), "the server survived the bad calls")
 

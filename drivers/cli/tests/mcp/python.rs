@@ -1,0 +1,30 @@
+//! The official MCP Python SDK for the MCP tests: installed on first use into a virtual
+//! environment under the target directory by `scripts/install-mcp-python-client.sh` (a pinned
+//! version, from PyPI).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The virtual environment's Python, installing the SDK when missing.
+pub(crate) fn python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-python-client");
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../scripts/install-mcp-python-client.sh"
+        );
+        let status = Command::new("bash")
+            .arg(script)
+            .arg(&venv)
+            .status()
+            .expect("run scripts/install-mcp-python-client.sh");
+        assert!(
+            status.success(),
+            "installing the MCP Python SDK failed ({status}); it needs python3 with venv and \
+             access to PyPI"
+        );
+        venv.join("bin/python")
+    })
+}
