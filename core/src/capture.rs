@@ -16,9 +16,9 @@
 //!       stream and append each entry to its index file.
 //!    4. If the delta has display text, [`Capture::handle_display`].
 //!
-//!    A driver that writes a chunk while the machine processes it (for throughput) takes
-//!    [`Capture::checkpoint`] before step 3 and calls [`Capture::rollback`] when its write
-//!    fails, before reporting the fault.
+//!    The machine must only describe bytes that are on disk, so a driver that overlaps writing
+//!    and hashing (for throughput) hashes a chunk only once its write succeeded, for example
+//!    while the next chunk is being written.
 //! 3. For a non-streaming tool, instead of deltas: [`Capture::begin_full`] (rejects mixed
 //!    mode), then each supplied output goes through step 2.1–2.3.
 //! 4. [`Capture::finish`] with the final display and status consumes the machine and returns a
@@ -271,20 +271,6 @@ impl StreamCapture {
     }
 }
 
-/// One stream's state before a chunk, so a driver that writes a chunk to disk while the
-/// machine processes it (in parallel, for throughput) can undo the chunk when the write fails:
-/// the machine must only ever describe bytes that are on disk.
-#[derive(Debug, Clone)]
-pub struct StreamCheckpoint {
-    stream: StreamIndex,
-    digest: StreamingDigest,
-    indexer: BlockIndexer,
-    head_len: usize,
-    head_newlines: u64,
-    tail: Option<TailWindow>,
-    accepted_chunk: bool,
-}
-
 /// Per-stream facts at finalization.
 #[derive(Debug, Clone)]
 pub struct StreamSummary {
@@ -426,36 +412,6 @@ impl Capture {
             self.accepted_chunk = true;
         }
         self.streams[stream.0].push(chunk);
-    }
-
-    /// Saves stream `stream`'s state; take it right before [`handle_chunk`](Self::handle_chunk)
-    /// and before draining index entries. Cheap: the head only grows, so only its length is
-    /// kept; the tail window (when the tail view is on) is copied.
-    pub fn checkpoint(&self, stream: StreamIndex) -> StreamCheckpoint {
-        let s = &self.streams[stream.0];
-        StreamCheckpoint {
-            stream,
-            digest: s.digest.clone(),
-            indexer: s.indexer.clone(),
-            head_len: s.head.len(),
-            head_newlines: s.head_newlines,
-            tail: s.tail.as_ref().map(|t| t.window.clone()),
-            accepted_chunk: self.accepted_chunk,
-        }
-    }
-
-    /// Undoes every chunk handled on the checkpoint's stream since it was taken, including
-    /// index entries not drained yet.
-    pub fn rollback(&mut self, checkpoint: StreamCheckpoint) {
-        let s = &mut self.streams[checkpoint.stream.0];
-        s.digest = checkpoint.digest;
-        s.indexer = checkpoint.indexer;
-        s.head.truncate(checkpoint.head_len);
-        s.head_newlines = checkpoint.head_newlines;
-        if let (Some(tail), Some(window)) = (&mut s.tail, checkpoint.tail) {
-            tail.window = window;
-        }
-        self.accepted_chunk = checkpoint.accepted_chunk;
     }
 
     /// Appends delta display text to the live display (never to a stream).
@@ -707,47 +663,6 @@ mod tests {
             c.finish(None, CaptureStatus::Failed).streams[0].head.len(),
             13
         );
-    }
-
-    #[test]
-    fn rollback_undoes_a_chunk_exactly() {
-        let limits = PreviewLimits {
-            max_bytes: 8,
-            tail_lines: 2,
-            ..Default::default()
-        };
-        let run = |chunks: &[&[u8]], undo_last: bool| {
-            let mut c = Capture::new(OutputDeclaration::Single, limits).unwrap();
-            let ix = StreamIndex(0);
-            for (i, chunk) in chunks.iter().enumerate() {
-                let cp = c.checkpoint(ix);
-                c.handle_chunk(ix, chunk);
-                if undo_last && i + 1 == chunks.len() {
-                    c.rollback(cp);
-                }
-            }
-            let mut entries = Vec::new();
-            while let Some(e) = c.poll_index_entry(ix) {
-                entries.push(e);
-            }
-            let s = c.finish(None, CaptureStatus::Succeeded);
-            let st = &s.streams[0];
-            (
-                st.digest,
-                st.bytes,
-                st.lines,
-                st.head.clone(),
-                st.tail.clone(),
-                st.index_entries.clone(),
-                entries,
-            )
-        };
-        let big = vec![b'z'; 200_000];
-        assert_eq!(
-            run(&[b"ab\ncd", b"e\nf", &big], true),
-            run(&[b"ab\ncd", b"e\nf"], false)
-        );
-        assert_eq!(run(&[b"a", &big, b"x\n"], true), run(&[b"a", &big], false));
     }
 
     #[test]

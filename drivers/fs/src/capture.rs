@@ -11,13 +11,18 @@
 //!
 //! Every chunk is appended to its capture file **before** the core machine accepts it, so the
 //! machine's digest, counts and index describe exactly the bytes on disk (a failed write is
-//! cut back to the accepted length). Memory stays bounded: chunks are not kept, index entries
-//! go to the index file as soon as a block completes.
+//! cut back to the accepted length). Large chunks go through a writer thread per stream, one
+//! piece at a time: piece N is written while piece N-1, already on disk, is hashed, so the two
+//! costs overlap instead of adding up, and the core machine never sees a byte that is not on
+//! disk. Memory stays bounded: per stream at most two pieces (the one being written and the
+//! one being hashed) are kept; index entries go to the index file as soon as a block completes.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread;
 
 use agentrun_core::capture::CaptureSummary;
 use agentrun_core::digest::StreamingDigest;
@@ -35,9 +40,69 @@ use crate::layout::{self, RECORD_SUFFIX};
 use crate::lock::GcLock;
 use crate::store::{Store, StoreError};
 
-/// Chunks at least this large are written and hashed in parallel (see `CaptureSession::write`);
-/// below it a thread hand-off costs more than it saves.
-const PARALLEL_CHUNK: usize = 128 * 1024;
+/// Chunks at least this large go through the stream's writer thread (see `CaptureSession::write`);
+/// below it a thread hand-off costs more than the overlap saves, and the chunk is written inline.
+const PIPELINE_CHUNK: usize = 64 * 1024;
+
+/// Largest piece handed to a writer thread at once: bounds the copy kept per stream.
+const PIPELINE_PIECE: usize = 1 << 20;
+
+/// A stream's writer thread: appends each piece it is handed to the capture file, in order,
+/// and hands it back with the result. One piece is in flight at a time.
+#[derive(Debug)]
+struct Writer {
+    pieces: Option<mpsc::SyncSender<Vec<u8>>>,
+    written: mpsc::Receiver<(Vec<u8>, io::Result<()>)>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Writer {
+    fn spawn(mut file: File) -> io::Result<Self> {
+        let (pieces, to_write) = mpsc::sync_channel::<Vec<u8>>(1);
+        let (done, written) = mpsc::sync_channel(1);
+        let thread = thread::Builder::new()
+            .name("agentrun-capture-writer".to_owned())
+            .spawn(move || {
+                for piece in to_write {
+                    let result = file.write_all(&piece);
+                    if done.send((piece, result)).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        Ok(Self {
+            pieces: Some(pieces),
+            written,
+            thread: Some(thread),
+        })
+    }
+
+    fn send(&self, piece: Vec<u8>) -> io::Result<()> {
+        self.pieces
+            .as_ref()
+            .and_then(|p| p.send(piece).ok())
+            .ok_or_else(|| io::Error::other("the capture writer thread is gone"))
+    }
+
+    /// Waits for the piece in flight: its bytes, and whether they are on disk.
+    fn wait(&self) -> (Vec<u8>, io::Result<()>) {
+        self.written.recv().unwrap_or_else(|_| {
+            (
+                Vec::new(),
+                Err(io::Error::other("the capture writer thread is gone")),
+            )
+        })
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        drop(self.pieces.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
 
 /// Dirty capture bytes after which write-back to disk is started (see `start_writeback`).
 const WRITEBACK_STEP: u64 = 16 << 20;
@@ -179,6 +244,12 @@ struct StreamFiles {
     /// Set once writing the index failed: the index is rebuilt from the capture file at
     /// finish instead.
     index_broken: bool,
+    /// The writer thread, started with the first large chunk.
+    writer: Option<Writer>,
+    /// Whether a piece is in flight in the writer (written, not yet hashed).
+    in_flight: bool,
+    /// A piece buffer to reuse.
+    spare: Vec<u8>,
     /// The first write error, once the stream failed.
     failed: Option<(io::ErrorKind, String)>,
 }
@@ -206,6 +277,9 @@ impl StreamFiles {
             entries_written: 0,
             writeback_started: 0,
             index_broken: false,
+            writer: None,
+            in_flight: false,
+            spare: Vec::new(),
             failed: None,
         })
     }
@@ -276,54 +350,112 @@ impl CaptureSession {
 
     /// Appends `bytes` to stream `stream`: capture file first, then the core machine, then the
     /// index entries of every block the chunk completed. Blocks until the bytes are written
-    /// (backpressure, never dropping).
+    /// (backpressure, never dropping), except that the last piece of a large chunk may still
+    /// be in the writer thread when this returns: a write error is reported by this call or,
+    /// for that piece, by the next call on the stream; either way the fault is recorded (the
+    /// record says incomplete) and [`finish`](Self::finish) publishes only bytes on disk.
     ///
     /// # Panics
     ///
     /// If `stream` was not returned by [`resolve`](Self::resolve) of this session.
     pub fn write(&mut self, stream: StreamIndex, bytes: &[u8]) -> Result<(), CaptureWriteError> {
-        let files = &mut self.streams[stream.get()];
-        if let Some(e) = files.failed_error() {
+        if let Some(e) = self.streams[stream.get()].failed_error() {
             return Err(e);
         }
         if bytes.is_empty() {
             return Ok(());
         }
-        let accepted = self.capture.stream_bytes(stream);
-        let written = if bytes.len() >= PARALLEL_CHUNK {
-            // Copying into the page cache and hashing each cost about as much as the other;
-            // on separate cores a large chunk takes the time of the slower one, not the sum.
-            let checkpoint = self.capture.checkpoint(stream);
-            let capture = &mut self.capture;
-            let written = std::thread::scope(|scope| {
-                let writer = scope.spawn(|| files.data.write_all(bytes));
-                capture.handle_chunk(stream, bytes);
-                writer
-                    .join()
-                    .unwrap_or_else(|_| Err(io::Error::other("capture writer panicked")))
-            });
-            if written.is_err() {
-                // The machine must only describe bytes that are on disk.
-                self.capture.rollback(checkpoint);
+        if bytes.len() < PIPELINE_CHUNK {
+            self.settle(stream)?;
+            let accepted = self.capture.stream_bytes(stream);
+            if let Err(e) = self.streams[stream.get()].data.write_all(bytes) {
+                return Err(self.cut_back(stream, accepted, "writing the capture file", e));
             }
-            written
-        } else {
-            let written = files.data.write_all(bytes);
-            if written.is_ok() {
-                self.capture.handle_chunk(stream, bytes);
-            }
-            written
-        };
-        if let Err(e) = written {
-            // A partial write may have appended part of the chunk; cut the file back so it
-            // holds exactly the accepted bytes (finish checks this again).
-            let _ = self.streams[stream.get()].data.set_len(accepted);
-            return Err(self.fail(stream, "writing the capture file", e));
+            return self.accept(stream, bytes);
         }
-        start_writeback(
-            &mut self.streams[stream.get()],
-            accepted + bytes.len() as u64,
-        );
+        for piece in bytes.chunks(PIPELINE_PIECE) {
+            // The previous piece must be on disk before the next one starts, and is hashed
+            // while the next one is written.
+            let previous = self.take_written(stream)?;
+            let files = &mut self.streams[stream.get()];
+            let mut buf = std::mem::take(&mut files.spare);
+            buf.clear();
+            buf.extend_from_slice(piece);
+            let sent = match &files.writer {
+                Some(writer) => writer.send(buf),
+                None => files
+                    .data
+                    .try_clone()
+                    .and_then(Writer::spawn)
+                    .and_then(|writer| writer.send(buf).map(|()| writer))
+                    .map(|writer| files.writer = Some(writer)),
+            };
+            if let Err(e) = sent {
+                return Err(self.fail(stream, "starting the capture writer", e));
+            }
+            self.streams[stream.get()].in_flight = true;
+            if let Some(previous) = previous {
+                let accepted = self.accept(stream, &previous);
+                self.streams[stream.get()].spare = previous;
+                accepted?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the piece in flight on `stream`, if any: `Some(bytes)` once they are on disk
+    /// (not yet hashed); a write error cuts the file back and fails the stream.
+    fn take_written(&mut self, stream: StreamIndex) -> Result<Option<Vec<u8>>, CaptureWriteError> {
+        let files = &mut self.streams[stream.get()];
+        let Some(writer) = files.writer.as_ref().filter(|_| files.in_flight) else {
+            return Ok(None);
+        };
+        let (piece, result) = writer.wait();
+        files.in_flight = false;
+        if files.failed.is_some() {
+            // The stream failed meanwhile: the piece is not accepted (finish cuts the file
+            // back to the accepted bytes).
+            return Ok(None);
+        }
+        match result {
+            Ok(()) => Ok(Some(piece)),
+            Err(e) => {
+                let accepted = self.capture.stream_bytes(stream);
+                Err(self.cut_back(stream, accepted, "writing the capture file", e))
+            }
+        }
+    }
+
+    /// Hashes the piece in flight on `stream` once it is on disk, so the machine describes
+    /// every byte written.
+    fn settle(&mut self, stream: StreamIndex) -> Result<(), CaptureWriteError> {
+        if let Some(previous) = self.take_written(stream)? {
+            let accepted = self.accept(stream, &previous);
+            self.streams[stream.get()].spare = previous;
+            accepted?;
+        }
+        Ok(())
+    }
+
+    /// A write failed: a partial write may have appended part of the chunk, so the file is cut
+    /// back to exactly the accepted bytes (finish checks this again), and the stream fails.
+    fn cut_back(
+        &mut self,
+        stream: StreamIndex,
+        accepted: u64,
+        what: &str,
+        e: io::Error,
+    ) -> CaptureWriteError {
+        let _ = self.streams[stream.get()].data.set_len(accepted);
+        self.fail(stream, what, e)
+    }
+
+    /// `bytes` are on disk after the accepted ones: the machine takes them, and the index
+    /// entries of every block they completed go to the index file.
+    fn accept(&mut self, stream: StreamIndex, bytes: &[u8]) -> Result<(), CaptureWriteError> {
+        self.capture.handle_chunk(stream, bytes);
+        let written = self.capture.stream_bytes(stream);
+        start_writeback(&mut self.streams[stream.get()], written);
         while let Some(entry) = self.capture.poll_index_entry(stream) {
             let files = &mut self.streams[stream.get()];
             if files.index_broken {
@@ -408,10 +540,14 @@ impl CaptureSession {
     }
 
     fn finalize(
-        self,
+        mut self,
         display: Option<String>,
         status: CaptureStatus,
     ) -> Result<ResultRecord, StoreError> {
+        // The pieces still in the writers: on disk and hashed, or the fault recorded.
+        for ix in self.capture.declaration().indexes() {
+            let _ = self.settle(ix);
+        }
         let CaptureSession {
             store,
             run_id,
@@ -628,29 +764,92 @@ mod tests {
         assert_eq!(store.record(&record.run_id).unwrap(), record);
     }
 
-    #[test]
-    fn a_failed_large_chunk_is_undone_in_the_machine_too() {
-        // Large chunks are hashed while they are written; a failed write must leave the
-        // digest, counts and preview describing only the bytes on disk.
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path().join("s")).unwrap();
+    /// A session whose next large chunk goes to a writer on a read-only file, after `kept`
+    /// went through a working writer.
+    fn session_with_a_broken_writer(store: &Store, kept: &[u8]) -> (CaptureSession, StreamIndex) {
         let mut s = store
             .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
             .unwrap();
-        let kept = vec![b'k'; PARALLEL_CHUNK + 1];
-        s.write_channel(&OutputChannel::Single, &kept).unwrap();
-        let path = s.streams[0].data_path.clone();
-        s.streams[0].data = File::open(&path).unwrap();
-        let lost = vec![b'x'; 2 * PARALLEL_CHUNK];
-        assert!(s.write_channel(&OutputChannel::Single, &lost).is_err());
-        let record = s.finish(done()).unwrap();
+        let ix = s.resolve(&OutputChannel::Single).unwrap();
+        s.write(ix, kept).unwrap();
+        s.settle(ix).unwrap();
+        let read_only = File::open(&s.streams[0].data_path).unwrap();
+        s.streams[0].writer = Some(Writer::spawn(read_only).unwrap());
+        (s, ix)
+    }
+
+    fn assert_only_kept(store: &Store, record: &ResultRecord, kept: &[u8]) {
+        assert!(record.incomplete);
         let stream = &record.streams()[0];
-        assert_eq!(stream.sha256, Digest::of(&kept));
+        assert_eq!(stream.sha256, Digest::of(kept));
         assert_eq!((stream.bytes, stream.lines), (kept.len() as u64, 1));
         assert!(!stream.preview.text.contains('x'));
         let mut stored = Vec::new();
         store.copy_to(&record.output_uri(), &mut stored).unwrap();
         assert_eq!(stored, kept);
+    }
+
+    #[test]
+    fn a_failed_piece_is_reported_by_the_next_write_and_never_hashed() {
+        // Large chunks are hashed only once the writer thread has them on disk; a failed
+        // write must leave the digest, counts and preview describing only the bytes on disk.
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let kept = vec![b'k'; PIPELINE_CHUNK + 1];
+        let (mut s, ix) = session_with_a_broken_writer(&store, &kept);
+        let lost = vec![b'x'; 2 * PIPELINE_CHUNK];
+        // The last piece may still be in flight when the call returns: its error comes with
+        // the next call on the stream.
+        let first = s.write(ix, &lost);
+        let second = s.write(ix, b"more\n");
+        assert!(first.is_err() || second.is_err(), "{first:?} {second:?}");
+        assert!(matches!(second, Err(CaptureWriteError::Io { .. })));
+        let record = s.finish(done()).unwrap();
+        assert_only_kept(&store, &record, &kept);
+    }
+
+    #[test]
+    fn a_piece_still_in_flight_at_finish_is_settled_first() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let kept = vec![b'k'; 10];
+        let (mut s, ix) = session_with_a_broken_writer(&store, &kept);
+        // One piece: nothing waits for it before finish.
+        s.write(ix, &vec![b'x'; PIPELINE_CHUNK]).unwrap();
+        let record = s.finish(done()).unwrap();
+        assert_only_kept(&store, &record, &kept);
+        assert_eq!(record.faults.len(), 1);
+    }
+
+    #[test]
+    fn pieces_large_and_small_arrive_in_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let mut s = store
+            .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+            .unwrap();
+        let ix = s.resolve(&OutputChannel::Single).unwrap();
+        let mut all = Vec::new();
+        for (i, len) in [
+            PIPELINE_PIECE * 2 + 7,
+            3,
+            PIPELINE_CHUNK,
+            1,
+            PIPELINE_CHUNK - 1,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let chunk: Vec<u8> = (0..len).map(|k| b'a' + ((i + k) % 26) as u8).collect();
+            s.write(ix, &chunk).unwrap();
+            all.extend_from_slice(&chunk);
+        }
+        let record = s.finish(done()).unwrap();
+        assert!(!record.incomplete);
+        assert_eq!(record.streams()[0].sha256, Digest::of(&all));
+        let mut stored = Vec::new();
+        store.copy_to(&record.output_uri(), &mut stored).unwrap();
+        assert_eq!(stored, all);
     }
 
     #[test]
@@ -665,12 +864,16 @@ mod tests {
         let content: Vec<u8> = (0..30_000)
             .flat_map(|i| format!("{i}\n").into_bytes())
             .collect();
-        let err = s
-            .write_channel(&OutputChannel::Single, &content[..100_000])
-            .unwrap_err();
-        assert!(matches!(err, CaptureWriteError::Io { .. }), "{err:?}");
+        // The index error comes from this call or, with the chunk's piece still in the
+        // writer, when finish settles it: either way it is recorded.
+        let _ = s.write_channel(&OutputChannel::Single, &content[..100_000]);
         let record = s.finish(done()).unwrap();
         assert!(record.incomplete);
+        assert!(
+            record.faults[0].message.contains("line index"),
+            "{:?}",
+            record.faults
+        );
         let uri = record.output_uri();
         let page = store
             .read_page(&uri, PageRequest::new(15_000, 5).unwrap())

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Capture throughput and memory, side by side in one run (results go to docs/benchmarks.md).
+#
+#   scripts/bench-capture.sh [WORKDIR]
+#
+# Builds agentrun in release mode and makes a 1 GiB text file in WORKDIR (default: a fresh
+# directory under /work if it exists, else /tmp; needs ~4 GiB free). Everything is written to
+# that one filesystem. Each round runs, in turn:
+#   agentrun run -- cat FILE          (fresh store each time, so no run is a dedupe hit)
+#   cat FILE | cat > OUT              (the limit of retaining every byte on that disk)
+#   cat FILE | tee OUT | sha256sum    (the shell pipeline that keeps and hashes the bytes)
+# so machine load drifts over all three alike; prints each one's median over RUNS rounds
+# (default 7) and the ratios, then the peak RSS of agentrun for 1 MiB and 1 GiB.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-7}
+default_parent=/tmp
+[ -d /work ] && default_parent=/work
+work=${1:-$(mktemp -d "$default_parent/agentrun-bench-capture.XXXXXX")}
+mkdir -p "$work"
+cargo build --release -q -p agentrun
+bin=${CARGO_TARGET_DIR:-$PWD/target}/release/agentrun
+
+text=$work/text-1g.txt
+if [ ! -f "$text" ]; then
+    # Log-like lines of varying length, 1 GiB exactly (awk is cut off by head: no pipefail).
+    (set +o pipefail
+     awk 'BEGIN { for (i = 0; i < 30000000; i++) printf "%09d INFO worker-%d processed item %d in %d ms status=ok\n", i, i % 16, i * 7, i % 997 }' \
+        | head -c $((1 << 30)) > "$text")
+fi
+cat "$text" > /dev/null # warm the page cache
+
+seconds() {
+    local t0 t1
+    t0=$(date +%s.%N)
+    bash -c "$1" > /dev/null 2>&1
+    t1=$(date +%s.%N)
+    echo "$t1 - $t0" | bc -l
+}
+
+median() {
+    printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {printf "%.3f", a[int((NR+1)/2)]}'
+}
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r)"
+echo "filesystem of $work: $(df -T "$work" | awk 'NR==2 {print $2}')"
+echo "rounds: $RUNS (median of each)"
+runs=() pipes=() tees=()
+for _ in $(seq "$RUNS"); do
+    rm -rf "$work/store" "$work/out"
+    runs+=("$(seconds "AGENTRUN_HOME='$work/store' '$bin' run -- cat '$text'")")
+    rm -rf "$work/store"
+    pipes+=("$(seconds "cat '$text' | cat > '$work/out'")")
+    rm -f "$work/out"
+    tees+=("$(seconds "cat '$text' | tee '$work/out' | sha256sum")")
+    rm -f "$work/out"
+done
+t_run=$(median "${runs[@]}")
+t_pipe=$(median "${pipes[@]}")
+t_tee=$(median "${tees[@]}")
+echo
+echo "agentrun run -- cat FILE        $t_run s  $(echo "1024 / $t_run" | bc -l | xargs printf '%.0f') MiB/s   (${runs[*]})"
+echo "cat FILE | cat > OUT            $t_pipe s  $(echo "1024 / $t_pipe" | bc -l | xargs printf '%.0f') MiB/s   (${pipes[*]})"
+echo "cat FILE | tee OUT | sha256sum  $t_tee s  $(echo "1024 / $t_tee" | bc -l | xargs printf '%.0f') MiB/s   (${tees[*]})"
+printf 'agentrun vs cat > OUT: %.2fx   vs tee | sha256sum: %.2fx\n' \
+    "$(echo "$t_pipe / $t_run" | bc -l)" "$(echo "$t_tee / $t_run" | bc -l)"
+echo
+for case in "head -c 1048576 /dev/zero" "cat $text"; do
+    rm -rf "$work/store"
+    rss=$(AGENTRUN_HOME="$work/store" /usr/bin/time -f '%M' "$bin" run -- sh -c "$case" 2>&1 >/dev/null | tail -1)
+    printf 'peak RSS of agentrun run -- %s: %.1f MiB\n' "$case" "$(echo "$rss / 1024" | bc -l)"
+done
+rm -rf "$work/store"
