@@ -177,8 +177,8 @@ enum Command {
   agentrun agent codex --model gpt-5 -- \"explain src/main.rs\"
   agentrun agent claude --json --timeout 10m \"refactor the parser\"")]
     Agent(agent::AgentArgs),
-    /// Serve the run and read tools and the artifact store to an MCP client (Claude Code,
-    /// Codex, OpenCode, ...) on stdin/stdout. See docs/mcp.md.
+    /// Serve the run, read and agent tools and the artifact store to an MCP client (Claude
+    /// Code, Codex, OpenCode, ...) on stdin/stdout. See docs/mcp.md.
     #[command(after_help = "Examples:
   agentrun mcp --allow cargo --allow git
   claude mcp add agentrun -- agentrun mcp --allow cargo")]

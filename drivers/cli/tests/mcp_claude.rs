@@ -12,6 +12,9 @@ use agentrun_tests::agent_clis::{self, AgentCli};
 use agentrun_tests::model_server::{Api, ModelServer, Reply, Request};
 use serde_json::{Value, json};
 
+#[path = "mcp/python.rs"]
+mod python_client;
+
 /// The `read(filePath="…", offset=N)` hint in a tool result: (URI, offset).
 fn hint(text: &str) -> Option<(String, u64)> {
     let start = text.find("[Truncated. Read more: read(filePath=\"")?;
@@ -161,4 +164,35 @@ fn claude_code_pages_a_large_output_through_the_hint() {
         "the continuation line: {}",
         &read_result[next_page.len()..]
     );
+}
+
+/// The `agent` tool, from the official MCP Python SDK, runs the real Claude Code against the
+/// scripted model server and answers with its final message, models and read hints.
+#[test]
+fn the_agent_tool_delegates_to_the_real_claude_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServer::start(
+        Api::AnthropicMessages,
+        agentrun_tests::model_server::replies([
+            Reply::text("the delegated answer").with_model("claude-scripted-model")
+        ]),
+    )
+    .unwrap();
+    let python = python_client::python();
+    let output = Command::new(python)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py"))
+        .arg("agent")
+        .arg(env!("CARGO_BIN_EXE_agentrun"))
+        .arg(dir.path().join("store"))
+        .env_clear()
+        .envs(agent_clis::claude_env(&dir.path().join("home"), &server).unwrap())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), "agent: ok");
+    let requests = server.model_requests();
+    assert_eq!(requests.len(), 1);
+    assert!(requests[0].has_user_text("say the answer"));
 }

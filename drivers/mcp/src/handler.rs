@@ -1,8 +1,8 @@
 //! The MCP request handlers: tool list and calls, resource templates and reads.
 
 use std::future::IntoFuture;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentrun_core::capture::FullOutput;
@@ -429,11 +429,13 @@ impl McpServer {
     }
 }
 
-/// What a running call has shown so far, for progress messages: stdout bytes and lines.
+/// What a running call has shown so far, for progress messages: stdout bytes and lines, and
+/// the latest progress line of an agent.
 #[derive(Default)]
 pub(crate) struct Watch {
     bytes: AtomicU64,
     lines: AtomicU64,
+    last_line: Mutex<Option<String>>,
 }
 
 impl Watch {
@@ -444,13 +446,22 @@ impl Watch {
         self.lines.fetch_add(newlines as u64, Ordering::Relaxed);
     }
 
+    /// Notes an agent's latest progress line.
+    pub(crate) fn progress_line(&self, line: &str) {
+        *self.last_line.lock().unwrap_or_else(|e| e.into_inner()) = Some(line.to_owned());
+    }
+
     fn message(&self, elapsed: Duration) -> String {
-        format!(
-            "running for {}s; stdout so far: {} lines, {} bytes",
-            elapsed.as_secs(),
-            self.lines.load(Ordering::Relaxed),
-            self.bytes.load(Ordering::Relaxed)
-        )
+        let last = self.last_line.lock().unwrap_or_else(|e| e.into_inner());
+        match last.as_deref() {
+            Some(line) => format!("running for {}s; latest: {line}", elapsed.as_secs()),
+            None => format!(
+                "running for {}s; stdout so far: {} lines, {} bytes",
+                elapsed.as_secs(),
+                self.lines.load(Ordering::Relaxed),
+                self.bytes.load(Ordering::Relaxed)
+            ),
+        }
     }
 }
 
@@ -577,6 +588,7 @@ impl ServerHandler for McpServer {
         Ok(ListToolsResult::with_all_items(vec![
             run_tool(),
             read_tool(),
+            crate::agent::agent_tool(),
         ]))
     }
 
@@ -584,6 +596,7 @@ impl ServerHandler for McpServer {
         match name {
             "run" => Some(run_tool()),
             "read" => Some(read_tool()),
+            "agent" => Some(crate::agent::agent_tool()),
             _ => None,
         }
     }
@@ -599,9 +612,10 @@ impl ServerHandler for McpServer {
         let result = match request.name.as_ref() {
             "run" => self.call_run(map, context).await?,
             "read" => self.call_read(map).await?,
+            "agent" => self.call_agent(map, context).await?,
             other => {
                 return Err(ErrorData::invalid_params(
-                    format!("unknown tool {other:?}; this server's tools are: run, read"),
+                    format!("unknown tool {other:?}; this server's tools are: run, read, agent"),
                     None,
                 ));
             }

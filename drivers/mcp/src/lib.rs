@@ -33,6 +33,7 @@
 //! [`McpServer`] implements rmcp's `ServerHandler`, so it can also be served on any other
 //! rmcp transport.
 
+mod agent;
 mod args;
 mod handler;
 mod render;

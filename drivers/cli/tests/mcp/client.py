@@ -67,13 +67,14 @@ async def conformance(agentrun, store):
         check(info.capabilities.resources is not None, "resources capability")
 
         tools = {t.name: t for t in (await session.list_tools()).tools}
-        check(set(tools) == {"run", "read"}, f"tools: {sorted(tools)}")
+        check(set(tools) == {"run", "read", "agent"}, f"tools: {sorted(tools)}")
         for tool in tools.values():
             jsonschema.Draft202012Validator.check_schema(tool.input_schema)
             check(tool.input_schema.get("type") == "object", f"{tool.name} schema type")
             check(len(tool.description or "") > 100, f"{tool.name} has a real description")
         check(tools["run"].input_schema["required"] == ["command"], "run requires command")
         check(tools["read"].input_schema["required"] == ["filePath"], "read requires filePath")
+        check(tools["agent"].input_schema["required"] == ["harness", "prompt"], "agent requires harness, prompt")
 
         result = await session.call_tool("run", {"command": [PY, "-c", program]})
         check(not result.is_error, f"run failed: {result.content}")
@@ -385,14 +386,41 @@ def robustness(agentrun, store):
         reply = receive()
         check(reply == {"jsonrpc": "2.0", "id": 6, "result": {}}, f"alive after all that: {reply}")
         send(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}))
-        check(len(receive()["result"]["tools"]) == 2, "tools/list after the bad input")
+        check(len(receive()["result"]["tools"]) == 3, "tools/list after the bad input")
     finally:
         proc.stdin.close()
         code = proc.wait(timeout=30)
     check(code == 0, f"exit code {code} after the client closed stdin")
 
 
+async def agent(agentrun, store):
+    """The `agent` tool runs the real Claude Code (on PATH, pointed at a scripted model server
+    by the environment this client inherited) and answers with its final message."""
+
+    async def body(session):
+        tools = {t.name for t in (await session.list_tools()).tools}
+        check(tools == {"run", "read", "agent"}, f"tools: {tools}")
+        refused = await session.call_tool("agent", {"harness": "codex", "prompt": "hi"})
+        check(refused.is_error and "`codex` is not allowed" in text_of(refused), text_of(refused))
+        unknown = await session.call_tool("agent", {"harness": "nope", "prompt": "hi"})
+        check(unknown.is_error and "nope" in text_of(unknown), text_of(unknown))
+        result = await session.call_tool("agent", {"harness": "claude", "prompt": "say the answer", "timeout_seconds": 120})
+        text = text_of(result)
+        check(not result.is_error, text)
+        check(text.startswith("[Agent claude succeeded"), text)
+        check("[Final message:]\nthe delegated answer\n" in text, text)
+        check("[Models: claude-scripted-model" in text, repr(text))
+        hints = [line for line in text.splitlines() if line.startswith("[stdout retained")]
+        check(len(hints) == 1 and 'read(filePath="artifact://' in hints[0], text)
+        uri = hints[0].split('read(filePath="', 1)[1].split('"', 1)[0]
+        stream = await session.call_tool("read", {"filePath": uri})
+        check('"type":"result"' in text_of(stream), "the retained stream holds the result event")
+
+    await session_for(server(agentrun, store, "claude"), body)
+
+
 SCENARIOS = {
+    "agent": agent,
     "conformance": conformance,
     "cancel": cancel,
     "concurrent": concurrent,

@@ -1,0 +1,239 @@
+//! The `agent` tool: one harness turn (Claude Code, Codex, …) through the library's agent
+//! call, answered with what a delegating model needs: the final message, the models that
+//! answered, how the session ended, and read hints for the harness's retained output.
+
+use std::fmt::Write as _;
+use std::future::IntoFuture;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentrun_core::harness::{Harness, OutcomeStatus};
+use agentrun_process::{AgentOptions, AgentRun};
+use agentrun_tokio::Runner;
+use rmcp::RoleServer;
+use rmcp::model::{CallToolResult, ContentBlock, ErrorData, JsonObject, Tool, ToolAnnotations};
+use rmcp::service::RequestContext;
+use serde_json::json;
+
+use crate::args::{ArgError, Args};
+use crate::handler::{Watch, object, report_progress, retain_text, stop_future, tool_error};
+use crate::render::Answer;
+use crate::{MAX_TIMEOUT, McpServer};
+
+const AGENT_DESCRIPTION: &str = "\
+Delegate a task to another coding agent CLI (claude, codex, opencode, grok, agy, muse) and get \
+its answer back bounded. The agent runs non-interactively with the prompt; the result gives \
+its final message, the models that answered, whether the session succeeded, and \
+`read(filePath=\"artifact://...\")` hints for its full retained output (its event stream and \
+stderr), which the `read` tool pages. Only harnesses the server allows can run.";
+
+/// The `agent` tool's definition.
+pub(crate) fn agent_tool() -> Tool {
+    let names: Vec<&str> = Harness::ALL.iter().map(|h| h.name()).collect();
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "harness": {
+                "type": "string",
+                "enum": names,
+                "description": "The agent CLI to run."
+            },
+            "prompt": {
+                "type": "string",
+                "minLength": 1,
+                "description": "The task, as you would type it to that agent."
+            },
+            "model": {
+                "type": "string",
+                "description": "The model to request, passed to the agent verbatim (default: the agent's)."
+            },
+            "effort": {
+                "type": "string",
+                "description": "The reasoning effort to request (claude, grok, codex), e.g. \"high\"."
+            },
+            "cwd": {
+                "type": "string",
+                "description": "The directory the agent works in (default: the server's)."
+            },
+            "timeout_seconds": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_TIMEOUT.as_secs(),
+                "description": "Stop the agent after this many seconds (default: the server's timeout)."
+            }
+        },
+        "required": ["harness", "prompt"],
+        "additionalProperties": false
+    });
+    Tool::new("agent", AGENT_DESCRIPTION, object(schema)).annotate(
+        ToolAnnotations::with_title("Delegate to another coding agent")
+            .read_only(false)
+            .destructive(true)
+            .idempotent(false)
+            .open_world(true),
+    )
+}
+
+/// The options of a valid `agent` call, with its timeout.
+fn parse_agent(server: &McpServer, map: &JsonObject) -> Result<(AgentOptions, Duration), ArgError> {
+    let args = Args::new(
+        "agent",
+        map,
+        &[
+            "harness",
+            "prompt",
+            "model",
+            "effort",
+            "cwd",
+            "timeout_seconds",
+        ],
+    )?;
+    let name = args.string("harness")?;
+    let harness = Harness::from_name(name).map_err(|e| ArgError(format!("`agent`: {e}")))?;
+    let prompt = args.string("prompt")?;
+    if prompt.trim().is_empty() {
+        return Err(ArgError("`agent` argument `prompt` is empty".to_owned()));
+    }
+    let timeout = args
+        .opt_u64("timeout_seconds", 1, MAX_TIMEOUT.as_secs())?
+        .map_or(server.inner.default_timeout, Duration::from_secs);
+    let mut options = AgentOptions::new(harness, prompt).timeout(timeout);
+    if let Some(model) = args.opt_string("model")? {
+        options = options.model(model);
+    }
+    if let Some(effort) = args.opt_string("effort")? {
+        options = options.effort(effort);
+    }
+    if let Some(dir) = args.opt_string("cwd")? {
+        options = options.current_dir(dir);
+    }
+    // The harness's own program (claude, codex, …) is what must be allowed.
+    let program = options.run_options().program;
+    server.inner.check_allowed(&program.to_string_lossy())?;
+    Ok((options, timeout))
+}
+
+/// The text of an `agent` result.
+fn agent_text(turn: &AgentRun, answer: &Answer, timeout: Duration) -> String {
+    let mut out = String::new();
+    let name = turn.harness.name();
+    match (&turn.completion, turn.stopped()) {
+        (_, Some(outcome)) if outcome.timed_out() => {
+            let _ = writeln!(
+                out,
+                "[Agent {name} timed out after {}s and was stopped]",
+                timeout.as_secs()
+            );
+        }
+        (_, Some(_)) => {
+            let _ = writeln!(out, "[Agent {name} was cancelled and stopped]");
+        }
+        (Some(completion), None) => {
+            let status = match &completion.outcome.status {
+                OutcomeStatus::Succeeded => "succeeded".to_owned(),
+                OutcomeStatus::TurnFailed { diagnostic } => format!("failed: {diagnostic}"),
+                OutcomeStatus::ExecutionFailed { diagnostic } => {
+                    format!("failed to run: {diagnostic}")
+                }
+                other => format!("ended: {other:?}"),
+            };
+            let _ = write!(out, "[Agent {name} {status}");
+            if let Some(summary) = &completion.report.summary {
+                let _ = write!(out, "; {summary}");
+            }
+            out.push_str("]\n");
+        }
+        (None, None) => {
+            let _ = writeln!(out, "[Agent {name} ended without a completion]");
+        }
+    }
+    let models = match &turn.completion {
+        Some(c) if !c.report.models.is_empty() => c.report.models.clone(),
+        _ => turn.observed_models.clone(),
+    };
+    if !models.is_empty() {
+        let _ = writeln!(out, "[Models: {}]", models.join(", "));
+    }
+    match answer {
+        Answer::Inline(text) => {
+            out.push_str("[Final message:]\n");
+            out.push_str(text);
+            if !text.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        Answer::Retained(record) => {
+            out.push_str("[Final message, over the preview bound:]\n");
+            let preview = record.render();
+            out.push_str(&preview);
+            if !preview.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        Answer::Missing(why) => {
+            let _ = writeln!(out, "[No final message: {why}]");
+        }
+        Answer::NotRequested => {}
+    }
+    let record = &turn.process.record;
+    for stream in record.streams() {
+        let name = stream.name.as_ref().map_or("output", |n| n.as_str());
+        let _ = writeln!(
+            out,
+            "[{name} retained ({} lines, {} bytes): read(filePath=\"{}\", offset=0)]",
+            stream.lines,
+            stream.bytes,
+            record.stream_uri(stream)
+        );
+    }
+    out
+}
+
+impl McpServer {
+    pub(crate) async fn call_agent(
+        &self,
+        map: &JsonObject,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let (options, timeout) = match parse_agent(self, map) {
+            Ok(parsed) => parsed,
+            Err(e) => return Ok(e.into()),
+        };
+        let watch = Arc::new(Watch::default());
+        let progress = {
+            let watch = watch.clone();
+            move |line: &str| watch.progress_line(line)
+        };
+        let runner = Runner::new(self.inner.store.clone());
+        let turn = runner
+            .agent(options)
+            .on_progress(progress)
+            .stop_on(stop_future(&self.inner, &context))
+            .into_future();
+        let report = report_progress(&context, &watch, timeout);
+        let turn = tokio::select! {
+            turn = turn => turn,
+            never = report => match never {},
+        };
+        let turn = match turn {
+            Ok(turn) => turn,
+            Err(e) => return Ok(tool_error(format!("the agent could not run: {e}"))),
+        };
+        let final_message = turn
+            .completion
+            .as_ref()
+            .and_then(|c| c.outcome.final_message.clone());
+        let answer = match final_message {
+            Some(text) => retain_text(&self.inner, text).await?,
+            None => Answer::Missing("the agent gave none".to_owned()),
+        };
+        let mut out = CallToolResult::success(vec![ContentBlock::text(agent_text(
+            &turn, &answer, timeout,
+        ))]);
+        out.is_error = Some(!turn.succeeded());
+        if self.inner.structured_content {
+            out.structured_content = serde_json::to_value(&turn).ok();
+        }
+        Ok(out)
+    }
+}
