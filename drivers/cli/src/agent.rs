@@ -9,7 +9,8 @@
 //! Exit codes: 0 when the session succeeded; 1 when it did not (a failed turn, a safeguard
 //! refusal under `--security`, a harness that exited non-zero or was killed by a signal, a
 //! capture fault) or on a runtime error; 124 on `--timeout`/`--idle-timeout`; 127 when the
-//! harness program is not on `PATH`, 126 when it cannot be executed; 2 for usage errors.
+//! harness program is not on `PATH`, 126 when it cannot be executed; 125 for usage errors and
+//! agentrun's own failures.
 
 use std::future::IntoFuture;
 use std::io;
@@ -160,8 +161,12 @@ pub(crate) fn run(store: Store, args: AgentArgs) -> Result<ExitCode, Failure> {
         Ok(turn) => turn,
         Err(agentrun_smol::AgentError::Run(agentrun_smol::RunError::Spawn { program, source })) => {
             let (code, why) = launch_failure(harness, &program.to_string_lossy(), &source);
-            eprintln!("agentrun: error: cannot launch the {harness} harness: {why}");
-            return Ok(ExitCode::from(code));
+            let failure = Failure {
+                code,
+                kind: "spawn",
+                message: format!("cannot launch the {harness} harness: {why}"),
+            };
+            return Ok(failure.report(args.json));
         }
         Err(agentrun_smol::AgentError::Options(e)) => return Err(Failure::usage(e)),
         Err(e) => return Err(Failure::runtime(e)),

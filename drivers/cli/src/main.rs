@@ -2,8 +2,9 @@
 //!
 //! Layout: this file holds the command tree and the dispatch; each subcommand lives in its
 //! own module (`run.rs`, `read.rs`, `store_cmds.rs` for gc/verify/show/runs, `settings.rs`
-//! for the config file and `agentrun config`, `agent.rs`, `interpret.rs`, `docs_cmds.rs`
-//! for completions and the man page). Failures and exit codes are in `failure.rs`: the
+//! for the config file and `agentrun config`, `agent.rs`, `interpret.rs`, `mcp.rs`,
+//! `docs_cmds.rs` for completions and the man page). A new subcommand is a variant of
+//! `Command` with its `after_help` examples, a line in `Command::json` and one in `dispatch`. Failures and exit codes are in `failure.rs`: the
 //! child's code passes through, agentrun's own failures (usage errors included) exit 125,
 //! a timeout 124, a program that cannot be run 126/127 — the table is `EXIT_CODES` below.
 
@@ -132,7 +133,7 @@ enum Command {
   agentrun show 1764512345123-4821-0        the run id printed on stderr by `run`
   agentrun show --json 1764512345123-4821-0")]
     Show(store_cmds::ShowArgs),
-    /// List recent runs: id, time, status, size of each stream.
+    /// List recent runs: id, time, how each ended, the size of each stream, the command.
     #[command(after_help = "Examples:
   agentrun runs                             the 20 most recent runs
   agentrun runs --limit 100 --json")]

@@ -500,6 +500,7 @@ fn help_is_wrapped_grouped_and_has_examples() {
         "config",
         "agent",
         "interpret",
+        "mcp",
     ] {
         let o = h.run(&[sub, "--help"]);
         assert_eq!(o.status.code(), Some(0), "{sub}");
@@ -626,6 +627,21 @@ fn agent_usage_mistakes_are_actionable() {
         .unwrap();
     assert_eq!(o.status.code(), Some(127), "{}", err(&o));
     assert!(err(&o).contains("not found"), "{}", err(&o));
+    // With --json, that failure is JSON on stdout too.
+    let o = h
+        .cmd(&["agent", "--json", "claude", "hi"])
+        .env("PATH", h.path("empty"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(127), "{}", err(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (
+            v["error"]["kind"].as_str(),
+            v["error"]["exit_code"].as_i64()
+        ),
+        (Some("spawn"), Some(127))
+    );
 }
 
 #[test]
