@@ -2,10 +2,13 @@
 //! temporary root, run the main job as written (through `sh`, so `agentrun` is found on
 //! `PATH` like a user's), run the `agentrun read` command it prints, and get the continuation.
 //!
-//! Cost: the install builds in the workspace's target directory (the one this test binary was
-//! built in), with `--debug` appended so it reuses the test build instead of compiling
-//! everything again with release optimizations; set `AGENTRUN_README_RELEASE=1` to run the
-//! install command exactly as written (a release build).
+//! Cost: the install builds with `--debug` appended (no release optimizations; set
+//! `AGENTRUN_README_RELEASE=1` to run the command exactly as written), in a directory of the
+//! workspace's target directory kept for it: `cargo install` resolves features for the CLI
+//! alone, so its artifacts differ from the test build's anyway, and a directory per checkout
+//! keeps several checkouts sharing one target directory from using each other's artifacts.
+//! The first run compiles the dependencies once (about two minutes on two cores); later runs
+//! rebuild only what changed.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,10 +23,17 @@ fn workspace() -> PathBuf {
         .unwrap()
 }
 
-/// `<target>/debug/agentrun` → `<target>`.
-fn target_dir() -> PathBuf {
+/// `<target>/readme-install/<this checkout's path>`, where `<target>` is the target directory
+/// this test was built in (`<target>/debug/agentrun`).
+fn install_target_dir() -> PathBuf {
     let exe = Path::new(env!("CARGO_BIN_EXE_agentrun"));
-    exe.parent().and_then(Path::parent).unwrap().to_owned()
+    let target = exe.parent().and_then(Path::parent).unwrap();
+    let checkout: String = workspace()
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    target.join("readme-install").join(checkout)
 }
 
 #[test]
@@ -47,7 +57,7 @@ fn the_readme_install_and_main_job_work_as_written() {
         .args(INSTALL.split_whitespace().skip(1))
         .arg("--root")
         .arg(&root)
-        .env("CARGO_TARGET_DIR", target_dir());
+        .env("CARGO_TARGET_DIR", install_target_dir());
     if std::env::var_os("AGENTRUN_README_RELEASE").is_none() {
         install.arg("--debug");
     }

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agentrun_core::PreviewLimits;
-use agentrun_core::limits::{LimitsError, MIN_PAYLOAD_BYTES};
+use agentrun_core::limits::LimitsError;
 use serde::Deserialize;
 
 /// Records are forgotten after this long unless configured otherwise (30 days).
@@ -145,15 +145,9 @@ impl Config {
     /// Parses settings text; the error names the key and the position.
     pub fn parse(text: &str) -> Result<Config, String> {
         let config: Config = toml::from_str(text).map_err(|e| e.to_string().trim().to_owned())?;
+        // The limits' own messages name the fields, which are the keys of `[tool_output]`.
         if let Err(e) = config.limits(PreviewLimits::default()) {
-            return Err(match e {
-                LimitsError::ZeroLines => "[tool_output] max_lines must be at least 1".to_owned(),
-                LimitsError::ZeroBytes => "[tool_output] max_bytes must be at least 1".to_owned(),
-                LimitsError::PayloadTooSmall(n) => format!(
-                    "[tool_output] max_payload_bytes = {n}, but it must be at least {MIN_PAYLOAD_BYTES}"
-                ),
-                other => format!("[tool_output]: {other}"),
-            });
+            return Err(format!("[tool_output] {e}"));
         }
         Ok(config)
     }
