@@ -443,3 +443,16 @@ fn the_opencode_export_gives_the_answer_and_its_failure() {
     assert_eq!(c.outcome.final_message.as_deref(), Some("stream text"));
     assert_eq!(c.outcome.status, OutcomeStatus::Succeeded);
 }
+
+#[test]
+fn a_resumed_opencode_export_counts_only_this_runs_messages() {
+    let export = br#"{"info":{"id":"ses_1"},"messages":[
+        {"info":{"role":"user"},"parts":[{"type":"text","text":"first"}]},
+        {"info":{"role":"assistant","providerID":"p","modelID":"old","tokens":{"input":100,"output":10}},"parts":[{"type":"text","text":"first answer"}]},
+        {"info":{"role":"user"},"parts":[{"type":"text","text":"second"}]},
+        {"info":{"role":"assistant","providerID":"p","modelID":"new","tokens":{"input":7,"output":3}},"parts":[{"type":"text","text":"second answer"}]}]}"#;
+    let record = RetainedKind::OpenCodeExport.parse(None, export).unwrap();
+    assert_eq!(record.models, strings(&["p/new"]));
+    assert_eq!(counts(record.usage.as_ref().unwrap()), (7, 0, 3, 0));
+    assert_eq!(record.final_message.as_deref(), Some("second answer"));
+}

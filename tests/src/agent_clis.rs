@@ -20,6 +20,20 @@
 //! * `CLAUDE_CODE_MAX_RETRIES=0`, so a scripted 429/500 is reported at once instead of after
 //!   minutes of back-off (override it in the returned list to test retries);
 //! * `PATH` with the CLI's directory first.
+//!
+//! [`codex_env`] does the same for Codex: `HOME` and `CODEX_HOME` inside the directory, with a
+//! `config.toml` whose model provider points at the server (`wire_api = "responses"`, no
+//! retries), the `workspace-write` sandbox and `approval_policy = "never"` (tool calls run
+//! without asking), and update checks, plugins (they fetch catalogs) and analytics off.
+//!
+//! [`opencode_env`] for OpenCode: `HOME` and the XDG directories inside the directory, with an
+//! `opencode.json` custom provider `agentrun-test` (`@ai-sdk/openai-compatible`, `baseURL` =
+//! the server) and its model `test-model` (so `-m agentrun-test/test-model`), every tool
+//! allowed, the title generator off (it would send an extra model request), and
+//! `OPENCODE_DISABLE_*` switches for updates, model catalog fetches, default plugins, LSP
+//! downloads, sharing and auto-compaction. OpenCode also installs a plugin package from npm at
+//! start-up; `npm_config_registry` points it at a closed port on 127.0.0.1 so it fails at once
+//! instead of reaching the registry.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -147,6 +161,93 @@ pub fn claude_env(home: &Path, server: &ModelServer) -> io::Result<Vec<(String, 
         ("DISABLE_TELEMETRY", "1".to_owned()),
         ("DISABLE_ERROR_REPORTING", "1".to_owned()),
         ("CLAUDE_CODE_MAX_RETRIES", "0".to_owned()),
+    ];
+    Ok(vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
+/// The model `opencode_env` defines (`provider/model`).
+pub const OPENCODE_TEST_MODEL: &str = "agentrun-test/test-model";
+
+/// The environment that runs Codex offline against `server` (see the module docs), with its
+/// home under `home` (created when missing). `model` is Codex's default model.
+pub fn codex_env(
+    home: &Path,
+    server: &ModelServer,
+    model: &str,
+) -> io::Result<Vec<(String, String)>> {
+    let codex_home = home.join(".codex");
+    std::fs::create_dir_all(&codex_home)?;
+    let config = format!(
+        r#"model = "{model}"
+model_provider = "agentrun-test"
+check_for_update_on_startup = false
+sandbox_mode = "workspace-write"
+approval_policy = "never"
+
+[features]
+plugins = false
+
+[analytics]
+enabled = false
+
+[model_providers.agentrun-test]
+name = "agentrun test server"
+base_url = "{url}/v1"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+"#,
+        url = server.url()
+    );
+    std::fs::write(codex_home.join("config.toml"), config)?;
+    let vars = [
+        ("PATH", path_with(&[bin_dir(AgentCli::Codex)])),
+        ("HOME", home.display().to_string()),
+        ("CODEX_HOME", codex_home.display().to_string()),
+    ];
+    Ok(vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
+/// The environment that runs OpenCode offline against `server` (see the module docs), with
+/// its home under `home` (created when missing).
+pub fn opencode_env(home: &Path, server: &ModelServer) -> io::Result<Vec<(String, String)>> {
+    let config_dir = home.join(".config").join("opencode");
+    std::fs::create_dir_all(&config_dir)?;
+    let config = format!(
+        r#"{{
+  "provider": {{
+    "agentrun-test": {{
+      "npm": "@ai-sdk/openai-compatible",
+      "name": "agentrun test server",
+      "options": {{ "baseURL": "{url}/v1", "apiKey": "sk-offline-test" }},
+      "models": {{ "test-model": {{ "name": "test model" }} }}
+    }}
+  }},
+  "model": "{OPENCODE_TEST_MODEL}",
+  "autoupdate": false,
+  "share": "disabled",
+  "agent": {{ "title": {{ "disable": true }} }},
+  "permission": {{ "bash": "allow", "edit": "allow", "webfetch": "allow" }}
+}}
+"#,
+        url = server.url()
+    );
+    std::fs::write(config_dir.join("opencode.json"), config)?;
+    let dir = |sub: &str| home.join(sub).display().to_string();
+    let vars = [
+        ("PATH", path_with(&[bin_dir(AgentCli::OpenCode)])),
+        ("HOME", home.display().to_string()),
+        ("XDG_CONFIG_HOME", dir(".config")),
+        ("XDG_DATA_HOME", dir(".local/share")),
+        ("XDG_CACHE_HOME", dir(".cache")),
+        ("XDG_STATE_HOME", dir(".local/state")),
+        ("OPENCODE_DISABLE_AUTOUPDATE", "1".to_owned()),
+        ("OPENCODE_DISABLE_MODELS_FETCH", "1".to_owned()),
+        ("OPENCODE_DISABLE_DEFAULT_PLUGINS", "1".to_owned()),
+        ("OPENCODE_DISABLE_LSP_DOWNLOAD", "1".to_owned()),
+        ("OPENCODE_DISABLE_SHARE", "1".to_owned()),
+        ("OPENCODE_DISABLE_AUTOCOMPACT", "1".to_owned()),
+        ("npm_config_registry", "http://127.0.0.1:9/".to_owned()),
     ];
     Ok(vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
 }

@@ -16,10 +16,11 @@
 //!   (`payload.event.model`). A malformed line makes the whole log unreadable.
 //! * **OpenCode session export** (`opencode export ID`): one JSON document
 //!   `{info{id,…}, messages[{info{role, providerID, modelID, tokens{input, output,
-//!   reasoning, cache{read,write}}, cost, error}, parts[…]}]}`. Each assistant message names
-//!   the model `providerID/modelID` (or `modelID` alone); tokens and cost are summed; the
-//!   last text part of the last assistant message is the final message; an assistant
-//!   message's `error` fails the turn.
+//!   reasoning, cache{read,write}}, cost, error}, parts[…]}]}`. Only the messages after the
+//!   last user message count (a resumed session's export holds the earlier runs too). Each
+//!   assistant message names the model `providerID/modelID` (or `modelID` alone); tokens and
+//!   cost are summed; the last text part of the last assistant message is the final message;
+//!   an assistant message's `error` fails the turn.
 //! * **Codex session file** (`$CODEX_HOME/sessions/YYYY/MM/DD/rollout-…-<thread_id>.jsonl`):
 //!   JSON lines `{type, payload}`. The lines a run appended name the model it used in each
 //!   `turn_context`'s `payload.model`. Codex reports the thread's running token total after
@@ -244,7 +245,14 @@ pub fn parse_opencode_export(bytes: &[u8]) -> Result<RetainedRecord, RetainedErr
             .map(str::to_owned),
         ..RetainedRecord::default()
     };
-    for message in messages {
+    // One `opencode run` adds one user message and the assistant's answers to it; a resumed
+    // session's export holds the earlier runs too, which are not this run's.
+    let role = |m: &Value| json::str(m.get("info").unwrap_or(m), "role").map(str::to_owned);
+    let this_run = messages
+        .iter()
+        .rposition(|m| role(m).as_deref() == Some("user"))
+        .map_or(0, |i| i + 1);
+    for message in &messages[this_run..] {
         let info = message.get("info").unwrap_or(message);
         if json::str(info, "role") != Some("assistant") {
             continue;

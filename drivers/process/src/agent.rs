@@ -58,8 +58,8 @@ pub const MAX_LINE_BYTES: usize = 64 << 20;
 /// The largest retained record read.
 pub const RETAINED_CAP: u64 = 64 << 20;
 
-/// How long `opencode export ID` may take.
-const EXPORT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `opencode export ID` may take (it starts the whole CLI: seconds on a busy machine).
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where the retained record comes from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
