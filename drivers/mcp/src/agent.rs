@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::args::{ArgError, Args};
 use crate::handler::{Watch, object, report_progress, retain_text, stop_future, tool_error};
-use crate::render::Answer;
+use crate::render::{Answer, push_answer};
 use crate::{MAX_TIMEOUT, McpServer};
 
 const AGENT_DESCRIPTION: &str = "\
@@ -154,27 +154,7 @@ fn agent_text(turn: &AgentRun, answer: &Answer, timeout: Duration) -> String {
     if !models.is_empty() {
         let _ = writeln!(out, "[Models: {}]", models.join(", "));
     }
-    match answer {
-        Answer::Inline(text) => {
-            out.push_str("[Final message:]\n");
-            out.push_str(text);
-            if !text.ends_with('\n') {
-                out.push('\n');
-            }
-        }
-        Answer::Retained(record) => {
-            out.push_str("[Final message, over the preview bound:]\n");
-            let preview = record.render();
-            out.push_str(&preview);
-            if !preview.ends_with('\n') {
-                out.push('\n');
-            }
-        }
-        Answer::Missing(why) => {
-            let _ = writeln!(out, "[No final message: {why}]");
-        }
-        Answer::NotRequested => {}
-    }
+    push_answer(&mut out, answer, "Final message", "final message");
     let record = &turn.process.record;
     for stream in record.streams() {
         let name = stream.name.as_ref().map_or("output", |n| n.as_str());

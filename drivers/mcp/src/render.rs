@@ -28,29 +28,39 @@ pub(crate) fn run_text(result: &ProcessResult, answer: &Answer, timeout: Duratio
     if !out.is_empty() && !out.ends_with('\n') {
         out.push('\n');
     }
-    match answer {
-        Answer::NotRequested => {}
-        Answer::Inline(text) => {
-            out.push_str("[Clean answer (the program's result sink), verbatim:]\n");
-            out.push_str(text);
-            if !text.ends_with('\n') {
-                out.push('\n');
-            }
-        }
-        Answer::Retained(record) => {
-            out.push_str("[Clean answer (the program's result sink), over the preview bound:]\n");
-            let preview = record.render();
-            out.push_str(&preview);
-            if !preview.ends_with('\n') {
-                out.push('\n');
-            }
-        }
-        Answer::Missing(why) => {
-            let _ = writeln!(out, "[No clean answer: {why}]");
-        }
-    }
+    push_answer(
+        &mut out,
+        answer,
+        "Clean answer (the program's result sink)",
+        "clean answer",
+    );
     out.push_str(&status_line(result, timeout));
     out
+}
+
+/// Appends `answer` under a heading naming `what` (`[Final message:]`, …): the text itself,
+/// or its bounded preview and read hint when it was retained; `[No <missing>: why]` when
+/// there is none.
+pub(crate) fn push_answer(out: &mut String, answer: &Answer, what: &str, missing: &str) {
+    let body = match answer {
+        Answer::NotRequested => return,
+        Answer::Missing(why) => {
+            let _ = writeln!(out, "[No {missing}: {why}]");
+            return;
+        }
+        Answer::Inline(text) => {
+            let _ = writeln!(out, "[{what}, verbatim:]");
+            text.clone()
+        }
+        Answer::Retained(record) => {
+            let _ = writeln!(out, "[{what}, over the preview bound:]");
+            record.render()
+        }
+    };
+    out.push_str(&body);
+    if !body.ends_with('\n') {
+        out.push('\n');
+    }
 }
 
 /// One line: how the run ended and how long it took.

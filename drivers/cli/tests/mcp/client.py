@@ -408,7 +408,7 @@ async def agent(agentrun, store):
         text = text_of(result)
         check(not result.is_error, text)
         check(text.startswith("[Agent claude succeeded"), text)
-        check("[Final message:]\nthe delegated answer\n" in text, text)
+        check("[Final message, verbatim:]\nthe delegated answer\n" in text, repr(text))
         check("[Models: claude-scripted-model" in text, repr(text))
         hints = [line for line in text.splitlines() if line.startswith("[stdout retained")]
         check(len(hints) == 1 and 'read(filePath="artifact://' in hints[0], text)
