@@ -1,0 +1,70 @@
+//! `agentrun gc` and `agentrun verify` on a closed or failing stdout: a closed pipe ends the
+//! output quietly with the command's own exit code, a write error is a message and exit 1,
+//! never a panic.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+struct Env {
+    _dir: tempfile::TempDir,
+    store: PathBuf,
+}
+
+impl Env {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        let env = Self { _dir: dir, store };
+        // A store with one record, so every report has content.
+        let o = env.output(&["run", "--", "echo", "hello"], Stdio::null());
+        assert!(o.status.success(), "{o:?}");
+        env
+    }
+
+    fn output(&self, args: &[&str], stdout: impl Into<Stdio>) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_agentrun"))
+            .arg("--store")
+            .arg(&self.store)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap()
+    }
+}
+
+const COMMANDS: [&[&str]; 5] = [
+    &["verify"],
+    &["verify", "--json"],
+    &["gc"],
+    &["gc", "--json"],
+    &["gc", "--dry-run"],
+];
+
+#[test]
+fn a_full_stdout_is_an_error_message_not_a_panic() {
+    let env = Env::new();
+    for args in COMMANDS {
+        let o = env.output(args, File::options().write(true).open("/dev/full").unwrap());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.starts_with("agentrun: error: "), "{args:?}: {err}");
+        assert!(err.contains("No space left"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    let env = Env::new();
+    for args in COMMANDS {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader); // the reader is gone before anything is written (`… | true`)
+        let o = env.output(args, writer);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
+        assert_eq!(err, "", "{args:?}");
+    }
+}
