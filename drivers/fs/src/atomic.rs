@@ -7,7 +7,7 @@
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -167,10 +167,7 @@ const COMPARE_CHUNK: usize = 64 * 1024;
 /// Opens `path` for reading without following a symlink and checks that it is a regular
 /// file with no group or other access and, when given, exactly `len` bytes long.
 fn open_private_file(path: &Path, len: Option<u64>) -> io::Result<File> {
-    let file = File::options()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(path)?;
+    let file = crate::read::open_no_follow(path)?;
     let meta = file.metadata()?;
     let ok = meta.is_file()
         && meta.permissions().mode() & 0o077 == 0

@@ -18,17 +18,18 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, TryLockError};
 use std::io;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use agentrun_core::{Digest, Manifest};
+use agentrun_core::{Digest, Manifest, ResultRecord};
 use serde::Serialize;
 
 use crate::error::{IoContext, IoError};
 use crate::layout::{self, INDEX_SUFFIX, Layout, TEMP_SUFFIX};
 use crate::lock::GcLock;
 use crate::read::read_small;
-use crate::store::{Store, StoreError, parse_record, record_id};
+use crate::store::{Store, StoreError, record_id};
 
 /// How a GC runs.
 #[derive(Debug, Clone)]
@@ -92,6 +93,10 @@ pub(crate) struct ObjectScan {
     pub(crate) objects: HashMap<Digest, ObjectEntry>,
     /// Index sidecars, by the digest they are named after.
     pub(crate) indexes: HashMap<Digest, (PathBuf, u64)>,
+    /// What does not belong: entries that are neither objects nor indexes, object or index
+    /// names held by something other than a regular file, files group or others may access.
+    /// GC leaves them alone (it removes only what it understands); verify reports them.
+    pub(crate) strays: Vec<String>,
 }
 
 /// Lists every object and index under `objects/`.
@@ -101,34 +106,62 @@ pub(crate) fn scan_objects(layout: &Layout) -> Result<ObjectScan, IoError> {
     for fan in fs::read_dir(&objects).at("list", &objects)? {
         let fan = fan.at("list", &objects)?;
         let fan_path = fan.path();
-        let Some(fan_name) = fan.file_name().to_str().map(str::to_owned) else {
+        let fan_name = fan.file_name().to_str().map(str::to_owned);
+        let is_dir = fan.file_type().at("inspect", &fan_path)?.is_dir();
+        let Some(fan_name) = fan_name.filter(|n| is_dir && is_fan_name(n)) else {
+            scan.strays.push(format!(
+                "{} is not part of the store (objects/ holds only directories named by two hex \
+                 digits); move it away",
+                fan_path.display()
+            ));
             continue;
         };
-        if !fan.file_type().at("inspect", &fan_path)?.is_dir() {
-            continue;
-        }
         for entry in fs::read_dir(&fan_path).at("list", &fan_path)? {
             let entry = entry.at("list", &fan_path)?;
             let path = entry.path();
-            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            let name = entry.file_name().to_str().map(str::to_owned);
+            let named = name
+                .as_deref()
+                .and_then(|name| match name.strip_suffix(INDEX_SUFFIX) {
+                    Some(stem) => layout::parse_object_name(&fan_name, stem).map(|d| (d, true)),
+                    None => layout::parse_object_name(&fan_name, name).map(|d| (d, false)),
+                });
+            let Some((digest, is_index)) = named else {
+                scan.strays.push(format!(
+                    "{} is not part of the store (not an object or index name); move it away",
+                    path.display()
+                ));
                 continue;
             };
+            // Not following a symlink: the store's files are its own, never links.
             let meta = match entry.metadata() {
                 Ok(m) => m,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(IoError::at("inspect", &path, e)),
             };
             if !meta.is_file() {
+                scan.strays.push(format!(
+                    "{} is {}, not a regular file; a run of the same output replaces it, or \
+                     move it away",
+                    path.display(),
+                    describe_type(&meta)
+                ));
                 continue;
             }
-            if let Some(stem) = name.strip_suffix(INDEX_SUFFIX) {
-                if let Some(d) = layout::parse_object_name(&fan_name, stem) {
-                    scan.indexes.insert(d, (path, meta.len()));
-                }
-            } else if let Some(d) = layout::parse_object_name(&fan_name, &name) {
+            let mode = meta.permissions().mode() & 0o7777;
+            if mode & 0o077 != 0 {
+                scan.strays.push(format!(
+                    "{} has mode {mode:04o}; store files must be owner-only: run chmod 600 {}",
+                    path.display(),
+                    path.display()
+                ));
+            }
+            if is_index {
+                scan.indexes.insert(digest, (path, meta.len()));
+            } else {
                 let mtime = meta.modified().at("inspect", &path)?;
                 scan.objects.insert(
-                    d,
+                    digest,
                     ObjectEntry {
                         path,
                         len: meta.len(),
@@ -139,6 +172,25 @@ pub(crate) fn scan_objects(layout: &Layout) -> Result<ObjectScan, IoError> {
         }
     }
     Ok(scan)
+}
+
+/// Whether `name` names a fan-out directory: two lowercase hex digits.
+fn is_fan_name(name: &str) -> bool {
+    name.len() == 2 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// "a directory", "a symbolic link", … for messages.
+pub(crate) fn describe_type(meta: &fs::Metadata) -> &'static str {
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_file() {
+        "a regular file"
+    } else {
+        "a special file"
+    }
 }
 
 /// Whether a capture directory belongs to a running capture.
@@ -194,6 +246,52 @@ impl Store {
         let scan = scan_objects(layout)?;
         let mut report = GcReport::default();
         let mut roots: Vec<Digest> = Vec::new();
+
+        // Records first, and before anything is removed: a record that cannot be read would
+        // lose the artifacts it references, so GC removes nothing while one is in doubt.
+        let mut record_leftovers = Vec::new();
+        let records = layout.records();
+        for entry in fs::read_dir(&records).at("list", &records)? {
+            let entry = entry.at("list", &records)?;
+            let path = entry.path();
+            let name = entry.file_name();
+            if name.to_str().is_some_and(|n| n.ends_with(TEMP_SUFFIX)) {
+                // A record write interrupted before its rename (writers hold gc.lock shared,
+                // so none is in progress now).
+                record_leftovers.push(path);
+                continue;
+            }
+            if record_id(&name).is_none() {
+                // Not a record name: not a root, and not GC's to remove (verify lists it).
+                continue;
+            }
+            let refused = |detail: String| StoreError::GcRefused {
+                path: path.clone(),
+                detail,
+            };
+            let meta = fs::symlink_metadata(&path).map_err(|e| refused(e.to_string()))?;
+            if !meta.is_file() {
+                let what = format!("is {}, not a record file", describe_type(&meta));
+                return Err(refused(what));
+            }
+            if let Some(max_age) = options.expire_records {
+                let modified = meta.modified().at("inspect", &path)?;
+                if options
+                    .now
+                    .checked_sub(max_age)
+                    .is_some_and(|c| modified < c)
+                {
+                    report.records_expired += 1;
+                    record_leftovers.push(path);
+                    continue;
+                }
+            }
+            let bytes = fs::read(&path).map_err(|e| refused(format!("cannot be read: {e}")))?;
+            let record: ResultRecord = serde_json::from_slice(&bytes)
+                .map_err(|e| refused(format!("does not parse as a record ({e})")))?;
+            roots.extend(record.artifacts());
+            report.records += 1;
+        }
 
         let captures = layout.captures();
         let mut live = HashSet::new();
@@ -253,44 +351,10 @@ impl Store {
             }
         }
 
-        let records = layout.records();
-        for entry in fs::read_dir(&records).at("list", &records)? {
-            let entry = entry.at("list", &records)?;
-            let path = entry.path();
-            let name = entry.file_name();
-            if name.to_str().is_some_and(|n| n.ends_with(TEMP_SUFFIX)) {
-                // A record write interrupted before its rename (writers hold gc.lock shared,
-                // so none is in progress now).
-                if !options.dry_run {
-                    remove_file(&path)?;
-                }
-                continue;
+        if !options.dry_run {
+            for path in &record_leftovers {
+                remove_file(path)?;
             }
-            if record_id(&name).is_none() {
-                continue;
-            }
-            if let Some(max_age) = options.expire_records {
-                let modified = entry
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .at("inspect", &path)?;
-                if options
-                    .now
-                    .checked_sub(max_age)
-                    .is_some_and(|c| modified < c)
-                {
-                    report.records_expired += 1;
-                    if !options.dry_run {
-                        remove_file(&path)?;
-                    }
-                    continue;
-                }
-            }
-            // A record that cannot be read would lose its artifacts: stop rather than guess.
-            let bytes = fs::read(&path).at("read", &path)?;
-            let record = parse_record(&path, &bytes)?;
-            roots.extend(record.artifacts());
-            report.records += 1;
         }
 
         // What the records reference, to tell the objects kept for a record from those kept

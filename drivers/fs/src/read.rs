@@ -8,7 +8,7 @@
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 
 use agentrun_core::digest::StreamingDigest;
@@ -175,30 +175,53 @@ impl Object {
     /// Opens `digest`'s object and index and checks that the index describes the object.
     pub(crate) fn open(layout: &Layout, digest: &Digest) -> Result<Self, ReadError> {
         let path = layout.object(digest);
-        let file = match File::open(&path) {
+        let corrupt = |detail: String| ReadError::Corrupt {
+            digest: *digest,
+            detail,
+        };
+        let file = match open_no_follow(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(ReadError::Missing(*digest));
+            }
+            Err(e) if is_symlink_error(&e) => {
+                return Err(corrupt(format!(
+                    "{} is a symbolic link, not the store's own file",
+                    path.display()
+                )));
             }
             Err(e) => return Err(IoError::at("open", &path, e).into()),
         };
         let meta = file.metadata().at("inspect", &path)?;
         if !meta.is_file() {
-            let e = io::Error::new(io::ErrorKind::InvalidData, "not a regular file");
-            return Err(IoError::at("read", &path, e).into());
+            return Err(corrupt(format!(
+                "{} is {}, not a regular file",
+                path.display(),
+                crate::gc::describe_type(&meta)
+            )));
         }
         let index_path = layout.index(digest);
         let bad_index = |detail: String| ReadError::CorruptIndex {
             digest: *digest,
             detail,
         };
-        let index = match File::open(&index_path) {
+        let index = match open_no_follow(&index_path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(bad_index("the index file is missing".to_owned()));
             }
+            Err(e) if is_symlink_error(&e) => {
+                return Err(bad_index("the index is a symbolic link".to_owned()));
+            }
             Err(e) => return Err(IoError::at("open", &index_path, e).into()),
         };
+        let index_meta = index.metadata().at("inspect", &index_path)?;
+        if !index_meta.is_file() {
+            let what = crate::gc::describe_type(&index_meta);
+            return Err(bad_index(format!(
+                "the index is {what}, not a regular file"
+            )));
+        }
         let mut raw = [0u8; HEADER_LEN];
         match index.read_exact_at(&mut raw, 0) {
             Ok(()) => {}
@@ -215,10 +238,17 @@ impl Object {
             )));
         }
         if header.total_bytes != meta.len() {
-            return Err(bad_index(format!(
-                "it describes {} bytes but the object has {}",
+            // The header passed its own checksum and names this object: the index is sound,
+            // so it is the object whose length changed (truncated, or appended to).
+            return Err(corrupt(format!(
+                "the object has {} bytes but its index records {}; the object was {}",
+                meta.len(),
                 header.total_bytes,
-                meta.len()
+                if meta.len() < header.total_bytes {
+                    "truncated"
+                } else {
+                    "appended to"
+                }
             )));
         }
         if header.block_size != BLOCK_SIZE {
@@ -227,7 +257,7 @@ impl Object {
                 header.block_size
             )));
         }
-        let index_len = index.metadata().at("inspect", &index_path)?.len();
+        let index_len = index_meta.len();
         let expected = HEADER_LEN as u64 + header.block_count() * ENTRY_LEN as u64;
         if index_len != expected {
             return Err(bad_index(format!(
@@ -351,6 +381,20 @@ impl Object {
         }
         Ok(BytePage::new(start, self.header.total_bytes, out))
     }
+}
+
+/// Opens a store file for reading without following a final symlink: the store's files are
+/// its own, never links to elsewhere.
+pub(crate) fn open_no_follow(path: &std::path::Path) -> io::Result<File> {
+    File::options()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+}
+
+/// Whether an open with `O_NOFOLLOW` failed because the path is a symlink.
+fn is_symlink_error(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
 }
 
 /// Reads a small object whole, without its index (GC and verify use this to recognise

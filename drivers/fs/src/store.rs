@@ -112,6 +112,20 @@ pub enum StoreError {
         /// The path.
         path: PathBuf,
     },
+    /// GC found an entry in `records/` it cannot read as a record, and removed nothing: the
+    /// artifacts that record references would otherwise be lost.
+    #[error(
+        "gc removed nothing: {} {detail}, and the output of that run would be lost if its \
+         artifacts were collected; run `agentrun verify` to see all damage, then move the entry \
+         out of {} (keep it if it may hold a record you need) and run gc again",
+        .path.display(), .path.parent().map_or_else(String::new, |p| p.display().to_string())
+    )]
+    GcRefused {
+        /// The entry in `records/`.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// A captured stream's file does not hold the bytes that were accepted for it.
     #[error("capture file {} is shorter than the {expected} bytes accepted for it", .path.display())]
     CaptureFileTruncated {

@@ -2,16 +2,18 @@
 //! objects it references.
 
 use std::fs::{self, File};
-use std::io::Read;
+use std::io::{self, Read};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
-use agentrun_core::Digest;
 use agentrun_core::digest::StreamingDigest;
 use agentrun_core::index::{self, BLOCK_SIZE};
+use agentrun_core::{Digest, ResultRecord};
 use serde::Serialize;
 
 use crate::error::IoContext;
-use crate::gc::{ObjectEntry, scan_objects};
-use crate::layout::{self, Layout};
+use crate::gc::{ObjectEntry, describe_type, scan_objects};
+use crate::layout::{self, Layout, TEMP_SUFFIX};
 use crate::lock::GcLock;
 use crate::read::{Object, ReadError};
 use crate::store::{Store, StoreError, parse_record, record_id};
@@ -54,22 +56,35 @@ impl Store {
             report.objects_checked += 1;
         }
 
+        report.problems.extend(scan.strays.iter().cloned());
+
         let records = layout.records();
         let mut entries = Vec::new();
         for entry in fs::read_dir(&records).at("list", &records)? {
             let entry = entry.at("list", &records)?;
-            if record_id(&entry.file_name()).is_some() {
+            let name = entry.file_name();
+            if record_id(&name).is_some() {
                 entries.push(entry.path());
+            } else if !name.to_str().is_some_and(|n| n.ends_with(TEMP_SUFFIX)) {
+                // Temporary files are a crashed writer's leftovers, removed by GC.
+                report.problems.push(format!(
+                    "{} is not part of the store (records/ holds only <run id>.json); move it \
+                     away",
+                    entry.path().display()
+                ));
             }
         }
         entries.sort();
         for path in entries {
             report.records_checked += 1;
-            let bytes = fs::read(&path).at("read", &path)?;
-            let record = match parse_record(&path, &bytes) {
-                Ok(r) => r,
-                Err(e) => {
-                    report.problems.push(e.to_string());
+            // Every entry is checked on its own: one unreadable record must not hide the rest.
+            let record = match read_record(&path) {
+                Ok((r, problem)) => {
+                    report.problems.extend(problem);
+                    r
+                }
+                Err(problem) => {
+                    report.problems.push(problem);
                     continue;
                 }
             };
@@ -90,6 +105,30 @@ impl Store {
     }
 }
 
+/// Reads and parses one record file, or says what is wrong with it (a readable record may
+/// still come with a problem: a mode that lets others read it).
+fn read_record(path: &Path) -> Result<(ResultRecord, Option<String>), String> {
+    let meta = fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!(
+            "record {} is {}, not a record file; move it away",
+            path.display(),
+            describe_type(&meta)
+        ));
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    let bytes = fs::read(path).map_err(|e| format!("record {}: {e}", path.display()))?;
+    let record = parse_record(path, &bytes).map_err(|e| e.to_string())?;
+    let problem = (mode & 0o077 != 0).then(|| {
+        format!(
+            "{} has mode {mode:04o}; store files must be owner-only: run chmod 600 {}",
+            path.display(),
+            path.display()
+        )
+    });
+    Ok((record, problem))
+}
+
 /// Hashes one object in a single pass, checking each block against the index when the index
 /// is usable, and appends what is wrong to `problems`.
 fn check_object(
@@ -107,13 +146,32 @@ fn check_object(
         }
     };
     let path = &entry.path;
-    let mut file = File::open(path).at("open", path)?;
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()), // removed since the scan
+        Err(e) => {
+            problems.push(format!(
+                "artifact {digest}: cannot open {}: {e}",
+                path.display()
+            ));
+            return Ok(());
+        }
+    };
     let mut hasher = StreamingDigest::default();
     let mut buf = vec![0u8; BLOCK_SIZE as usize];
     let mut block = 0u64;
     let mut bad_blocks = 0usize;
     loop {
-        let n = read_full(&mut file, &mut buf).at("read", path)?;
+        let n = match read_full(&mut file, &mut buf) {
+            Ok(n) => n,
+            Err(e) => {
+                problems.push(format!(
+                    "artifact {digest}: cannot read {}: {e}",
+                    path.display()
+                ));
+                return Ok(());
+            }
+        };
         if n == 0 {
             break;
         }

@@ -223,7 +223,7 @@ fn a_corrupt_record_stops_gc_instead_of_losing_its_artifacts() {
     let bad = store.root().join("records").join("1-1-1.json");
     fs::write(&bad, b"{not json").unwrap();
     let err = store.gc(&later()).unwrap_err();
-    assert!(matches!(err, StoreError::CorruptRecord { .. }), "{err:?}");
+    assert!(matches!(err, StoreError::GcRefused { .. }), "{err:?}");
     assert!(err.to_string().contains("1-1-1.json"));
     assert!(object_path(&store, &Digest::of(b"precious\n")).exists());
 }
