@@ -105,25 +105,24 @@ fn a_missing_truncated_or_foreign_index_is_corrupt_index() {
         Err(ReadError::CorruptIndex { .. })
     ));
 
-    // A truncated object no longer matches its index.
+    // A truncated object no longer matches its intact index: the object is what is corrupt.
     fs::write(&idx, &saved).unwrap();
     fs::write(object_path(&store, &d), b"a\n").unwrap();
     let err = store
         .read_bytes(&uri(d), ByteRange::new(0, 1).unwrap())
         .unwrap_err();
-    assert!(matches!(err, ReadError::CorruptIndex { .. }), "{err:?}");
+    assert!(matches!(err, ReadError::Corrupt { .. }), "{err:?}");
+    assert!(err.to_string().contains("truncated"), "{err}");
 
-    // An object replaced by a directory is an I/O error, not data.
+    // An object replaced by a directory is a corrupt artifact, not data.
     let p = object_path(&store, &d);
     fs::remove_file(&p).unwrap();
     fs::create_dir(&p).unwrap();
     let err = store
         .read_page(&uri(d), PageRequest::default())
         .unwrap_err();
-    assert!(
-        matches!(err, ReadError::Io(_) | ReadError::CorruptIndex { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, ReadError::Corrupt { .. }), "{err:?}");
+    assert!(err.to_string().contains("is a directory"), "{err}");
 }
 
 #[test]
