@@ -184,6 +184,8 @@ pub struct TailWindow {
     pub newlines_before: u64,
 }
 
+/// The end of a stream, kept for the tail view: at least the last `cap` bytes (all of a
+/// shorter stream), at most `2 * cap`.
 #[derive(Debug)]
 struct TailCapture {
     cap: usize,
@@ -193,27 +195,40 @@ struct TailCapture {
 impl TailCapture {
     fn push(&mut self, chunk: &[u8]) {
         let w = &mut self.window;
+        if chunk.len() >= self.cap {
+            // Only the chunk's own end can be in the window: drop the rest unseen, without
+            // copying the chunk (time stays linear in the output whatever the window size).
+            let (dropped, kept) = chunk.split_at(chunk.len() - self.cap);
+            w.newlines_before += count_newlines(&w.bytes) + count_newlines(dropped);
+            w.start += (w.bytes.len() + dropped.len()) as u64;
+            w.bytes.clear();
+            w.bytes.extend_from_slice(kept);
+            return;
+        }
         w.bytes.extend_from_slice(chunk);
         // Trim lazily to twice the window so each byte is moved O(1) times on average.
         if w.bytes.len() > 2 * self.cap {
-            let drop = w.bytes.len() - self.cap;
-            w.newlines_before += memchr::memchr_iter(b'\n', &w.bytes[..drop]).count() as u64;
-            w.start += drop as u64;
-            w.bytes.drain(..drop);
+            self.trim();
         }
     }
 
+    /// Drops all but the last `cap` bytes.
+    fn trim(&mut self) {
+        let w = &mut self.window;
+        let drop = w.bytes.len().saturating_sub(self.cap);
+        w.newlines_before += count_newlines(&w.bytes[..drop]);
+        w.start += drop as u64;
+        w.bytes.drain(..drop);
+    }
+
     fn finish(mut self) -> TailWindow {
-        if self.window.bytes.len() > self.cap {
-            self.push(&[]);
-            let w = &mut self.window;
-            let drop = w.bytes.len() - self.cap;
-            w.newlines_before += memchr::memchr_iter(b'\n', &w.bytes[..drop]).count() as u64;
-            w.start += drop as u64;
-            w.bytes.drain(..drop);
-        }
+        self.trim();
         self.window
     }
+}
+
+fn count_newlines(bytes: &[u8]) -> u64 {
+    memchr::memchr_iter(b'\n', bytes).count() as u64
 }
 
 #[derive(Debug)]
@@ -228,8 +243,8 @@ struct StreamCapture {
 }
 
 impl StreamCapture {
-    fn new(limits: &PreviewLimits) -> Self {
-        let head_cap = limits.retained_head_bytes();
+    fn new(limits: &PreviewLimits, streams: usize) -> Self {
+        let head_cap = limits.retained_head_bytes(streams);
         Self {
             digest: StreamingDigest::default(),
             indexer: BlockIndexer::default(),
@@ -238,7 +253,7 @@ impl StreamCapture {
             head_line_cap: limits.max_lines,
             head_newlines: 0,
             tail: (limits.tail_lines > 0).then(|| TailCapture {
-                cap: head_cap,
+                cap: limits.tail_window_bytes(streams),
                 window: TailWindow::default(),
             }),
         }
@@ -372,7 +387,7 @@ impl Capture {
         limits.validate()?;
         let n = declaration.channel_count();
         Ok(Self {
-            streams: (0..n).map(|_| StreamCapture::new(&limits)).collect(),
+            streams: (0..n).map(|_| StreamCapture::new(&limits, n)).collect(),
             failed: vec![false; n],
             declaration,
             limits,
@@ -680,9 +695,45 @@ mod tests {
             .tail
             .clone()
             .unwrap();
-        // The window holds retained_head_bytes() = max_bytes + 3 bytes.
-        assert_eq!(t.bytes, b"f\ngh\nij");
-        assert_eq!(t.start, 7);
-        assert_eq!(t.newlines_before, 2);
+        // The window holds the tail budget (a quarter of 4) plus one byte.
+        assert_eq!(limits.tail_window_bytes(1), 2);
+        assert_eq!(t.bytes, b"ij");
+        assert_eq!(t.start, 12);
+        assert_eq!(t.newlines_before, 4);
+    }
+
+    #[test]
+    fn the_tail_window_stays_within_twice_its_size_for_any_chunking() {
+        let limits = PreviewLimits {
+            max_bytes: 4000,
+            tail_lines: 10,
+            ..Default::default()
+        };
+        let cap = limits.tail_window_bytes(1);
+        assert_eq!(cap, 1001);
+        let data: Vec<u8> = (0..200_000u32)
+            .flat_map(|i| format!("{i}\n").into_bytes())
+            .collect();
+        for chunk in [1usize, 7, 999, 1000, 1001, 1002, 5000, 100_000] {
+            let mut c = Capture::new(OutputDeclaration::Single, limits).unwrap();
+            let ix = StreamIndex(0);
+            for piece in data.chunks(chunk) {
+                c.handle_chunk(ix, piece);
+                let tail = &c.streams[0].tail.as_ref().unwrap().window;
+                assert!(tail.bytes.len() <= 2 * cap, "chunk {chunk}");
+                assert!(tail.bytes.capacity() <= 4 * cap + 64, "chunk {chunk}");
+            }
+            let t = c.finish(None, Status::Succeeded).streams[0]
+                .tail
+                .clone()
+                .unwrap();
+            assert_eq!(t.bytes, &data[data.len() - cap..], "chunk {chunk}");
+            assert_eq!(t.start, (data.len() - cap) as u64);
+            let before = &data[..data.len() - cap];
+            assert_eq!(
+                t.newlines_before,
+                before.iter().filter(|&&b| b == b'\n').count() as u64
+            );
+        }
     }
 }

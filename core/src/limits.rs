@@ -17,6 +17,15 @@ pub const STATUS_OVERHEAD_BYTES: usize = 512;
 pub const MIN_PAYLOAD_BYTES: usize =
     STATUS_OVERHEAD_BYTES + MAX_STREAMS * (STREAM_OVERHEAD_BYTES + 256);
 
+/// Largest accepted `max_payload_bytes` (and `max_bytes`): 16 MiB, far past any model's
+/// context window. Bounding the limits bounds the memory of a capture (see
+/// [`PreviewLimits::retained_head_bytes`] and [`PreviewLimits::tail_window_bytes`]).
+pub const MAX_PAYLOAD_BYTES: usize = 16 << 20;
+
+/// Largest accepted `max_lines` and `tail_lines`: a shown line takes at least one byte, so more
+/// lines than payload bytes can never be shown.
+pub const MAX_LINES: u64 = MAX_PAYLOAD_BYTES as u64;
+
 /// Per-stream and aggregate bounds of the model-facing rendering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PreviewLimits {
@@ -42,6 +51,7 @@ impl Default for PreviewLimits {
 }
 
 /// Why limits were refused.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LimitsError {
@@ -54,6 +64,22 @@ pub enum LimitsError {
     /// The payload bound cannot hold the largest declaration's headings and hints.
     #[error("max_payload_bytes is {0}; it must be at least {MIN_PAYLOAD_BYTES}")]
     PayloadTooSmall(usize),
+    /// A byte limit above [`MAX_PAYLOAD_BYTES`].
+    #[error("{which} is {value}; it must be at most {MAX_PAYLOAD_BYTES} (16 MiB)")]
+    TooManyBytes {
+        /// `"max_bytes"` or `"max_payload_bytes"`.
+        which: &'static str,
+        /// The value given.
+        value: usize,
+    },
+    /// A line limit above [`MAX_LINES`].
+    #[error("{which} is {value}; it must be at most {MAX_LINES}")]
+    TooManyLines {
+        /// `"max_lines"` or `"tail_lines"`.
+        which: &'static str,
+        /// The value given.
+        value: u64,
+    },
 }
 
 impl PreviewLimits {
@@ -68,27 +94,59 @@ impl PreviewLimits {
         if self.max_payload_bytes < MIN_PAYLOAD_BYTES {
             return Err(LimitsError::PayloadTooSmall(self.max_payload_bytes));
         }
+        for (which, value) in [
+            ("max_bytes", self.max_bytes),
+            ("max_payload_bytes", self.max_payload_bytes),
+        ] {
+            if value > MAX_PAYLOAD_BYTES {
+                return Err(LimitsError::TooManyBytes { which, value });
+            }
+        }
+        for (which, value) in [
+            ("max_lines", self.max_lines),
+            ("tail_lines", self.tail_lines),
+        ] {
+            if value > MAX_LINES {
+                return Err(LimitsError::TooManyLines { which, value });
+            }
+        }
         Ok(())
     }
 
     /// Rendered-byte budget of each stream's preview (head plus tail) when `streams` streams
     /// share the payload bound. Never more than `max_bytes`.
     pub fn stream_budget(&self, streams: usize) -> usize {
-        let streams = streams.max(1);
-        let share = self
-            .max_payload_bytes
-            .saturating_sub(STATUS_OVERHEAD_BYTES + streams * STREAM_OVERHEAD_BYTES)
-            / streams;
+        let streams = streams.clamp(1, MAX_STREAMS);
+        let overhead = STATUS_OVERHEAD_BYTES + streams * STREAM_OVERHEAD_BYTES;
+        let share = self.max_payload_bytes.saturating_sub(overhead) / streams;
         self.max_bytes.min(share)
     }
 
-    /// Bytes a capture must keep in memory per stream to render any preview under these limits:
+    /// Rendered-byte budget of a truncated stream's tail view: a quarter of its budget.
+    pub fn tail_budget(&self, streams: usize) -> usize {
+        self.stream_budget(streams) / 4
+    }
+
+    /// Bytes a capture keeps of a stream's end for the tail view (0 when it is off): the tail
+    /// budget, since a raw byte never renders shorter, plus the byte before the tail's first
+    /// line, which tells that a line starts there. The window is trimmed lazily, so it holds
+    /// at most twice this while capturing.
+    pub fn tail_window_bytes(&self, streams: usize) -> usize {
+        if self.tail_lines == 0 {
+            0
+        } else {
+            self.tail_budget(streams).saturating_add(1)
+        }
+    }
+
+    /// Bytes a capture must keep in memory per stream (of `streams`) to render any preview
+    /// under these limits: the stream's budget, since
     /// the raw prefix is never longer than its rendered form. Three bytes more let the preview
     /// tell an invalid sequence at the budget's edge (shown as U+FFFD) from the start of a
     /// character the next bytes complete (held back); without them it must hold both back and
     /// the preview is shorter than the longest prefix within the limits.
-    pub fn retained_head_bytes(&self) -> usize {
-        self.max_bytes.min(self.max_payload_bytes) + 3
+    pub fn retained_head_bytes(&self, streams: usize) -> usize {
+        self.stream_budget(streams).saturating_add(3)
     }
 }
 
@@ -130,5 +188,77 @@ mod tests {
             .validate(),
             Err(LimitsError::PayloadTooSmall(MIN_PAYLOAD_BYTES - 1))
         );
+    }
+
+    #[test]
+    fn limits_are_bounded_and_the_largest_accepted_ones_do_not_overflow() {
+        let max = PreviewLimits {
+            max_lines: MAX_LINES,
+            max_bytes: MAX_PAYLOAD_BYTES,
+            max_payload_bytes: MAX_PAYLOAD_BYTES,
+            tail_lines: MAX_LINES,
+        };
+        assert_eq!(max.validate(), Ok(()));
+        for streams in [0, 1, 8, usize::MAX] {
+            let budget = max.stream_budget(streams);
+            assert!(budget <= MAX_PAYLOAD_BYTES);
+            assert_eq!(max.retained_head_bytes(streams), budget + 3);
+            assert_eq!(max.tail_window_bytes(streams), budget / 4 + 1);
+        }
+        let refused = [
+            (
+                PreviewLimits {
+                    max_bytes: MAX_PAYLOAD_BYTES + 1,
+                    ..max
+                },
+                "max_bytes is 16777217; it must be at most 16777216 (16 MiB)",
+            ),
+            (
+                PreviewLimits {
+                    max_bytes: usize::MAX,
+                    max_payload_bytes: usize::MAX,
+                    ..max
+                },
+                "max_bytes is 18446744073709551615; it must be at most 16777216 (16 MiB)",
+            ),
+            (
+                PreviewLimits {
+                    max_payload_bytes: MAX_PAYLOAD_BYTES + 1,
+                    ..max
+                },
+                "max_payload_bytes is 16777217; it must be at most 16777216 (16 MiB)",
+            ),
+            (
+                PreviewLimits {
+                    max_lines: u64::MAX,
+                    ..max
+                },
+                "max_lines is 18446744073709551615; it must be at most 16777216",
+            ),
+            (
+                PreviewLimits {
+                    tail_lines: MAX_LINES + 1,
+                    ..max
+                },
+                "tail_lines is 16777217; it must be at most 16777216",
+            ),
+        ];
+        for (limits, message) in refused {
+            assert_eq!(limits.validate().unwrap_err().to_string(), message);
+        }
+        // Unvalidated limits (e.g. from a record written elsewhere) still compute safely.
+        let huge = PreviewLimits {
+            max_lines: u64::MAX,
+            max_bytes: usize::MAX,
+            max_payload_bytes: usize::MAX,
+            tail_lines: u64::MAX,
+        };
+        let budget = huge.stream_budget(1);
+        assert_eq!(
+            budget,
+            usize::MAX - STATUS_OVERHEAD_BYTES - STREAM_OVERHEAD_BYTES
+        );
+        assert_eq!(huge.retained_head_bytes(1), budget + 3);
+        assert_eq!(huge.tail_window_bytes(1), budget / 4 + 1);
     }
 }

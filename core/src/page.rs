@@ -41,28 +41,29 @@ pub enum PageError {
         total_bytes: u64,
     },
     /// The page would exceed [`MAX_PAGE_BYTES`].
-    #[error(
-        "resource limit: {lines} lines from line {offset} exceed the {MAX_PAGE_BYTES}-byte page bound; {}",
-        page_advice(*.lines, *.offset, *.line_start_byte)
-    )]
+    #[error("resource limit: {}", page_advice(*.lines, *.offset, *.line_start_byte))]
     PageTooLarge {
         /// First line of the page.
         offset: u64,
-        /// Lines that fit before the bound was hit (0: one line alone exceeds it).
+        /// Lines that fit within the bound, fewer than asked for (0: line `offset` alone
+        /// exceeds it).
         lines: u64,
         /// Byte offset of the first line that did not fit, for a byte-range read.
         line_start_byte: u64,
     },
 }
 
-fn page_advice(lines: u64, offset: u64, line_start_byte: u64) -> String {
-    if lines == 0 {
+fn page_advice(fitting: u64, offset: u64, line_start_byte: u64) -> String {
+    if fitting == 0 {
         format!(
-            "line {offset} alone is longer than that; read it in pieces with a byte range \
-             starting at byte offset {line_start_byte}"
+            "line {offset} alone is longer than the {MAX_PAGE_BYTES}-byte page bound; read it in \
+             pieces with byte ranges starting at byte offset {line_start_byte}"
         )
     } else {
-        format!("ask for fewer lines (limit {lines} fits)")
+        format!(
+            "the lines asked for from line {offset} exceed the {MAX_PAGE_BYTES}-byte page \
+             bound; only the first {fitting} fit: ask for at most {fitting} (limit {fitting})"
+        )
     }
 }
 
@@ -379,7 +380,13 @@ mod tests {
                 line_start_byte: 11
             }
         );
-        assert!(err.to_string().contains("limit 1 fits"));
+        assert!(
+            err.to_string().contains(
+                "the lines asked for from line 0 exceed the 2097152-byte page bound; only the \
+                 first 1 fit: ask for at most 1 (limit 1)"
+            ),
+            "{err}"
+        );
         let err = extract_page(&content, req(1, 1)).unwrap_err();
         assert_eq!(
             err,
@@ -389,7 +396,10 @@ mod tests {
                 line_start_byte: 11
             }
         );
-        assert!(err.to_string().contains("byte offset 11"), "{err}");
+        let msg = err.to_string();
+        assert!(msg.contains("line 1 alone is longer than"), "{msg}");
+        assert!(msg.contains("starting at byte offset 11"), "{msg}");
+        assert!(!msg.contains("0 lines"), "{msg}");
     }
 
     #[test]

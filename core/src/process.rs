@@ -84,14 +84,14 @@ pub enum OptionsError {
         /// The variable.
         var: String,
     },
-    /// The result-sink variable name cannot be an environment variable name.
-    #[error(
-        "invalid result-sink variable name {var:?}: it must be non-empty and contain no '=' or \
-         NUL"
-    )]
+    /// The result-sink variable name is not a portable variable name, or one the child
+    /// needs for itself (`PATH`, `HOME`, `LD_*`, …).
+    #[error("invalid result-sink variable name {var:?}: {why}")]
     InvalidSinkVar {
         /// The name as given.
         var: String,
+        /// What is wrong with it.
+        why: String,
     },
     /// An environment change whose key cannot name a variable.
     #[error(
@@ -142,10 +142,10 @@ impl RunOptions {
     /// sink variable, whose name must be valid; a caller sink path must be absolute;
     /// timeouts must be non-zero.
     pub fn validate(&self) -> Result<(), OptionsError> {
-        let var = self.sink_var.as_encoded_bytes();
-        if var.is_empty() || var.contains(&b'=') || var.contains(&0) {
+        if let Some(why) = crate::sink::sink_var_problem(self.sink_var.as_encoded_bytes()) {
             return Err(OptionsError::InvalidSinkVar {
                 var: self.sink_var.to_string_lossy().into_owned(),
+                why,
             });
         }
         // A key with '=' would smuggle a value past the check below ("VAR=x" is written out as

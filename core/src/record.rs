@@ -110,11 +110,10 @@ impl ResultRecord {
     /// the payload bound.
     pub fn from_summary(run_id: String, summary: &CaptureSummary) -> Self {
         let limits = summary.limits;
-        let budget = limits.stream_budget(summary.streams.len());
         let streams: Vec<StreamRecord> = summary
             .streams
             .iter()
-            .map(|s| stream_record(s, &limits, budget))
+            .map(|s| stream_record(s, &limits, summary.streams.len()))
             .collect();
         let output = match summary.manifest() {
             None => RecordOutput::Single {
@@ -274,12 +273,13 @@ fn empty_stream(name: Option<StreamName>) -> StreamRecord {
     }
 }
 
-fn stream_record(s: &StreamSummary, limits: &PreviewLimits, budget: usize) -> StreamRecord {
+fn stream_record(s: &StreamSummary, limits: &PreviewLimits, streams: usize) -> StreamRecord {
+    let budget = limits.stream_budget(streams);
     let whole = cut_head(&s.head, s.head_is_complete(), budget, limits.max_lines);
     // With the tail view on, a quarter of the budget goes to the tail, but only for a stream
     // that does not fit anyway: one that fits is shown whole and gets no hint.
     let tail_budget = if limits.tail_lines > 0 && (whole.raw_len as u64) < s.bytes {
-        budget / 4
+        limits.tail_budget(streams)
     } else {
         0
     };

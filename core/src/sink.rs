@@ -24,6 +24,49 @@ pub const KNOWN_SINK_VARS: &[&str] = &[DEFAULT_SINK_VAR, "AMPLIHACK_RESULT_SINK"
 /// The default cap on the sink size: larger files are refused, never read into memory.
 pub const DEFAULT_SINK_CAP: u64 = 16 << 20;
 
+/// Variables the runner must not overwrite with the sink path: the child (or the dynamic
+/// loader, the shell, the locale machinery) needs them for itself, and pointing them at a file
+/// breaks the child in ways that look like unrelated failures (a "missing interpreter" for
+/// `PATH`). Prefixes end with `_`.
+const RESERVED_VARS: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "TMPDIR", "TERM", "LANG",
+    "LANGUAGE", "TZ", "IFS", "ENV", "BASH_ENV", "CDPATH", "PS4", "LD_", "DYLD_", "LC_",
+];
+
+/// Why `name` cannot be the result-sink variable, or `None` when it can: it must be a portable
+/// variable name (a letter or `_`, then letters, digits or `_`, at most 255 bytes) that the
+/// child does not need for something else (`PATH`, `HOME`, `LD_*`, `DYLD_*`, `LC_*`, …).
+pub fn sink_var_problem(name: &[u8]) -> Option<String> {
+    let portable = !name.is_empty()
+        && name.len() <= 255
+        && !name[0].is_ascii_digit()
+        && name.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_');
+    if !portable {
+        return Some(
+            "it must be a letter or '_' followed by letters, digits or '_' (at most 255)"
+                .to_owned(),
+        );
+    }
+    let reserved = RESERVED_VARS.iter().find(|r| {
+        if r.ends_with('_') {
+            name.starts_with(r.as_bytes())
+        } else {
+            name == r.as_bytes()
+        }
+    });
+    reserved.map(|r| {
+        format!(
+            "the program needs {} for itself, so it cannot carry the sink path; use a name of \
+             your own such as AGENTRUN_RESULT_SINK",
+            if r.ends_with('_') {
+                format!("{r}*")
+            } else {
+                (*r).to_owned()
+            }
+        )
+    })
+}
+
 /// Where the child's clean answer goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResultSink {
@@ -205,5 +248,41 @@ mod tests {
                 kind: FileKind::Fifo
             }
         );
+    }
+
+    #[test]
+    fn sink_variables_the_child_needs_or_cannot_name_are_refused() {
+        for ok in [
+            "AGENTRUN_RESULT_SINK",
+            "AMPLIHACK_RESULT_SINK",
+            "_X",
+            "a1",
+            "PATHS",
+            "LDX",
+        ] {
+            assert_eq!(sink_var_problem(ok.as_bytes()), None, "{ok}");
+        }
+        for reserved in [
+            "PATH",
+            "HOME",
+            "LD_PRELOAD",
+            "LD_",
+            "DYLD_INSERT_LIBRARIES",
+            "LC_ALL",
+        ] {
+            let why = sink_var_problem(reserved.as_bytes()).unwrap();
+            assert!(why.contains("needs"), "{reserved}: {why}");
+            assert!(why.contains("AGENTRUN_RESULT_SINK"), "{reserved}: {why}");
+        }
+        assert!(
+            sink_var_problem(b"LD_PRELOAD")
+                .unwrap()
+                .contains("needs LD_* for itself")
+        );
+        let long = "X".repeat(256);
+        for bad in ["", "1X", "A-B", "A=B", "A B", "A\0", long.as_str()] {
+            let why = sink_var_problem(bad.as_bytes()).unwrap();
+            assert!(why.contains("a letter or '_'"), "{bad:?}: {why}");
+        }
     }
 }
