@@ -15,20 +15,40 @@ use agentrun_core::Digest;
 use agentrun_core::index::{self, ENTRY_LEN, HEADER_LEN, IndexEntry, IndexHeader};
 
 use crate::error::{IoContext, IoError};
+use crate::fault;
 use crate::layout::{self, Layout, TEMP_SUFFIX};
 
 /// Makes the entries of `dir` (creations, renames, removals) durable.
 pub(crate) fn fsync_dir(dir: &Path) -> Result<(), IoError> {
+    fault::point("before a directory sync");
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .at("sync directory", dir)
+        .at("sync directory", dir)?;
+    fault::point("after a directory sync");
+    Ok(())
+}
+
+/// Makes a file's bytes durable.
+pub(crate) fn sync_file(file: &File, path: &Path) -> Result<(), IoError> {
+    fault::point("before a file sync");
+    file.sync_all().at("sync", path)?;
+    fault::point("after a file sync");
+    Ok(())
+}
+
+/// Renames `from` to `to` (atomically replacing what is there).
+fn rename(from: &Path, to: &Path, what: &'static str) -> Result<(), IoError> {
+    fault::point("before a rename");
+    fs::rename(from, to).at(what, to)?;
+    fault::point("after a rename");
+    Ok(())
 }
 
 /// Writes a new owner-only file holding `bytes` and syncs it. The file must not exist.
 pub(crate) fn write_new_file(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
     let mut f = layout::new_private_file().open(path).at("create", path)?;
     f.write_all(bytes).at("write", path)?;
-    f.sync_all().at("sync", path)
+    sync_file(&f, path)
 }
 
 /// Replaces `dir/name` atomically with `bytes` (temp file + fsync + rename + fsync dir).
@@ -43,7 +63,7 @@ pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), I
         _ => {}
     }
     write_new_file(&tmp, bytes)?;
-    fs::rename(&tmp, &target).at("rename into place", &target)?;
+    rename(&tmp, &target, "rename into place")?;
     fsync_dir(dir)
 }
 
@@ -90,6 +110,7 @@ pub(crate) fn publish_object(
             .write(true)
             .open(&object)
             .at("open", &object)?;
+        fault::point("before refreshing the mtime of a deduplicated object");
         f.set_modified(SystemTime::now())
             .at("refresh the mtime of", &object)?;
         return Ok(Published::Deduplicated);
@@ -97,10 +118,10 @@ pub(crate) fn publish_object(
         Published::Repaired
     };
     clear_directory(&object_idx)?;
-    fs::rename(index, &object_idx).at("publish index", &object_idx)?;
+    rename(index, &object_idx, "publish index")?;
     fsync_dir(&dir)?;
     clear_directory(&object)?;
-    fs::rename(data, &object).at("publish object", &object)?;
+    rename(data, &object, "publish object")?;
     fsync_dir(&dir)?;
     Ok(published)
 }

@@ -163,6 +163,7 @@ impl Store {
         // window would take it for a crashed run's leftovers.
         let _gc = GcLock::shared(&self.layout)?;
         let (run_id, path) = self.create_capture_dir()?;
+        crate::fault::point("after creating a capture directory, before locking it");
         let lock_path = path.join("lock");
         let lock = layout::new_private_file()
             .open(&lock_path)
@@ -584,6 +585,7 @@ impl CaptureSession {
             &format!("{run_id}{RECORD_SUFFIX}"),
             &json,
         )?;
+        crate::fault::point("after the record, before the capture directory is removed");
         drop(gc);
         drop(streams);
         drop(dir);
@@ -627,8 +629,8 @@ fn seal_stream(
             .write_all_at(&header, 0)
             .at("write", &files.index_path)?;
     }
-    files.data.sync_all().at("sync", &files.data_path)?;
-    files.index.sync_all().at("sync", &files.index_path)?;
+    atomic::sync_file(&files.data, &files.data_path)?;
+    atomic::sync_file(&files.index, &files.index_path)?;
     Ok(())
 }
 
@@ -673,7 +675,7 @@ fn rebuild_index(files: &mut StreamFiles, digest: Digest) -> Result<(), StoreErr
     }
     index.seek(SeekFrom::Start(0)).at("seek", &idx_path)?;
     index.write_all(&header.encode()).at("write", &idx_path)?;
-    index.sync_all().at("sync", &idx_path)?;
+    atomic::sync_file(&index, &idx_path)?;
     Ok(())
 }
 
@@ -701,7 +703,7 @@ fn protect(dir: &Path, digests: &[Digest]) -> Result<(), StoreError> {
     let mut f = layout::append_private_file(&path)?;
     let text: String = digests.iter().map(|d| format!("{d}\n")).collect();
     f.write_all(text.as_bytes()).at("write", &path)?;
-    f.sync_all().at("sync", &path)?;
+    atomic::sync_file(&f, &path)?;
     fsync_dir(dir)?;
     Ok(())
 }

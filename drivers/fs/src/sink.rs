@@ -31,6 +31,12 @@ use crate::Store;
 use crate::error::{IoContext, IoError};
 use crate::layout::DIR_MODE;
 
+/// Prefix of a runtime directory being removed (renamed aside first, see `remove_owned`).
+const REMOVING_PREFIX: &str = ".removing-";
+
+/// How many times removal is retried while a leftover process keeps adding entries.
+const REMOVE_ATTEMPTS: usize = 50;
+
 /// File name of a runner-allocated sink inside its runtime directory.
 const SINK_FILE: &str = "result";
 
@@ -78,15 +84,43 @@ impl PreparedSink {
     }
 
     fn remove_owned(&mut self) -> Result<(), IoError> {
-        match self.owned_dir.take() {
-            Some(dir) => match fs::remove_dir_all(&dir) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                    Err(IoError::at("remove the result-sink directory", &dir, e))
-                }
-                _ => Ok(()),
-            },
-            None => Ok(()),
+        let Some(dir) = self.owned_dir.take() else {
+            return Ok(());
+        };
+        // A process the run left behind may still be writing or swapping links at the sink
+        // path. Move the directory aside first (one atomic rename): the path the child knows
+        // stops resolving, so nothing new appears under it, and the run's own name is free
+        // whatever happens next.
+        let aside = match dir.file_name() {
+            Some(name) => {
+                let mut aside = std::ffi::OsString::from(REMOVING_PREFIX);
+                aside.push(name);
+                dir.with_file_name(aside)
+            }
+            None => dir.clone(),
+        };
+        let target = match fs::rename(&dir, &aside) {
+            Ok(()) => aside,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(_) => dir,
+        };
+        // A writer holding the directory open can still add entries between the listing and
+        // the final rmdir (ENOTEMPTY): try again, a bounded number of times.
+        let mut last = None;
+        for _ in 0..REMOVE_ATTEMPTS {
+            match fs::remove_dir_all(&target) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => last = Some(e),
+            }
         }
+        let e = last.unwrap_or_else(|| io::Error::other("no attempt made"));
+        // Owner-only and no longer named after the run; `agentrun gc` removes it later.
+        Err(IoError::at(
+            "remove the result-sink directory (a process is still writing in it; gc removes it later)",
+            &target,
+            e,
+        ))
     }
 }
 
@@ -433,5 +467,38 @@ mod tests {
             read_sink(&path, 4).0,
             SinkOutcome::Oversize { size: 5, cap: 4 }
         ));
+    }
+
+    #[test]
+    fn removal_wins_against_a_process_swapping_links_at_the_sink_path() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let (_tmp, store) = store();
+        for round in 0..20 {
+            let id = format!("race-{round}");
+            let sink = store.prepare_sink(&ResultSink::Allocate, &id).unwrap();
+            let path = sink.path().to_owned();
+            let dir = path.parent().unwrap().to_owned();
+            let stop = AtomicBool::new(false);
+            std::thread::scope(|scope| {
+                // What a grandchild left running does: swap a link and a file at the path,
+                // as fast as it can, while the run finishes.
+                scope.spawn(|| {
+                    let tmp = dir.join("swap");
+                    while !stop.load(Ordering::Relaxed) {
+                        let _ = symlink("/etc/passwd", &tmp);
+                        let _ = fs::rename(&tmp, &path);
+                        let _ = fs::write(&tmp, b"x");
+                        let _ = fs::rename(&tmp, &path);
+                    }
+                });
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                let removed = sink.remove();
+                stop.store(true, Ordering::Relaxed);
+                removed.unwrap();
+            });
+            assert!(!dir.exists(), "round {round}");
+            let left: Vec<_> = fs::read_dir(store.runtime_dir()).unwrap().collect();
+            assert!(left.is_empty(), "round {round}: {left:?}");
+        }
     }
 }
