@@ -13,7 +13,7 @@ use crate::capture::{CaptureFault, CaptureStatus, CaptureSummary, StreamSummary}
 use crate::digest::Digest;
 use crate::limits::PreviewLimits;
 use crate::preview::{cut_head, cut_tail};
-use crate::process::RunInfo;
+use crate::process::{Exit, RunOutcome, RunInfo};
 use crate::stream::StreamName;
 use crate::uri::ArtifactUri;
 
@@ -87,8 +87,11 @@ pub struct ResultRecord {
     pub format: String,
     /// The invocation's identifier (unique within a store).
     pub run_id: String,
-    /// Terminal status.
-    pub status: CaptureStatus,
+    /// How the capture ended: succeeded, or failed/cancelled (then the output is incomplete).
+    /// It says nothing about the program's exit code, which is in [`run`](Self::run). Named
+    /// `status` in records written before the rename, which still load.
+    #[serde(alias = "status")]
+    pub capture_status: CaptureStatus,
     /// Whether the output must be presented as incomplete.
     pub incomplete: bool,
     /// Capture faults.
@@ -130,7 +133,7 @@ impl ResultRecord {
         Self {
             format: RECORD_FORMAT.to_owned(),
             run_id,
-            status: summary.status,
+            capture_status: summary.status,
             incomplete: summary.incomplete(),
             faults: summary.faults.clone(),
             display: summary.display.clone(),
@@ -188,13 +191,18 @@ impl ResultRecord {
         &self.display
     }
 
-    /// The model-facing text: an incomplete marker when needed, then per stream its heading
+    /// The model-facing text: an incomplete marker when needed, how the program ended when it
+    /// exited with a non-zero code or was killed by a signal, then per stream its heading
     /// (named output only), preview, hint when truncated, and optional tail view. Its length
     /// never exceeds `limits.max_payload_bytes`.
     pub fn render(&self) -> String {
         let mut out = String::new();
         if self.incomplete {
             out.push_str(&self.status_line());
+            out.push('\n');
+        }
+        if let Some(line) = self.ending_line() {
+            out.push_str(&line);
             out.push('\n');
         }
         let named = matches!(self.output, RecordOutput::Named { .. });
@@ -234,9 +242,30 @@ impl ResultRecord {
         out
     }
 
+    /// How the program ended, when that is news for the model: a non-zero exit code or a
+    /// signal it died of by itself. A run agentrun stopped (timeout, cancellation) is
+    /// incomplete, and its status line says so instead.
+    fn ending_line(&self) -> Option<String> {
+        let run = self.run.as_ref()?;
+        if run.outcome != RunOutcome::Completed {
+            return None;
+        }
+        match run.exit? {
+            Exit::Code(0) => None,
+            Exit::Code(code) => Some(format!("[The program exited with code {code}]")),
+            Exit::Signal(signal) => Some(match signal_name(signal) {
+                Some(name) => format!("[The program was killed by signal {signal} ({name})]"),
+                None => format!("[The program was killed by signal {signal}]"),
+            }),
+        }
+    }
+
     fn status_line(&self) -> String {
-        let mut line = format!("[Incomplete output: the run {}", self.status.as_str());
-        if self.status == CaptureStatus::Succeeded {
+        let mut line = format!(
+            "[Incomplete output: the run {}",
+            self.capture_status.as_str()
+        );
+        if self.capture_status == CaptureStatus::Succeeded {
             line = "[Incomplete output: capture failed".to_owned();
         }
         if let Some(f) = self.faults.first() {
@@ -255,6 +284,24 @@ impl ResultRecord {
         line.push(']');
         line
     }
+}
+
+/// The name of the signals whose numbers POSIX systems share.
+fn signal_name(signal: i32) -> Option<&'static str> {
+    Some(match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        _ => return None,
+    })
 }
 
 fn empty_stream(name: Option<StreamName>) -> StreamRecord {
@@ -461,5 +508,65 @@ mod tests {
         let back: ResultRecord = serde_json::from_str(&json).unwrap();
         assert_eq!(back, r);
         assert_eq!(back.render(), r.render());
+    }
+
+    #[test]
+    fn the_model_is_told_how_the_program_ended() {
+        let with_run = |outcome: RunOutcome, exit: Option<Exit>, status: CaptureStatus| {
+            let mut c = Capture::new(OutputDeclaration::Single, PreviewLimits::default()).unwrap();
+            c.handle_chunk(crate::stream::StreamIndex(0), b"out\n");
+            let mut r = ResultRecord::from_summary("r".into(), &c.finish(None, status));
+            r.run = Some(RunInfo {
+                command: vec!["prog".into()],
+                outcome,
+                exit,
+                started_unix_ms: 0,
+                duration_ms: 1,
+            });
+            r.render()
+        };
+        let ok = CaptureStatus::Succeeded;
+        assert_eq!(
+            with_run(RunOutcome::Completed, Some(Exit::Code(0)), ok),
+            "out\n"
+        );
+        assert_eq!(
+            with_run(RunOutcome::Completed, Some(Exit::Code(3)), ok),
+            "[The program exited with code 3]\nout\n"
+        );
+        assert_eq!(
+            with_run(RunOutcome::Completed, Some(Exit::Signal(9)), ok),
+            "[The program was killed by signal 9 (SIGKILL)]\nout\n"
+        );
+        assert_eq!(
+            with_run(RunOutcome::Completed, Some(Exit::Signal(64)), ok),
+            "[The program was killed by signal 64]\nout\n"
+        );
+        // A run agentrun stopped says so in its status line, not as a signal of its own.
+        assert_eq!(
+            with_run(RunOutcome::TimedOut, Some(Exit::Signal(15)), CaptureStatus::Cancelled),
+            "[Incomplete output: the run cancelled]\nout\n"
+        );
+    }
+
+    #[test]
+    fn the_capture_status_is_named_for_what_it_is_and_old_records_still_load() {
+        let r = run(
+            OutputDeclaration::Single,
+            PreviewLimits::default(),
+            &[("", b"x")],
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["capture_status"], "succeeded");
+        assert!(json.get("status").is_none());
+        let mut old = json.clone();
+        let status = old
+            .as_object_mut()
+            .unwrap()
+            .remove("capture_status")
+            .unwrap();
+        old["status"] = status;
+        let back: ResultRecord = serde_json::from_value(old).unwrap();
+        assert_eq!(back, r);
     }
 }

@@ -669,7 +669,7 @@ fn exit_codes_and_signals<D: Driver>() {
             (r.outcome, code(&r)),
             (RunOutcome::Completed, Exit::Code(c))
         );
-        assert_eq!(r.record.status, CaptureStatus::Succeeded);
+        assert_eq!(r.record.capture_status, CaptureStatus::Succeeded);
     }
     let r = D::run(&env.store, sh("echo dying; kill -KILL $$")).unwrap();
     assert_eq!(code(&r), Exit::Signal(9));
@@ -830,7 +830,7 @@ fn a_timeout_stops_the_whole_group<D: Driver>() {
     );
     assert_eq!(r.result, None);
     assert!(r.record.incomplete);
-    assert_eq!(r.record.status, CaptureStatus::Cancelled);
+    assert_eq!(r.record.capture_status, CaptureStatus::Cancelled);
     assert_eq!(env.stdout(&r), "started\n");
     assert_eq!(env.store.record(&r.record.run_id).unwrap(), r.record);
     for pid in fs::read_to_string(&pids).unwrap().split_whitespace() {
@@ -925,7 +925,7 @@ fn dropping_the_future_cancels_the_run<D: Driver>() {
     let id = &env.store.records().unwrap()[0];
     let record = env.store.record(id).unwrap();
     assert!(record.incomplete);
-    assert_eq!(record.status, CaptureStatus::Cancelled);
+    assert_eq!(record.capture_status, CaptureStatus::Cancelled);
     assert_eq!(env.bytes(&record, "stdout"), b"before-cancel\n");
     assert!(eventually(Duration::from_secs(5), || env
         .runtime_entries()
@@ -1065,7 +1065,7 @@ fn a_stop_future_cancels_the_run_and_returns_its_result<D: Driver>() {
     );
     assert_eq!(r.result, None);
     assert!(r.record.incomplete);
-    assert_eq!(r.record.status, CaptureStatus::Cancelled);
+    assert_eq!(r.record.capture_status, CaptureStatus::Cancelled);
     assert_eq!(env.stdout(&r), "before-stop\n");
     let pid: i32 = fs::read_to_string(&pidfile)
         .unwrap()

@@ -1,17 +1,20 @@
 //! `agentrun interpret`: decode a recorded (or live, piped) harness stream with
 //! `agentrun_core::harness::Interpretation`.
 //!
-//! Streaming: the input is read line by line (`BufRead::read_until`, so memory is bounded by
-//! the longest line) and each line's progress is printed and flushed before the next line is
-//! read. At the end: the observed models, then the completion (human form, or one JSON
+//! Streaming: the input is read in chunks and split into lines by the same bounded splitter
+//! as the live `agent` path (`LineSplitter`, [`agentrun_process::MAX_LINE_BYTES`] per line), so
+//! memory stays bounded whatever the input: a longer line is cut, counted as unrecognized,
+//! and the rest of the stream is still decoded. Each line's progress is printed and flushed
+//! before the next chunk is read. At the end: the observed models, then the completion (human form, or one JSON
 //! object per line with `--json`).
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use agentrun_core::harness::{Completion, Harness, HarnessExit, Interpretation, OutcomeStatus};
+use agentrun_core::lines::{Line, LineSplitter};
 use clap::Args;
 
 use crate::Failure;
@@ -53,35 +56,33 @@ pub(crate) fn run(args: InterpretArgs) -> Result<ExitCode, Failure> {
             Box::new(File::open(p).map_err(|e| Failure::runtime(format!("{}: {e}", p.display())))?)
         }
     };
-    let mut reader = BufReader::with_capacity(256 * 1024, input);
+    let mut input = input;
     let mut interp = Interpretation::new(args.harness);
     if args.security {
         interp.for_security(args.requested_model.as_deref());
     }
     let stdout = io::stdout();
     let mut out = Out::new(io::BufWriter::with_capacity(64 * 1024, stdout.lock()));
-    let mut line = Vec::new();
+    let mut splitter = LineSplitter::new(agentrun_process::MAX_LINE_BYTES);
+    let mut chunk = vec![0u8; 256 * 1024];
+    let mut failed: Option<Failure> = None;
     loop {
-        line.clear();
-        let n = reader
-            .read_until(b'\n', &mut line)
-            .map_err(|e| Failure::runtime(format!("reading the stream: {e}")))?;
-        if n == 0 {
-            break;
+        let n = match input.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Failure::runtime(format!("reading the stream: {e}"))),
+        };
+        splitter.push(&chunk[..n], |line| {
+            feed(&mut interp, &mut out, args.json, &mut failed, line);
+        });
+        if let Some(f) = failed.take() {
+            return Err(f);
         }
-        let mut bytes = line.as_slice();
-        if let Some(rest) = bytes.strip_suffix(b"\n") {
-            bytes = rest;
-        }
-        if let Some(rest) = bytes.strip_suffix(b"\r") {
-            bytes = rest;
-        }
-        let progress = interp.handle_line(bytes);
-        // Keep a huge line's buffer from pinning memory after it is done.
-        if line.capacity() > 16 << 20 {
-            line = Vec::new();
-        }
-        out.progress(&progress, args.json)?;
+    }
+    splitter.finish(|line| feed(&mut interp, &mut out, args.json, &mut failed, line));
+    if let Some(f) = failed.take() {
+        return Err(f);
     }
     let finished = interp.finish(HarnessExit::Success);
     let retained = match (finished.retained_request(), &args.retained) {
@@ -115,6 +116,24 @@ pub(crate) fn run(args: InterpretArgs) -> Result<ExitCode, Failure> {
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Decodes one line and prints its progress; after a write error only decodes (the error is
+/// reported once the chunk is done).
+fn feed<W: Write>(
+    interp: &mut Interpretation,
+    out: &mut Out<W>,
+    json: bool,
+    failed: &mut Option<Failure>,
+    line: Line<'_>,
+) {
+    // A cut line is only a prefix: its JSON cannot parse, so it counts as unrecognized.
+    let progress = interp.handle_line(line.bytes);
+    if failed.is_none()
+        && let Err(f) = out.progress(&progress, json)
+    {
+        *failed = Some(f);
+    }
 }
 
 /// The final JSON object of `--json`: `{harness, observed_models, report, outcome}`.

@@ -100,7 +100,7 @@ fn status_of(record: &ResultRecord) -> (String, Option<String>) {
             let (status, reason) = crate::run::status(run.outcome, run.exit);
             (status.to_owned(), Some(reason))
         }
-        None => (record.status.as_str().to_owned(), None),
+        None => (record.capture_status.as_str().to_owned(), None),
     }
 }
 
@@ -109,7 +109,11 @@ fn summary(record: &ResultRecord) -> String {
     if let Some(run) = &record.run {
         return crate::run::run_summary(record, run.outcome, run.exit);
     }
-    let mut s = format!("agentrun: run {} {}", record.run_id, record.status.as_str());
+    let mut s = format!(
+        "agentrun: run {} {}",
+        record.run_id,
+        record.capture_status.as_str()
+    );
     if record.incomplete {
         s.push_str(" (output incomplete)");
     }

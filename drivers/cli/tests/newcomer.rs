@@ -467,7 +467,7 @@ fn status_words_agree_across_preview_footer_and_json() {
     let o = h.run(&["run", "--json", "--timeout", "1s", "sleep", "30"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(
-        (v["status"].as_str(), v["record"]["status"].as_str()),
+        (v["status"].as_str(), v["record"]["capture_status"].as_str()),
         (Some("cancelled"), Some("cancelled"))
     );
     let o = h.run(&["run", "sh", "-c", "exit 3"]);

@@ -27,7 +27,15 @@ fn refused(args: &[&str], message: &str) {
 fn limits_past_their_maxima_are_refused_and_the_largest_accepted_ones_work() {
     let max = "18446744073709551615";
     refused(
-        &["--max-bytes", max, "--max-payload-bytes", max, "--", "echo", "x"],
+        &[
+            "--max-bytes",
+            max,
+            "--max-payload-bytes",
+            max,
+            "--",
+            "echo",
+            "x",
+        ],
         "max_bytes is 18446744073709551615; it must be at most 16777216 (16 MiB)",
     );
     refused(

@@ -165,7 +165,7 @@ fn full_completion_after_streamed_chunks_is_refused_and_keeps_the_streamed_outpu
     // Refusing the completion loses nothing that was streamed.
     let record = store.record(run_id).unwrap();
     assert!(record.incomplete);
-    assert_eq!(record.status, CaptureStatus::Failed);
+    assert_eq!(record.capture_status, CaptureStatus::Failed);
     assert_eq!(
         read_all_pages(&store, &record.output_uri(), 10).unwrap(),
         b"streamed"
@@ -316,7 +316,7 @@ fn failed_and_cancelled_runs_publish_what_was_accepted_marked_incomplete() {
             })
             .unwrap();
         assert!(record.incomplete);
-        assert_eq!(record.status, status);
+        assert_eq!(record.capture_status, status);
         assert_eq!(record.display(), "still running");
         let text = record.render();
         assert!(
