@@ -723,7 +723,7 @@ mod tests {
                 assert!(tail.bytes.len() <= 2 * cap, "chunk {chunk}");
                 assert!(tail.bytes.capacity() <= 4 * cap + 64, "chunk {chunk}");
             }
-            let t = c.finish(None, Status::Succeeded).streams[0]
+            let t = c.finish(None, CaptureStatus::Succeeded).streams[0]
                 .tail
                 .clone()
                 .unwrap();

@@ -51,7 +51,6 @@ impl Default for PreviewLimits {
 }
 
 /// Why limits were refused.
-#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LimitsError {

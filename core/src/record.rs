@@ -13,7 +13,7 @@ use crate::capture::{CaptureFault, CaptureStatus, CaptureSummary, StreamSummary}
 use crate::digest::Digest;
 use crate::limits::PreviewLimits;
 use crate::preview::{cut_head, cut_tail};
-use crate::process::{Exit, RunOutcome, RunInfo};
+use crate::process::{Exit, RunInfo, RunOutcome};
 use crate::stream::StreamName;
 use crate::uri::ArtifactUri;
 
@@ -544,7 +544,11 @@ mod tests {
         );
         // A run agentrun stopped says so in its status line, not as a signal of its own.
         assert_eq!(
-            with_run(RunOutcome::TimedOut, Some(Exit::Signal(15)), CaptureStatus::Cancelled),
+            with_run(
+                RunOutcome::TimedOut,
+                Some(Exit::Signal(15)),
+                CaptureStatus::Cancelled
+            ),
             "[Incomplete output: the run cancelled]\nout\n"
         );
     }

@@ -8,7 +8,9 @@
 
 use std::process::Command;
 
-use agentrun_core::{Channel, Completion, Digest, OutputDeclaration, PreviewLimits, Status};
+use agentrun_core::{
+    CaptureCompletion, CaptureStatus, Digest, OutputChannel, OutputDeclaration, PreviewLimits,
+};
 
 use crate::fault::FAULT_AT_VAR;
 use crate::{GcOptions, Store};
@@ -16,10 +18,10 @@ use crate::{GcOptions, Store};
 /// The child's store (set only in the child).
 const CHILD_STORE_VAR: &str = "AGENTRUN_FS_CRASH_STORE";
 
-fn done() -> Completion {
-    Completion::Streamed {
+fn done() -> CaptureCompletion {
+    CaptureCompletion::Streamed {
         display: None,
-        status: Status::Succeeded,
+        status: CaptureStatus::Succeeded,
     }
 }
 
@@ -31,7 +33,7 @@ fn big() -> Vec<u8> {
 
 /// The sequence every child runs.
 fn sequence(store: &Store) {
-    let named = |name: &str| Channel::Named(agentrun_core::StreamName::new(name).unwrap());
+    let named = |name: &str| OutputChannel::Named(agentrun_core::StreamName::new(name).unwrap());
     let big = big();
     let mut s = store
         .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
@@ -45,7 +47,7 @@ fn sequence(store: &Store) {
     let mut s = store
         .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
         .unwrap();
-    s.write_channel(&Channel::Single, &big).unwrap();
+    s.write_channel(&OutputChannel::Single, &big).unwrap();
     s.finish(done()).unwrap();
 }
 

@@ -8,7 +8,7 @@ mod common;
 
 use agentrun_core::page::MAX_PAGE_BYTES;
 use agentrun_core::{
-    ArtifactUri, ByteRange, Channel, Manifest, OutputDeclaration, PageError, PageRequest,
+    ArtifactUri, ByteRange, Manifest, OutputChannel, OutputDeclaration, PageError, PageRequest,
     PreviewLimits, ResultRecord,
 };
 use agentrun_fs::{ReadError, Store};
@@ -220,7 +220,7 @@ fn capture(
             if at < bytes.len() {
                 let piece = &bytes[at..(at + chunk).min(bytes.len())];
                 let channel = if names.is_empty() {
-                    Channel::Single
+                    OutputChannel::Single
                 } else {
                     named(names[i])
                 };
