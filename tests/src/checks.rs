@@ -289,7 +289,7 @@ pub fn check_rendering(
         limits.max_payload_bytes
     );
     if record.incomplete {
-        let marker = match record.status {
+        let marker = match record.capture_status {
             CaptureStatus::Succeeded => "[Incomplete output: capture failed".to_owned(),
             status => format!("[Incomplete output: the run {}", status.as_str()),
         };
@@ -749,7 +749,7 @@ pub fn check_capture(case: &CaptureCase) -> ResultRecord {
     }
 
     let record = ResultRecord::from_summary("check".into(), &summary);
-    assert_eq!(record.status, status);
+    assert_eq!(record.capture_status, status);
     assert_eq!(
         record.incomplete,
         status != CaptureStatus::Succeeded || !faults.is_empty()
