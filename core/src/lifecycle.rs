@@ -4,7 +4,7 @@
 //! the idle timeout, the stop signals with their grace periods, SIGKILL, and how long to wait
 //! for the output pipes) without reading a clock or touching a process: the driver tells it
 //! what happened and when, and does what it says. Every escalation path is therefore a
-//! deterministic unit test on a virtual clock (see the tests at the bottom of this file).
+//! deterministic unit test on a virtual clock (see `core/tests/lifecycle.rs`).
 //!
 //! # Driving order
 //!

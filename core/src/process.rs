@@ -114,7 +114,18 @@ pub enum OptionsError {
         /// `"timeout"` or `"idle timeout"`.
         which: &'static str,
     },
+    /// A timeout or grace period longer than [`MAX_RUN_DURATION`].
+    #[error("{which} must be at most {} seconds (ten years)", MAX_RUN_DURATION.as_secs())]
+    DurationTooLong {
+        /// `"timeout"`, `"idle timeout"` or `"kill grace"`.
+        which: &'static str,
+    },
 }
+
+/// The longest timeout, idle timeout or kill grace a run accepts: ten years. Longer values
+/// mean "never" in practice, and bounding them keeps every instant the run lifecycle computes
+/// (`now + duration`) representable, so no input can make it overflow.
+pub const MAX_RUN_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 60 * 60);
 
 impl RunOptions {
     /// Runs `program` with no arguments, stdin null, stdout and stderr captured.
@@ -140,7 +151,7 @@ impl RunOptions {
 
     /// Checks the options before anything is spawned: the environment changes may not set the
     /// sink variable, whose name must be valid; a caller sink path must be absolute;
-    /// timeouts must be non-zero.
+    /// timeouts must be non-zero; timeouts and the kill grace at most [`MAX_RUN_DURATION`].
     pub fn validate(&self) -> Result<(), OptionsError> {
         if let Some(why) = crate::sink::sink_var_problem(self.sink_var.as_encoded_bytes()) {
             return Err(OptionsError::InvalidSinkVar {
@@ -179,6 +190,15 @@ impl RunOptions {
             return Err(OptionsError::ZeroTimeout {
                 which: "idle timeout",
             });
+        }
+        for (which, duration) in [
+            ("timeout", self.timeout),
+            ("idle timeout", self.idle_timeout),
+            ("kill grace", Some(self.kill_grace)),
+        ] {
+            if duration.is_some_and(|d| d > MAX_RUN_DURATION) {
+                return Err(OptionsError::DurationTooLong { which });
+            }
         }
         Ok(())
     }

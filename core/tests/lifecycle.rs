@@ -8,7 +8,7 @@ use agentrun_core::harness::StopSignal;
 use agentrun_core::lifecycle::{
     DRAIN_AFTER_EXIT, DRAIN_AFTER_KILL, RunAction, RunLifecycle, WakeReason,
 };
-use agentrun_core::process::{Exit, OptionsError, RunOptions, RunOutcome};
+use agentrun_core::process::{Exit, MAX_RUN_DURATION, OptionsError, RunOptions, RunOutcome};
 
 /// The origin of the virtual clock. The machine only compares instants and adds durations to
 /// them, so any instant will do; this is the only clock read in these tests (the sans-IO rule
@@ -372,4 +372,35 @@ fn invalid_options_are_refused() {
         RunLifecycle::new(&zero, origin()),
         Err(OptionsError::ZeroTimeout { .. })
     ));
+}
+
+#[test]
+fn durations_past_the_bound_are_refused_and_the_bound_itself_never_overflows() {
+    let over = MAX_RUN_DURATION + Duration::from_secs(1);
+    for options in [
+        RunOptions::new("x").timeout(over),
+        RunOptions::new("x").idle_timeout(over),
+        RunOptions::new("x").kill_grace(over),
+        RunOptions::new("x").kill_grace(Duration::MAX),
+    ] {
+        assert!(matches!(
+            RunLifecycle::new(&options, origin()),
+            Err(OptionsError::DurationTooLong { .. })
+        ));
+    }
+    // At the bound every instant the machine computes is representable: deadline, idle timer,
+    // grace after a cancel, the drain after SIGKILL.
+    let options = RunOptions::new("x")
+        .timeout(MAX_RUN_DURATION)
+        .idle_timeout(MAX_RUN_DURATION)
+        .kill_grace(MAX_RUN_DURATION);
+    let start = origin();
+    let mut run = RunLifecycle::new(&options, start).unwrap();
+    assert!(run.poll_timeout().is_some());
+    run.handle_cancel(start);
+    while run.poll_action().is_some() {}
+    let (grace_end, _) = run.poll_timeout().unwrap();
+    assert_eq!(grace_end, start + MAX_RUN_DURATION);
+    run.handle_timeout(grace_end);
+    while run.poll_action().is_some() {}
 }

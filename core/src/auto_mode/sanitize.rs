@@ -295,6 +295,12 @@ fn override_at(f: &Folded, i: usize, verb: &str) -> Option<usize> {
 
 /// `role:` at the start of a line, after optional spaces and `#` heading marks.
 fn role_marker_at(f: &Folded, i: usize) -> Option<usize> {
+    // Every role word starts with a letter. Checking that first keeps the walk back over
+    // spaces and `#` below from running at every index of a long run of them, which made the
+    // scan quadratic in untrusted input.
+    if !f.chars.get(i).is_some_and(|c| c.is_alphabetic()) {
+        return None;
+    }
     let mut line_start = i;
     while line_start > 0 && matches!(f.chars[line_start - 1], ' ' | '\t' | '#') {
         line_start -= 1;

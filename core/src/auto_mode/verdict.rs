@@ -36,8 +36,14 @@ impl Verdict {
 /// message used as fallback keeps its verdict near the end, so the tail is what is scanned.
 pub const MAX_VERDICT_SCAN_BYTES: usize = 64 * 1024;
 
-/// Words that, right before `COMPLETE`, turn it into a denial.
-const NEGATIONS: [&str; 6] = ["NOT", "NO", "NEVER", "ISN'T", "ISNT", "NOTHING"];
+/// Words that, shortly before `COMPLETE`, turn it into a denial.
+const NEGATIONS: [&str; 11] = [
+    "NOT", "NO", "NOR", "NEVER", "ISN'T", "ISNT", "NOTHING", "AREN'T", "ARENT", "WASN'T", "WASNT",
+];
+
+/// How many words before `COMPLETE` a negation is looked for: "not complete", "not yet
+/// complete", "isn't quite fully complete" are all denials, not claims.
+const NEGATION_WINDOW: usize = 3;
 
 /// Parses the verdict of `answer`, or `None` when it names no verdict, several different
 /// ones, or a negated completion.
@@ -55,7 +61,8 @@ pub fn parse_verdict(answer: &str) -> Option<Verdict> {
         let next = words.get(i + 1).map(String::as_str);
         let verdict = match (word.as_str(), next) {
             ("COMPLETE", _) => {
-                if i > 0 && NEGATIONS.contains(&words[i - 1].as_str()) {
+                let window = &words[i.saturating_sub(NEGATION_WINDOW)..i];
+                if window.iter().any(|w| NEGATIONS.contains(&w.as_str())) {
                     return None;
                 }
                 Verdict::Complete
@@ -87,6 +94,24 @@ fn tail_on_char_boundary(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_negation_a_few_words_before_complete_is_a_denial() {
+        for answer in [
+            "not complete",
+            "Not yet complete.",
+            "The work is not fully complete",
+            "It isn't quite complete",
+            "we aren't really done, nor complete",
+        ] {
+            assert_eq!(parse_verdict(answer), None, "{answer:?}");
+        }
+        // A negation further back belongs to another clause.
+        assert_eq!(
+            parse_verdict("No tests fail any more; the objective is COMPLETE"),
+            Some(Verdict::Complete)
+        );
+    }
 
     #[test]
     fn exact_answers() {
