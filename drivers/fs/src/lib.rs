@@ -73,6 +73,7 @@
 mod atomic;
 pub mod auto_session;
 mod capture;
+mod compaction;
 pub mod config;
 #[cfg(test)]
 mod crash_tests;
@@ -89,6 +90,7 @@ mod verify;
 
 pub use auto_session::{SessionDir, SessionError};
 pub use capture::{CaptureSession, CaptureWriteError};
+pub use compaction::{RETAINED_DISPLAY, RetainError, Retained};
 pub use error::IoError;
 pub use gc::{GcOptions, GcReport};
 pub use read::{MAX_MANIFEST_BYTES, ReadError};
