@@ -9,6 +9,7 @@
 //! a timeout 124, a program that cannot be run 126/127 — the table is `EXIT_CODES` below.
 
 mod agent;
+mod compact;
 mod docs_cmds;
 mod duration;
 mod failure;
@@ -178,6 +179,17 @@ enum Command {
   agentrun agent codex --model gpt-5 -- \"explain src/main.rs\"
   agentrun agent claude --json --timeout 10m \"refactor the parser\"")]
     Agent(agent::AgentArgs),
+    /// Summarize a whole agent transcript; when the summarizer's input is too large, retry
+    /// once with tool output moved into artifacts and replaced by read references.
+    ///
+    /// The transcript (JSON in the Anthropic Messages shape) is never modified. The summary
+    /// goes to stdout, progress to stderr. Exit code: 0 with a summary, 1 when compaction
+    /// failed, 125 when agentrun itself failed. See docs/compaction.md.
+    #[command(after_help = "Examples:
+  agentrun compact session.json --harness claude
+  agentrun compact session.json --harness claude --model haiku --max-input-bytes 400000
+  agentrun compact session.json --summarizer 'llm -m gpt-4o-mini' --json")]
+    Compact(compact::CompactArgs),
     /// Serve the run, read and agent tools and the artifact store to an MCP client (Claude
     /// Code, Codex, OpenCode, ...) on stdin/stdout. See docs/mcp.md.
     #[command(after_help = "Examples:
@@ -209,6 +221,7 @@ impl Command {
             Command::Config(a) => a.json,
             Command::Interpret(a) => a.json,
             Command::Agent(a) => a.json,
+            Command::Compact(a) => a.json,
             Command::Mcp(_) => false,
             Command::Completions(_) | Command::Man => false,
         }
@@ -264,6 +277,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Man => docs_cmds::man(command_tree()),
         Command::Run(args) => run::run(&settings()?, args),
         Command::Agent(args) => agent::run(settings()?.open_store()?, args),
+        Command::Compact(args) => compact::run(&settings()?, args),
         Command::Read(args) => read::read(&settings()?, args),
         Command::Show(args) => store_cmds::show(&settings()?, args),
         Command::Runs(args) => store_cmds::runs(&settings()?, args),

@@ -504,8 +504,14 @@ async fn run_turn<R: Runtime>(
     })
 }
 
-/// `claude exited with code 3: <last stderr line>`.
-pub fn exit_diagnostic(harness: Harness, exit: Option<Exit>, result: &ProcessResult) -> String {
+/// `claude exited with code 3: <last stderr line>`; `who` is any name (the harness, or e.g.
+/// `the summarizer` for `agentrun compact`).
+pub fn exit_diagnostic(
+    who: impl std::fmt::Display,
+    exit: Option<Exit>,
+    result: &ProcessResult,
+) -> String {
+    let harness = who;
     let mut s = match exit {
         Some(Exit::Code(c)) => format!("{harness} exited with code {c}"),
         Some(Exit::Signal(sig)) => format!("{harness} was killed by signal {sig}"),

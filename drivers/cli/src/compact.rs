@@ -1,0 +1,531 @@
+//! `agentrun compact TRANSCRIPT (--harness NAME [--model M] | --summarizer CMD)
+//! [--max-input-bytes N] [--json]`: summarize a whole agent transcript, retrying once with
+//! tool output moved into artifacts when the summarizer's input is too large
+//! (`agentrun_core::compaction`; the rules are in docs/compaction.md).
+//!
+//! The machine decides; this module does its I/O: it runs the summarizer for each
+//! `Action::Summarize`, classifies how it ended, and stores the outputs of `Action::Retain`
+//! (`Store::retain_outputs`). The transcript file is only read.
+//!
+//! Summarizers:
+//!
+//! * `--harness NAME`: an agent CLI run with the registry invocation, its stream interpreted.
+//!   The input goes on stdin where the harness reads its prompt there (Claude Code's `-p`
+//!   without a prompt argument, Codex's `exec -`, OpenCode); the others take it as an argument,
+//!   which Linux limits to 128 KiB, so a larger input is a local fit rejection for them. A
+//!   failed turn the decoder classifies as a context-length failure permits the retry.
+//! * `--summarizer CMD`: `/bin/sh -c CMD` with the input on stdin and a result sink
+//!   (`$AGENTRUN_RESULT_SINK`). Exit 0: the summary is what it wrote to the sink, else its
+//!   stdout. Non-zero: a context-length failure when stdout or stderr has a line that is exactly
+//!   [`CONTEXT_LENGTH_MARKER`], any other failure otherwise.
+//!
+//! Exit codes: 0 with a summary; 1 when compaction failed (the transcript is unchanged in any
+//! case); 125 when agentrun itself failed (unreadable or invalid transcript, store error).
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use agentrun_core::compaction::{
+    Action, Attempt, AttemptKind, AttemptResult, Compacted, Compaction, CompactionConfig,
+    DEFAULT_MAX_SUMMARY_BYTES, Failed, Reference, SummarizerFailure, SummarizerInput,
+};
+use agentrun_core::harness::{
+    FailureKind, Harness, HarnessExit, Interpretation, LaunchRequest, OutcomeStatus, Stdin,
+};
+use agentrun_core::page::ByteRange;
+use agentrun_core::process::{Exit, Outcome, ProcessResult, RunOptions, StdinMode};
+use agentrun_core::record::StreamRecord;
+use agentrun_core::sink::ResultSink;
+use agentrun_core::transcript::{Transcript, TranscriptLimits};
+use agentrun_fs::{Retained, Store};
+use agentrun_process::exit_diagnostic;
+use clap::{ArgGroup, Args};
+
+use crate::interpret::Out;
+use crate::settings::Settings;
+use crate::{Failure, duration};
+
+/// The line a `--summarizer` command prints (on stdout or stderr) with a non-zero exit when its
+/// input was longer than its model's context window.
+pub(crate) const CONTEXT_LENGTH_MARKER: &str = "agentrun:context-length-exceeded";
+
+/// The longest single argument Linux passes to a program (`MAX_ARG_STRLEN`, 128 KiB with its
+/// terminating NUL).
+const MAX_ARG_BYTES: usize = 128 * 1024 - 1;
+
+/// The largest harness stream interpreted.
+const MAX_STREAM_BYTES: u64 = 64 << 20;
+
+/// How much of a summarizer's stdout and stderr is searched for the marker.
+const MARKER_SEARCH_BYTES: u64 = 1 << 20;
+
+/// Arguments of `agentrun compact`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("summarizer_kind").required(true).args(["harness", "summarizer"])))]
+pub(crate) struct CompactArgs {
+    /// The transcript: JSON in the Anthropic Messages shape (`-` reads stdin). Never modified.
+    #[arg(value_name = "TRANSCRIPT")]
+    transcript: PathBuf,
+    /// Summarize with this agent CLI: claude, grok, agy (antigravity), codex, muse, opencode.
+    #[arg(long, value_name = "NAME", value_parser = parse_harness)]
+    harness: Option<Harness>,
+    /// The model the harness should use (passed verbatim).
+    #[arg(long, value_name = "M", requires = "harness")]
+    model: Option<String>,
+    /// Summarize with this shell command: the rendered transcript on stdin, the summary on
+    /// stdout or in $AGENTRUN_RESULT_SINK; on a too-long input it exits non-zero and prints a
+    /// line `agentrun:context-length-exceeded`.
+    #[arg(long, value_name = "CMD")]
+    summarizer: Option<String>,
+    /// Reject a summarizer input longer than this many bytes without running the summarizer
+    /// (counts as a size failure: the pruned retry follows).
+    #[arg(long, value_name = "N")]
+    max_input_bytes: Option<usize>,
+    /// Stop a summarizer run after this long (e.g. 5m); a timeout is an ordinary failure.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    timeout: Option<Duration>,
+    /// Also write the compacted transcript (the new summary and the recent messages) to FILE.
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Print one JSON object: the summary, every attempt, the references of the retry and the
+    /// compacted transcript (or the error and the attempts).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+fn parse_harness(s: &str) -> Result<Harness, String> {
+    Harness::from_name(s).map_err(|e| e.to_string())
+}
+
+/// Who summarizes.
+enum Summarizer {
+    Harness {
+        harness: Harness,
+        model: Option<String>,
+    },
+    Command(String),
+}
+
+/// Runs `agentrun compact`.
+pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Failure> {
+    let transcript = load(&args.transcript)?;
+    let store = settings.open_store()?;
+    let summarizer = match (args.harness, args.summarizer.clone()) {
+        (Some(harness), _) => Summarizer::Harness {
+            harness,
+            model: args.model.clone(),
+        },
+        (None, Some(cmd)) => Summarizer::Command(cmd),
+        (None, None) => return Err(Failure::usage("give --harness NAME or --summarizer CMD")),
+    };
+    let sink_var = settings.sink_var(None).value;
+    // A harness that takes its prompt as an argument cannot be given more than one argument
+    // holds: that is a local fit rejection like --max-input-bytes.
+    let argv_limit = match &summarizer {
+        Summarizer::Harness { harness, .. } if !reads_prompt_on_stdin(*harness) => {
+            Some(MAX_ARG_BYTES)
+        }
+        _ => None,
+    };
+    let limit = match (args.max_input_bytes, argv_limit) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let config = CompactionConfig::default().max_input_bytes(limit);
+    let mut machine = Compaction::new(&transcript, config);
+    let mut retained: Vec<Retained> = Vec::new();
+    let outcome = loop {
+        match machine.poll_action() {
+            Some(Action::Summarize(input)) => {
+                progress(&format!(
+                    "agentrun: {} attempt: summarizing {} bytes",
+                    kind_name(input.kind),
+                    input.text.len()
+                ));
+                match summarize(&store, &summarizer, &sink_var, args.timeout, &input)? {
+                    Ok(answer) => machine.handle_summary(&answer),
+                    Err(failure) => {
+                        progress(&format!(
+                            "agentrun: {} attempt failed: {}",
+                            kind_name(input.kind),
+                            describe(&failure)
+                        ));
+                        machine.handle_failure(failure)
+                    }
+                }
+                .map_err(Failure::runtime)?;
+            }
+            Some(Action::Retain(outputs)) => {
+                progress(&format!(
+                    "agentrun: the input did not fit; retaining {} tool output(s) as artifacts \
+                     for one pruned retry",
+                    outputs.len()
+                ));
+                let result = store.retain_outputs(&outputs);
+                let result = match result {
+                    Ok(r) => {
+                        retained = r;
+                        Ok(())
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                machine.handle_retained(result).map_err(Failure::runtime)?;
+            }
+            Some(Action::Done(done)) => break Ok(*done),
+            Some(Action::Failed(failed)) => break Err(failed),
+            Some(_) => {
+                return Err(Failure::runtime(
+                    "the compaction machine asked for something this agentrun does not know",
+                ));
+            }
+            None => return Err(Failure::runtime("the compaction machine stalled")),
+        }
+    };
+    let mut out = Out::new(io::stdout());
+    match outcome {
+        Ok(done) => {
+            if let Some(path) = &args.output {
+                write_transcript(path, &done.transcript)?;
+            }
+            if args.json {
+                out.line(&success_json(&done, &retained).to_string())?;
+            } else {
+                for reference in &done.references {
+                    progress(&format!(
+                        "agentrun: {} -> agentrun read {}",
+                        reference.tool_use_id, reference.uri
+                    ));
+                }
+                out.line(&done.summary)?;
+            }
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(failed) => {
+            if args.json {
+                out.line(&failure_json(&failed).to_string())?;
+                out.flush()?;
+            } else {
+                progress(&format!("agentrun: error: {}", failed.error));
+                progress("agentrun: the transcript is unchanged");
+            }
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// A progress or diagnostic line on stderr (never stdout, which carries the summary).
+fn progress(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(io::stderr().lock(), "{line}");
+}
+
+fn kind_name(kind: AttemptKind) -> &'static str {
+    match kind {
+        AttemptKind::First => "first",
+        _ => "retry",
+    }
+}
+
+fn describe(failure: &SummarizerFailure) -> String {
+    match failure {
+        SummarizerFailure::ContextLength { detail } => {
+            format!("context length exceeded ({detail})")
+        }
+        SummarizerFailure::DoesNotFit { detail } => format!("does not fit ({detail})"),
+        SummarizerFailure::Other { detail } => detail.clone(),
+        _ => "failed".to_owned(),
+    }
+}
+
+/// Reads and parses the transcript within the default limits.
+fn load(path: &Path) -> Result<Transcript, Failure> {
+    let limits = TranscriptLimits::default();
+    let cap = limits.max_bytes as u64 + 1;
+    let mut bytes = Vec::new();
+    let read = if path == Path::new("-") {
+        io::stdin().lock().take(cap).read_to_end(&mut bytes)
+    } else {
+        File::open(path).and_then(|f| f.take(cap).read_to_end(&mut bytes))
+    };
+    read.map_err(|e| Failure::runtime(format!("cannot read {}: {e}", path.display())))?;
+    Transcript::from_json(&bytes, &limits)
+        .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
+}
+
+fn write_transcript(path: &Path, transcript: &Transcript) -> Result<(), Failure> {
+    std::fs::write(path, transcript.to_json())
+        .map_err(|e| Failure::runtime(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Whether the harness reads its prompt on stdin when none is given as an argument.
+fn reads_prompt_on_stdin(harness: Harness) -> bool {
+    matches!(
+        harness,
+        Harness::Claude | Harness::Codex | Harness::OpenCode
+    )
+}
+
+/// Placeholder for the prompt argument, replaced before the launch.
+const PROMPT_SLOT: &str = "agentrun-compaction-prompt-slot";
+
+/// The harness launch with the summarizer input as its prompt: on stdin where the harness
+/// reads it there, else as the prompt argument.
+fn harness_options(harness: Harness, model: &Option<String>, text: &str) -> RunOptions {
+    let request = LaunchRequest {
+        prompt: PROMPT_SLOT.to_owned(),
+        model: model.clone(),
+        ..LaunchRequest::default()
+    };
+    let invocation = harness.invocation(&request);
+    let mut stdin = match invocation.stdin {
+        Stdin::Prompt(_) => StdinMode::Bytes(text.as_bytes().to_vec()),
+        _ => StdinMode::Null,
+    };
+    let mut args = Vec::with_capacity(invocation.args.len());
+    for arg in invocation.args {
+        if arg != PROMPT_SLOT {
+            args.push(arg);
+            continue;
+        }
+        match harness {
+            // `claude -p` without a prompt argument reads the prompt from stdin.
+            Harness::Claude => stdin = StdinMode::Bytes(text.as_bytes().to_vec()),
+            // `codex exec -` reads the prompt from stdin.
+            Harness::Codex => {
+                args.push("-".to_owned());
+                stdin = StdinMode::Bytes(text.as_bytes().to_vec());
+            }
+            _ => args.push(text.to_owned()),
+        }
+    }
+    let mut options = RunOptions::new(&invocation.program)
+        .args(&args)
+        .stop_signals(harness.stop_signals().sequence)
+        .stdin(stdin);
+    for (key, value) in &invocation.env {
+        options = options.env(key, value);
+    }
+    options
+}
+
+/// Runs the summarizer once. The outer error is agentrun's own failure (the store); the inner
+/// result is the summarizer's answer or how it failed.
+fn summarize(
+    store: &Store,
+    summarizer: &Summarizer,
+    sink_var: &str,
+    timeout: Option<Duration>,
+    input: &SummarizerInput,
+) -> Result<Result<Vec<u8>, SummarizerFailure>, Failure> {
+    let mut options = match summarizer {
+        Summarizer::Harness { harness, model } => harness_options(*harness, model, &input.text),
+        Summarizer::Command(cmd) => RunOptions::new("/bin/sh")
+            .arg("-c")
+            .arg(cmd)
+            .stdin(StdinMode::Bytes(input.text.as_bytes().to_vec()))
+            .sink_var(sink_var)
+            .with_result_sink(ResultSink::Allocate)
+            .sink_cap(DEFAULT_MAX_SUMMARY_BYTES as u64 + 1),
+    };
+    options = options.label(format!("compaction {} attempt", kind_name(input.kind)));
+    if let Some(t) = timeout {
+        options = options.timeout(t);
+    }
+    options.validate().map_err(Failure::usage)?;
+    let runner = agentrun_smol::Runner::new(store.clone());
+    let result = match smol::block_on(runner.run(options).into_future()) {
+        Ok(result) => result,
+        Err(agentrun_smol::RunError::Spawn { program, source }) => {
+            return Ok(Err(SummarizerFailure::Other {
+                detail: format!("cannot run {}: {source}", program.to_string_lossy()),
+            }));
+        }
+        Err(e) => return Err(Failure::runtime(e)),
+    };
+    if result.outcome != Outcome::Completed {
+        return Ok(Err(SummarizerFailure::Other {
+            detail: format!(
+                "the summarizer was stopped ({})",
+                if result.outcome.timed_out() {
+                    "timeout"
+                } else {
+                    "interrupted"
+                }
+            ),
+        }));
+    }
+    Ok(match summarizer {
+        Summarizer::Harness { harness, .. } => harness_answer(store, *harness, &result)?,
+        Summarizer::Command(_) => command_answer(store, &result)?,
+    })
+}
+
+/// Interprets the harness's stdout: its final message, or how its turn failed.
+fn harness_answer(
+    store: &Store,
+    harness: Harness,
+    result: &ProcessResult,
+) -> Result<Result<Vec<u8>, SummarizerFailure>, Failure> {
+    let stream = match result.stdout() {
+        Some(s) if s.bytes > MAX_STREAM_BYTES => {
+            return Ok(Err(SummarizerFailure::Other {
+                detail: format!(
+                    "the {harness} stream is over {} MiB",
+                    MAX_STREAM_BYTES >> 20
+                ),
+            }));
+        }
+        Some(s) => read_stream(store, result, s, 0, MAX_STREAM_BYTES)?,
+        None => Vec::new(),
+    };
+    let mut interp = Interpretation::new(harness);
+    for line in stream.split(|&b| b == b'\n') {
+        let _ = interp.handle_line(line);
+    }
+    let exit = match result.exit {
+        Some(Exit::Code(0)) => HarnessExit::Success,
+        other => HarnessExit::Failed {
+            diagnostic: exit_diagnostic(harness, other, result),
+        },
+    };
+    let completion = interp.finish(exit).complete(None);
+    let outcome = completion.outcome;
+    Ok(match outcome.status {
+        OutcomeStatus::Succeeded => Ok(outcome.final_message.unwrap_or_default().into_bytes()),
+        OutcomeStatus::TurnFailed { diagnostic }
+            if outcome.failure_kind == Some(FailureKind::ContextLength) =>
+        {
+            Err(SummarizerFailure::ContextLength { detail: diagnostic })
+        }
+        OutcomeStatus::TurnFailed { diagnostic }
+        | OutcomeStatus::ExecutionFailed { diagnostic } => {
+            Err(SummarizerFailure::Other { detail: diagnostic })
+        }
+        other => Err(SummarizerFailure::Other {
+            detail: format!("{harness}: {other:?}"),
+        }),
+    })
+}
+
+/// A summarizer command's answer: the sink, else stdout, on exit 0; a classified failure
+/// otherwise.
+fn command_answer(
+    store: &Store,
+    result: &ProcessResult,
+) -> Result<Result<Vec<u8>, SummarizerFailure>, Failure> {
+    let stdout = match result.stdout() {
+        Some(s) => read_stream(store, result, s, 0, MARKER_SEARCH_BYTES)?,
+        None => Vec::new(),
+    };
+    if result.exit == Some(Exit::Code(0)) {
+        return Ok(Ok(match &result.result {
+            Some(answer) => answer.clone().into_bytes(),
+            None => stdout,
+        }));
+    }
+    let stderr = match result.stderr() {
+        Some(s) => read_stream(
+            store,
+            result,
+            s,
+            s.bytes.saturating_sub(MARKER_SEARCH_BYTES),
+            MARKER_SEARCH_BYTES,
+        )?,
+        None => Vec::new(),
+    };
+    let marked = [&stdout, &stderr].iter().any(|bytes| {
+        bytes
+            .split(|&b| b == b'\n')
+            .any(|line| line.trim_ascii() == CONTEXT_LENGTH_MARKER.as_bytes())
+    });
+    let detail = exit_diagnostic("the summarizer", result.exit, result);
+    Ok(Err(if marked {
+        SummarizerFailure::ContextLength { detail }
+    } else {
+        SummarizerFailure::Other { detail }
+    }))
+}
+
+/// Up to `limit` bytes of a captured stream from `offset`.
+fn read_stream(
+    store: &Store,
+    result: &ProcessResult,
+    stream: &StreamRecord,
+    offset: u64,
+    limit: u64,
+) -> Result<Vec<u8>, Failure> {
+    let uri = result.record.stream_uri(stream);
+    let end = stream.bytes.min(offset.saturating_add(limit));
+    let mut bytes = Vec::new();
+    let mut at = offset;
+    while at < end {
+        let chunk = (end - at).min(agentrun_core::page::MAX_PAGE_BYTES as u64) as u32;
+        let page = store
+            .read_bytes(
+                &uri,
+                ByteRange {
+                    offset: at,
+                    limit: chunk,
+                },
+            )
+            .map_err(|e| Failure::runtime(format!("cannot read the summarizer output: {e}")))?;
+        if page.bytes.is_empty() {
+            break;
+        }
+        at += page.bytes.len() as u64;
+        bytes.extend_from_slice(&page.bytes);
+    }
+    Ok(bytes)
+}
+
+fn attempts_json(attempts: &[Attempt]) -> serde_json::Value {
+    serde_json::to_value(attempts).unwrap_or_default()
+}
+
+fn retry_reason(attempts: &[Attempt]) -> Option<&'static str> {
+    if attempts.len() < 2 {
+        return None;
+    }
+    match attempts[0].result {
+        AttemptResult::DoesNotFit { .. } => Some("local fit rejection"),
+        AttemptResult::ContextLength { .. } => Some("context length exceeded"),
+        _ => None,
+    }
+}
+
+fn success_json(done: &Compacted, retained: &[Retained]) -> serde_json::Value {
+    serde_json::json!({
+        "summary": done.summary,
+        "attempts": attempts_json(&done.attempts),
+        "retried": done.attempts.len() > 1,
+        "retry_reason": retry_reason(&done.attempts),
+        "references": references_json(&done.references),
+        "omitted_artifact_reads": done.omitted,
+        "retained": retained.iter().map(|r| serde_json::json!({
+            "uri": format!("artifact://{}", r.digest),
+            "run_id": r.run_id,
+        })).collect::<Vec<_>>(),
+        "transcript": done.transcript.to_value(),
+    })
+}
+
+fn references_json(references: &[Reference]) -> serde_json::Value {
+    serde_json::to_value(references).unwrap_or_default()
+}
+
+fn failure_json(failed: &Failed) -> serde_json::Value {
+    serde_json::json!({
+        "error": {
+            "kind": "compaction",
+            "message": failed.error.to_string(),
+            "exit_code": 1,
+        },
+        "attempts": attempts_json(&failed.attempts),
+        "retried": failed.attempts.len() > 1,
+        "retry_reason": retry_reason(&failed.attempts),
+    })
+}
