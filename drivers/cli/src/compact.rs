@@ -145,12 +145,13 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
                     kind_name(input.kind),
                     input.text.len()
                 ));
-                match summarize(&store, &summarizer, &sink_var, args.timeout, &input)? {
+                let kind = input.kind;
+                match summarize(&store, &summarizer, &sink_var, args.timeout, input)? {
                     Ok(answer) => machine.handle_summary(&answer),
                     Err(failure) => {
                         progress(&format!(
                             "agentrun: {} attempt failed: {}",
-                            kind_name(input.kind),
+                            kind_name(kind),
                             describe(&failure)
                         ));
                         machine.handle_failure(failure)
@@ -274,32 +275,34 @@ const PROMPT_SLOT: &str = "agentrun-compaction-prompt-slot";
 
 /// The harness launch with the summarizer input as its prompt: on stdin where the harness
 /// reads it there, else as the prompt argument.
-fn harness_options(harness: Harness, model: &Option<String>, text: &str) -> RunOptions {
+fn harness_options(harness: Harness, model: &Option<String>, text: String) -> RunOptions {
     let request = LaunchRequest {
         prompt: PROMPT_SLOT.to_owned(),
         model: model.clone(),
         ..LaunchRequest::default()
     };
     let invocation = harness.invocation(&request);
-    let mut stdin = match invocation.stdin {
-        Stdin::Prompt(_) => StdinMode::Bytes(text.as_bytes().to_vec()),
-        _ => StdinMode::Null,
-    };
+    let mut text = Some(text);
+    let mut stdin = StdinMode::Null;
+    if let Stdin::Prompt(_) = invocation.stdin {
+        stdin = StdinMode::Bytes(text.take().unwrap_or_default().into_bytes());
+    }
     let mut args = Vec::with_capacity(invocation.args.len());
     for arg in invocation.args {
         if arg != PROMPT_SLOT {
             args.push(arg);
             continue;
         }
+        let text = text.take().unwrap_or_default();
         match harness {
             // `claude -p` without a prompt argument reads the prompt from stdin.
-            Harness::Claude => stdin = StdinMode::Bytes(text.as_bytes().to_vec()),
+            Harness::Claude => stdin = StdinMode::Bytes(text.into_bytes()),
             // `codex exec -` reads the prompt from stdin.
             Harness::Codex => {
                 args.push("-".to_owned());
-                stdin = StdinMode::Bytes(text.as_bytes().to_vec());
+                stdin = StdinMode::Bytes(text.into_bytes());
             }
-            _ => args.push(text.to_owned()),
+            _ => args.push(text),
         }
     }
     let mut options = RunOptions::new(&invocation.program)
@@ -319,19 +322,22 @@ fn summarize(
     summarizer: &Summarizer,
     sink_var: &str,
     timeout: Option<Duration>,
-    input: &SummarizerInput,
+    input: SummarizerInput,
 ) -> Result<Result<Vec<u8>, SummarizerFailure>, Failure> {
+    let kind = input.kind;
+    // The input is moved into the child's stdin (or argument), never copied: it can be as
+    // large as the transcript.
     let mut options = match summarizer {
-        Summarizer::Harness { harness, model } => harness_options(*harness, model, &input.text),
+        Summarizer::Harness { harness, model } => harness_options(*harness, model, input.text),
         Summarizer::Command(cmd) => RunOptions::new("/bin/sh")
             .arg("-c")
             .arg(cmd)
-            .stdin(StdinMode::Bytes(input.text.as_bytes().to_vec()))
+            .stdin(StdinMode::Bytes(input.text.into_bytes()))
             .sink_var(sink_var)
             .with_result_sink(ResultSink::Allocate)
             .sink_cap(DEFAULT_MAX_SUMMARY_BYTES as u64 + 1),
     };
-    options = options.label(format!("compaction {} attempt", kind_name(input.kind)));
+    options = options.label(format!("compaction {} attempt", kind_name(kind)));
     if let Some(t) = timeout {
         options = options.timeout(t);
     }
