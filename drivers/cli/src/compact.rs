@@ -36,7 +36,7 @@ use agentrun_core::harness::{
     FailureKind, Harness, HarnessExit, Interpretation, LaunchRequest, OutcomeStatus, Stdin,
 };
 use agentrun_core::page::ByteRange;
-use agentrun_core::process::{Exit, Outcome, ProcessResult, RunOptions, StdinMode};
+use agentrun_core::process::{Exit, ProcessResult, RunOptions, RunOutcome, StdinMode};
 use agentrun_core::record::StreamRecord;
 use agentrun_core::sink::ResultSink;
 use agentrun_core::transcript::{Transcript, TranscriptLimits};
@@ -352,7 +352,7 @@ fn summarize(
         }
         Err(e) => return Err(Failure::runtime(e)),
     };
-    if result.outcome != Outcome::Completed {
+    if result.outcome != RunOutcome::Completed {
         return Ok(Err(SummarizerFailure::Other {
             detail: format!(
                 "the summarizer was stopped ({})",

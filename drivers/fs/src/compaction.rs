@@ -8,7 +8,9 @@
 
 use agentrun_core::compaction::Retention;
 use agentrun_core::digest::Digest;
-use agentrun_core::{Channel, Completion, OutputDeclaration, PreviewLimits, Status};
+use agentrun_core::{
+    CaptureCompletion, CaptureStatus, OutputChannel, OutputDeclaration, PreviewLimits,
+};
 
 use crate::capture::CaptureWriteError;
 use crate::store::{Store, StoreError};
@@ -59,11 +61,11 @@ impl Store {
             }
             let mut capture =
                 self.begin_capture(OutputDeclaration::Single, PreviewLimits::default())?;
-            let stream = capture.resolve(&Channel::Single)?;
+            let stream = capture.resolve(&OutputChannel::Single)?;
             capture.write(stream, output.text.as_bytes())?;
-            let record = capture.finish(Completion::Streamed {
+            let record = capture.finish(CaptureCompletion::Streamed {
                 display: Some(RETAINED_DISPLAY.to_owned()),
-                status: Status::Succeeded,
+                status: CaptureStatus::Succeeded,
             })?;
             let stored = record.output_uri().digest;
             if stored != output.digest {
