@@ -279,6 +279,8 @@ fn harness_options(harness: Harness, model: &Option<String>, text: String) -> Ru
     let request = LaunchRequest {
         prompt: PROMPT_SLOT.to_owned(),
         model: model.clone(),
+        // A transcript is summarized wherever it is, not only inside a Git repository.
+        skip_git_repo_check: true,
         ..LaunchRequest::default()
     };
     let invocation = harness.invocation(&request);
@@ -295,8 +297,14 @@ fn harness_options(harness: Harness, model: &Option<String>, text: String) -> Ru
         }
         let text = text.take().unwrap_or_default();
         match harness {
-            // `claude -p` without a prompt argument reads the prompt from stdin.
-            Harness::Claude => stdin = StdinMode::Bytes(text.into_bytes()),
+            // `claude -p` without a prompt argument reads the prompt from stdin; the `--` that
+            // separated the prompt goes too, so nothing dangles after the options.
+            Harness::Claude => {
+                if args.last().is_some_and(|a| a == "--") {
+                    args.pop();
+                }
+                stdin = StdinMode::Bytes(text.into_bytes());
+            }
             // `codex exec -` reads the prompt from stdin.
             Harness::Codex => {
                 args.push("-".to_owned());
