@@ -543,3 +543,46 @@ fn failure_json(failed: &Failed) -> serde_json::Value {
         "retry_reason": retry_reason(&failed.attempts),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stdin_text(options: &RunOptions) -> Option<&[u8]> {
+        match &options.stdin {
+            StdinMode::Bytes(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_input_goes_on_stdin_where_the_harness_reads_its_prompt_there() {
+        let model = Some("m".to_owned());
+        for harness in [Harness::Claude, Harness::Codex, Harness::OpenCode] {
+            let options = harness_options(harness, &model, "THE INPUT".to_owned());
+            assert_eq!(stdin_text(&options), Some(&b"THE INPUT"[..]), "{harness}");
+            assert!(
+                !options
+                    .args
+                    .iter()
+                    .any(|a| a == "THE INPUT" || a == PROMPT_SLOT),
+                "{harness}: {:?}",
+                options.args
+            );
+        }
+        let claude = harness_options(Harness::Claude, &model, "x".to_owned());
+        assert_ne!(
+            claude.args.last().map(|a| a.as_os_str()),
+            Some("--".as_ref())
+        );
+        let codex = harness_options(Harness::Codex, &model, "x".to_owned());
+        assert_eq!(codex.args.last().map(|a| a.as_os_str()), Some("-".as_ref()));
+        // The others take it as their prompt argument, limited to one argument's size.
+        for harness in [Harness::Grok, Harness::Antigravity, Harness::Muse] {
+            assert!(!reads_prompt_on_stdin(harness));
+            let options = harness_options(harness, &model, "THE INPUT".to_owned());
+            assert!(options.args.iter().any(|a| a == "THE INPUT"), "{harness}");
+            assert_eq!(stdin_text(&options), None);
+        }
+    }
+}
