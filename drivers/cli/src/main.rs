@@ -9,6 +9,7 @@
 //! a timeout 124, a program that cannot be run 126/127 — the table is `EXIT_CODES` below.
 
 mod agent;
+mod auto;
 mod compact;
 mod docs_cmds;
 mod duration;
@@ -190,6 +191,23 @@ enum Command {
   agentrun compact session.json --harness claude --model haiku --max-input-bytes 400000
   agentrun compact session.json --summarizer 'llm -m gpt-4o-mini' --json")]
     Compact(compact::CompactArgs),
+    /// Drive a harness through clarify, plan, execute and evaluate turns until its objective
+    /// is done and verified, or the turns run out. See docs/auto-mode.md.
+    ///
+    /// Exit code: 0 when completed or stopped at max turns; the evaluate turn's code when it
+    /// failed; a required phase's code when it failed (the session aborts); 127/126 when the
+    /// harness cannot be started; 128+N when stopped by signal N (continue with --continue).
+    #[command(after_help = "Examples:
+  agentrun auto claude --verify 'cargo test' --harness-arg=--permission-mode \\
+      --harness-arg=acceptEdits -- make the failing tests pass
+  agentrun auto --continue 1764512345123-0004821-000000
+  agentrun append 1764512345123-0004821-000000 'also update the changelog'")]
+    Auto(auto::AutoArgs),
+    /// Queue an instruction for the next execute turn of a running auto-mode session.
+    #[command(after_help = "Examples:
+  agentrun append 1764512345123-0004821-000000 'keep the public API unchanged'
+  echo 'use tabs' | agentrun append ./my-session -")]
+    Append(auto::AppendArgs),
     /// Serve the run, read and agent tools and the artifact store to an MCP client (Claude
     /// Code, Codex, OpenCode, ...) on stdin/stdout. See docs/mcp.md.
     #[command(after_help = "Examples:
@@ -222,6 +240,8 @@ impl Command {
             Command::Interpret(a) => a.json,
             Command::Agent(a) => a.json,
             Command::Compact(a) => a.json,
+            Command::Auto(a) => a.json,
+            Command::Append(_) => false,
             Command::Mcp(_) => false,
             Command::Completions(_) | Command::Man => false,
         }
@@ -278,6 +298,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Run(args) => run::run(&settings()?, args),
         Command::Agent(args) => agent::run(settings()?.open_store()?, args),
         Command::Compact(args) => compact::run(&settings()?, args),
+        Command::Auto(args) => auto::run(settings()?.open_store()?, args),
+        Command::Append(args) => auto::append(settings()?.open_store()?, args),
         Command::Read(args) => read::read(&settings()?, args),
         Command::Show(args) => store_cmds::show(&settings()?, args),
         Command::Runs(args) => store_cmds::runs(&settings()?, args),

@@ -17,30 +17,12 @@ fn fixture(path: &str) -> PathBuf {
     .join(path)
 }
 
-/// The fake harness executable, compiled once per test process from
-/// `tests/support/fake_harness.rs` (std only) with the toolchain's `rustc`. It is not a
-/// binary of the package, so `cargo install` installs `agentrun` alone.
+#[path = "support/compile.rs"]
+mod compile;
+
+/// The fake harness executable (`tests/support/fake_harness.rs`).
 fn fake_harness() -> &'static std::path::Path {
-    static BUILT: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
-    let (_, exe) = BUILT.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let exe = dir.path().join("fake-harness");
-        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/fake_harness.rs");
-        let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-        let out = Command::new(rustc)
-            .args(["--edition", "2024", "--crate-name", "fake_harness", "-o"])
-            .arg(&exe)
-            .arg(source)
-            .output()
-            .expect("rustc runs");
-        assert!(
-            out.status.success(),
-            "compiling the fake harness failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (dir, exe)
-    });
-    exe
+    compile::support_program("fake_harness")
 }
 
 /// A temporary directory with the fake harnesses on `PATH` and a store.

@@ -8,10 +8,14 @@
 //!   `agentrun_core::lifecycle::RunLifecycle`, which this driver feeds and obeys; files are
 //!   agentrun-fs's business (the store, captures, the result sink).
 //!
+//! * [`auto_mode`]: auto mode's runner (one harness turn per prompt) and channel (the core's
+//!   phase machine over a session directory), generic over the same [`Runtime`].
+//!
 //! Applications use it through `agentrun-smol` or `agentrun-tokio`, which implement
 //! [`Runtime`] and re-export the API under the same names.
 
 mod agent;
+pub mod auto_mode;
 mod driver;
 mod live;
 pub mod os;
@@ -26,6 +30,7 @@ pub use driver::{ChildProcess, RunBuilder, Runner, Runtime};
 /// `RunBuilder`), so the two APIs cannot drift apart.
 pub mod api {
     pub use crate::agent::{AgentError, AgentOptions, AgentRun, RetainedSource};
+    pub use crate::auto_mode::{HarnessLaunch, ProgressSink, StopRequests};
     pub use crate::live::RunError;
     pub use agentrun_core::process::{
         Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, StdinMode,

@@ -1,0 +1,591 @@
+//! Auto mode on the process driver: [`AutoModeRunner`] runs one harness turn per prompt,
+//! [`AutoModeChannel`] wraps the core's `AutoMode` machine with a session directory.
+//! `agentrun_core::turn::run_session_loop` drives the two.
+//!
+//! The runner is deliberately dumb: it launches the harness with the registry invocation,
+//! interprets its stdout live, retains its output as artifacts, allocates a result sink for
+//! the verdict, and hands back a `TurnOutput`. A harness that ran and exited non-zero is `Ok`
+//! with its code; only failing to start it or to capture its output is a `TurnError`, and a
+//! stop request (Ctrl-C) is `TurnError::Interrupted`. After the first turn it resumes the
+//! harness session decoded from the stream, so the agent keeps its context.
+//!
+//! The channel is authoritative for the control flow: it feeds the machine, carries out its
+//! actions (state persisted, log appended, appended instructions collected and archived,
+//! verification run with `sh -c` in the workspace) and answers the loop. File work runs on
+//! the runtime's blocking pool.
+
+use std::ffi::OsString;
+use std::io;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Poll;
+use std::time::{Duration, SystemTime};
+
+use agentrun_core::PreviewLimits;
+use agentrun_core::auto_mode::{Action, AutoMode, AutoModeState, VerificationResult};
+use agentrun_core::harness::{
+    Harness, HarnessExit, Interpretation, LaunchRequest, OutcomeStatus, Stdin,
+};
+use agentrun_core::lines::LineSplitter;
+use agentrun_core::process::{Exit, Outcome, ProcessResult, RunOptions, StdinMode};
+use agentrun_core::sink::ResultSink;
+use agentrun_core::turn::{
+    AgentSession, ChannelError, NextPrompt, TurnChannel, TurnError, TurnOutput,
+};
+use agentrun_fs::auto_session::SessionDir;
+use futures_lite::Stream;
+
+use crate::driver::{Runner, Runtime};
+use crate::live::RunError;
+
+/// The longest stdout line interpreted in full (longer ones are interpreted truncated; the
+/// artifact keeps them whole).
+const MAX_LINE_BYTES: usize = 16 << 20;
+
+type StopStream<'a> = Pin<Box<dyn Stream<Item = ()> + Send + 'a>>;
+
+/// Stop requests shared by a runner and a channel (only one of them runs a child at a time):
+/// every item stops the child that is running.
+#[derive(Clone)]
+pub struct StopRequests<'a>(Arc<Mutex<StopStream<'a>>>);
+
+impl std::fmt::Debug for StopRequests<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StopRequests")
+    }
+}
+
+impl<'a> StopRequests<'a> {
+    /// Stop requests from `requests` (e.g. the signals a command line receives).
+    pub fn new(requests: impl Stream<Item = ()> + Send + 'a) -> Self {
+        StopRequests(Arc::new(Mutex::new(Box::pin(requests))))
+    }
+
+    fn stream(&self) -> impl Stream<Item = ()> + Send + 'a {
+        let shared = self.0.clone();
+        futures_lite::stream::poll_fn(move |cx| {
+            let mut stream = shared.lock().unwrap_or_else(PoisonError::into_inner);
+            match stream.as_mut().poll_next(cx) {
+                Poll::Ready(None) => Poll::Pending,
+                other => other,
+            }
+        })
+    }
+}
+
+/// Receives live progress lines (the harness's decoded progress, the session's log lines).
+pub type ProgressSink = Arc<Mutex<dyn FnMut(&str) + Send>>;
+
+/// What a harness turn is launched with.
+#[derive(Debug, Clone, Default)]
+pub struct HarnessLaunch {
+    /// The harness program to run instead of the registry's name looked up on `PATH` (e.g.
+    /// an absolute path, or a wrapper script).
+    pub program: Option<PathBuf>,
+    /// The model to request.
+    pub model: Option<String>,
+    /// The reasoning effort to request.
+    pub effort: Option<String>,
+    /// Arguments passed verbatim before the prompt (e.g. a permission mode).
+    pub harness_args: Vec<String>,
+    /// The directory the harness runs in (default: the current one).
+    pub workspace: Option<PathBuf>,
+    /// The environment variable naming the result sink (default `AGENTRUN_RESULT_SINK`).
+    pub sink_var: Option<String>,
+    /// Stop a turn after this long (it then counts as exit code 124).
+    pub turn_timeout: Option<Duration>,
+    /// Stop a turn when it printed nothing for this long (exit code 124).
+    pub idle_timeout: Option<Duration>,
+}
+
+/// Runs one harness turn per prompt; see the module documentation.
+pub struct AutoModeRunner<'a, R> {
+    runner: Runner<R>,
+    harness: Harness,
+    launch: HarnessLaunch,
+    session_id: String,
+    resume: Option<String>,
+    stop: Option<StopRequests<'a>>,
+    progress: Option<ProgressSink>,
+}
+
+impl<R> std::fmt::Debug for AutoModeRunner<'_, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AutoModeRunner")
+            .field("harness", &self.harness)
+            .field("session_id", &self.session_id)
+            .field("resume", &self.resume)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one live turn's stdout tap owns.
+struct Live {
+    interp: Interpretation,
+    splitter: LineSplitter,
+    progress: Option<ProgressSink>,
+}
+
+impl Live {
+    fn feed(interp: &mut Interpretation, progress: &Option<ProgressSink>, line: &[u8]) {
+        let lines = interp.handle_line(line);
+        if let Some(progress) = progress {
+            let mut progress = progress.lock().unwrap_or_else(PoisonError::into_inner);
+            for l in &lines {
+                progress(l);
+            }
+        }
+    }
+}
+
+impl<'a, R: Runtime> AutoModeRunner<'a, R> {
+    /// A runner of `harness` turns for auto-mode session `session_id`, capturing into the
+    /// runner's store.
+    pub fn new(
+        runner: Runner<R>,
+        harness: Harness,
+        launch: HarnessLaunch,
+        session_id: impl Into<String>,
+    ) -> Self {
+        AutoModeRunner {
+            runner,
+            harness,
+            launch,
+            session_id: session_id.into(),
+            resume: None,
+            stop: None,
+            progress: None,
+        }
+    }
+
+    /// Resumes this harness session on the next turn (a continued auto-mode session).
+    #[must_use]
+    pub fn resuming(mut self, harness_session_id: Option<String>) -> Self {
+        self.resume = harness_session_id;
+        self
+    }
+
+    /// Stops the running turn on every request (it then fails with
+    /// `TurnError::Interrupted`).
+    #[must_use]
+    pub fn stop_on(mut self, stop: StopRequests<'a>) -> Self {
+        self.stop = Some(stop);
+        self
+    }
+
+    /// Sends the harness's live progress lines to `progress`.
+    #[must_use]
+    pub fn progress(mut self, progress: ProgressSink) -> Self {
+        self.progress = Some(progress);
+        self
+    }
+
+    /// The harness session the next turn resumes.
+    #[must_use]
+    pub fn harness_session_id(&self) -> Option<&str> {
+        self.resume.as_deref()
+    }
+
+    fn options(&self, prompt: &str) -> RunOptions {
+        let request = LaunchRequest {
+            prompt: prompt.to_owned(),
+            model: self.launch.model.clone(),
+            effort: self.launch.effort.clone(),
+            resume: self.resume.clone(),
+            harness_args: self.launch.harness_args.clone(),
+        };
+        let invocation = self.harness.invocation(&request);
+        let program = match &self.launch.program {
+            Some(program) => program.clone().into_os_string(),
+            None => OsString::from(&invocation.program),
+        };
+        let mut options = RunOptions::new(program)
+            .args(&invocation.args)
+            .limits(PreviewLimits {
+                tail_lines: 5,
+                ..PreviewLimits::default()
+            })
+            .stop_signals(self.harness.stop_signals().sequence)
+            .label(format!("auto {}", self.session_id))
+            .with_result_sink(ResultSink::Allocate)
+            .stdin(match invocation.stdin {
+                Stdin::Null => StdinMode::Null,
+                Stdin::Prompt(prompt) => StdinMode::Bytes(prompt.into_bytes()),
+            });
+        if let Some(var) = &self.launch.sink_var {
+            options = options.sink_var(var);
+        }
+        for (key, value) in &invocation.env {
+            options = options.env(key, value);
+        }
+        if let Some(dir) = &self.launch.workspace {
+            options = options.current_dir(dir);
+        }
+        if let Some(t) = self.launch.turn_timeout {
+            options = options.timeout(t);
+        }
+        if let Some(t) = self.launch.idle_timeout {
+            options = options.idle_timeout(t);
+        }
+        options
+    }
+}
+
+impl<R: Runtime> AgentSession for AutoModeRunner<'_, R> {
+    async fn run_turn(&mut self, prompt: &str) -> Result<TurnOutput, TurnError> {
+        let options = self.options(prompt);
+        let live = Arc::new(Mutex::new(Some(Live {
+            interp: Interpretation::new(self.harness),
+            splitter: LineSplitter::new(MAX_LINE_BYTES),
+            progress: self.progress.clone(),
+        })));
+        let tap = live.clone();
+        let mut run = self.runner.run(options).observe_stdout(move |chunk| {
+            if let Some(live) = tap.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+                let Live {
+                    interp,
+                    splitter,
+                    progress,
+                } = live;
+                splitter.push(chunk, |line| Live::feed(interp, progress, line.bytes));
+            }
+        });
+        if let Some(stop) = &self.stop {
+            run = run.cancel_on(stop.stream());
+        }
+        let result = run.await.map_err(|e| turn_error(self.harness, e))?;
+        let taken = live.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let Some(Live {
+            mut interp,
+            splitter,
+            progress,
+        }) = taken
+        else {
+            return Err(TurnError::Capture("the stdout tap was lost".to_owned()));
+        };
+        splitter.finish(|line| Live::feed(&mut interp, &progress, line.bytes));
+        if let Some(fault) = result.record.faults.first() {
+            return Err(TurnError::Capture(fault.message.clone()));
+        }
+        let artifacts = artifact_uris(&result);
+        match result.outcome {
+            Outcome::Cancelled => return Err(TurnError::Interrupted),
+            Outcome::TimedOut | Outcome::IdleTimedOut => {
+                let models = interp.interrupt().observed_models().to_vec();
+                return Ok(TurnOutput::from_text(result.answer())
+                    .with_exit_code(124)
+                    .with_models(models)
+                    .with_artifacts(artifacts));
+            }
+            _ => {}
+        }
+        let exit = match result.exit {
+            Some(Exit::Code(0)) => HarnessExit::Success,
+            other => HarnessExit::Failed {
+                diagnostic: format!(
+                    "the {} CLI exited with {}",
+                    self.harness,
+                    other.map_or_else(|| "no status".to_owned(), |e| format!("{e:?}"))
+                ),
+            },
+        };
+        let finished = interp.finish(exit);
+        if let Some(id) = finished.session_id() {
+            self.resume = Some(id.to_owned());
+        }
+        let models = finished.observed_models().to_vec();
+        let completion = finished.complete(None);
+        let mut code = result.exit.map(Exit::shell_code);
+        // A turn the stream reports as failed is not a success, whatever the exit status.
+        if code == Some(0) && matches!(completion.outcome.status, OutcomeStatus::TurnFailed { .. })
+        {
+            code = Some(1);
+        }
+        let text = completion
+            .outcome
+            .final_message
+            .clone()
+            .unwrap_or_else(|| result.answer().to_owned());
+        let mut out = TurnOutput::from_text(text)
+            .with_models(models)
+            .with_artifacts(artifacts);
+        if let Some(code) = code {
+            out = out.with_exit_code(code);
+        }
+        if let Some(result) = result.result {
+            out = out.with_result(result);
+        }
+        if let Some(id) = completion.outcome.session_id {
+            out = out.with_harness_session_id(id);
+        }
+        if let Some(usage) = completion.report.usage {
+            out = out.with_usage(usage);
+        }
+        Ok(out)
+    }
+
+    fn session_id(&self) -> &str {
+        &self.session_id
+    }
+}
+
+fn turn_error(harness: Harness, e: RunError) -> TurnError {
+    match e {
+        RunError::Spawn { program, source } => {
+            let exit_code = if source.kind() == io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            let reason = if exit_code == 127 {
+                format!("not found on PATH; install the {harness} CLI or put it on PATH")
+            } else {
+                format!("{source}; is it executable?")
+            };
+            TurnError::Spawn {
+                program: program.to_string_lossy().into_owned(),
+                reason,
+                exit_code,
+            }
+        }
+        other => TurnError::Capture(other.to_string()),
+    }
+}
+
+fn artifact_uris(result: &ProcessResult) -> Vec<String> {
+    result
+        .record
+        .streams()
+        .iter()
+        .filter(|s| s.bytes > 0)
+        .map(|s| result.record.stream_uri(s).to_string())
+        .collect()
+}
+
+/// The auto-mode channel over a session directory; see the module documentation.
+pub struct AutoModeChannel<'a, R> {
+    machine: AutoMode,
+    dir: SessionDir,
+    runner: Runner<R>,
+    runtime: R,
+    stop: Option<StopRequests<'a>>,
+    log: Option<ProgressSink>,
+    verify_timeout: Option<Duration>,
+}
+
+impl<R> std::fmt::Debug for AutoModeChannel<'_, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AutoModeChannel")
+            .field("machine", &self.machine)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, R: Runtime> AutoModeChannel<'a, R> {
+    /// A channel for `machine` (new or resumed) persisting into `dir`. Carries out the
+    /// machine's first actions (the initial state and log line) before returning.
+    pub async fn new(
+        machine: AutoMode,
+        dir: SessionDir,
+        runner: Runner<R>,
+        runtime: R,
+    ) -> Result<Self, ChannelError> {
+        let mut channel = AutoModeChannel {
+            machine,
+            dir,
+            runner,
+            runtime,
+            stop: None,
+            log: None,
+            verify_timeout: None,
+        };
+        channel.drain().await?;
+        Ok(channel)
+    }
+
+    /// Stops a running verification on every request.
+    #[must_use]
+    pub fn stop_on(mut self, stop: StopRequests<'a>) -> Self {
+        self.stop = Some(stop);
+        self
+    }
+
+    /// Sends every log line to `log` too (live progress per phase).
+    #[must_use]
+    pub fn log_to(mut self, log: ProgressSink) -> Self {
+        self.log = Some(log);
+        self
+    }
+
+    /// Stops a verification after this long (it then fails with code 124).
+    #[must_use]
+    pub fn verify_timeout(mut self, timeout: Duration) -> Self {
+        self.verify_timeout = Some(timeout);
+        self
+    }
+
+    /// The machine (status, exit code, abort, state).
+    #[must_use]
+    pub fn machine(&self) -> &AutoMode {
+        &self.machine
+    }
+
+    /// The session directory.
+    #[must_use]
+    pub fn dir(&self) -> &SessionDir {
+        &self.dir
+    }
+
+    /// The session's exit code: read [`AutoModeChannel::abort`] first.
+    #[must_use]
+    pub fn exit_code(&self) -> i32 {
+        self.machine.exit_code()
+    }
+
+    /// `Some(reason)` exactly when a required phase failed.
+    #[must_use]
+    pub fn abort(&self) -> Option<&str> {
+        self.machine.abort()
+    }
+
+    /// The persisted state.
+    #[must_use]
+    pub fn state(&self) -> &AutoModeState {
+        self.machine.state()
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        job: impl FnOnce() -> Result<T, agentrun_fs::SessionError> + Send + 'static,
+    ) -> Result<T, ChannelError> {
+        self.runtime
+            .spawn_blocking(job)
+            .await
+            .map_err(|e| ChannelError::State(e.to_string()))?
+            .map_err(|e| ChannelError::State(e.to_string()))
+    }
+
+    /// Carries out the machine's actions until it asks for a turn (returned) or has none.
+    async fn drain(&mut self) -> Result<Option<String>, ChannelError> {
+        while let Some(action) = self.machine.poll_action() {
+            match action {
+                Action::Log(line) => {
+                    if let Some(log) = &self.log {
+                        (log.lock().unwrap_or_else(PoisonError::into_inner))(&line);
+                    }
+                    let dir = self.dir.clone();
+                    self.blocking(move || dir.append_log(&line)).await?;
+                }
+                Action::PersistState => {
+                    let dir = self.dir.clone();
+                    let state = self.machine.state().clone();
+                    self.blocking(move || dir.write_state(&state)).await?;
+                }
+                Action::CollectAppended { max_files } => {
+                    let dir = self.dir.clone();
+                    let files = self
+                        .blocking(move || dir.pending_instructions(max_files))
+                        .await?;
+                    let now = SystemTime::now();
+                    self.machine
+                        .handle_appended(now, files)
+                        .map_err(|e| ChannelError::State(e.to_string()))?;
+                }
+                Action::ArchiveAppended(names) => {
+                    let dir = self.dir.clone();
+                    self.blocking(move || dir.archive_instructions(&names))
+                        .await?;
+                }
+                Action::RunVerification { command } => {
+                    let result = self.verify(&command).await;
+                    let now = SystemTime::now();
+                    self.machine
+                        .handle_verification(now, result)
+                        .map_err(|e| ChannelError::State(e.to_string()))?;
+                }
+                Action::RunTurn { prompt, .. } => return Ok(Some(prompt)),
+                other => {
+                    return Err(ChannelError::Step(format!(
+                        "unsupported auto-mode action {other:?}"
+                    )));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Runs the verification command with `sh -c` in the workspace; a command that cannot
+    /// be started is a failed verification saying why.
+    async fn verify(&self, command: &str) -> VerificationResult {
+        let mut options = RunOptions::new("sh")
+            .args([OsString::from("-c"), OsString::from(command)])
+            .label("auto verify")
+            .limits(PreviewLimits {
+                tail_lines: 20,
+                ..PreviewLimits::default()
+            });
+        if let Some(dir) = &self.machine.state().settings.workspace {
+            options = options.current_dir(dir);
+        }
+        if let Some(t) = self.verify_timeout {
+            options = options.timeout(t);
+        }
+        let mut run = self.runner.run(options);
+        if let Some(stop) = &self.stop {
+            run = run.cancel_on(stop.stream());
+        }
+        match run.await {
+            Ok(result) => VerificationResult {
+                exit_code: match result.outcome {
+                    Outcome::Completed => result.exit.map(Exit::shell_code),
+                    Outcome::TimedOut | Outcome::IdleTimedOut => Some(124),
+                    _ => None,
+                },
+                output: result.model_text(),
+                artifacts: artifact_uris(&result),
+            },
+            Err(e) => VerificationResult {
+                exit_code: None,
+                output: format!("the verification could not be run: {e}"),
+                artifacts: Vec::new(),
+            },
+        }
+    }
+}
+
+impl<R: Runtime> TurnChannel for AutoModeChannel<'_, R> {
+    fn id(&self) -> &str {
+        &self.machine.state().session_id
+    }
+
+    async fn publish_output(&mut self, output: &TurnOutput) -> Result<(), ChannelError> {
+        let now = SystemTime::now();
+        self.machine
+            .handle_turn_finished(now, output)
+            .map_err(|e| ChannelError::State(e.to_string()))?;
+        match self.drain().await? {
+            None => Ok(()),
+            Some(_) => Err(ChannelError::Step(
+                "auto mode asked for a turn before the next prompt request".to_owned(),
+            )),
+        }
+    }
+
+    async fn next_prompt(&mut self) -> Result<NextPrompt, ChannelError> {
+        let now = SystemTime::now();
+        self.machine
+            .handle_listen(now)
+            .map_err(|e| ChannelError::State(e.to_string()))?;
+        Ok(match self.drain().await? {
+            Some(prompt) => NextPrompt::Ready(prompt),
+            None if self.machine.is_closed() => NextPrompt::Closed,
+            None => {
+                return Err(ChannelError::Step(
+                    "auto mode asked for no turn although the session is not finished".to_owned(),
+                ));
+            }
+        })
+    }
+}
