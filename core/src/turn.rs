@@ -1,4 +1,4 @@
-//! The generic turn loop: one [`AgentSession`] driven by one [`TurnChannel`].
+//! The generic turn loop: one [`AgentSession`] driven by one [`Channel`].
 //!
 //! A *turn* is one prompt sent to an agent and run to natural completion. The loop is
 //! deliberately tiny and strictly ordered:
@@ -199,7 +199,7 @@ pub trait AgentSession {
 
 /// Decides what an [`AgentSession`] is asked, and receives what it answered.
 #[allow(async_fn_in_trait)]
-pub trait TurnChannel {
+pub trait Channel {
     /// The channel's stable id (for logs).
     fn id(&self) -> &str;
 
@@ -238,7 +238,7 @@ pub async fn run_session_loop<S, C, I, F>(
 ) -> Result<u64, LoopError>
 where
     S: AgentSession + ?Sized,
-    C: TurnChannel + ?Sized,
+    C: Channel + ?Sized,
     I: FnMut() -> F,
     F: Future<Output = ()>,
 {

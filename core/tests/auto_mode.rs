@@ -10,7 +10,7 @@ use agentrun_core::auto_mode::{
     VerificationResult,
 };
 use agentrun_core::turn::{
-    AgentSession, ChannelError, NextPrompt, TurnChannel, TurnError, TurnOutput, run_session_loop,
+    AgentSession, Channel, ChannelError, NextPrompt, TurnError, TurnOutput, run_session_loop,
 };
 use futures_lite::future::block_on;
 
@@ -127,7 +127,7 @@ impl MemoryChannel {
     }
 }
 
-impl TurnChannel for MemoryChannel {
+impl Channel for MemoryChannel {
     fn id(&self) -> &str {
         "memory"
     }

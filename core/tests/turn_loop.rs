@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use agentrun_core::harness::Usage;
 use agentrun_core::turn::{
-    AgentSession, ChannelError, LoopError, NextPrompt, TurnChannel, TurnError, TurnOutput,
+    AgentSession, Channel, ChannelError, LoopError, NextPrompt, TurnError, TurnOutput,
     run_session_loop,
 };
 use futures_lite::future::block_on;
@@ -93,7 +93,7 @@ struct ScriptedChannel {
     journal: Journal,
 }
 
-impl TurnChannel for ScriptedChannel {
+impl Channel for ScriptedChannel {
     fn id(&self) -> &str {
         "scripted"
     }
@@ -202,7 +202,7 @@ fn a_turn_error_stops_the_loop_before_publishing() {
 #[test]
 fn default_publish_output_ignores_the_output() {
     struct Quiet(VecDeque<NextPrompt>);
-    impl TurnChannel for Quiet {
+    impl Channel for Quiet {
         fn id(&self) -> &str {
             "quiet"
         }

@@ -28,11 +28,9 @@ use agentrun_core::harness::{
     Harness, HarnessExit, Interpretation, LaunchRequest, OutcomeStatus, Stdin,
 };
 use agentrun_core::lines::LineSplitter;
-use agentrun_core::process::{Exit, Outcome, ProcessResult, RunOptions, StdinMode};
+use agentrun_core::process::{Exit, ProcessResult, RunOptions, RunOutcome, StdinMode};
 use agentrun_core::sink::ResultSink;
-use agentrun_core::turn::{
-    AgentSession, ChannelError, NextPrompt, TurnChannel, TurnError, TurnOutput,
-};
+use agentrun_core::turn::{AgentSession, Channel, ChannelError, NextPrompt, TurnError, TurnOutput};
 use agentrun_fs::auto_session::SessionDir;
 use futures_lite::Stream;
 
@@ -270,8 +268,8 @@ impl<R: Runtime> AgentSession for AutoModeRunner<'_, R> {
         }
         let artifacts = artifact_uris(&result);
         match result.outcome {
-            Outcome::Cancelled => return Err(TurnError::Interrupted),
-            Outcome::TimedOut | Outcome::IdleTimedOut => {
+            RunOutcome::Cancelled => return Err(TurnError::Interrupted),
+            RunOutcome::TimedOut | RunOutcome::IdleTimedOut => {
                 let models = interp.interrupt().observed_models().to_vec();
                 return Ok(TurnOutput::from_text(result.answer())
                     .with_exit_code(124)
@@ -539,8 +537,8 @@ impl<'a, R: Runtime> AutoModeChannel<'a, R> {
         match run.await {
             Ok(result) => VerificationResult {
                 exit_code: match result.outcome {
-                    Outcome::Completed => result.exit.map(Exit::shell_code),
-                    Outcome::TimedOut | Outcome::IdleTimedOut => Some(124),
+                    RunOutcome::Completed => result.exit.map(Exit::shell_code),
+                    RunOutcome::TimedOut | RunOutcome::IdleTimedOut => Some(124),
                     _ => None,
                 },
                 output: result.model_text(),
@@ -555,7 +553,7 @@ impl<'a, R: Runtime> AutoModeChannel<'a, R> {
     }
 }
 
-impl<R: Runtime> TurnChannel for AutoModeChannel<'_, R> {
+impl<R: Runtime> Channel for AutoModeChannel<'_, R> {
     fn id(&self) -> &str {
         &self.machine.state().session_id
     }

@@ -38,7 +38,7 @@ pub type RunBuilder<'a> = agentrun_process::RunBuilder<'a, SmolRuntime>;
 /// Runs one auto-mode harness turn per prompt (`agentrun_core::turn::AgentSession`).
 pub type AutoModeRunner<'a> = agentrun_process::auto_mode::AutoModeRunner<'a, SmolRuntime>;
 
-/// Auto mode's phase machine over a session directory (`agentrun_core::turn::TurnChannel`).
+/// Auto mode's phase machine over a session directory (`agentrun_core::turn::Channel`).
 pub type AutoModeChannel<'a> = agentrun_process::auto_mode::AutoModeChannel<'a, SmolRuntime>;
 
 /// smol as the runtime of the process driver.

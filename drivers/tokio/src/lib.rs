@@ -42,7 +42,7 @@ pub type RunBuilder<'a> = agentrun_process::RunBuilder<'a, TokioRuntime>;
 /// Runs one auto-mode harness turn per prompt (`agentrun_core::turn::AgentSession`).
 pub type AutoModeRunner<'a> = agentrun_process::auto_mode::AutoModeRunner<'a, TokioRuntime>;
 
-/// Auto mode's phase machine over a session directory (`agentrun_core::turn::TurnChannel`).
+/// Auto mode's phase machine over a session directory (`agentrun_core::turn::Channel`).
 pub type AutoModeChannel<'a> = agentrun_process::auto_mode::AutoModeChannel<'a, TokioRuntime>;
 
 /// tokio as the runtime of the process driver (the current runtime of the calling task).
