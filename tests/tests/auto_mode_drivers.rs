@@ -31,7 +31,7 @@ exit "${{code:-0}}"
 "#,
         dir = dir.display()
     );
-    let path = dir.join("claude-fake");
+    let path = dir.join("claude");
     fs::write(&path, script).unwrap();
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
@@ -75,7 +75,11 @@ fn case() -> Case {
         .unwrap();
     let machine = AutoMode::new("s-1", settings(&workspace), SystemTime::now()).unwrap();
     let launch = agentrun_smol::HarnessLaunch {
-        program: Some(program),
+        // The runner looks the harness up on the PATH it gives the harness.
+        env: vec![(
+            "PATH".to_owned(),
+            format!("{}:/usr/bin:/bin", program.parent().unwrap().display()),
+        )],
         workspace: Some(workspace),
         ..Default::default()
     };

@@ -158,7 +158,7 @@ pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
         dir.path().display()
     ));
     let launch = HarnessLaunch {
-        program: None,
+        env: Vec::new(),
         model: state.settings.model.clone(),
         effort: state.settings.effort.clone(),
         harness_args: state.settings.harness_args.clone(),

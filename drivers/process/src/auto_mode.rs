@@ -2,9 +2,9 @@
 //! [`AutoModeChannel`] wraps the core's `AutoMode` machine with a session directory.
 //! `agentrun_core::turn::run_session_loop` drives the two.
 //!
-//! The runner is deliberately dumb: it launches the harness with the registry invocation,
-//! interprets its stdout live, retains its output as artifacts, allocates a result sink for
-//! the verdict, and hands back a `TurnOutput`. A harness that ran and exited non-zero is `Ok`
+//! The runner is deliberately dumb: it runs the turn as one agent call (`Runner::agent`: the
+//! registry invocation, live interpretation, output retained as artifacts, the harness's
+//! retained record read), with a result sink for the verdict, and hands back a `TurnOutput`. A harness that ran and exited non-zero is `Ok`
 //! with its code; only failing to start it or to capture its output is a `TurnError`, and a
 //! stop request (Ctrl-C) is `TurnError::Interrupted`. After the first turn it resumes the
 //! harness session decoded from the stream, so the agent keeps its context.
@@ -24,22 +24,16 @@ use std::time::{Duration, SystemTime};
 
 use agentrun_core::PreviewLimits;
 use agentrun_core::auto_mode::{Action, AutoMode, AutoModeState, VerificationResult};
-use agentrun_core::harness::{
-    Harness, HarnessExit, Interpretation, LaunchRequest, OutcomeStatus, Stdin,
-};
-use agentrun_core::lines::LineSplitter;
-use agentrun_core::process::{Exit, ProcessResult, RunOptions, RunOutcome, StdinMode};
+use agentrun_core::harness::{Harness, OutcomeStatus};
+use agentrun_core::process::{Exit, ProcessResult, RunOptions, RunOutcome};
 use agentrun_core::sink::ResultSink;
 use agentrun_core::turn::{AgentSession, Channel, ChannelError, NextPrompt, TurnError, TurnOutput};
 use agentrun_fs::auto_session::SessionDir;
 use futures_lite::Stream;
 
+use crate::agent::{AgentError, AgentOptions};
 use crate::driver::{Runner, Runtime};
 use crate::live::RunError;
-
-/// The longest stdout line interpreted in full (longer ones are interpreted truncated; the
-/// artifact keeps them whole).
-const MAX_LINE_BYTES: usize = 16 << 20;
 
 type StopStream<'a> = Pin<Box<dyn Stream<Item = ()> + Send + 'a>>;
 
@@ -78,9 +72,9 @@ pub type ProgressSink = Arc<Mutex<dyn FnMut(&str) + Send>>;
 /// What a harness turn is launched with.
 #[derive(Debug, Clone, Default)]
 pub struct HarnessLaunch {
-    /// The harness program to run instead of the registry's name looked up on `PATH` (e.g.
-    /// an absolute path, or a wrapper script).
-    pub program: Option<PathBuf>,
+    /// Environment variables set for the harness (e.g. its API endpoint, or a `PATH` that
+    /// finds it); a variable naming the result sink is refused by the runner.
+    pub env: Vec<(String, String)>,
     /// The model to request.
     pub model: Option<String>,
     /// The reasoning effort to request.
@@ -115,25 +109,6 @@ impl<R> std::fmt::Debug for AutoModeRunner<'_, R> {
             .field("session_id", &self.session_id)
             .field("resume", &self.resume)
             .finish_non_exhaustive()
-    }
-}
-
-/// What one live turn's stdout tap owns.
-struct Live {
-    interp: Interpretation,
-    splitter: LineSplitter,
-    progress: Option<ProgressSink>,
-}
-
-impl Live {
-    fn feed(interp: &mut Interpretation, progress: &Option<ProgressSink>, line: &[u8]) {
-        let lines = interp.handle_line(line);
-        if let Some(progress) = progress {
-            let mut progress = progress.lock().unwrap_or_else(PoisonError::into_inner);
-            for l in &lines {
-                progress(l);
-            }
-        }
     }
 }
 
@@ -185,45 +160,34 @@ impl<'a, R: Runtime> AutoModeRunner<'a, R> {
         self.resume.as_deref()
     }
 
-    fn options(&self, prompt: &str) -> RunOptions {
-        let request = LaunchRequest {
-            prompt: prompt.to_owned(),
-            model: self.launch.model.clone(),
-            effort: self.launch.effort.clone(),
-            resume: self.resume.clone(),
-            harness_args: self.launch.harness_args.clone(),
-        };
-        let invocation = self.harness.invocation(&request);
-        let program = match &self.launch.program {
-            Some(program) => program.clone().into_os_string(),
-            None => OsString::from(&invocation.program),
-        };
-        let mut options = RunOptions::new(program)
-            .args(&invocation.args)
-            .limits(PreviewLimits {
-                tail_lines: 5,
-                ..PreviewLimits::default()
-            })
-            .stop_signals(self.harness.stop_signals().sequence)
-            .label(format!("auto {}", self.session_id))
-            .with_result_sink(ResultSink::Allocate)
-            .stdin(match invocation.stdin {
-                Stdin::Null => StdinMode::Null,
-                Stdin::Prompt(prompt) => StdinMode::Bytes(prompt.into_bytes()),
-            });
-        if let Some(var) = &self.launch.sink_var {
-            options = options.sink_var(var);
-        }
-        for (key, value) in &invocation.env {
-            options = options.env(key, value);
-        }
-        if let Some(dir) = &self.launch.workspace {
+    fn options(&self, prompt: &str) -> AgentOptions {
+        let launch = &self.launch;
+        let mut options = AgentOptions::new(self.harness, prompt).with_result_sink(
+            ResultSink::Allocate,
+            launch.sink_var.as_deref().map(std::ffi::OsStr::new),
+        );
+        if let Some(dir) = &launch.workspace {
             options = options.current_dir(dir);
         }
-        if let Some(t) = self.launch.turn_timeout {
+        if let Some(model) = &launch.model {
+            options = options.model(model);
+        }
+        if let Some(effort) = &launch.effort {
+            options = options.effort(effort);
+        }
+        if let Some(id) = &self.resume {
+            options = options.resume(id);
+        }
+        for arg in &launch.harness_args {
+            options = options.harness_arg(arg);
+        }
+        for (key, value) in &launch.env {
+            options = options.env(key, value);
+        }
+        if let Some(t) = launch.turn_timeout {
             options = options.timeout(t);
         }
-        if let Some(t) = self.launch.idle_timeout {
+        if let Some(t) = launch.idle_timeout {
             options = options.idle_timeout(t);
         }
         options
@@ -232,68 +196,35 @@ impl<'a, R: Runtime> AutoModeRunner<'a, R> {
 
 impl<R: Runtime> AgentSession for AutoModeRunner<'_, R> {
     async fn run_turn(&mut self, prompt: &str) -> Result<TurnOutput, TurnError> {
-        let options = self.options(prompt);
-        let live = Arc::new(Mutex::new(Some(Live {
-            interp: Interpretation::new(self.harness),
-            splitter: LineSplitter::new(MAX_LINE_BYTES),
-            progress: self.progress.clone(),
-        })));
-        let tap = live.clone();
-        let mut run = self.runner.run(options).observe_stdout(move |chunk| {
-            if let Some(live) = tap.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
-                let Live {
-                    interp,
-                    splitter,
-                    progress,
-                } = live;
-                splitter.push(chunk, |line| Live::feed(interp, progress, line.bytes));
-            }
-        });
-        if let Some(stop) = &self.stop {
-            run = run.cancel_on(stop.stream());
+        let mut turn = self.runner.agent(self.options(prompt));
+        if let Some(progress) = &self.progress {
+            let progress = progress.clone();
+            turn = turn.on_progress(move |line| {
+                (progress.lock().unwrap_or_else(PoisonError::into_inner))(line);
+            });
         }
-        let result = run.await.map_err(|e| turn_error(self.harness, e))?;
-        let taken = live.lock().unwrap_or_else(PoisonError::into_inner).take();
-        let Some(Live {
-            mut interp,
-            splitter,
-            progress,
-        }) = taken
-        else {
-            return Err(TurnError::Capture("the stdout tap was lost".to_owned()));
-        };
-        splitter.finish(|line| Live::feed(&mut interp, &progress, line.bytes));
+        if let Some(stop) = &self.stop {
+            turn = turn.cancel_on(stop.stream());
+        }
+        let run = turn.await.map_err(|e| turn_error(self.harness, e))?;
+        let result = &run.process;
         if let Some(fault) = result.record.faults.first() {
             return Err(TurnError::Capture(fault.message.clone()));
         }
-        let artifacts = artifact_uris(&result);
-        match result.outcome {
-            RunOutcome::Cancelled => return Err(TurnError::Interrupted),
-            RunOutcome::TimedOut | RunOutcome::IdleTimedOut => {
-                let models = interp.interrupt().observed_models().to_vec();
-                return Ok(TurnOutput::from_text(result.answer())
-                    .with_exit_code(124)
-                    .with_models(models)
-                    .with_artifacts(artifacts));
+        let artifacts = artifact_uris(result);
+        let Some(completion) = &run.completion else {
+            // Stopped: by a stop request (Ctrl-C), or by a timeout (a failed turn, 124).
+            if result.outcome == RunOutcome::Cancelled {
+                return Err(TurnError::Interrupted);
             }
-            _ => {}
-        }
-        let exit = match result.exit {
-            Some(Exit::Code(0)) => HarnessExit::Success,
-            other => HarnessExit::Failed {
-                diagnostic: format!(
-                    "the {} CLI exited with {}",
-                    self.harness,
-                    other.map_or_else(|| "no status".to_owned(), |e| format!("{e:?}"))
-                ),
-            },
+            return Ok(TurnOutput::from_text(result.answer())
+                .with_exit_code(124)
+                .with_models(run.observed_models.clone())
+                .with_artifacts(artifacts));
         };
-        let finished = interp.finish(exit);
-        if let Some(id) = finished.session_id() {
-            self.resume = Some(id.to_owned());
+        if let Some(id) = &completion.outcome.session_id {
+            self.resume = Some(id.clone());
         }
-        let models = finished.observed_models().to_vec();
-        let completion = finished.complete(None);
         let mut code = result.exit.map(Exit::shell_code);
         // A turn the stream reports as failed is not a success, whatever the exit status.
         if code == Some(0) && matches!(completion.outcome.status, OutcomeStatus::TurnFailed { .. })
@@ -306,19 +237,19 @@ impl<R: Runtime> AgentSession for AutoModeRunner<'_, R> {
             .clone()
             .unwrap_or_else(|| result.answer().to_owned());
         let mut out = TurnOutput::from_text(text)
-            .with_models(models)
+            .with_models(completion.report.models.clone())
             .with_artifacts(artifacts);
         if let Some(code) = code {
             out = out.with_exit_code(code);
         }
-        if let Some(result) = result.result {
-            out = out.with_result(result);
+        if let Some(answer) = &result.result {
+            out = out.with_result(answer.clone());
         }
-        if let Some(id) = completion.outcome.session_id {
-            out = out.with_harness_session_id(id);
+        if let Some(id) = &completion.outcome.session_id {
+            out = out.with_harness_session_id(id.clone());
         }
-        if let Some(usage) = completion.report.usage {
-            out = out.with_usage(usage);
+        if let Some(usage) = &completion.report.usage {
+            out = out.with_usage(usage.clone());
         }
         Ok(out)
     }
@@ -328,9 +259,9 @@ impl<R: Runtime> AgentSession for AutoModeRunner<'_, R> {
     }
 }
 
-fn turn_error(harness: Harness, e: RunError) -> TurnError {
+fn turn_error(harness: Harness, e: AgentError) -> TurnError {
     match e {
-        RunError::Spawn { program, source } => {
+        AgentError::Run(RunError::Spawn { program, source }) => {
             let exit_code = if source.kind() == io::ErrorKind::NotFound {
                 127
             } else {
