@@ -9,7 +9,8 @@
 //!   `EXIT|SINK|TEXT`, SINK `-` for none, TEXT the final message; TEXT `SLEEP` sleeps 30 s
 //!   after the first event, to be interrupted) and the counter `n`. Each call writes
 //!   `call-<n>.argv` (one argument per line) and `call-<n>.prompt` (the prompt: the last
-//!   argument, or stdin for opencode).
+//!   argument, or stdin for opencode). `opencode export ID` prints an empty export and is not
+//!   counted as a turn.
 //! * `AGENTRUN_RESULT_SINK`: where SINK is written.
 
 use std::io::{Read, Write};
@@ -89,6 +90,12 @@ fn main() -> ExitCode {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    // `opencode export ID` (the retained record read after each turn) is not a turn: an
+    // empty export leaves the stream's facts in place.
+    if name == "opencode" && argv.get(1).is_some_and(|a| a == "export") {
+        println!("{{}}");
+        return ExitCode::SUCCESS;
+    }
     let Some(dir) = std::env::var_os("FAKE_AUTO_DIR").map(PathBuf::from) else {
         eprintln!("fake {name}: FAKE_AUTO_DIR is not set");
         return ExitCode::from(90);
