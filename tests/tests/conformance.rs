@@ -1079,32 +1079,45 @@ fn a_stop_future_cancels_the_run_and_returns_its_result<D: Driver>() {
     assert!(env.runtime_entries().is_empty());
 }
 
-/// 1 GiB on stdout and 1 GiB on stderr at once: both streams intact (digests match the
-/// generator's), memory bounded.
-fn a_gigabyte_on_each_stream_is_captured_intact<D: Driver>() {
-    const GIB: u64 = 1 << 30;
+/// `size` bytes on stdout and `size` bytes on stderr at once: both streams intact (digests match
+/// the generator's), memory bounded well below one stream's size (a buffered stream alone would
+/// exceed the bound). CI floods 256 MiB per stream (1 GiB of store per run of the suite on both
+/// drivers); the 1 GiB flood is the ignored `a_gigabyte_on_each_stream_is_captured_intact`
+/// (`cargo test -p agentrun-tests --test conformance -- --ignored`), which needs 4 GiB of free
+/// space in the temporary directory.
+fn a_flood_on_each_stream_is_captured_intact<D: Driver>(size: u64) {
     let env = Env::new();
     let agent = env!("CARGO_BIN_EXE_fake_agent");
     let expected = std::process::Command::new(agent)
-        .args(["digests", &GIB.to_string()])
+        .args(["digests", &size.to_string()])
         .output()
         .unwrap();
     let expected = String::from_utf8(expected.stdout).unwrap();
     let expected: Vec<&str> = expected.lines().collect();
     let r = D::run(
         &env.store,
-        RunOptions::new(agent).args(["flood", &GIB.to_string()]),
+        RunOptions::new(agent).args(["flood", &size.to_string()]),
     )
     .unwrap();
     assert_eq!(code(&r), Exit::Code(0));
-    assert!(!r.record.incomplete);
+    assert!(
+        !r.record.incomplete,
+        "capture incomplete (is the temporary directory full?): {:?}",
+        r.record.faults
+    );
     let (out, err) = (r.stdout().unwrap(), r.stderr().unwrap());
-    assert_eq!((out.bytes, err.bytes), (GIB, GIB));
+    assert_eq!((out.bytes, err.bytes), (size, size));
     assert_eq!(out.sha256.to_hex(), expected[0]);
     assert_eq!(err.sha256.to_hex(), expected[1]);
-    // Shared by every test of this process; a buffered stream alone would be 1 GiB.
+    // Shared by every test of this process, so the bound leaves room for the others.
+    let bound = (size / 4 * 3).min(512 << 20);
     let peak = peak_rss();
-    assert!(peak < 512 << 20, "peak RSS {} MiB", peak >> 20);
+    assert!(
+        peak < bound,
+        "peak RSS {} MiB, bound {} MiB",
+        peak >> 20,
+        bound >> 20
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1319,8 +1332,13 @@ macro_rules! conformance {
                 super::stop_signals_are_sent_in_order_with_the_grace_between::<$driver>();
             }
             #[test]
+            fn a_quarter_gigabyte_on_each_stream_is_captured_intact() {
+                super::a_flood_on_each_stream_is_captured_intact::<$driver>(256 << 20);
+            }
+            #[test]
+            #[ignore = "writes 2 GiB to the temporary directory; run with --ignored"]
             fn a_gigabyte_on_each_stream_is_captured_intact() {
-                super::a_gigabyte_on_each_stream_is_captured_intact::<$driver>();
+                super::a_flood_on_each_stream_is_captured_intact::<$driver>(1 << 30);
             }
         }
     };
