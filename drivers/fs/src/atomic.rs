@@ -105,11 +105,10 @@ pub(crate) fn publish_object(
         Published::New
     } else if stored_copy_is_intact(&object, &object_idx, index) {
         // Refresh the mtime so the object counts as young again for the grace period; the
-        // temp files are dropped with the capture directory.
-        let f = File::options()
-            .write(true)
-            .open(&object)
-            .at("open", &object)?;
+        // temp files are dropped with the capture directory. Setting explicit times needs
+        // ownership, not write access (futimens), so a read-only handle does it: an object
+        // someone made read-only (0400) is still deduplicated.
+        let f = crate::read::open_no_follow(&object).at("open", &object)?;
         fault::point("before refreshing the mtime of a deduplicated object");
         f.set_modified(SystemTime::now())
             .at("refresh the mtime of", &object)?;

@@ -219,6 +219,44 @@ fn dedupe_hits_share_the_object_and_refresh_its_mtime() {
 }
 
 #[test]
+fn a_dedupe_hit_on_a_read_only_object_refreshes_its_mtime() {
+    // Root ignores file modes: drop the override from this thread so 0400 means read-only
+    // here as it does for any other user (a no-op when the tests run unprivileged).
+    without_permission_override();
+    let (_tmp, store) = store();
+    let a = capture_single(&store, b"kept read-only\n", 3);
+    let path = object_path(&store, &Digest::of(b"kept read-only\n"));
+    let old = SystemTime::now() - Duration::from_secs(10 * 3600);
+    fs::File::open(&path).unwrap().set_modified(old).unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o400)).unwrap();
+    assert!(
+        fs::File::options().write(true).open(&path).is_err(),
+        "the object must not be writable for this test to mean anything"
+    );
+    let b = capture_single(&store, b"kept read-only\n", 4);
+    assert_eq!(a.output_uri(), b.output_uri());
+    let mtime = fs::metadata(&path).unwrap().modified().unwrap();
+    assert!(
+        mtime > old + Duration::from_secs(3600),
+        "mtime was not refreshed"
+    );
+    assert_eq!(mode(&path), 0o400, "the object's mode is left alone");
+    assert_eq!(
+        read_all_pages(&store, &b.output_uri(), 10).unwrap(),
+        b"kept read-only\n"
+    );
+}
+
+/// Removes CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the calling thread's effective set.
+fn without_permission_override() {
+    use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
+    let mut sets = capabilities(None).unwrap();
+    sets.effective
+        .remove(CapabilitySet::DAC_OVERRIDE | CapabilitySet::DAC_READ_SEARCH);
+    set_capabilities(None, sets).unwrap();
+}
+
+#[test]
 fn a_dropped_session_leaves_nothing_behind() {
     let (_tmp, store) = store();
     let mut s = store
