@@ -16,6 +16,10 @@ pub(crate) const CANNOT_EXECUTE: u8 = 126;
 /// The program was not found.
 pub(crate) const NOT_FOUND: u8 = 127;
 
+/// The kind of [`Failure::stdout_write`]: never printed as JSON (it would go to the stdout
+/// that failed).
+const STDOUT_FAILED: &str = "stdout";
+
 /// A failure of agentrun itself, reported on stderr (or as JSON under `--json`).
 pub(crate) struct Failure {
     pub(crate) code: u8,
@@ -42,10 +46,20 @@ impl Failure {
         }
     }
 
+    /// Writing to stdout failed (not a closed pipe: a full disk, an I/O error). Reported on
+    /// stderr even under `--json`: stdout is the stream that failed.
+    pub(crate) fn stdout_write(error: io::Error) -> Self {
+        Self {
+            code: FAILED,
+            kind: STDOUT_FAILED,
+            message: format!("cannot write to stdout: {error}"),
+        }
+    }
+
     /// Prints the failure (`agentrun: error: …` on stderr, or one JSON object on stdout when
-    /// the command was asked for JSON) and returns its exit code.
+    /// the command was asked for JSON and stdout is still usable) and returns its exit code.
     pub(crate) fn report(&self, json: bool) -> ExitCode {
-        if json {
+        if json && self.kind != STDOUT_FAILED {
             let object = serde_json::json!({
                 "error": {
                     "kind": self.kind,
@@ -100,9 +114,7 @@ pub(crate) fn wants_json(args: impl IntoIterator<Item = OsString>) -> bool {
 /// Writes to stdout; a closed pipe (`agentrun read … | head`) ends output quietly.
 pub(crate) fn write_or_quiet(out: &mut impl Write, bytes: &[u8]) -> Result<(), Failure> {
     match out.write_all(bytes).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
-            Err(Failure::runtime(format!("cannot write to stdout: {e}")))
-        }
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(Failure::stdout_write(e)),
         _ => Ok(()),
     }
 }

@@ -275,7 +275,7 @@ impl<W: Write> Out<W> {
                 self.closed = true;
                 Ok(())
             }
-            Err(e) => Err(Failure::runtime(e)),
+            Err(e) => Err(Failure::stdout_write(e)),
             Ok(()) => Ok(()),
         }
     }

@@ -1,6 +1,6 @@
-//! `agentrun gc` and `agentrun verify` on a closed or failing stdout: a closed pipe ends the
-//! output quietly with the command's own exit code, a write error is a message and a non-zero
-//! exit, never a panic (exit 101).
+//! Commands on a closed or failing stdout: a closed pipe ends the output quietly with the
+//! command's own exit code, a write error is a message on stderr (also under `--json`) and a
+//! non-zero exit, never a panic (exit 101).
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -51,12 +51,41 @@ fn a_full_stdout_is_an_error_message_not_a_panic() {
         let err = String::from_utf8_lossy(&o.stderr);
         let code = o.status.code();
         assert!(!matches!(code, Some(0 | 101)), "{args:?}: {code:?} {err}");
-        // Under --json failures are reported as JSON on stdout, which is the full device.
-        if !args.contains(&"--json") {
-            assert!(err.starts_with("agentrun: error: "), "{args:?}: {err}");
-            assert!(err.contains("No space left"), "{args:?}: {err}");
-        }
+        // Under --json too: the failure is about stdout, so it cannot be reported there.
+        assert!(err.starts_with("agentrun: error: "), "{args:?}: {err}");
+        assert!(err.contains("cannot write to stdout"), "{args:?}: {err}");
+        assert!(err.contains("No space left"), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_full_stdout_under_json_is_reported_on_stderr_by_every_command() {
+    let env = Env::new();
+    let stream = format!(
+        "{}/../../tests/fixtures/harness/claude/{}",
+        env!("CARGO_MANIFEST_DIR"),
+        "agentrun-golden-synthetic.jsonl"
+    );
+    for args in [
+        &["run", "--json", "--", "echo", "hi"][..],
+        &["runs", "--json"],
+        &["config", "--json"],
+        &["interpret", "--json", "--harness", "claude", &stream],
+    ] {
+        let o = env.output(args, File::options().write(true).open("/dev/full").unwrap());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(125), "{args:?}: {err}");
+        assert!(
+            err.starts_with("agentrun: error: cannot write to stdout: "),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains("No space left"), "{args:?}: {err}");
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let o = env.output(args, writer);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!((o.status.code(), &*err), (Some(0), ""), "{args:?}");
     }
 }
 
