@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::capture::CaptureStatus;
 use crate::harness::StopSignal;
 use crate::limits::PreviewLimits;
-use crate::record::{ResultRecord, StreamRecord};
+use crate::record::{ArtifactUris, ResultRecord, StreamRecord};
 use crate::sink::{DEFAULT_SINK_CAP, DEFAULT_SINK_VAR, NotReadReason, ResultSink, SinkOutcome};
 use crate::stream::OutputDeclaration;
 
@@ -392,17 +392,74 @@ impl RunOutcome {
     pub fn timed_out(self) -> bool {
         matches!(self, Self::TimedOut | Self::IdleTimedOut)
     }
+
+    /// How the run ended in one word, given how the child ended: a stopped run was
+    /// cancelled, a completed one succeeded only with exit code 0.
+    pub fn status(self, exit: Option<Exit>) -> RunStatus {
+        match (self, exit) {
+            (Self::TimedOut | Self::IdleTimedOut | Self::Cancelled, _) => RunStatus::Cancelled,
+            (_, Some(Exit::Code(0))) => RunStatus::Succeeded,
+            _ => RunStatus::Failed,
+        }
+    }
+
+    /// Why the run has its [`status`](Self::status): `exit 1`, `killed by signal 9`, `timed
+    /// out`, `idle timeout: no output`, `stopped by a signal`.
+    pub fn reason(self, exit: Option<Exit>) -> String {
+        match (self, exit) {
+            (Self::TimedOut, _) => "timed out".to_owned(),
+            (Self::IdleTimedOut, _) => "idle timeout: no output".to_owned(),
+            (Self::Cancelled, _) => "stopped by a signal".to_owned(),
+            (_, Some(Exit::Code(c))) => format!("exit {c}"),
+            (_, Some(Exit::Signal(s))) => format!("killed by signal {s}"),
+            (_, None) => "no exit status".to_owned(),
+        }
+    }
+}
+
+/// How a process run ended, in the one word the summary, the JSON and the run listing use.
+/// (The record's own `capture_status` says whether the *output* was captured whole.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum RunStatus {
+    /// The program exited with code 0.
+    Succeeded,
+    /// The program exited with another code, was killed by a signal, or its status is unknown.
+    Failed,
+    /// The run was stopped (timeout, idle timeout, stop request).
+    Cancelled,
+}
+
+impl RunStatus {
+    /// `succeeded`, `failed` or `cancelled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The result of one process run.
-#[derive(Debug, Clone, Serialize)]
+///
+/// Serializes as the object `agentrun run --json` prints: the [`RunSummary`] members
+/// (`run_id`, `status`, `reason`, `outcome`, `exit`, `pid`, `duration_ms`, `artifacts`),
+/// then `model_text`, `result`, `sink`, `label` (only when set) and the whole `record`.
+#[derive(Debug, Clone)]
 pub struct ProcessResult {
     /// How the run ended.
     pub outcome: RunOutcome,
     /// How the child ended (`None` if it never exited by itself and was not reaped as such).
     pub exit: Option<Exit>,
     /// Wall-clock duration of the run (serialized as `duration_ms`).
-    #[serde(rename = "duration_ms", serialize_with = "millis")]
     pub duration: Duration,
     /// The terminal record (artifact references, counts, previews).
     pub record: ResultRecord,
@@ -440,15 +497,198 @@ impl ProcessResult {
     pub fn stderr(&self) -> Option<&StreamRecord> {
         self.record.stream("stderr")
     }
+
+    /// How the run ended in one word ([`RunOutcome::status`]).
+    pub fn status(&self) -> RunStatus {
+        self.outcome.status(self.exit)
+    }
+
+    /// Why it ended so ([`RunOutcome::reason`]).
+    pub fn reason(&self) -> String {
+        self.outcome.reason(self.exit)
+    }
+
+    /// The run in brief: its id, how it ended, where its output is.
+    pub fn summary(&self) -> RunSummary {
+        RunSummary {
+            run_id: self.record.run_id.clone(),
+            status: self.status(),
+            reason: self.reason(),
+            outcome: self.outcome,
+            exit: self.exit,
+            pid: self.pid,
+            duration_ms: u64::try_from(self.duration.as_millis()).unwrap_or(u64::MAX),
+            artifacts: self.record.artifact_uris(),
+        }
+    }
 }
 
-fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// A process run in brief ([`ProcessResult::summary`]): the head of `agentrun run --json`
+/// and the `run` member of `agentrun agent --json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct RunSummary {
+    /// The run id (the record's name in the store).
+    pub run_id: String,
+    /// How it ended in one word.
+    pub status: RunStatus,
+    /// Why (`exit 1`, `timed out`, …).
+    pub reason: String,
+    /// How the run ended.
+    pub outcome: RunOutcome,
+    /// How the child ended (`null` when it was stopped).
+    pub exit: Option<Exit>,
+    /// The child's process id.
+    pub pid: Option<u32>,
+    /// How long the run took, in milliseconds.
+    pub duration_ms: u64,
+    /// The URI of every stream, and of the manifest.
+    pub artifacts: ArtifactUris,
+}
+
+impl Serialize for ProcessResult {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Full<'a> {
+            #[serde(flatten)]
+            summary: RunSummary,
+            model_text: String,
+            result: Option<&'a str>,
+            sink: &'a SinkOutcome,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            label: Option<&'a str>,
+            record: &'a ResultRecord,
+        }
+        Full {
+            summary: self.summary(),
+            model_text: self.model_text(),
+            result: self.result.as_deref(),
+            sink: &self.sink,
+            label: self.label.as_deref(),
+            record: &self.record,
+        }
+        .serialize(s)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A finished two-stream run whose stdout is `stdout`.
+    fn result(outcome: RunOutcome, exit: Option<Exit>, stdout: &[u8]) -> ProcessResult {
+        use crate::capture::Capture;
+        use crate::stream::{OutputChannel, StreamName};
+        let mut capture =
+            Capture::new(OutputDeclaration::stdout_stderr(), PreviewLimits::default()).unwrap();
+        let channel = OutputChannel::Named(StreamName::new("stdout").unwrap());
+        let stream = capture.resolve(&channel).unwrap().unwrap();
+        capture.handle_chunk(stream, stdout);
+        let summary = capture.finish(None, outcome.capture_status());
+        ProcessResult {
+            outcome,
+            exit,
+            duration: Duration::from_millis(1500),
+            record: ResultRecord::from_summary("run-1".to_owned(), &summary),
+            result: None,
+            sink: SinkOutcome::NotRequested,
+            pid: Some(42),
+            label: None,
+        }
+    }
+
+    #[test]
+    fn a_process_result_serializes_as_run_json_prints_it() {
+        let r = result(RunOutcome::Completed, Some(Exit::Code(1)), b"a\nb\n");
+        let json = serde_json::to_value(&r).unwrap();
+        let manifest = r.record.output_uri().to_string();
+        let stdout = r.record.stream_uri(r.stdout().unwrap()).to_string();
+        let stderr = r.record.stream_uri(r.stderr().unwrap()).to_string();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "run_id": "run-1",
+                "status": "failed",
+                "reason": "exit 1",
+                "outcome": "completed",
+                "exit": {"code": 1},
+                "pid": 42,
+                "duration_ms": 1500,
+                "artifacts": {"manifest": manifest, "stdout": stdout, "stderr": stderr},
+                "model_text": r.model_text(),
+                "result": null,
+                "sink": {"outcome": "not_requested"},
+                "record": serde_json::to_value(&r.record).unwrap(),
+            })
+        );
+        // The artifacts keep their order: the manifest, then the streams as declared.
+        let text = serde_json::to_string(&r).unwrap();
+        let at = |key: &str| text.find(&format!("\"{key}\":\"artifact://")).unwrap();
+        assert!(
+            at("manifest") < at("stdout") && at("stdout") < at("stderr"),
+            "{text}"
+        );
+        // A label is shown only when set.
+        let labelled = ProcessResult {
+            label: Some("build".to_owned()),
+            ..r
+        };
+        assert_eq!(serde_json::to_value(&labelled).unwrap()["label"], "build");
+    }
+
+    #[test]
+    fn status_words_follow_the_outcome_then_the_exit() {
+        let cases = [
+            (
+                RunOutcome::Completed,
+                Some(Exit::Code(0)),
+                RunStatus::Succeeded,
+                "exit 0",
+            ),
+            (
+                RunOutcome::Completed,
+                Some(Exit::Code(2)),
+                RunStatus::Failed,
+                "exit 2",
+            ),
+            (
+                RunOutcome::Completed,
+                Some(Exit::Signal(9)),
+                RunStatus::Failed,
+                "killed by signal 9",
+            ),
+            (
+                RunOutcome::Completed,
+                None,
+                RunStatus::Failed,
+                "no exit status",
+            ),
+            (
+                RunOutcome::TimedOut,
+                Some(Exit::Code(0)),
+                RunStatus::Cancelled,
+                "timed out",
+            ),
+            (
+                RunOutcome::IdleTimedOut,
+                None,
+                RunStatus::Cancelled,
+                "idle timeout: no output",
+            ),
+            (
+                RunOutcome::Cancelled,
+                None,
+                RunStatus::Cancelled,
+                "stopped by a signal",
+            ),
+        ];
+        for (outcome, exit, status, reason) in cases {
+            assert_eq!(outcome.status(exit), status, "{outcome:?} {exit:?}");
+            assert_eq!(outcome.reason(exit), reason, "{outcome:?} {exit:?}");
+            let json = serde_json::to_value(result(outcome, exit, b"")).unwrap();
+            assert_eq!(json["status"], status.as_str());
+        }
+    }
 
     #[test]
     fn the_sink_variable_belongs_to_the_runner() {

@@ -108,6 +108,33 @@ pub struct ResultRecord {
     pub run: Option<RunInfo>,
 }
 
+/// The URIs that read a record's output, by name ([`ResultRecord::artifact_uris`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArtifactUris(Vec<(String, ArtifactUri)>);
+
+impl ArtifactUris {
+    /// The URI named `name` (`manifest`, a stream name, or `output`).
+    pub fn get(&self, name: &str) -> Option<&ArtifactUri> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, uri)| uri)
+    }
+
+    /// `(name, URI)` pairs, the manifest first.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &ArtifactUri)> {
+        self.0.iter().map(|(n, uri)| (n.as_str(), uri))
+    }
+}
+
+impl Serialize for ArtifactUris {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (name, uri) in &self.0 {
+            map.serialize_entry(name, &uri.to_string())?;
+        }
+        map.end()
+    }
+}
+
 impl ResultRecord {
     /// Builds the record of a finalized capture, cutting every preview within the limits and
     /// the payload bound.
@@ -175,6 +202,21 @@ impl ResultRecord {
             RecordOutput::Single { stream } => ArtifactUri::new(stream.sha256),
             RecordOutput::Named { manifest, .. } => ArtifactUri::new(*manifest),
         }
+    }
+
+    /// The URI of every stream by name (`output` for single output), after the manifest's
+    /// (`manifest`, named output only): what a caller reads the output with. Serializes as a
+    /// JSON object in that order.
+    pub fn artifact_uris(&self) -> ArtifactUris {
+        let mut uris = Vec::with_capacity(self.streams().len() + 1);
+        if let RecordOutput::Named { manifest, .. } = &self.output {
+            uris.push(("manifest".to_owned(), ArtifactUri::new(*manifest)));
+        }
+        for stream in self.streams() {
+            let name = stream.name.as_ref().map_or("output", |n| n.as_str());
+            uris.push((name.to_owned(), self.stream_uri(stream)));
+        }
+        ArtifactUris(uris)
     }
 
     /// Every artifact the record references: the GC roots it contributes.

@@ -26,7 +26,7 @@ use agentrun_fs::Store;
 use agentrun_smol::{AgentOptions, AgentRun, RetainedSource};
 use clap::Args;
 
-use crate::interpret::{Out, completion_json, human, models_line};
+use crate::interpret::{Out, human, models_line};
 use crate::interrupts::Interrupts;
 use crate::{Failure, duration};
 
@@ -240,13 +240,7 @@ fn report(
             _ => "timed_out",
         };
         if args.json {
-            let json = serde_json::json!({
-                "harness": turn.harness.name(),
-                "observed_models": turn.observed_models,
-                "interrupted": why,
-                "run": run_json(result),
-            });
-            out.line(&json.to_string())?;
+            out.line(&turn_json(turn)?)?;
         } else {
             out.line(&models_line(&turn.observed_models))?;
             out.line(&format!("status: interrupted ({})", why.replace('_', " ")))?;
@@ -258,9 +252,7 @@ fn report(
         eprintln!("agentrun: warning: {why}; models and usage come from the stream");
     }
     if args.json {
-        let mut json = completion_json(turn.harness, &turn.observed_models, completion);
-        json["run"] = run_json(result);
-        out.line(&json.to_string())?;
+        out.line(&turn_json(turn)?)?;
     } else {
         out.line(&human(&turn.observed_models, completion))?;
     }
@@ -296,24 +288,7 @@ fn footer(result: &ProcessResult) -> String {
     s
 }
 
-/// The `run` member of the `--json` object: run id, how it ended, the artifacts.
-fn run_json(result: &ProcessResult) -> serde_json::Value {
-    let record = &result.record;
-    let artifacts: serde_json::Map<String, serde_json::Value> = record
-        .streams()
-        .iter()
-        .map(|s| {
-            (
-                s.name.as_ref().map_or("output", |n| n.as_str()).to_owned(),
-                serde_json::Value::String(record.stream_uri(s).to_string()),
-            )
-        })
-        .collect();
-    serde_json::json!({
-        "run_id": record.run_id,
-        "outcome": result.outcome,
-        "exit": result.exit,
-        "duration_ms": result.duration.as_millis() as u64,
-        "artifacts": artifacts,
-    })
+/// The final `--json` line: the library's serialization of the turn.
+fn turn_json(turn: &AgentRun) -> Result<String, Failure> {
+    serde_json::to_string(turn).map_err(Failure::runtime)
 }

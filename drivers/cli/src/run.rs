@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use agentrun_core::ResultRecord;
 use agentrun_core::page::{PageError, PageRequest};
-use agentrun_core::process::{Exit, ProcessResult, RunOptions, RunOutcome, StdinMode};
+use agentrun_core::process::{Exit, RunOptions, RunOutcome, StdinMode};
 use agentrun_core::record::StreamRecord;
 use agentrun_core::sink::ResultSink;
 use agentrun_fs::{ReadError, Store};
@@ -169,8 +169,8 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
         args.timeout,
     );
     if args.json {
-        let json = run_json(&result);
-        write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())?;
+        let json = serde_json::to_string_pretty(&result).map_err(Failure::runtime)?;
+        write_or_quiet(&mut out, format!("{json}\n").as_bytes())?;
     } else if args.sink {
         // stdout is the clean channel: the answer alone, verbatim; everything else on stderr.
         eprint!("{}", result.model_text());
@@ -210,54 +210,6 @@ fn tee<W: io::Write + 'static>(sink: fn() -> W) -> impl FnMut(&[u8]) + Send + 's
             open = w.write_all(chunk).and_then(|()| w.flush()).is_ok();
         }
     }
-}
-
-/// How a run ended, in the words the record and its preview use: `succeeded`, `failed` or
-/// `cancelled`, with the reason.
-pub(crate) fn status(outcome: RunOutcome, exit: Option<Exit>) -> (&'static str, String) {
-    match (outcome, exit) {
-        (RunOutcome::TimedOut, _) => ("cancelled", "timed out".to_owned()),
-        (RunOutcome::IdleTimedOut, _) => ("cancelled", "idle timeout: no output".to_owned()),
-        (RunOutcome::Cancelled, _) => ("cancelled", "stopped by a signal".to_owned()),
-        (_, Some(Exit::Code(0))) => ("succeeded", "exit 0".to_owned()),
-        (_, Some(Exit::Code(c))) => ("failed", format!("exit {c}")),
-        (_, Some(Exit::Signal(s))) => ("failed", format!("killed by signal {s}")),
-        (_, None) => ("failed", "no exit status".to_owned()),
-    }
-}
-
-/// The `--json` object: how the run ended, where its output is, and the record.
-pub(crate) fn run_json(result: &ProcessResult) -> serde_json::Value {
-    let (status, reason) = status(result.outcome, result.exit);
-    serde_json::json!({
-        "run_id": result.record.run_id,
-        "status": status,
-        "reason": reason,
-        "outcome": result.outcome,
-        "pid": result.pid,
-        "exit": result.exit,
-        "duration_ms": result.duration.as_millis() as u64,
-        "artifacts": artifacts_json(&result.record),
-        "model_text": result.model_text(),
-        "result": result.result,
-        "sink": result.sink,
-        "record": result.record,
-    })
-}
-
-/// `{"output": URI}` for single output, `{"manifest": URI, "<stream>": URI, …}` for named.
-pub(crate) fn artifacts_json(record: &ResultRecord) -> serde_json::Value {
-    let mut map = serde_json::Map::new();
-    if record.streams().iter().any(|s| s.name.is_some()) {
-        map.insert("manifest".into(), record.output_uri().to_string().into());
-    }
-    for stream in record.streams() {
-        map.insert(
-            stream_name(stream).to_owned(),
-            record.stream_uri(stream).to_string().into(),
-        );
-    }
-    map.into()
 }
 
 fn stream_name(stream: &StreamRecord) -> &str {
@@ -322,10 +274,11 @@ pub(crate) fn run_summary(
     outcome: RunOutcome,
     exit: Option<Exit>,
 ) -> String {
-    let (status, reason) = status(outcome, exit);
     format!(
-        "agentrun: run {} {status} ({reason}){}",
+        "agentrun: run {} {} ({}){}",
         record.run_id,
+        outcome.status(exit),
+        outcome.reason(exit),
         sizes(record)
     )
 }

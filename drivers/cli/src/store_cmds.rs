@@ -77,7 +77,7 @@ pub(crate) fn show(settings: &Settings, args: ShowArgs) -> Result<ExitCode, Fail
             "status": status,
             "reason": reason,
             "command": record.run.as_ref().map(|r| &r.command),
-            "artifacts": crate::run::artifacts_json(&record),
+            "artifacts": record.artifact_uris(),
             "model_text": record.render(),
             "record": record,
         });
@@ -96,10 +96,10 @@ pub(crate) fn show(settings: &Settings, args: ShowArgs) -> Result<ExitCode, Fail
 /// when the record has one, else from the record's status.
 fn status_of(record: &ResultRecord) -> (String, Option<String>) {
     match &record.run {
-        Some(run) => {
-            let (status, reason) = crate::run::status(run.outcome, run.exit);
-            (status.to_owned(), Some(reason))
-        }
+        Some(run) => (
+            run.outcome.status(run.exit).as_str().to_owned(),
+            Some(run.outcome.reason(run.exit)),
+        ),
         None => (record.capture_status.as_str().to_owned(), None),
     }
 }

@@ -399,16 +399,16 @@ fn a_missing_or_unexecutable_harness_is_127_or_126_with_its_name() {
 #[test]
 fn a_timeout_interrupts_with_the_models_so_far_and_exits_124() {
     let env = Env::new();
-    let o = env
-        .agent(
-            "claude",
-            &["--timeout", "1s"],
-            "claude/agentrun-golden-synthetic.jsonl",
-        )
-        .env("FAKE_SLEEP_MS", "30000")
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(124), "{}", stderr(&o));
+    // The fake stalls after its first events; --timeout stops it.
+    let stalled = |flags: &[&str]| {
+        let flags = [&["--timeout", "1s"][..], flags].concat();
+        let fixture = "claude/agentrun-golden-synthetic.jsonl";
+        let mut cmd = env.agent("claude", &flags, fixture);
+        let o = cmd.env("FAKE_SLEEP_MS", "30000").output().unwrap();
+        assert_eq!(o.status.code(), Some(124), "{}", stderr(&o));
+        o
+    };
+    let o = stalled(&[]);
     let out = stdout(&o);
     assert!(
         out.contains("observed models: child-haiku, false-parent"),
@@ -421,6 +421,17 @@ fn a_timeout_interrupts_with_the_models_so_far_and_exits_124() {
         "{}",
         stderr(&o)
     );
+    // The same under --json: the interruption in place of the completion.
+    let out = stdout(&stalled(&["--json"]));
+    let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(last["interrupted"], "timed_out", "{last:#}");
+    assert!(
+        last.get("report").is_none() && last.get("outcome").is_none(),
+        "{last:#}"
+    );
+    assert_eq!(last["run"]["status"], "cancelled", "{last:#}");
+    assert_eq!(last["run"]["reason"], "timed out", "{last:#}");
+    assert_eq!(last["run"]["outcome"], "timed_out", "{last:#}");
 }
 
 #[test]
@@ -443,6 +454,20 @@ fn the_retained_artifacts_are_readable_with_agentrun_read() {
     assert_eq!(last["outcome"]["final_message"], "second answer");
     let run = &last["run"];
     assert_eq!(run["outcome"], "completed");
+    // The library's serialization of the turn: the run in brief, as `run --json` heads it.
+    assert_eq!(run["status"], "succeeded", "{last:#}");
+    assert_eq!(run["reason"], "exit 0", "{last:#}");
+    assert!(run["pid"].as_u64().is_some_and(|p| p > 0), "{last:#}");
+    assert_eq!(last["truncated_lines"], 0, "{last:#}");
+    assert!(last.get("interrupted").is_none(), "{last:#}");
+    let show = env
+        .cmd(&["show", "--json", run["run_id"].as_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(show.status.success(), "{}", stderr(&show));
+    let shown: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(shown["artifacts"], run["artifacts"], "{last:#}");
+    assert!(run["artifacts"]["manifest"].is_string(), "{last:#}");
     let read = |uri: &str| {
         let o = env.cmd(&["read", uri, "--all"]).output().unwrap();
         assert!(o.status.success(), "{}", stderr(&o));

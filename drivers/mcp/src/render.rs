@@ -85,23 +85,20 @@ fn status_line(result: &ProcessResult, timeout: Duration) -> String {
     }
 }
 
-/// The structured content of a `run` result: the result record and how the run ended.
+/// The structured content of a `run` result: the library's serialization of the result (the
+/// object `agentrun run --json` prints), with `result` as shown to the model (`null` when
+/// the answer was over the bound) and `result_artifact`, the answer's own URI in that case.
 pub(crate) fn run_json(result: &ProcessResult, answer: &Answer) -> Value {
     let (answer_text, answer_record) = match answer {
         Answer::Inline(text) => (Some(text.as_str()), None),
         Answer::Retained(record) => (None, Some(record)),
         Answer::NotRequested | Answer::Missing(_) => (None, None),
     };
-    json!({
-        "outcome": result.outcome,
-        "exit": result.exit,
-        "pid": result.pid,
-        "duration_ms": u64::try_from(result.duration.as_millis()).unwrap_or(u64::MAX),
-        "record": result.record,
-        "result": answer_text,
-        "result_artifact": answer_record.map(|r| r.output_uri().to_string()),
-        "sink": result.sink,
-    })
+    let mut value =
+        serde_json::to_value(result).unwrap_or_else(|e| json!({ "error": e.to_string() }));
+    value["result"] = json!(answer_text);
+    value["result_artifact"] = json!(answer_record.map(|r| r.output_uri().to_string()));
+    value
 }
 
 /// The continuation line of a line page: where the next page starts, or the end.

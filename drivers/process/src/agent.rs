@@ -43,7 +43,9 @@ use agentrun_core::harness::{
     RetainedRecord, RetainedRequest,
 };
 use agentrun_core::lines::LineSplitter;
-use agentrun_core::process::{Exit, OptionsError, ProcessResult, RunOptions, RunOutcome};
+use agentrun_core::process::{
+    Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, RunSummary,
+};
 use agentrun_core::sink::ResultSink;
 use futures_lite::Stream;
 use serde::Serialize;
@@ -267,11 +269,17 @@ pub enum AgentError {
 }
 
 /// The result of one harness turn.
-#[derive(Debug, Clone, Serialize)]
+///
+/// Serializes as the final object of `agentrun agent --json`: `harness`, `observed_models`,
+/// then `report` and `outcome` (the completion) or, when the run was stopped,
+/// `interrupted` (`timed_out`, `idle_timed_out` or `cancelled`); then `run` (the process in
+/// brief, [`agentrun_core::process::RunSummary`]: id, status, exit, artifact URIs),
+/// `truncated_lines`, and `retained_error` when there is one. The process's full record is
+/// not repeated: it is in the store under the run id.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct AgentRun {
     /// The harness.
-    #[serde(serialize_with = "harness_name")]
     pub harness: Harness,
     /// The models observed on the stream (before the retained record's reconciliation).
     pub observed_models: Vec<String>,
@@ -286,8 +294,32 @@ pub struct AgentRun {
     pub retained_error: Option<String>,
 }
 
-fn harness_name<S: serde::Serializer>(h: &Harness, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(h.name())
+impl Serialize for AgentRun {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Json<'a> {
+            harness: &'static str,
+            observed_models: &'a [String],
+            #[serde(flatten)]
+            completion: Option<&'a Completion>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            interrupted: Option<RunOutcome>,
+            run: RunSummary,
+            truncated_lines: u64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            retained_error: Option<&'a str>,
+        }
+        Json {
+            harness: self.harness.name(),
+            observed_models: &self.observed_models,
+            completion: self.completion.as_ref(),
+            interrupted: self.stopped(),
+            run: self.process.summary(),
+            truncated_lines: self.truncated_lines,
+            retained_error: self.retained_error.as_deref(),
+        }
+        .serialize(s)
+    }
 }
 
 impl AgentRun {
