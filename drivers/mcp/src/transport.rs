@@ -5,9 +5,9 @@
 //! silently (it logs them). A client that sent one would then wait for an answer that never
 //! comes; this transport answers instead, as JSON-RPC 2.0 asks: `-32700 Parse error` for a
 //! line that is not JSON, `-32600 Invalid Request` for JSON that is not a message and for a
-//! message over the size bound (with the request's id when it can be read), and it keeps
-//! serving. Oversized lines are skipped without being buffered, so memory stays bounded
-//! whatever a client sends. Notifications get no answer, whatever is wrong with them.
+//! message over the size bound (with the request's id when the bounded prefix holds it, see
+//! `id_in_prefix`), and it keeps serving. Oversized lines are skipped without being buffered
+//! beyond the bound, so memory stays bounded whatever a client sends. Notifications get no answer, whatever is wrong with them.
 
 use std::io;
 use std::sync::Arc;
@@ -39,7 +39,8 @@ pub(crate) struct LineTransport<R, W> {
 enum Line {
     /// A whole line is in `self.line` (without its `\n`).
     Complete,
-    /// The line exceeded the bound; it was skipped.
+    /// The line exceeded the bound; it was skipped. `self.line` holds its first `max_line`
+    /// bytes.
     Oversized,
     /// End of input.
     Eof,
@@ -76,8 +77,10 @@ where
                     self.skipping = false;
                 }
             } else if self.line.len() + take > self.max_line + 1 {
-                // `+ 1`: the newline itself does not count against the bound.
-                self.line.clear();
+                // `+ 1`: the newline itself does not count against the bound. What fits under
+                // the bound stays in `self.line` as the prefix the request id is read from.
+                let room = self.max_line.saturating_sub(self.line.len());
+                self.line.extend_from_slice(&available[..room.min(take)]);
                 self.skipping = newline.is_none();
                 oversized = true;
             } else {
@@ -168,6 +171,86 @@ fn classify_bad_line(
     ))
 }
 
+/// The `"id"` of a request from the first bytes of its line, when they hold it whole: a
+/// top-level member before anything the prefix cuts off (clients write `jsonrpc`, `id` and
+/// `method` before `params`, so an oversized request's id is almost always there). Scans
+/// the object's members without parsing their values: one pass over at most the bound.
+/// `None` when the prefix is not the start of an object, the id comes after the cut, or it
+/// is not a string or an integer; the error then carries a null id, as JSON-RPC 2.0 asks
+/// when the id cannot be determined.
+fn id_in_prefix(prefix: &[u8]) -> Option<RequestId> {
+    let text = prefix.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(prefix);
+    let mut at = skip_space(text, 0);
+    if text.get(at) != Some(&b'{') {
+        return None;
+    }
+    loop {
+        at = skip_space(text, at + 1);
+        if text.get(at) != Some(&b'"') {
+            return None; // `}` (no id) or not JSON.
+        }
+        let key_end = string_end(text, at)?;
+        let key = &text[at..key_end];
+        at = skip_space(text, key_end);
+        if text.get(at) != Some(&b':') {
+            return None;
+        }
+        let value = skip_space(text, at + 1);
+        let value_end = value_end(text, value)?;
+        if key == b"\"id\"" {
+            return serde_json::from_slice(&text[value..value_end]).ok();
+        }
+        at = skip_space(text, value_end);
+        if text.get(at) != Some(&b',') {
+            return None;
+        }
+    }
+}
+
+fn skip_space(text: &[u8], mut at: usize) -> usize {
+    while text.get(at).is_some_and(|b| b" \t\r\n".contains(b)) {
+        at += 1;
+    }
+    at
+}
+
+/// The index just past the string starting at `text[start] == '"'`, if it ends in `text`.
+fn string_end(text: &[u8], start: usize) -> Option<usize> {
+    let mut at = start + 1;
+    loop {
+        match *text.get(at)? {
+            b'\\' => at += 2,
+            b'"' => return Some(at + 1),
+            _ => at += 1,
+        }
+    }
+}
+
+/// The index just past the value starting at `start`, if the prefix holds all of it and
+/// the byte that ends it (so a number is known to be whole).
+fn value_end(text: &[u8], start: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut at = start;
+    loop {
+        match *text.get(at)? {
+            b'"' => {
+                at = string_end(text, at)?;
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' if depth > 0 => depth -= 1,
+            b',' | b'}' | b']' if depth == 0 => return (at > start).then_some(at),
+            b' ' | b'\t' | b'\r' | b'\n' if depth == 0 && at > start => return Some(at),
+            _ => {}
+        }
+        at += 1;
+        if depth == 0 && matches!(text[at - 1], b'}' | b']') {
+            // A whole object or array value: it ends here.
+            return Some(at);
+        }
+    }
+}
+
 impl<R, W> Transport<RoleServer> for LineTransport<R, W>
 where
     R: AsyncBufRead + Unpin + Send,
@@ -197,7 +280,9 @@ where
                         ),
                         None,
                     );
-                    if self.reply_error(error, None).await.is_err() {
+                    let id = id_in_prefix(&self.line);
+                    self.line.clear();
+                    if self.reply_error(error, id).await.is_err() {
                         return None;
                     }
                     continue;
@@ -292,6 +377,48 @@ mod tests {
         assert_eq!(replies[1]["error"]["code"], -32600);
         assert_eq!(replies[2]["error"]["code"], -32600);
         assert_eq!(replies[2]["id"], 7, "the id of a bad request is echoed");
+    }
+
+    #[tokio::test]
+    async fn an_oversized_request_is_answered_with_its_id_when_the_prefix_holds_it() {
+        let pad = "x".repeat(10_000);
+        let input = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":41,\"method\":\"tools/call\",\"params\":{{\"a\":\"{pad}\"}}}}\n\
+             {{ \"jsonrpc\" : \"2.0\", \"meta\": {{\"k\": [1, {{\"id\": 9}}], \"s\": \"}}\\\"\"}}, \"id\" : \"req-7\", \"params\":\"{pad}\"}}\n\
+             {{\"jsonrpc\":\"2.0\",\"method\":\"tools/call\",\"params\":{{\"a\":\"{pad}\"}},\"id\":43}}\n"
+        );
+        let (methods, written) = exchange(input.as_bytes(), 1024).await;
+        assert!(methods.is_empty(), "{methods:?}");
+        let replies: Vec<serde_json::Value> = written
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(replies.len(), 3, "{written}");
+        assert!(
+            replies.iter().all(|r| r["error"]["code"] == -32600),
+            "{written}"
+        );
+        assert_eq!(replies[0]["id"], 41, "the id before the cut is echoed");
+        assert_eq!(
+            replies[1]["id"], "req-7",
+            "nested ids and strings are skipped"
+        );
+        assert!(replies[2]["id"].is_null(), "an id after the cut is unknown");
+    }
+
+    #[test]
+    fn ids_are_read_only_from_whole_top_level_members() {
+        let id = |s: &str| id_in_prefix(s.as_bytes()).map(|id| serde_json::to_value(id).unwrap());
+        assert_eq!(id(r#"{"id":12,"method""#), Some(serde_json::json!(12)));
+        assert_eq!(id(r#"{"id":12"#), None, "the number may go on");
+        assert_eq!(id(r#"{"id":"a\"b", "#), Some(serde_json::json!("a\"b")));
+        assert_eq!(id(r#"{"id":"abc"#), None);
+        assert_eq!(id(r#"{"p":[{"id":1}],"id":2,"#), Some(serde_json::json!(2)));
+        assert_eq!(id(r#"{"id":null,"#), None);
+        assert_eq!(id(r#"{"id":1.5,"#), None);
+        assert_eq!(id(r#"[{"id":1},"#), None);
+        assert_eq!(id(r#"{"method":"x","params":{"#), None);
+        assert_eq!(id(""), None);
     }
 
     #[tokio::test]
