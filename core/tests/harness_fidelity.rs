@@ -33,25 +33,27 @@ fn prompts_come_after_the_end_of_options_or_on_stdin() {
             Harness::Codex,
             Harness::Muse,
         ] {
-            let inv = h.invocation(&request(prompt));
+            let inv = h.invocation(&request(prompt)).unwrap();
             let n = inv.args.len();
             assert_eq!(inv.args[n - 2..], ["--", prompt], "{h}: {:?}", inv.args);
             assert_eq!(inv.stdin, Stdin::Null);
         }
-        let grok = Harness::Grok.invocation(&request(prompt));
-        assert_eq!(grok.args[grok.args.len() - 2..], ["-p", prompt]);
-        let opencode = Harness::OpenCode.invocation(&request(prompt));
+        let grok = Harness::Grok.invocation(&request(prompt)).unwrap();
+        assert_eq!(grok.args.last().unwrap(), &format!("--single={prompt}"));
+        let opencode = Harness::OpenCode.invocation(&request(prompt)).unwrap();
         assert_eq!(opencode.stdin, Stdin::Prompt(prompt.to_owned()));
         assert!(!opencode.args.iter().any(|a| a == prompt));
     }
     // Codex resumes with the `resume` subcommand before the end of options.
-    let inv = Harness::Codex.invocation(&LaunchRequest {
-        resume: Some("th-1".to_owned()),
-        model: Some("gpt-5.5".to_owned()),
-        effort: Some("high".to_owned()),
-        skip_git_repo_check: true,
-        ..request("resume")
-    });
+    let inv = Harness::Codex
+        .invocation(&LaunchRequest {
+            resume: Some("th-1".to_owned()),
+            model: Some("gpt-5.5".to_owned()),
+            effort: Some("high".to_owned()),
+            skip_git_repo_check: true,
+            ..request("resume")
+        })
+        .unwrap();
     assert_eq!(
         inv.args,
         [
@@ -69,21 +71,25 @@ fn prompts_come_after_the_end_of_options_or_on_stdin() {
         ]
     );
     // The Git-repository escape hatch is Codex's alone.
-    let claude = Harness::Claude.invocation(&LaunchRequest {
-        skip_git_repo_check: true,
-        ..request("p")
-    });
+    let claude = Harness::Claude
+        .invocation(&LaunchRequest {
+            skip_git_repo_check: true,
+            ..request("p")
+        })
+        .unwrap();
     assert!(!claude.args.iter().any(|a| a == "--skip-git-repo-check"));
 }
 
 #[test]
 fn opencode_passes_the_effort_as_its_variant_and_every_cli_disables_self_updates() {
-    let inv = Harness::OpenCode.invocation(&LaunchRequest {
-        model: Some("p/m".to_owned()),
-        effort: Some("high".to_owned()),
-        resume: Some("ses_1".to_owned()),
-        ..request("hi")
-    });
+    let inv = Harness::OpenCode
+        .invocation(&LaunchRequest {
+            model: Some("p/m".to_owned()),
+            effort: Some("high".to_owned()),
+            resume: Some("ses_1".to_owned()),
+            ..request("hi")
+        })
+        .unwrap();
     assert_eq!(
         inv.args,
         [
@@ -98,7 +104,7 @@ fn opencode_passes_the_effort_as_its_variant_and_every_cli_disables_self_updates
             "ses_1"
         ]
     );
-    let env = |h: Harness| h.invocation(&request("p")).env;
+    let env = |h: Harness| h.invocation(&request("p")).unwrap().env;
     assert_eq!(
         env(Harness::OpenCode),
         [("OPENCODE_DISABLE_AUTOUPDATE".to_owned(), "1".to_owned())]

@@ -104,9 +104,19 @@ impl Harness {
     /// Options a harness has no flag for (effort for Antigravity and Muse) are left out.
     ///
     /// The prompt is data, never a flag or a subcommand: it comes after `--` (Claude Code,
-    /// Antigravity, Codex, Muse), as the value of `-p` (Grok), or on stdin (OpenCode), so a
-    /// prompt such as `-x`, `--help me`, `help` or `resume` reaches the model verbatim.
-    pub fn invocation(self, request: &LaunchRequest) -> Invocation {
+    /// Antigravity, Codex, Muse), joined to its option as `--single=PROMPT` (Grok), or on
+    /// stdin (OpenCode), so a prompt such as `-x`, `--help me`, `help` or `resume` reaches the
+    /// model verbatim.
+    ///
+    /// # Errors
+    /// [`LaunchError::InvalidEffort`] when the effort could be read as something else than an
+    /// effort: Codex gets it inside a TOML string (`-c model_reasoning_effort="E"`), so it
+    /// must be a lowercase word (`[a-z]+`); the others get it as an argument of its own, which
+    /// must be a word of lowercase letters, digits, `-` and `_` not starting with `-`.
+    pub fn invocation(self, request: &LaunchRequest) -> Result<Invocation, LaunchError> {
+        if let Some(effort) = &request.effort {
+            check_effort(self, effort)?;
+        }
         let mut args: Vec<String> = Vec::new();
         let mut env = Vec::new();
         let mut stdin = Stdin::Null;
@@ -135,8 +145,10 @@ impl Harness {
                 push(&mut args, "--reasoning-effort", &request.effort);
                 args.extend(request.harness_args.iter().cloned());
                 push(&mut args, "-r", &request.resume);
-                args.push("-p".to_owned());
-                args.push(request.prompt.clone());
+                // `-p, --single <PROMPT>`: joined to the long option with `=`, the prompt is
+                // its value even when it starts with `-` (a separate `-p -x` would be read
+                // as the flag `-x` by most argument parsers).
+                args.push(format!("--single={}", request.prompt));
                 env.push(("GROK_DISABLE_AUTOUPDATER".to_owned(), "1".to_owned()));
                 "grok"
             }
@@ -190,12 +202,12 @@ impl Harness {
                 "opencode"
             }
         };
-        Invocation {
+        Ok(Invocation {
             program: program.to_owned(),
             args,
             env,
             stdin,
-        }
+        })
     }
 
     /// How a driver stops this harness: send the signals in order, waiting the driver's grace
@@ -251,6 +263,57 @@ impl std::str::FromStr for Harness {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Harness::from_name(s)
     }
+}
+
+/// Longest accepted reasoning effort.
+const MAX_EFFORT_CHARS: usize = 64;
+
+/// Whether `effort` can be passed to `harness` without being read as something else.
+fn check_effort(harness: Harness, effort: &str) -> Result<(), LaunchError> {
+    let (ok, expected) = match harness {
+        // Codex's effort is interpolated into a TOML string: letters only, so no quote,
+        // backslash or newline can end the string early.
+        Harness::Codex => (
+            !effort.is_empty() && effort.bytes().all(|b| b.is_ascii_lowercase()),
+            "expected a lowercase word such as minimal, low, medium, high or xhigh",
+        ),
+        _ => (
+            effort
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                && effort.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
+                }),
+            "expected a word of lowercase letters, digits, '-' and '_' such as low, medium or high",
+        ),
+    };
+    if ok && effort.chars().count() <= MAX_EFFORT_CHARS {
+        Ok(())
+    } else {
+        Err(LaunchError::InvalidEffort {
+            harness,
+            effort: effort.chars().take(MAX_EFFORT_CHARS).collect(),
+            expected,
+        })
+    }
+}
+
+/// Why a [`LaunchRequest`] cannot be turned into an [`Invocation`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaunchError {
+    /// The reasoning effort is not a plain word (it could be read as a flag or break out of
+    /// the configuration value it is passed in).
+    #[error("invalid reasoning effort {effort:?} for {harness}: {expected}")]
+    InvalidEffort {
+        /// The harness.
+        harness: Harness,
+        /// The effort (at most its first 64 characters).
+        effort: String,
+        /// What is accepted.
+        expected: &'static str,
+    },
 }
 
 /// What to launch: a prompt with optional model, effort and resume id.
@@ -590,6 +653,73 @@ impl Drift {
 mod tests {
     use super::*;
 
+    fn with_effort(harness: Harness, effort: &str) -> Result<Invocation, LaunchError> {
+        harness.invocation(&LaunchRequest {
+            prompt: "p".into(),
+            effort: Some(effort.into()),
+            ..LaunchRequest::default()
+        })
+    }
+
+    #[test]
+    fn codex_accepts_only_a_lowercase_word_as_its_effort() {
+        for effort in ["minimal", "low", "high", "xhigh"] {
+            let inv = with_effort(Harness::Codex, effort).unwrap();
+            assert!(
+                inv.args
+                    .contains(&format!("model_reasoning_effort=\"{effort}\""))
+            );
+        }
+        for effort in [
+            "",
+            "high\" model=\"x",
+            "high\nmodel = \"x\"",
+            "High",
+            "x-high",
+            "-x",
+            "high ",
+        ] {
+            let err = with_effort(Harness::Codex, effort).unwrap_err();
+            let LaunchError::InvalidEffort { harness, .. } = &err;
+            assert_eq!(*harness, Harness::Codex);
+            assert!(err.to_string().contains("lowercase word"), "{err}");
+        }
+    }
+
+    #[test]
+    fn an_effort_that_could_be_read_as_a_flag_is_refused() {
+        for harness in [Harness::Claude, Harness::Grok, Harness::OpenCode] {
+            for effort in ["max", "xhigh", "thinking-2", "level_3"] {
+                assert!(with_effort(harness, effort).is_ok(), "{harness} {effort}");
+            }
+            for effort in ["", "-x", "--help", "high now", "a\"b", &"a".repeat(65)] {
+                let err = with_effort(harness, effort).unwrap_err();
+                assert!(
+                    err.to_string().starts_with("invalid reasoning effort"),
+                    "{err}"
+                );
+            }
+        }
+        // The message quotes at most 64 characters of a long effort.
+        let err = with_effort(Harness::Claude, &"a".repeat(1000)).unwrap_err();
+        assert!(err.to_string().len() < 300, "{err}");
+    }
+
+    #[test]
+    fn grok_gets_the_prompt_joined_to_its_long_option() {
+        for prompt in ["-x", "--help", "--help me", "help", "a=b", ""] {
+            let inv = Harness::Grok
+                .invocation(&LaunchRequest {
+                    prompt: prompt.into(),
+                    resume: Some("S".into()),
+                    ..LaunchRequest::default()
+                })
+                .unwrap();
+            assert_eq!(inv.args.last().unwrap(), &format!("--single={prompt}"));
+            assert!(!inv.args.iter().any(|a| a == prompt || a == "-p"));
+        }
+    }
+
     #[test]
     fn harness_args_go_after_the_flags_and_before_resume_and_prompt() {
         let request = LaunchRequest {
@@ -600,7 +730,7 @@ mod tests {
             ..LaunchRequest::default()
         };
         for harness in Harness::ALL {
-            let inv = harness.invocation(&request);
+            let inv = harness.invocation(&request).unwrap();
             let at = |s: &str| inv.args.iter().position(|a| a == s);
             let extra = at("--permission-mode").expect("harness args passed");
             assert_eq!(inv.args[extra + 1], "acceptEdits", "{harness}");

@@ -39,7 +39,8 @@ pub(crate) struct AgentArgs {
     /// The model to request (passed to the harness verbatim).
     #[arg(long, value_name = "M")]
     model: Option<String>,
-    /// The reasoning effort to request (claude, grok, codex; ignored by the others).
+    /// The reasoning effort to request, a plain word such as `high` (claude, grok, codex;
+    /// opencode as its variant; ignored by the others).
     #[arg(long, value_name = "E")]
     effort: Option<String>,
     /// A harness session id to resume.
@@ -127,7 +128,11 @@ impl AgentArgs {
 pub(crate) fn run(store: Store, args: AgentArgs) -> Result<ExitCode, Failure> {
     let harness = args.harness;
     let options = args.options();
-    options.run_options().validate().map_err(Failure::usage)?;
+    options
+        .run_options()
+        .map_err(Failure::usage)?
+        .validate()
+        .map_err(Failure::usage)?;
     if let (Some(path), None) = (&args.retained, harness.retained_kind()) {
         eprintln!(
             "agentrun: warning: {harness} has no retained record; ignoring {}",
@@ -169,6 +174,7 @@ pub(crate) fn run(store: Store, args: AgentArgs) -> Result<ExitCode, Failure> {
             return Ok(failure.report(args.json));
         }
         Err(agentrun_smol::AgentError::Options(e)) => return Err(Failure::usage(e)),
+        Err(agentrun_smol::AgentError::Launch(e)) => return Err(Failure::usage(e)),
         Err(e) => return Err(Failure::runtime(e)),
     };
     if let Some(f) = live

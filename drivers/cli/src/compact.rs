@@ -33,7 +33,8 @@ use agentrun_core::compaction::{
     DEFAULT_MAX_SUMMARY_BYTES, Failed, Reference, SummarizerFailure, SummarizerInput,
 };
 use agentrun_core::harness::{
-    FailureKind, Harness, HarnessExit, Interpretation, LaunchRequest, OutcomeStatus, Stdin,
+    FailureKind, Harness, HarnessExit, Interpretation, LaunchError, LaunchRequest, OutcomeStatus,
+    Stdin,
 };
 use agentrun_core::page::ByteRange;
 use agentrun_core::process::{Exit, ProcessResult, RunOptions, RunOutcome, StdinMode};
@@ -275,7 +276,11 @@ const PROMPT_SLOT: &str = "agentrun-compaction-prompt-slot";
 
 /// The harness launch with the summarizer input as its prompt: on stdin where the harness
 /// reads it there, else as the prompt argument.
-fn harness_options(harness: Harness, model: &Option<String>, text: String) -> RunOptions {
+fn harness_options(
+    harness: Harness,
+    model: &Option<String>,
+    text: String,
+) -> Result<RunOptions, LaunchError> {
     let request = LaunchRequest {
         prompt: PROMPT_SLOT.to_owned(),
         model: model.clone(),
@@ -283,7 +288,7 @@ fn harness_options(harness: Harness, model: &Option<String>, text: String) -> Ru
         skip_git_repo_check: true,
         ..LaunchRequest::default()
     };
-    let invocation = harness.invocation(&request);
+    let invocation = harness.invocation(&request)?;
     let mut text = Some(text);
     let mut stdin = StdinMode::Null;
     if let Stdin::Prompt(_) = invocation.stdin {
@@ -291,10 +296,11 @@ fn harness_options(harness: Harness, model: &Option<String>, text: String) -> Ru
     }
     let mut args = Vec::with_capacity(invocation.args.len());
     for arg in invocation.args {
-        if arg != PROMPT_SLOT {
+        // The prompt is an argument of its own, or joined to its option (Grok's `--single=`).
+        let Some(option) = arg.strip_suffix(PROMPT_SLOT) else {
             args.push(arg);
             continue;
-        }
+        };
         let text = text.take().unwrap_or_default();
         match harness {
             // `claude -p` without a prompt argument reads the prompt from stdin; the `--` that
@@ -310,7 +316,7 @@ fn harness_options(harness: Harness, model: &Option<String>, text: String) -> Ru
                 args.push("-".to_owned());
                 stdin = StdinMode::Bytes(text.into_bytes());
             }
-            _ => args.push(text),
+            _ => args.push(format!("{option}{text}")),
         }
     }
     let mut options = RunOptions::new(&invocation.program)
@@ -320,7 +326,7 @@ fn harness_options(harness: Harness, model: &Option<String>, text: String) -> Ru
     for (key, value) in &invocation.env {
         options = options.env(key, value);
     }
-    options
+    Ok(options)
 }
 
 /// Runs the summarizer once. The outer error is agentrun's own failure (the store); the inner
@@ -336,7 +342,9 @@ fn summarize(
     // The input is moved into the child's stdin (or argument), never copied: it can be as
     // large as the transcript.
     let mut options = match summarizer {
-        Summarizer::Harness { harness, model } => harness_options(*harness, model, input.text),
+        Summarizer::Harness { harness, model } => {
+            harness_options(*harness, model, input.text).map_err(Failure::usage)?
+        }
         Summarizer::Command(cmd) => RunOptions::new("/bin/sh")
             .arg("-c")
             .arg(cmd)
@@ -559,7 +567,7 @@ mod tests {
     fn the_input_goes_on_stdin_where_the_harness_reads_its_prompt_there() {
         let model = Some("m".to_owned());
         for harness in [Harness::Claude, Harness::Codex, Harness::OpenCode] {
-            let options = harness_options(harness, &model, "THE INPUT".to_owned());
+            let options = harness_options(harness, &model, "THE INPUT".to_owned()).unwrap();
             assert_eq!(stdin_text(&options), Some(&b"THE INPUT"[..]), "{harness}");
             assert!(
                 !options
@@ -570,18 +578,22 @@ mod tests {
                 options.args
             );
         }
-        let claude = harness_options(Harness::Claude, &model, "x".to_owned());
+        let claude = harness_options(Harness::Claude, &model, "x".to_owned()).unwrap();
         assert_ne!(
             claude.args.last().map(|a| a.as_os_str()),
             Some("--".as_ref())
         );
-        let codex = harness_options(Harness::Codex, &model, "x".to_owned());
+        let codex = harness_options(Harness::Codex, &model, "x".to_owned()).unwrap();
         assert_eq!(codex.args.last().map(|a| a.as_os_str()), Some("-".as_ref()));
         // The others take it as their prompt argument, limited to one argument's size.
         for harness in [Harness::Grok, Harness::Antigravity, Harness::Muse] {
             assert!(!reads_prompt_on_stdin(harness));
-            let options = harness_options(harness, &model, "THE INPUT".to_owned());
-            assert!(options.args.iter().any(|a| a == "THE INPUT"), "{harness}");
+            let options = harness_options(harness, &model, "THE INPUT".to_owned()).unwrap();
+            let prompt = match harness {
+                Harness::Grok => "--single=THE INPUT",
+                _ => "THE INPUT",
+            };
+            assert!(options.args.iter().any(|a| a == prompt), "{harness}");
             assert_eq!(stdin_text(&options), None);
         }
     }

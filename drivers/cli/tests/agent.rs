@@ -542,15 +542,18 @@ fn usage_errors_exit_125() {
     }
 }
 
+/// The harnesses that take the prompt as an argument, each with a fixture to replay.
+const ARGV_HARNESSES: [(&str, &str); 5] = [
+    ("claude", "claude/agentrun-golden-synthetic.jsonl"),
+    ("grok", "grok/agentrun-messages-synthetic.jsonl"),
+    ("agy", "antigravity/agentrun-stream-synthetic.jsonl"),
+    ("codex", "codex/agentrun-resume-synthetic.jsonl"),
+    ("muse", "muse/agentrun-exec-synthetic.jsonl"),
+];
+
 #[test]
 fn harness_args_reach_every_harness_verbatim_before_the_prompt() {
-    for (harness, fixture_path) in [
-        ("claude", "claude/agentrun-golden-synthetic.jsonl"),
-        ("grok", "grok/agentrun-messages-synthetic.jsonl"),
-        ("agy", "antigravity/agentrun-stream-synthetic.jsonl"),
-        ("codex", "codex/agentrun-resume-synthetic.jsonl"),
-        ("muse", "muse/agentrun-exec-synthetic.jsonl"),
-    ] {
+    for (harness, fixture_path) in ARGV_HARNESSES {
         let env = Env::new();
         let o = env
             .agent(
@@ -571,4 +574,74 @@ fn harness_args_reach_every_harness_verbatim_before_the_prompt() {
         // The fake exits 90 when its argv differs from the expected one.
         assert_eq!(o.status.code(), Some(0), "{harness}: {}", stderr(&o));
     }
+}
+
+#[test]
+fn prompts_that_look_like_flags_reach_every_harness_as_data() {
+    for (harness, fixture_path) in ARGV_HARNESSES {
+        for prompt in ["-x", "--help", "--help me", "help", "resume", "-p"] {
+            let env = Env::new();
+            let o = env
+                .cmd(&["agent", harness, "--", prompt])
+                .env("FAKE_PROMPT", prompt)
+                .env("FAKE_FIXTURE", fixture(fixture_path))
+                .output()
+                .unwrap();
+            // The fake exits 90 unless the prompt is where its harness reads it as data
+            // (after `--`; Grok: joined as `--single=PROMPT`).
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{harness} {prompt:?}: {}",
+                stderr(&o)
+            );
+        }
+    }
+}
+
+#[test]
+fn an_effort_that_is_not_a_plain_word_is_a_usage_error_before_launch() {
+    for (harness, effort) in [
+        ("codex", "high\" model=\"evil"),
+        ("codex", "High"),
+        ("codex", "x-high"),
+        ("claude", "--help"),
+        ("grok", "-x"),
+        ("opencode", "a b"),
+    ] {
+        let env = Env::new();
+        let flag = format!("--effort={effort}");
+        let o = env
+            .cmd(&["agent", harness, &flag, "--", "fix the bug"])
+            .env("FAKE_EFFORT", effort)
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(125),
+            "{harness} {effort:?}: {}",
+            stderr(&o)
+        );
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!(
+                "invalid reasoning effort {effort:?} for {harness}"
+            )),
+            "{err}"
+        );
+        // Refused before launch: the fake (exit 90 on any argv) never ran.
+        assert!(!err.contains("fake "), "{err}");
+    }
+    // The documented words pass.
+    let env = Env::new();
+    let o = env
+        .agent(
+            "codex",
+            &["--effort", "xhigh"],
+            "codex/agentrun-resume-synthetic.jsonl",
+        )
+        .env("FAKE_EFFORT", "xhigh")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }

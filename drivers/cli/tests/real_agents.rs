@@ -54,6 +54,20 @@ impl Cli {
             }
         }
     }
+    /// An API error the CLI reports at once. Claude Code and Codex run with retries off, so
+    /// an HTTP 500 is final; OpenCode retries 429 and 5xx five times whatever it is told (each
+    /// retry a fresh round trip), so it gets an error it never retries: HTTP 401, a rejected
+    /// API key.
+    fn final_error(self) -> Reply {
+        match self {
+            Cli::OpenCode => Reply::error(
+                401,
+                "invalid_request_error",
+                "Incorrect API key provided: sk-offline-test",
+            ),
+            _ => Reply::server_error(),
+        }
+    }
     /// Flags every run of this CLI needs here (Codex: the temp dir is no Git repository).
     fn base_flags(self) -> &'static [&'static str] {
         match self {
@@ -237,11 +251,12 @@ fn a_tool_turn_runs_for_real_and_reports_the_session(cli: Cli) {
 }
 
 fn a_failed_turn_exits_1_with_the_apis_error(cli: Cli) {
-    // OpenCode retries server errors five times: every attempt fails.
-    let server = ModelServer::start(cli.api(), |_: &Request| Reply::server_error()).unwrap();
+    let server = ModelServer::start(cli.api(), move |_: &Request| cli.final_error()).unwrap();
     let sandbox = Sandbox::new(cli, &server);
     let (o, last) = sandbox.agent_json(cli, &[], "hi");
     assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
+    // One attempt: the error is final (Claude Code and Codex run with retries off).
+    assert_eq!(server.model_requests().len(), 1, "{}", describe(&o));
     let status = &last["outcome"]["status"];
     assert!(
         matches!(

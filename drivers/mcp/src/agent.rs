@@ -108,7 +108,11 @@ fn parse_agent(server: &McpServer, map: &JsonObject) -> Result<(AgentOptions, Du
         options = options.current_dir(dir);
     }
     // The harness's own program (claude, codex, …) is what must be allowed.
-    let program = options.run_options().program;
+    // An effort that is not a plain word is the caller's mistake, reported as one.
+    let program = options
+        .run_options()
+        .map_err(|e| ArgError(format!("`agent`: {e}")))?
+        .program;
     server.inner.check_allowed(&program.to_string_lossy())?;
     Ok((options, timeout))
 }
@@ -215,5 +219,31 @@ impl McpServer {
             out.structured_content = serde_json::to_value(&turn).ok();
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(effort: &str) -> Result<(AgentOptions, Duration), ArgError> {
+        let dir = tempfile::tempdir().unwrap();
+        let store = agentrun_fs::Store::open(dir.path().join("store")).unwrap();
+        let server = McpServer::builder(store).allow_all().build().unwrap();
+        let args = serde_json::json!({"harness": "codex", "prompt": "fix it", "effort": effort});
+        parse_agent(&server, args.as_object().unwrap())
+    }
+
+    #[test]
+    fn a_model_supplied_effort_must_be_a_plain_word() {
+        assert!(call("high").is_ok());
+        // Codex gets the effort inside a TOML string: a quote must not end it.
+        let err = call("high\" model_provider=\"elsewhere").unwrap_err();
+        assert!(
+            err.0.starts_with("`agent`: invalid reasoning effort"),
+            "{}",
+            err.0
+        );
+        assert!(call("-x").is_err());
     }
 }

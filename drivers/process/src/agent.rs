@@ -39,8 +39,8 @@ use std::time::Duration;
 use agentrun_core::PreviewLimits;
 use agentrun_core::harness::retained::codex_token_total;
 use agentrun_core::harness::{
-    Completion, Harness, HarnessExit, Interpretation, LaunchRequest, OutcomeStatus, RetainedKind,
-    RetainedRecord, RetainedRequest,
+    Completion, Harness, HarnessExit, Interpretation, LaunchError, LaunchRequest, OutcomeStatus,
+    RetainedKind, RetainedRecord, RetainedRequest,
 };
 use agentrun_core::lines::LineSplitter;
 use agentrun_core::process::{
@@ -205,8 +205,12 @@ impl AgentOptions {
 
     /// The process options this turn runs with: the invocation, the harness's stop signals,
     /// a stderr tail for diagnostics, the timeouts, directory, environment and sink.
-    pub fn run_options(&self) -> RunOptions {
-        let mut options = RunOptions::from(self.harness.invocation(&self.request))
+    ///
+    /// # Errors
+    /// [`LaunchError`] when the request cannot be passed to the harness as it is (an effort
+    /// that is not a plain word).
+    pub fn run_options(&self) -> Result<RunOptions, LaunchError> {
+        let mut options = RunOptions::from(self.harness.invocation(&self.request)?)
             .limits(PreviewLimits {
                 // The stderr tail names why a harness failed.
                 tail_lines: 5,
@@ -229,7 +233,7 @@ impl AgentOptions {
                 options = options.sink_var(var);
             }
         }
-        options
+        Ok(options)
     }
 
     /// `options` with the caller's environment changes.
@@ -260,6 +264,9 @@ pub enum AgentError {
     /// The options are invalid.
     #[error(transparent)]
     Options(#[from] OptionsError),
+    /// The request cannot be passed to the harness (an effort that is not a plain word).
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
     /// The process could not be run (not found, not executable, store failure, …).
     #[error(transparent)]
     Run(#[from] RunError),
@@ -453,7 +460,7 @@ async fn run_turn<R: Runtime>(
     stop: Option<StopInput<'_>>,
 ) -> Result<AgentRun, AgentError> {
     let harness = options.harness;
-    let run_options = options.run_options();
+    let run_options = options.run_options()?;
     run_options.validate()?;
 
     // Codex reports a resumed thread's running total: note the total before this run, and
@@ -829,7 +836,7 @@ mod tests {
             .effort("high")
             .timeout(Duration::from_secs(5))
             .env("HOME", "/h");
-        let run = options.run_options();
+        let run = options.run_options().unwrap();
         assert_eq!(run.program, OsString::from("opencode"));
         assert!(run.args.iter().any(|a| a == "--variant"));
         assert_eq!(run.stop_signals, Harness::OpenCode.stop_signals().sequence);

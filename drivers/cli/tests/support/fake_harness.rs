@@ -63,7 +63,8 @@ fn expected_args(name: &str) -> Option<Vec<String>> {
             flag(&mut a, "--reasoning-effort", &effort);
             a.extend(extra);
             flag(&mut a, "-r", &resume);
-            a.extend(["-p".to_owned(), prompt]);
+            // `-p, --single <PROMPT>`, the value joined with `=` so it is never a flag.
+            a.push(format!("--single={prompt}"));
         }
         "agy" => {
             a.extend(["-p", "--output-format", "stream-json"].map(String::from));
