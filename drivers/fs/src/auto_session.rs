@@ -14,6 +14,7 @@
 //! dropped by [`SessionDir::drop_instruction`] as a hidden temporary file renamed into place,
 //! so a reader never sees half an instruction.
 
+use std::collections::BinaryHeap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
@@ -40,8 +41,9 @@ pub const APPENDED_DIR: &str = "appended";
 /// The largest `state.json` read back (the state keeps bounded histories, so it stays far
 /// below this).
 pub const MAX_STATE_BYTES: u64 = 16 << 20;
-/// The most directory entries of `append/` looked at per collection.
-const MAX_APPEND_SCAN: usize = 4096;
+/// The most pending instructions one collection returns, whatever `max_files` asks for: it
+/// bounds the names held while `append/` is scanned.
+const MAX_APPEND_FILES: usize = 4096;
 
 /// Why a session directory cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -233,32 +235,42 @@ impl SessionDir {
         Ok(())
     }
 
-    /// Reads up to `max_files` pending instructions of `append/`, in name order: regular
-    /// files whose names do not start with `.` (temporary files of a writer), each read up to
-    /// the sanitizer's input bound and decoded lossily. Symlinks, FIFOs and other entries are
-    /// skipped (and stay where they are).
+    /// Reads up to `max_files` (at most 4096) pending instructions of `append/`: the first in
+    /// name order (the oldest, for the names [`drop_instruction`](Self::drop_instruction)
+    /// gives) among the regular files whose names do not start with `.` (temporary files of a
+    /// writer), each read up to the sanitizer's input bound and decoded lossily. Symlinks,
+    /// FIFOs and other entries are skipped (and stay where they are). The whole directory is
+    /// scanned, holding only the `max_files` smallest names seen so far, so however many files
+    /// wait, the oldest come first.
     pub fn pending_instructions(
         &self,
         max_files: usize,
     ) -> Result<Vec<AppendedFile>, SessionError> {
         let dir = self.path.join(APPEND_DIR);
-        let mut names = Vec::new();
-        for entry in fs::read_dir(&dir).at("list", &dir)?.take(MAX_APPEND_SCAN) {
+        let keep = max_files.min(MAX_APPEND_FILES);
+        // A max-heap of the `keep` smallest names: a smaller name evicts the largest.
+        let mut smallest: BinaryHeap<String> = BinaryHeap::with_capacity(keep + 1);
+        for entry in fs::read_dir(&dir).at("list", &dir)? {
             let entry = entry.at("list", &dir)?;
             let Ok(name) = entry.file_name().into_string() else {
                 continue;
             };
-            if name.starts_with('.') {
+            // The entry's own type (a symlink is not followed): only regular files count, so
+            // a directory full of special files cannot push instructions out.
+            let regular = entry.file_type().is_ok_and(|t| t.is_file());
+            if name.starts_with('.') || !regular {
                 continue;
             }
-            names.push(name);
+            if smallest.len() < keep {
+                smallest.push(name);
+            } else if smallest.peek().is_some_and(|largest| name < *largest) {
+                smallest.pop();
+                smallest.push(name);
+            }
         }
-        names.sort();
+        let names = smallest.into_sorted_vec();
         let mut files = Vec::new();
         for name in names {
-            if files.len() >= max_files {
-                break;
-            }
             let path = dir.join(&name);
             let Some(bytes) = read_regular_capped(&path, MAX_INPUT_BYTES as u64)? else {
                 continue;
@@ -411,6 +423,32 @@ mod tests {
         assert_eq!(names, ["a.md", "b.md"]);
         assert_eq!(files[0].text, "first");
         assert_eq!(dir.pending_instructions(1).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn pending_instructions_are_the_oldest_however_many_files_wait() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = SessionDir::create(tmp.path().join("s")).unwrap();
+        let append = dir.path().join(APPEND_DIR);
+        // More files than one collection may hold, created oldest first (tmpfs lists the
+        // newest first; other file systems in hash order): the oldest must still come first.
+        let count = 2 * MAX_APPEND_FILES + 100;
+        for i in 0..count {
+            fs::write(append.join(format!("{i:06}.md")), "x").unwrap();
+        }
+        // Special entries sorting first do not take their places.
+        fs::create_dir(append.join("000000-dir")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", append.join("000000-link")).unwrap();
+        let names = |n| -> Vec<String> {
+            let files = dir.pending_instructions(n).unwrap();
+            files.into_iter().map(|f| f.name).collect()
+        };
+        let expected: Vec<String> = (0..10).map(|i| format!("{i:06}.md")).collect();
+        assert_eq!(names(10), expected);
+        let all = names(usize::MAX);
+        assert_eq!(all.len(), MAX_APPEND_FILES, "bounded whatever is asked");
+        assert_eq!(all.first().map(String::as_str), Some("000000.md"));
+        assert!(all.is_sorted());
     }
 
     #[test]
