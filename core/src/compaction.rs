@@ -11,7 +11,10 @@
 //!    other failure never lead to pruning.
 //! 3. The retry input is a private pruned snapshot ([`prune`]): every ordinary tool output,
 //!    whatever its size or recency, is replaced by a `read(filePath="artifact://…")` reference
-//!    to an artifact holding it (output that already has an artifact refers to that one).
+//!    to an artifact holding exactly it. Output whose `artifacts` the store confirms
+//!    ([`Action::Verify`]: present, readable, holding exactly that output) refers to those;
+//!    any other output, including one whose `artifacts` name nothing or something else, is
+//!    retained first.
 //! 4. The output of an *artifact read* — a call of the tool `read` whose parsed `filePath`
 //!    argument is an `artifact://` URI — is not retained again: its content and every other
 //!    field of its result block (metadata, attachments, messages the tool emitted) are
@@ -34,6 +37,8 @@
 //!     match c.poll_action() {
 //!         Some(Action::Summarize(input)) => run the summarizer on input.text, then
 //!             c.handle_summary(&stdout)  or  c.handle_failure(failure),
+//!         Some(Action::Verify(claims))   => check each claim in the store, then
+//!             c.handle_verified(the confirmed claims),
 //!         Some(Action::Retain(outputs))  => store every output under its digest (the
 //!             digest of its bytes), then c.handle_retained(result),
 //!         Some(Action::Done(compacted))  => use compacted.summary; stop,
@@ -43,8 +48,8 @@
 //! }
 //! ```
 //!
-//! [`Action::Retain`] comes before the retry's [`Action::Summarize`] and only when there is
-//! output to retain. There is no timer: the caller bounds the summarizer's run time and
+//! [`Action::Verify`] and [`Action::Retain`] come in that order before the retry's
+//! [`Action::Summarize`], each only when there is something to check or to retain. There is no timer: the caller bounds the summarizer's run time and
 //! reports a timeout as an ordinary failure. `handle_*` calls out of order are refused with
 //! [`StateError`] and change nothing.
 
@@ -158,6 +163,7 @@ impl CompactionConfig {
 /// Which attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum AttemptKind {
     /// The entire active history.
     First,
@@ -166,7 +172,8 @@ pub enum AttemptKind {
 }
 
 impl AttemptKind {
-    fn name(self) -> &'static str {
+    /// `first` or `retry`, as reports and messages name it.
+    pub fn as_str(self) -> &'static str {
         match self {
             AttemptKind::First => "first",
             AttemptKind::Retry => "retry",
@@ -292,9 +299,107 @@ pub struct Pruned {
     pub omitted: usize,
 }
 
-/// Builds the pruned snapshot of `transcript` (rules 3 to 6). Pure and idempotent: pruning
-/// the snapshot again gives the same snapshot and nothing more to retain.
-pub fn prune(transcript: &Transcript) -> Pruned {
+/// What an artifact a tool result names must hold for the retry to refer to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Holds {
+    /// Exactly the bytes with this digest: the result's output (`Digest::of` its
+    /// [`ToolResult::output_text`]).
+    Output(Digest),
+    /// Anything readable: the result is already a compaction reference to the artifact (its
+    /// content is exactly [`reference_text`] of its `artifacts`, as in a pruned snapshot), so
+    /// the reference stands as it is once it resolves.
+    Readable,
+}
+
+/// An artifact a tool result already names (its `artifacts`), which the retry refers to only
+/// once the caller has checked it in the store ([`Action::Verify`]). A transcript is input like
+/// any other: its `artifacts` may name nothing, or something else than its output.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Claim {
+    /// The artifact, as the transcript names it.
+    pub uri: ArtifactUri,
+    /// What reading it must give.
+    pub holds: Holds,
+}
+
+/// The claims of one ordinary result: one per artifact it names.
+fn result_claims(result: &ToolResult) -> Vec<Claim> {
+    if result.artifacts.is_empty() {
+        return Vec::new();
+    }
+    let already_pruned = matches!(
+        &result.content,
+        Some(Value::String(text)) if *text == references_text(&result.artifacts)
+    );
+    let holds = if already_pruned {
+        Holds::Readable
+    } else {
+        Holds::Output(Digest::of(result.output_text().as_bytes()))
+    };
+    result
+        .artifacts
+        .iter()
+        .map(|uri| Claim {
+            uri: uri.clone(),
+            holds,
+        })
+        .collect()
+}
+
+fn references_text(uris: &[ArtifactUri]) -> String {
+    uris.iter()
+        .map(reference_text)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Calls `visit(message, block, result)` for every tool result that is not the output of an
+/// artifact read (the results [`prune`] refers to), in transcript order.
+fn ordinary_results<'t>(
+    transcript: &'t Transcript,
+    mut visit: impl FnMut(usize, usize, &'t ToolResult),
+) {
+    let mut artifact_read: HashMap<&str, bool> = HashMap::new();
+    for (i, message) in transcript.messages.iter().enumerate() {
+        for (j, block) in message.blocks().iter().enumerate() {
+            match block {
+                Block::ToolUse(call) => {
+                    artifact_read.insert(&call.id, is_artifact_read(call));
+                }
+                Block::ToolResult(result)
+                    if artifact_read.get(result.tool_use_id.as_str()) != Some(&true) =>
+                {
+                    visit(i, j, result);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Every artifact the transcript's tool results already name, with what it must hold, without
+/// repeats, in transcript order: what the caller checks before [`prune`] may refer to them.
+pub fn claims(transcript: &Transcript) -> Vec<Claim> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    ordinary_results(transcript, |_, _, result| {
+        for claim in result_claims(result) {
+            if seen.insert(claim.clone()) {
+                out.push(claim);
+            }
+        }
+    });
+    out
+}
+
+/// Builds the pruned snapshot of `transcript` (rules 3 to 6). `verified` holds the
+/// [`claims`] the store confirmed: a result's own `artifacts` are referred to only when every
+/// one of them is confirmed; otherwise its output is retained and referred to like any other,
+/// so every reference resolves to exactly the output it replaced. Pure and idempotent: pruning
+/// the snapshot again (with the claims of the snapshot confirmed by the store after the
+/// retention) gives the same snapshot and nothing more to retain.
+pub fn prune(transcript: &Transcript, verified: &HashSet<Claim>) -> Pruned {
     let mut retain = Vec::new();
     let mut retained: HashSet<Digest> = HashSet::new();
     let mut references = Vec::new();
@@ -320,7 +425,8 @@ pub fn prune(transcript: &Transcript) -> Pruned {
                                 omitted += 1;
                                 Block::ToolResult(omit(result))
                             } else {
-                                let (pruned, made) = refer(result, &mut retain, &mut retained);
+                                let (pruned, made) =
+                                    refer(result, verified, &mut retain, &mut retained);
                                 references.extend(made.into_iter().map(|(uri, existing)| {
                                     Reference {
                                         tool_use_id: result.tool_use_id.clone(),
@@ -368,14 +474,20 @@ fn omit(result: &ToolResult) -> ToolResult {
     }
 }
 
-/// Rule 3: the output is replaced by references to its artifacts; an output without one gets
-/// one (queued for retention). Returns the pruned block and `(uri, existing)` per reference.
+/// Rule 3: the output is replaced by references to its artifacts when the store confirmed
+/// every one; otherwise it gets its own (queued for retention). Returns the pruned block and
+/// `(uri, existing)` per reference.
 fn refer(
     result: &ToolResult,
+    verified: &HashSet<Claim>,
     retain: &mut Vec<Retention>,
     retained: &mut HashSet<Digest>,
 ) -> (ToolResult, Vec<(String, bool)>) {
-    let (artifacts, existing) = if result.artifacts.is_empty() {
+    let claims = result_claims(result);
+    let confirmed = !claims.is_empty() && claims.iter().all(|c| verified.contains(c));
+    let artifacts = if confirmed {
+        result.artifacts.clone()
+    } else {
         let text = result.output_text();
         let digest = Digest::of(text.as_bytes());
         if retained.insert(digest) {
@@ -384,23 +496,16 @@ fn refer(
                 text: text.into_owned(),
             });
         }
-        (vec![ArtifactUri::new(digest)], false)
-    } else {
-        (result.artifacts.clone(), true)
+        vec![ArtifactUri::new(digest)]
     };
-    let content = artifacts
-        .iter()
-        .map(reference_text)
-        .collect::<Vec<_>>()
-        .join("\n");
     let made = artifacts
         .iter()
-        .map(|u| (u.to_string(), existing))
+        .map(|u| (u.to_string(), confirmed))
         .collect();
     (
         ToolResult {
             tool_use_id: result.tool_use_id.clone(),
-            content: Some(Value::String(content)),
+            content: Some(Value::String(references_text(&artifacts))),
             is_error: result.is_error,
             artifacts,
             extra: result.extra.clone(),
@@ -560,6 +665,10 @@ pub struct Failed {
 pub enum Action {
     /// Run the summarizer on this input.
     Summarize(SummarizerInput),
+    /// Check which of these artifacts, named by the transcript, hold what they must (present,
+    /// readable, and for [`Holds::Output`] exactly those bytes), then call
+    /// [`Compaction::handle_verified`] with the confirmed ones.
+    Verify(Vec<Claim>),
     /// Store these outputs, then call [`Compaction::handle_retained`].
     Retain(Vec<Retention>),
     /// Compaction succeeded.
@@ -578,6 +687,9 @@ pub enum StateError {
     /// No retention is outstanding.
     #[error("no retention is outstanding; poll_action first")]
     NoRetention,
+    /// No verification is outstanding.
+    #[error("no verification is outstanding; poll_action first")]
+    NoVerification,
 }
 
 #[derive(Debug)]
@@ -590,6 +702,19 @@ enum State {
         kind: AttemptKind,
         /// Its input's size.
         bytes: usize,
+    },
+    /// The transcript's own artifacts are to be handed out for checking; `detail` is the
+    /// first attempt's failure, for the error should nothing prune.
+    VerifyDue {
+        /// What to check.
+        claims: Vec<Claim>,
+        /// The first attempt's failure.
+        detail: String,
+    },
+    /// Waiting for the check.
+    Verifying {
+        /// The first attempt's failure.
+        detail: String,
     },
     /// The retry is prepared; its retention is to be handed out.
     RetainDue(Box<Pruned>),
@@ -650,6 +775,10 @@ impl<'t> Compaction<'t> {
                         return Some(action);
                     }
                 }
+                State::VerifyDue { claims, detail } => {
+                    self.state = State::Verifying { detail };
+                    return Some(Action::Verify(claims));
+                }
                 State::RetainDue(mut pruned) => {
                     let retain = std::mem::take(&mut pruned.retain);
                     self.state = State::Retaining(pruned);
@@ -664,7 +793,10 @@ impl<'t> Compaction<'t> {
                     }
                 }
                 State::Outcome(action) => return Some(*action),
-                state @ (State::Running { .. } | State::Retaining(_) | State::Finished) => {
+                state @ (State::Running { .. }
+                | State::Verifying { .. }
+                | State::Retaining(_)
+                | State::Finished) => {
                     self.state = state;
                     return None;
                 }
@@ -720,7 +852,7 @@ impl<'t> Compaction<'t> {
                 },
             });
             self.finish_failed(CompactionError::InvalidSummary {
-                attempt: kind.name(),
+                attempt: kind.as_str(),
                 detail,
             });
             return Ok(());
@@ -754,6 +886,23 @@ impl<'t> Compaction<'t> {
             return Err(StateError::NoSummarizerRun);
         };
         self.fail_attempt(kind, bytes, failure, None);
+        Ok(())
+    }
+
+    /// The claims of [`Action::Verify`] the store confirmed (any others are unconfirmed: the
+    /// outputs they stand for are retained instead).
+    pub fn handle_verified(
+        &mut self,
+        confirmed: impl IntoIterator<Item = Claim>,
+    ) -> Result<(), StateError> {
+        let State::Verifying { detail } = &mut self.state else {
+            return Err(StateError::NoVerification);
+        };
+        let detail = std::mem::take(detail);
+        let verified: HashSet<Claim> = confirmed.into_iter().collect();
+        if let Err(error) = self.prepare_retry(&verified, detail) {
+            self.finish_failed(error);
+        }
         Ok(())
     }
 
@@ -809,30 +958,49 @@ impl<'t> Compaction<'t> {
         });
         let error = match (kind, permits_retry, limit) {
             (_, false, _) => CompactionError::Summarizer {
-                attempt: kind.name(),
+                attempt: kind.as_str(),
                 detail,
             },
             (AttemptKind::First, true, _) => {
-                let pruned = prune(self.transcript);
-                if pruned.references.is_empty() && pruned.omitted == 0 {
-                    CompactionError::NothingToPrune { detail }
-                } else {
-                    self.state = if pruned.retain.is_empty() {
-                        State::RetryDue(Box::new(pruned))
-                    } else {
-                        State::RetainDue(Box::new(pruned))
-                    };
+                let claims = claims(self.transcript);
+                if !claims.is_empty() {
+                    self.state = State::VerifyDue { claims, detail };
                     return;
+                }
+                match self.prepare_retry(&HashSet::new(), detail) {
+                    Ok(()) => return,
+                    Err(error) => error,
                 }
             }
             (AttemptKind::Retry, true, Some(limit)) => CompactionError::DoesNotFit {
-                attempt: kind.name(),
+                attempt: kind.as_str(),
                 bytes,
                 limit,
             },
             (AttemptKind::Retry, true, None) => CompactionError::RetryTooLarge { detail },
         };
         self.finish_failed(error);
+    }
+
+    /// Prunes with the confirmed claims and queues the retention and the retry, unless the
+    /// retry input would be the first input again.
+    fn prepare_retry(
+        &mut self,
+        verified: &HashSet<Claim>,
+        detail: String,
+    ) -> Result<(), CompactionError> {
+        let pruned = prune(self.transcript, verified);
+        if (pruned.references.is_empty() && pruned.omitted == 0)
+            || pruned.snapshot == *self.transcript
+        {
+            return Err(CompactionError::NothingToPrune { detail });
+        }
+        self.state = if pruned.retain.is_empty() {
+            State::RetryDue(Box::new(pruned))
+        } else {
+            State::RetainDue(Box::new(pruned))
+        };
+        Ok(())
     }
 
     fn finish_failed(&mut self, error: CompactionError) {

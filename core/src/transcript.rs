@@ -22,7 +22,8 @@
 //! ```
 //!
 //! A bare array of messages is accepted too. `summary`, `recent_start` and a tool result's
-//! `artifacts` (public `artifact://` URIs of output already retained in full) are agentrun's
+//! `artifacts` (public `artifact://` URIs said to hold the output; compaction checks them in
+//! the store before relying on them) are agentrun's
 //! additions; every other field, and every block type other than `text`, `tool_use` and
 //! `tool_result`, is carried through untouched (JSON object key order is not kept).
 //!
@@ -156,6 +157,7 @@ pub struct Message {
 
 /// A message's content: the string shorthand or a list of blocks.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Content {
     /// `"content": "…"`.
     Text(String),
@@ -204,7 +206,8 @@ pub struct ToolResult {
     pub content: Option<Value>,
     /// `is_error`, when present.
     pub is_error: Option<bool>,
-    /// Artifacts that already hold this output in full (`artifacts`).
+    /// Artifacts said to hold this output (`artifacts`): input like the rest, so compaction
+    /// checks them in the store before referring to them.
     pub artifacts: Vec<ArtifactUri>,
     /// Every other field (metadata, attachments, messages the tool emitted), untouched.
     pub extra: Map<String, Value>,

@@ -1,11 +1,13 @@
 //! The eight compaction rules, one test each, plus the structural recognition cases, driven
 //! through the public `Compaction` machine and `prune`.
 
+use std::collections::HashSet;
+
 use agentrun_core::ArtifactUri;
 use agentrun_core::compaction::{
-    ARTIFACT_READ_OMITTED, Action, AttemptKind, AttemptResult, Compacted, Compaction,
-    CompactionConfig, CompactionError, Failed, SummarizerFailure, SummarizerInput, Trigger,
-    is_artifact_read, prune, reference_text,
+    ARTIFACT_READ_OMITTED, Action, AttemptKind, AttemptResult, Claim, Compacted, Compaction,
+    CompactionConfig, CompactionError, Failed, Holds, SummarizerFailure, SummarizerInput, Trigger,
+    claims, is_artifact_read, prune, reference_text,
 };
 use agentrun_core::digest::Digest;
 use agentrun_core::transcript::{Block, Transcript, TranscriptLimits};
@@ -63,8 +65,30 @@ fn sample() -> Transcript {
     }))
 }
 
-/// Drives the machine: answers each summarizer input with `answer(kind, text)` and stores
-/// retained outputs in `store`.
+/// No claim confirmed.
+fn none() -> HashSet<Claim> {
+    HashSet::new()
+}
+
+/// The claims a store holding `store` (single-output artifacts) confirms.
+fn confirmed(claims: &[Claim], store: &[(Digest, String)]) -> HashSet<Claim> {
+    let has = |d: &Digest| store.iter().any(|(x, _)| x == d);
+    claims
+        .iter()
+        .filter(|c| {
+            c.uri.stream.is_none()
+                && has(&c.uri.digest)
+                && match c.holds {
+                    Holds::Output(d) => d == c.uri.digest,
+                    _ => true,
+                }
+        })
+        .cloned()
+        .collect()
+}
+
+/// Drives the machine: answers each summarizer input with `answer(kind, text)`, checks claims
+/// against `store` and stores retained outputs in it.
 fn drive(
     t: &Transcript,
     config: CompactionConfig,
@@ -84,6 +108,10 @@ fn drive(
                     Err(failure) => c.handle_failure(failure).unwrap(),
                 }
                 inputs.push(input);
+            }
+            Action::Verify(claims) => {
+                let ok = confirmed(&claims, store);
+                c.handle_verified(ok).unwrap();
             }
             Action::Retain(outputs) => {
                 for r in outputs {
@@ -118,9 +146,10 @@ fn too_long(_: &SummarizerInput) -> SummarizerFailure {
 fn retry_run(t: &Transcript) -> (Compacted, Vec<SummarizerInput>, Vec<(Digest, String)>) {
     let mut store = Vec::new();
     let (outcome, inputs) = drive(t, CompactionConfig::default(), &mut store, |i| {
-        match i.kind {
-            AttemptKind::First => Err(too_long(i)),
-            AttemptKind::Retry => Ok("NEW SUMMARY".into()),
+        if i.kind == AttemptKind::First {
+            Err(too_long(i))
+        } else {
+            Ok("NEW SUMMARY".into())
         }
     });
     (outcome.unwrap(), inputs, store)
@@ -249,7 +278,7 @@ fn rule_3_the_retry_replaces_ordinary_tool_output_with_artifact_references() {
 #[test]
 fn rule_4_artifact_read_output_is_omitted_entirely_with_pairing_intact() {
     let t = sample();
-    let pruned = prune(&t);
+    let pruned = prune(&t, &none());
     let Block::ToolResult(r) = &pruned.snapshot.messages[6].blocks()[0] else {
         panic!("the result block stays a result block");
     };
@@ -272,7 +301,7 @@ fn rule_4_artifact_read_output_is_omitted_entirely_with_pairing_intact() {
         call("a", "read", json!({"filePath": format!("artifact://{D}")})),
         result("a", json!("1")),
     ]));
-    let pruned = prune(&small);
+    let pruned = prune(&small, &none());
     assert_eq!(pruned.omitted, 1);
     assert!(pruned.retain.is_empty());
 }
@@ -314,7 +343,7 @@ fn rule_5_an_ordinary_filesystem_read_is_recognized_structurally() {
             {"type": "tool_use", "id": id, "name": call.name, "input": call.input}]}));
         messages.push(result(&id, json!(format!("output {i}"))));
     }
-    let pruned = prune(&transcript(Value::Array(messages)));
+    let pruned = prune(&transcript(Value::Array(messages)), &none());
     assert_eq!(pruned.omitted, 0);
     assert_eq!(pruned.retain.len(), ordinary.len() + 1);
 }
@@ -330,8 +359,13 @@ fn rule_6_the_marker_replaces_artifact_read_output_and_is_never_retained() {
             .all(|(_, text)| !text.contains(ARTIFACT_READ_OMITTED))
     );
     // Pruning the snapshot again retains nothing new, so the marker never becomes an artifact.
-    let once = prune(&t);
-    let twice = prune(&once.snapshot);
+    let once = prune(&t, &none());
+    let stored: Vec<(Digest, String)> = once
+        .retain
+        .iter()
+        .map(|r| (r.digest, r.text.clone()))
+        .collect();
+    let twice = prune(&once.snapshot, &confirmed(&claims(&once.snapshot), &stored));
     assert!(twice.retain.is_empty());
     assert_eq!(twice.snapshot, once.snapshot);
 }
@@ -351,9 +385,12 @@ fn rule_7_pruning_never_mutates_history_and_failures_keep_the_context() {
                 detail: "crashed".into(),
             })
         },
-        |i| match i.kind {
-            AttemptKind::First => Err(too_long(i)),
-            AttemptKind::Retry => Ok(String::new()),
+        |i| {
+            if i.kind == AttemptKind::First {
+                Err(too_long(i))
+            } else {
+                Ok(String::new())
+            }
         },
     ];
     for answer in failures {
@@ -395,18 +432,107 @@ fn rule_8_every_hint_uses_read_with_the_public_artifact_uri() {
     }
 }
 
-#[test]
-fn existing_artifacts_are_referenced_instead_of_retained_again() {
-    let t = transcript(json!([
+/// A result whose output is the preview of an artifact `agentrun run` reported.
+fn with_artifacts(content: &str, artifacts: &[String]) -> Transcript {
+    transcript(json!([
         call("t", "bash", json!({"command": "seq 1000000"})),
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
-            "content": "1\n2\n[Truncated. …]", "artifacts": [format!("artifact://{D}/stdout")]}]}
-    ]));
-    let pruned = prune(&t);
+            "content": content, "artifacts": artifacts}]}
+    ]))
+}
+
+#[test]
+fn confirmed_existing_artifacts_are_referenced_instead_of_retained_again() {
+    let output = "1\n2\n3\n";
+    let uri = ArtifactUri::new(Digest::of(output.as_bytes()));
+    let t = with_artifacts(output, &[uri.to_string()]);
+    let claims = claims(&t);
+    assert_eq!(
+        claims,
+        [Claim {
+            uri: uri.clone(),
+            holds: Holds::Output(Digest::of(output.as_bytes())),
+        }]
+    );
+    let pruned = prune(&t, &claims.iter().cloned().collect());
     assert!(pruned.retain.is_empty());
     assert_eq!(pruned.references.len(), 1);
     assert!(pruned.references[0].existing);
-    assert_eq!(pruned.references[0].uri, format!("artifact://{D}/stdout"));
+    assert_eq!(pruned.references[0].uri, uri.to_string());
+}
+
+#[test]
+fn unconfirmed_artifacts_are_never_referenced_the_output_is_retained() {
+    // A digest nothing holds, and a stream of a manifest: unless the store confirms them, the
+    // reference would not read back this output.
+    let bogus = format!("artifact://{D}");
+    let stream = format!("artifact://{D}/stdout");
+    for artifacts in [
+        vec![bogus.clone()],
+        vec![stream.clone()],
+        vec![bogus, stream],
+    ] {
+        let t = with_artifacts("the output", &artifacts);
+        let pruned = prune(&t, &none());
+        let digest = Digest::of(b"the output");
+        assert_eq!(pruned.retain.len(), 1);
+        assert_eq!(pruned.retain[0].digest, digest);
+        assert_eq!(pruned.references.len(), 1);
+        assert_eq!(
+            pruned.references[0].uri,
+            ArtifactUri::new(digest).to_string()
+        );
+        assert!(!pruned.references[0].existing);
+        // One of two confirmed is not enough: every named artifact must hold the output.
+        if artifacts.len() == 2 {
+            let first_only: HashSet<Claim> = claims(&t).into_iter().take(1).collect();
+            assert_eq!(prune(&t, &first_only).retain.len(), 1);
+        }
+    }
+    // Through the machine: the claims are handed out before the retention, and an unconfirmed
+    // one leads to the output being retained.
+    let t = with_artifacts("the output", &[format!("artifact://{D}")]);
+    let mut c = Compaction::new(&t, CompactionConfig::default());
+    let Some(Action::Summarize(_)) = c.poll_action() else {
+        panic!()
+    };
+    assert!(c.handle_verified(none()).is_err(), "no check is due yet");
+    c.handle_failure(too_long_plain()).unwrap();
+    let Some(Action::Verify(asked)) = c.poll_action() else {
+        panic!("the claims are checked first")
+    };
+    assert_eq!(asked, claims(&t));
+    assert_eq!(c.poll_action(), None, "waiting for the check");
+    c.handle_verified(none()).unwrap();
+    let Some(Action::Retain(outputs)) = c.poll_action() else {
+        panic!()
+    };
+    assert_eq!(outputs.len(), 1);
+    assert_eq!(outputs[0].text, "the output");
+}
+
+#[test]
+fn a_pruned_snapshot_gives_nothing_to_retry() {
+    // Compacting a snapshot again: its references stand (their artifacts resolve), so the
+    // retry input would be the first input again.
+    let t = sample();
+    let once = prune(&t, &none());
+    let mut store: Vec<(Digest, String)> = once
+        .retain
+        .iter()
+        .map(|r| (r.digest, r.text.clone()))
+        .collect();
+    let (outcome, inputs) = drive(
+        &once.snapshot,
+        CompactionConfig::default(),
+        &mut store,
+        |i| Err(too_long(i)),
+    );
+    assert_eq!(inputs.len(), 1);
+    assert!(matches!(
+        outcome.unwrap_err().error,
+        CompactionError::NothingToPrune { .. }
+    ));
 }
 
 #[test]

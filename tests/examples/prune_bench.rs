@@ -20,7 +20,7 @@ fn main() {
         Transcript::from_json(&bytes, &TranscriptLimits::default()).expect("a valid transcript");
     drop(bytes);
     let parsed = start.elapsed();
-    let pruned = prune(&transcript);
+    let pruned = prune(&transcript, &Default::default());
     let retry = render(DEFAULT_INSTRUCTIONS, &pruned.snapshot);
     let retained: usize = pruned.retain.iter().map(|r| r.text.len()).sum();
     eprintln!(

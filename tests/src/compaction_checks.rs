@@ -1,39 +1,97 @@
 //! The properties of compaction (transcript parsing, pruning and the retry machine) as functions
 //! that panic only on a violation, shared by the property tests and the fuzz target.
 //!
-//! * [`check_prune`]: pairing intact, original unchanged, every reference resolves to exactly
-//!   the output it replaced, artifact reads omitted, pruning idempotent, bounded output;
+//! * [`check_prune`]: pairing intact, original unchanged, every reference resolves in the
+//!   store to exactly the output it replaced (also when the transcript names artifacts of its
+//!   own, right or wrong), artifact reads omitted, pruning idempotent, bounded output;
 //! * [`check_machine`]: at most one retry, only after a size failure, the retry input is the
 //!   pruned snapshot, the original is never changed, success keeps the recent suffix;
-//! * [`transcript_from_bytes`] and [`script_from_bytes`]: generators of cases from bytes.
+//! * [`case_from_bytes`] and [`script_from_bytes`]: generators of cases from bytes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use agentrun_core::compaction::{
-    ARTIFACT_READ_OMITTED, Action, AttemptKind, Compaction, CompactionConfig, DEFAULT_INSTRUCTIONS,
-    SummarizerFailure, is_artifact_read, prune, reference_text, render,
+    ARTIFACT_READ_OMITTED, Action, AttemptKind, Claim, Compaction, CompactionConfig,
+    DEFAULT_INSTRUCTIONS, Holds, Pruned, SummarizerFailure, claims, is_artifact_read, prune,
+    reference_text, render,
 };
 use agentrun_core::digest::Digest;
 use agentrun_core::transcript::{Block, Content, Message, Role, ToolResult, ToolUse, Transcript};
 use agentrun_core::{ArtifactUri, StreamName};
 use serde_json::{Map, Value, json};
 
-/// Checks every pruning property on `t`.
-pub fn check_prune(t: &Transcript) {
+/// A model of the artifact store: objects by the digest of their bytes (a real store never
+/// holds anything else under a name) and manifests, each a map from stream names to objects.
+#[derive(Debug, Clone, Default)]
+pub struct ModelStore {
+    /// Object bytes (as text) by digest.
+    pub objects: HashMap<Digest, String>,
+    /// Manifests by digest: stream name to object digest.
+    pub manifests: HashMap<Digest, HashMap<String, Digest>>,
+}
+
+impl ModelStore {
+    /// Stores `text` under its digest and returns its URI.
+    pub fn put(&mut self, text: &str) -> ArtifactUri {
+        let digest = Digest::of(text.as_bytes());
+        self.objects.insert(digest, text.to_owned());
+        ArtifactUri::new(digest)
+    }
+
+    /// What reading `uri` gives, as `agentrun read` resolves it.
+    pub fn read(&self, uri: &ArtifactUri) -> Option<&str> {
+        let object = match &uri.stream {
+            None => uri.digest,
+            Some(name) => *self.manifests.get(&uri.digest)?.get(name.as_str())?,
+        };
+        self.objects.get(&object).map(String::as_str)
+    }
+
+    /// The driver's check of one claim.
+    pub fn confirms(&self, claim: &Claim) -> bool {
+        match (self.read(&claim.uri), claim.holds) {
+            (Some(text), Holds::Output(digest)) => Digest::of(text.as_bytes()) == digest,
+            (Some(_), _) => true,
+            (None, _) => false,
+        }
+    }
+
+    /// The claims this store confirms.
+    pub fn confirmed(&self, claims: &[Claim]) -> HashSet<Claim> {
+        claims
+            .iter()
+            .filter(|c| self.confirms(c))
+            .cloned()
+            .collect()
+    }
+
+    /// This store after a retention.
+    fn with(&self, pruned: &Pruned) -> ModelStore {
+        let mut after = self.clone();
+        for r in &pruned.retain {
+            after.put(&r.text);
+        }
+        after
+    }
+}
+
+/// Checks every pruning property on `t`, whose claims are checked against `store`.
+pub fn check_prune(t: &Transcript, store: &ModelStore) {
     let before = t.clone();
-    let pruned = prune(t);
+    let verified = store.confirmed(&claims(t));
+    let pruned = prune(t, &verified);
     assert_eq!(t, &before, "prune changed the original");
     let snapshot = &pruned.snapshot;
     assert_eq!(snapshot.summary, t.summary);
     assert_eq!(snapshot.recent_start, t.recent_start);
     assert_eq!(snapshot.messages.len(), t.messages.len());
 
-    let store: HashMap<Digest, &str> = pruned
-        .retain
-        .iter()
-        .map(|r| (r.digest, r.text.as_str()))
-        .collect();
-    assert_eq!(store.len(), pruned.retain.len(), "retained twice");
+    let retained: HashSet<Digest> = pruned.retain.iter().map(|r| r.digest).collect();
+    assert_eq!(retained.len(), pruned.retain.len(), "retained twice");
+    for r in &pruned.retain {
+        assert_eq!(Digest::of(r.text.as_bytes()), r.digest);
+    }
+    let after = store.with(&pruned);
     let mut calls: HashMap<&str, &ToolUse> = HashMap::new();
     let mut omitted = 0;
     let mut references = 0;
@@ -63,7 +121,7 @@ pub fn check_prune(t: &Transcript) {
                         assert!(p.extra.is_empty() && p.artifacts.is_empty());
                         assert_eq!(p.is_error, None);
                     } else {
-                        references += check_reference(r, p, &store);
+                        references += check_reference(r, p, &after);
                     }
                 }
                 (Block::ToolResult(_), _) => panic!("a tool result changed its kind"),
@@ -73,6 +131,18 @@ pub fn check_prune(t: &Transcript) {
     }
     assert_eq!(pruned.omitted, omitted);
     assert_eq!(pruned.references.len(), references);
+    for reference in &pruned.references {
+        let uri = ArtifactUri::parse(&reference.uri).expect("a public URI");
+        if reference.existing {
+            // Reused: it was in the store before, nothing new was stored for it.
+            assert!(
+                store.read(&uri).is_some(),
+                "an existing reference to nothing"
+            );
+        } else {
+            assert!(uri.stream.is_none() && retained.contains(&uri.digest));
+        }
+    }
     // The marker is never retained in place of an artifact read's output.
     let original_outputs: Vec<String> = results(t).map(|r| r.output_text().into_owned()).collect();
     for r in &pruned.retain {
@@ -85,8 +155,9 @@ pub fn check_prune(t: &Transcript) {
     let output_bytes: usize = original_outputs.iter().map(String::len).sum();
     assert!(retained_bytes <= output_bytes, "retention is not bounded");
 
-    // Idempotent: the snapshot prunes to itself and retains nothing more.
-    let twice = prune(snapshot);
+    // Idempotent: the snapshot, checked against the store after the retention, prunes to
+    // itself and retains nothing more.
+    let twice = prune(snapshot, &after.confirmed(&claims(snapshot)));
     assert_eq!(&twice.snapshot, snapshot, "prune(prune(t)) != prune(t)");
     assert!(twice.retain.is_empty());
     // The snapshot survives its JSON form.
@@ -96,27 +167,32 @@ pub fn check_prune(t: &Transcript) {
     assert_eq!(&reparsed, snapshot);
 }
 
-/// An ordinary result: its references name exactly the output it replaced (or the artifacts it
-/// already had). Returns the number of references.
-fn check_reference(r: &ToolResult, p: &ToolResult, store: &HashMap<Digest, &str>) -> usize {
+/// An ordinary result: every reference of its pruned form resolves in the store after the
+/// retention to exactly the output it replaced, unless the result was a reference already (then
+/// it stands as it was, and resolves). Returns the number of references.
+fn check_reference(r: &ToolResult, p: &ToolResult, after: &ModelStore) -> usize {
     assert_eq!(p.is_error, r.is_error);
     assert_eq!(p.extra, r.extra);
-    let expected = if r.artifacts.is_empty() {
-        let output = r.output_text();
-        let digest = Digest::of(output.as_bytes());
-        assert_eq!(
-            store.get(&digest).copied(),
-            Some(output.as_ref()),
-            "the reference does not resolve to the output it replaced"
-        );
-        vec![ArtifactUri::new(digest)]
-    } else {
-        r.artifacts.clone()
-    };
-    assert_eq!(p.artifacts, expected);
-    let text: Vec<String> = expected.iter().map(reference_text).collect();
+    assert!(
+        !p.artifacts.is_empty(),
+        "an ordinary output was not referenced"
+    );
+    let text: Vec<String> = p.artifacts.iter().map(reference_text).collect();
     assert_eq!(p.content, Some(Value::from(text.join("\n"))));
-    expected.len()
+    let output = r.output_text();
+    let reads: Vec<Option<&str>> = p.artifacts.iter().map(|u| after.read(u)).collect();
+    if !reads.iter().all(|read| *read == Some(output.as_ref())) {
+        // Only a result that was a reference already may point elsewhere.
+        assert_eq!(
+            p, r,
+            "a reference does not resolve to the output it replaced"
+        );
+        assert!(
+            reads.iter().all(Option::is_some),
+            "a reference does not resolve"
+        );
+    }
+    p.artifacts.len()
 }
 
 fn results(t: &Transcript) -> impl Iterator<Item = &ToolResult> {
@@ -157,24 +233,34 @@ pub struct Script {
     pub retention_ok: bool,
 }
 
-/// Drives the machine through `script` and checks its properties.
-pub fn check_machine(t: &Transcript, script: &Script) {
+/// Drives the machine through `script`, with `store` answering its checks, and checks its
+/// properties.
+pub fn check_machine(t: &Transcript, store: &ModelStore, script: &Script) {
+    let verified = store.confirmed(&claims(t));
     let before = t.clone();
     let config = CompactionConfig::default().max_input_bytes(script.max_input_bytes);
     let mut machine = Compaction::new(t, config);
     let mut runs: Vec<AttemptKind> = Vec::new();
     let mut retained = false;
+    let mut checked = false;
     let mut size_failure_seen = false;
     let mut outcome = None;
     for _ in 0..16 {
         let Some(action) = machine.poll_action() else {
             panic!("the machine stalled without an outcome");
         };
+        // A local fit rejection is a size failure the machine saw by itself.
+        size_failure_seen |= machine.attempts().iter().any(|a| {
+            matches!(
+                a.result,
+                agentrun_core::compaction::AttemptResult::DoesNotFit { .. }
+            )
+        });
         match action {
             Action::Summarize(input) => {
                 if input.kind == AttemptKind::Retry {
                     assert!(size_failure_seen, "a retry without a size failure");
-                    let expected = render(DEFAULT_INSTRUCTIONS, &prune(t).snapshot);
+                    let expected = render(DEFAULT_INSTRUCTIONS, &prune(t, &verified).snapshot);
                     assert_eq!(input.text, expected, "the retry input is not the snapshot");
                 } else {
                     assert_eq!(input.text, render(DEFAULT_INSTRUCTIONS, t));
@@ -203,10 +289,20 @@ pub fn check_machine(t: &Transcript, script: &Script) {
                     }
                 }
             }
+            Action::Verify(asked) => {
+                assert!(
+                    size_failure_seen && !checked && !retained,
+                    "a check out of turn"
+                );
+                checked = true;
+                assert_eq!(asked, claims(t), "not the transcript's claims");
+                machine.handle_verified(store.confirmed(&asked)).unwrap();
+            }
             Action::Retain(outputs) => {
                 assert!(!retained, "retained twice");
                 retained = true;
-                assert_eq!(outputs, prune(t).retain);
+                assert_eq!(checked, !claims(t).is_empty(), "retained before the check");
+                assert_eq!(outputs, prune(t, &verified).retain);
                 machine
                     .handle_retained(if script.retention_ok {
                         Ok(())
@@ -225,13 +321,6 @@ pub fn check_machine(t: &Transcript, script: &Script) {
             }
             other => panic!("unknown action {other:?}"),
         }
-        // A local fit rejection is a size failure the machine saw by itself.
-        size_failure_seen |= machine.attempts().iter().any(|a| {
-            matches!(
-                a.result,
-                agentrun_core::compaction::AttemptResult::DoesNotFit { .. }
-            )
-        });
     }
     assert_eq!(machine.poll_action(), None, "an action after the outcome");
     assert!(runs.len() <= 2, "more than one retry");
@@ -273,13 +362,15 @@ impl Input<'_> {
 
 const DIGEST: &str = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
 
-/// Builds a transcript from bytes. Layout: `u8` flags (bit 0: prior summary, bit 1:
-/// recent_start from the next byte), then messages until the input ends, each `u8` block count
-/// (`% 4`, 0 = string content) and per block a `u8` kind: text, tool call (tool name, argument
-/// shape and id picked by the next bytes from small pools so ids collide and calls go
-/// unanswered), tool result (id, content shape, `is_error`, extra fields, existing artifacts),
-/// or an unknown block. Most 64 messages.
-pub fn transcript_from_bytes(data: &[u8]) -> Transcript {
+/// Builds a transcript and the store it names artifacts in from bytes. Layout: `u8` flags
+/// (bit 0: prior summary, bit 1: recent_start from the next byte), then messages until the
+/// input ends, each `u8` block count (`% 4`, 0 = string content) and per block a `u8` kind:
+/// text, tool call (tool name, argument shape and id picked by the next bytes from small pools
+/// so ids collide and calls go unanswered), tool result (id, content shape, `is_error`, extra
+/// fields, and the artifacts it names: none, right ones, or wrong ones of every kind; see
+/// [`artifacts`]), or an unknown block. Most 64 messages.
+pub fn case_from_bytes(data: &[u8]) -> (Transcript, ModelStore) {
+    let mut store = ModelStore::default();
     let mut input = Input(data);
     let flags = input.byte();
     let summary = (flags & 1 == 1).then(|| "prior summary".to_owned());
@@ -295,7 +386,7 @@ pub fn transcript_from_bytes(data: &[u8]) -> Transcript {
         let content = if count == 0 {
             Content::Text(format!("message {}", messages.len()))
         } else {
-            Content::Blocks((0..count).map(|_| block(&mut input)).collect())
+            Content::Blocks((0..count).map(|_| block(&mut input, &mut store)).collect())
         };
         messages.push(Message {
             role,
@@ -312,10 +403,10 @@ pub fn transcript_from_bytes(data: &[u8]) -> Transcript {
     if t.check_recent_start().is_err() {
         t.recent_start = None;
     }
-    t
+    (t, store)
 }
 
-fn block(input: &mut Input<'_>) -> Block {
+fn block(input: &mut Input<'_>, store: &mut ModelStore) -> Block {
     let id = format!("c{}", input.byte() % 6);
     match input.byte() % 4 {
         0 => Block::Text {
@@ -356,28 +447,75 @@ fn block(input: &mut Input<'_>) -> Block {
             if flags & 1 == 1 {
                 extra.insert("metadata".into(), json!({"lines": 3}));
             }
-            let artifacts = if flags & 2 == 2 {
-                let mut uris = vec![ArtifactUri::new(Digest::of(&[flags]))];
-                if flags & 4 == 4 {
-                    uris.push(ArtifactUri::stream(
-                        Digest::of(b"m"),
-                        StreamName::new("stderr").expect("a valid name"),
-                    ));
-                }
-                uris
-            } else {
-                Vec::new()
-            };
-            Block::ToolResult(ToolResult {
+            let mut result = ToolResult {
                 tool_use_id: id,
                 content,
                 is_error: [None, Some(true), Some(false)][usize::from(flags >> 4) % 3],
-                artifacts,
+                artifacts: Vec::new(),
                 extra,
-            })
+            };
+            artifacts(&mut result, input.byte(), store);
+            Block::ToolResult(result)
         }
         _ => Block::Other(json!({"type": "thinking", "thinking": "hmm", "signature": id})),
     }
+}
+
+/// Gives `result` the artifacts `kind` picks, and puts what they hold into `store`: none; an
+/// artifact holding exactly the output, or a manifest stream that does; a digest nothing holds;
+/// an artifact holding other bytes; a manifest whose stream object is missing, or that lacks
+/// the stream; a right and a wrong one together; or the result as a pruned snapshot has it (its
+/// content the reference text of its artifact), right or dangling.
+fn artifacts(result: &mut ToolResult, kind: u8, store: &mut ModelStore) {
+    let output = result.output_text().into_owned();
+    let stdout = || StreamName::new("stdout").expect("a valid name");
+    let manifest = |store: &mut ModelStore, streams: &[(&str, Digest)]| {
+        let digest = Digest::of(format!("manifest {streams:?}").as_bytes());
+        let map = streams.iter().map(|(n, d)| ((*n).to_owned(), *d)).collect();
+        store.manifests.insert(digest, map);
+        digest
+    };
+    let bogus = ArtifactUri::new(Digest::of(format!("nothing holds {kind}").as_bytes()));
+    result.artifacts = match kind % 12 {
+        0..=2 => Vec::new(),
+        3 => vec![store.put(&output)],
+        4 => vec![bogus],
+        5 => vec![store.put(&format!("not {output}"))],
+        6 => {
+            let object = store.put(&output).digest;
+            vec![ArtifactUri::stream(
+                manifest(store, &[("stdout", object)]),
+                stdout(),
+            )]
+        }
+        7 => {
+            // The stream's object is not stored (unless another result stores the same bytes).
+            let object = Digest::of(output.as_bytes());
+            vec![ArtifactUri::stream(
+                manifest(store, &[("stdout", object)]),
+                stdout(),
+            )]
+        }
+        8 => {
+            let object = store.put(&output).digest;
+            let stderr = StreamName::new("stderr").expect("a valid name");
+            vec![ArtifactUri::stream(
+                manifest(store, &[("stdout", object)]),
+                stderr,
+            )]
+        }
+        9 => vec![store.put(&output), bogus],
+        10 | 11 => {
+            let uri = if kind % 12 == 10 {
+                store.put("an output pruned earlier")
+            } else {
+                bogus
+            };
+            result.content = Some(Value::from(reference_text(&uri)));
+            vec![uri]
+        }
+        _ => unreachable!("kind % 12"),
+    };
 }
 
 /// A machine script from two bytes and an optional fit limit byte.

@@ -391,8 +391,9 @@ pub fn auto_mode_text(data: &[u8]) {
 /// Compaction target: the input twice. First as a transcript document (bounded to
 /// [`MAX_TRANSCRIPT_BYTES`]): parsing never panics, and what parses is pruned and compacted
 /// under every summarizer script of [`DOCUMENT_SCRIPTS`]. Then through
-/// [`compaction_checks::transcript_from_bytes`], whose generated transcripts reach the
-/// artifact-read and pairing cases that random JSON rarely does; there the first three bytes
+/// [`compaction_checks::case_from_bytes`], whose generated transcripts reach the
+/// artifact-read, pairing and named-artifact cases that random JSON rarely does (the
+/// artifacts a parsed document names are in no store); there the first three bytes
 /// also script the summarizer ([`compaction_checks::script_from_bytes`]).
 pub fn compaction(data: &[u8]) {
     let limits = agentrun_core::transcript::TranscriptLimits {
@@ -401,19 +402,21 @@ pub fn compaction(data: &[u8]) {
         max_blocks: 1024,
     };
     if let Ok(t) = agentrun_core::transcript::Transcript::from_json(data, &limits) {
-        compaction_checks::check_prune(&t);
+        let empty = compaction_checks::ModelStore::default();
+        compaction_checks::check_prune(&t, &empty);
         for (a, b, limit) in DOCUMENT_SCRIPTS {
             compaction_checks::check_machine(
                 &t,
+                &empty,
                 &compaction_checks::script_from_bytes(a, b, limit),
             );
         }
     }
     let mut input = Input(data);
     let script = compaction_checks::script_from_bytes(input.byte(), input.byte(), input.byte());
-    let t = compaction_checks::transcript_from_bytes(data);
-    compaction_checks::check_prune(&t);
-    compaction_checks::check_machine(&t, &script);
+    let (t, store) = compaction_checks::case_from_bytes(data);
+    compaction_checks::check_prune(&t, &store);
+    compaction_checks::check_machine(&t, &store, &script);
 }
 
 /// Largest transcript document the compaction target parses.

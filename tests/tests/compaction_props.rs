@@ -1,9 +1,9 @@
 //! Property tests of compaction over generated transcripts: pairing intact in every snapshot,
 //! the original unchanged after any outcome, every reference resolving to exactly the output
-//! it replaced, pruning idempotent, at most one retry, and no pruning after a non-size failure.
+//! it replaced (also where the transcript names artifacts of its own, right or wrong), pruning idempotent, at most one retry, and no pruning after a non-size failure.
 
 use agentrun_tests::compaction_checks::{
-    Answer, Script, check_machine, check_prune, script_from_bytes, transcript_from_bytes,
+    Answer, Script, case_from_bytes, check_machine, check_prune, script_from_bytes,
 };
 use proptest::prelude::*;
 
@@ -14,7 +14,8 @@ proptest! {
     fn pruning_keeps_pairing_resolves_references_and_is_idempotent(
         bytes in proptest::collection::vec(any::<u8>(), 0..600),
     ) {
-        check_prune(&transcript_from_bytes(&bytes));
+        let (t, store) = case_from_bytes(&bytes);
+        check_prune(&t, &store);
     }
 
     #[test]
@@ -22,7 +23,8 @@ proptest! {
         bytes in proptest::collection::vec(any::<u8>(), 0..600),
         a in any::<u8>(), b in any::<u8>(), limit in any::<u8>(),
     ) {
-        check_machine(&transcript_from_bytes(&bytes), &script_from_bytes(a, b, limit));
+        let (t, store) = case_from_bytes(&bytes);
+        check_machine(&t, &store, &script_from_bytes(a, b, limit));
     }
 
     #[test]
@@ -36,6 +38,7 @@ proptest! {
             max_input_bytes: None,
             retention_ok: true,
         };
-        check_machine(&transcript_from_bytes(&bytes), &script);
+        let (t, store) = case_from_bytes(&bytes);
+        check_machine(&t, &store, &script);
     }
 }

@@ -4,7 +4,8 @@
 //! (`agentrun_core::compaction`; the rules are in docs/compaction.md).
 //!
 //! The machine decides; this module does its I/O: it runs the summarizer for each
-//! `Action::Summarize`, classifies how it ended, and stores the outputs of `Action::Retain`
+//! `Action::Summarize`, classifies how it ended, checks the artifacts the transcript names
+//! (`Action::Verify`, `Store::confirms`) and stores the outputs of `Action::Retain`
 //! (`Store::retain_outputs`). The transcript file is only read.
 //!
 //! Summarizers:
@@ -29,7 +30,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use agentrun_core::compaction::{
-    Action, Attempt, AttemptKind, AttemptResult, Compacted, Compaction, CompactionConfig,
+    Action, Attempt, AttemptResult, Compacted, Compaction, CompactionConfig,
     DEFAULT_MAX_SUMMARY_BYTES, Failed, Reference, SummarizerFailure, SummarizerInput,
 };
 use agentrun_core::harness::{
@@ -143,7 +144,7 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
             Some(Action::Summarize(input)) => {
                 progress(&format!(
                     "agentrun: {} attempt: summarizing {} bytes",
-                    kind_name(input.kind),
+                    input.kind.as_str(),
                     input.text.len()
                 ));
                 let kind = input.kind;
@@ -152,13 +153,26 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
                     Err(failure) => {
                         progress(&format!(
                             "agentrun: {} attempt failed: {}",
-                            kind_name(kind),
+                            kind.as_str(),
                             describe(&failure)
                         ));
                         machine.handle_failure(failure)
                     }
                 }
                 .map_err(Failure::runtime)?;
+            }
+            Some(Action::Verify(claims)) => {
+                let asked = claims.len();
+                let confirmed: Vec<_> = claims.into_iter().filter(|c| store.confirms(c)).collect();
+                progress(&format!(
+                    "agentrun: the transcript names {} artifact(s) for its tool output; {} hold \
+                     exactly that output in this store",
+                    asked,
+                    confirmed.len()
+                ));
+                machine
+                    .handle_verified(confirmed)
+                    .map_err(Failure::runtime)?;
             }
             Some(Action::Retain(outputs)) => {
                 progress(&format!(
@@ -223,13 +237,6 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
 fn progress(line: &str) {
     use std::io::Write as _;
     let _ = writeln!(io::stderr().lock(), "{line}");
-}
-
-fn kind_name(kind: AttemptKind) -> &'static str {
-    match kind {
-        AttemptKind::First => "first",
-        _ => "retry",
-    }
 }
 
 fn describe(failure: &SummarizerFailure) -> String {
@@ -353,7 +360,7 @@ fn summarize(
             .with_result_sink(ResultSink::Allocate)
             .sink_cap(DEFAULT_MAX_SUMMARY_BYTES as u64 + 1),
     };
-    options = options.label(format!("compaction {} attempt", kind_name(kind)));
+    options = options.label(format!("compaction {} attempt", kind.as_str()));
     if let Some(t) = timeout {
         options = options.timeout(t);
     }

@@ -260,3 +260,41 @@ fn a_bad_transcript_is_a_located_error() {
     assert_eq!(usage.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&usage.stderr).contains("--harness"));
 }
+
+#[test]
+fn artifacts_the_transcript_names_are_reused_only_when_they_hold_the_output() {
+    let env = Env::new();
+    // A real artifact holding exactly one result's output: the stdout stream of a run.
+    let run = env.agentrun(&["run", "--json", "--", "printf", "hello\\n"]);
+    assert_success(&run);
+    let valid = json(&run)["artifacts"]["stdout"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let bogus = format!("artifact://{}", "0".repeat(64));
+    let t = env.transcript(&json!([
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t1", "name": "bash", "input": {"command": "echo hello"}},
+            {"type": "tool_use", "id": "t2", "name": "bash", "input": {"command": "make"}}
+        ]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": "hello\n", "artifacts": [valid]},
+            {"type": "tool_result", "tool_use_id": "t2", "content": build_log(), "artifacts": [bogus]}
+        ]}
+    ]));
+    let cmd = env.summarizer(SIZE_LIMITED);
+    let o = env.agentrun(&["compact", &t, "--summarizer", &cmd, "--json"]);
+    assert_success(&o);
+    let report = json(&o);
+    let references = report["references"].as_array().unwrap();
+    assert_eq!(references.len(), 2);
+    assert_eq!(references[0]["uri"], valid.as_str());
+    assert_eq!(references[0]["existing"], true);
+    // The bogus one is not passed on: the output is retained and its reference reads it back.
+    assert_eq!(references[1]["existing"], false);
+    let uri = references[1]["uri"].as_str().unwrap();
+    assert_ne!(uri, bogus);
+    let read = env.agentrun(&["read", uri, "--all"]);
+    assert_eq!(read.stdout, build_log().as_bytes());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("1 hold exactly that output"));
+}

@@ -5,8 +5,13 @@
 //! real: every output of an [`Action::Retain`](agentrun_core::compaction::Action::Retain) is
 //! captured as a single-output artifact with its own terminal record (so GC keeps it like any
 //! run's output), and its digest is checked against the one the reference names.
+//!
+//! A transcript may already name artifacts for its outputs; [`Store::confirms`] checks each
+//! such claim of an [`Action::Verify`](agentrun_core::compaction::Action::Verify) before the
+//! retry refers to it, so a wrong or stale `artifacts` entry leads to the output being
+//! retained, never to a reference that reads back something else.
 
-use agentrun_core::compaction::Retention;
+use agentrun_core::compaction::{Claim, Holds, Retention};
 use agentrun_core::digest::Digest;
 use agentrun_core::{
     CaptureCompletion, CaptureStatus, OutputChannel, OutputDeclaration, PreviewLimits,
@@ -49,6 +54,22 @@ pub struct Retained {
 }
 
 impl Store {
+    /// Whether the artifact a transcript names holds what the claim says: the URI resolves
+    /// (for a stream, the manifest is present and declares it), the object it reads is present
+    /// with a sound index, and for [`Holds::Output`] the object is exactly those bytes (its name
+    /// is the digest of its bytes, and reads check every block against the index). Any
+    /// failure to read means no: the output is then retained instead.
+    pub fn confirms(&self, claim: &Claim) -> bool {
+        let Ok(object) = self.resolve(&claim.uri) else {
+            return false;
+        };
+        let holds = match claim.holds {
+            Holds::Output(digest) => object == digest,
+            _ => true,
+        };
+        holds && self.readable(&object)
+    }
+
     /// Stores each output as a single-output artifact named by the SHA-256 of its bytes, each
     /// under its own record. Outputs with the same digest are stored once. Stops at the first
     /// failure; what was stored before it stays (it is ordinary, referenced output).

@@ -139,8 +139,14 @@ impl Store {
         Ok(Manifest::parse(&bytes).ok())
     }
 
+    /// Whether the object `digest` is present and its index describes it (the checks every
+    /// read starts with).
+    pub(crate) fn readable(&self, digest: &Digest) -> bool {
+        Object::open(&self.layout, digest).is_ok()
+    }
+
     /// The digest of the object a URI reads: itself, or the selected stream of a manifest.
-    fn resolve(&self, uri: &ArtifactUri) -> Result<Digest, ReadError> {
+    pub(crate) fn resolve(&self, uri: &ArtifactUri) -> Result<Digest, ReadError> {
         let Some(stream) = &uri.stream else {
             return Ok(uri.digest);
         };
