@@ -120,6 +120,18 @@ pub enum CaptureError {
     /// The limits cannot be honoured.
     #[error(transparent)]
     Limits(#[from] LimitsError),
+    /// A stream index that does not belong to this capture (it came from another capture,
+    /// whose declaration has more streams).
+    #[error(
+        "stream index {index} is not a stream of this capture (it has {streams}); use the \
+         index that this capture's own resolve returned"
+    )]
+    ForeignStream {
+        /// The index given.
+        index: usize,
+        /// How many streams this capture has.
+        streams: usize,
+    },
 }
 
 /// Something that went wrong while capturing; the output is then incomplete.
@@ -416,6 +428,21 @@ impl Capture {
         }
         let ix = self.declaration.resolve(channel)?;
         Ok((!self.failed[ix.0]).then_some(ix))
+    }
+
+    /// Checks that `stream` is a stream of this capture. The other methods taking a
+    /// [`StreamIndex`] expect one (from [`Capture::resolve`] or the declaration's `indexes`)
+    /// and panic on an index from a capture with more streams; a driver that can be handed an
+    /// index from elsewhere checks it here first.
+    pub fn check_stream(&self, stream: StreamIndex) -> Result<(), CaptureError> {
+        if stream.0 < self.streams.len() {
+            Ok(())
+        } else {
+            Err(CaptureError::ForeignStream {
+                index: stream.0,
+                streams: self.streams.len(),
+            })
+        }
     }
 
     /// Records a chunk the caller has appended to stream `stream`'s capture file.

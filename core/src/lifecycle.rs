@@ -8,14 +8,16 @@
 //!
 //! # Driving order
 //!
-//! 1. [`RunLifecycle::new`]`(&options, now)` right after the child was spawned.
+//! 1. [`RunLifecycle::new`]`(&options, now)` right before or after the child was spawned (the
+//!    timeouts count from `now`).
 //! 2. Loop:
 //!    1. Drain [`RunLifecycle::poll_action`] until `None` and carry out each action:
 //!       [`RunAction::Signal`] (send that signal to the child's process group; if the group
 //!       has no process left, report it with [`RunLifecycle::handle_group_empty`]),
 //!       [`RunAction::Kill`] (SIGKILL to the group, same report), or [`RunAction::Finish`]
-//!       (stop waiting: finalize the run with that outcome and exit; the machine is done and
-//!       every later input is ignored).
+//!       (stop waiting: finalize the run with that outcome and exit, and say in the record
+//!       what it reports as unfinished: output pipes still open, a child never reaped; the
+//!       machine is done and every later input is ignored).
 //!    2. Ask [`RunLifecycle::poll_timeout`] for the next instant the machine needs (with the
 //!       reason), and wait until then or until one of these happens, feeding it in:
 //!       * the child was reaped: [`RunLifecycle::handle_exit`];
@@ -39,6 +41,13 @@
 //!   child exited during a grace period, since processes it started may still be in its group.
 //!   After that the output pipes get [`DRAIN_AFTER_KILL`]; a process that left the group
 //!   (`setsid`) and still holds them is not waited for longer.
+//! * SIGKILL cannot be ignored, but a child in uninterruptible sleep (a hung disk or network
+//!   file system) does not die of it until the kernel call returns. The run waits
+//!   [`EXIT_AFTER_KILL`] for the exit and then finishes without it
+//!   ([`RunAction::Finish`] with `reaped: false`), rather than never.
+//! * A run that finishes while an output pipe is still open (only a process outside the group
+//!   can hold it by then) says so (`pipes_open: true`): whatever that process writes later is
+//!   not captured, so the driver must mark the output as possibly incomplete.
 //! * A child that exits by itself has completed, whatever comes after. The run waits
 //!   [`DRAIN_AFTER_EXIT`] for its pipes; if something it left behind still holds them, what is
 //!   left of the group is stopped like a child (signals, grace, SIGKILL, ended early when the
@@ -61,6 +70,12 @@ pub const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 /// a process that left the group holds them; the run does not wait for it.
 pub const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
 
+/// How long the run waits for the child's exit after SIGKILL before it finishes without it.
+/// SIGKILL ends any process that returns to user space, so this only matters for a child stuck
+/// in the kernel (uninterruptible sleep); it is long so that a slow but healthy machine never
+/// hits it.
+pub const EXIT_AFTER_KILL: Duration = Duration::from_secs(60);
+
 /// What the driver must do next (from [`RunLifecycle::poll_action`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -69,13 +84,19 @@ pub enum RunAction {
     Signal(StopSignal),
     /// Send SIGKILL to the child's process group.
     Kill,
-    /// The run is over: finalize it with this outcome and the child's exit (`None` when the
-    /// child's status could not be read).
+    /// The run is over: finalize it with this outcome and the child's exit.
     Finish {
         /// How the run ended.
         outcome: RunOutcome,
-        /// How the child ended.
+        /// How the child ended (`None` when its status could not be read, or it was never
+        /// reaped: see `reaped`).
         exit: Option<Exit>,
+        /// An output pipe was still open: a process outside the child's group holds it, and
+        /// what it writes from now on is not captured. The output may be incomplete.
+        pipes_open: bool,
+        /// Whether the child was reaped. `false`: it did not exit within [`EXIT_AFTER_KILL`]
+        /// after SIGKILL, and how it ended is unknown.
+        reaped: bool,
     },
 }
 
@@ -93,6 +114,8 @@ pub enum WakeReason {
     DrainAfterExit,
     /// The end of the wait for the pipes after SIGKILL.
     DrainAfterKill,
+    /// The end of the wait for the child's exit after SIGKILL ([`EXIT_AFTER_KILL`]).
+    ExitAfterKill,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,8 +126,9 @@ enum Phase {
     Draining { until: Instant },
     /// Stop signal number `sent` went out; the grace period ends at `until`.
     Stopping { sent: usize, until: Instant },
-    /// SIGKILL went out; waiting for the exit, then for the pipes until `until`.
-    Killed { until: Option<Instant> },
+    /// SIGKILL went out; waiting for the exit (at most until `until`, then the run finishes
+    /// without it), then for the pipes until `until`.
+    Killed { until: Instant },
     /// [`RunAction::Finish`] was emitted.
     Done,
 }
@@ -173,7 +197,10 @@ impl RunLifecycle {
             }
             Phase::Draining { until } => Some((until, WakeReason::DrainAfterExit)),
             Phase::Stopping { until, .. } => Some((until, WakeReason::Grace)),
-            Phase::Killed { until } => until.map(|at| (at, WakeReason::DrainAfterKill)),
+            Phase::Killed { until } if self.exit.is_some() => {
+                Some((until, WakeReason::DrainAfterKill))
+            }
+            Phase::Killed { until } => Some((until, WakeReason::ExitAfterKill)),
             Phase::Done => None,
         }
     }
@@ -201,7 +228,7 @@ impl RunLifecycle {
             Phase::Killed { .. } if self.pipes_closed => self.finish(),
             Phase::Killed { .. } => {
                 self.phase = Phase::Killed {
-                    until: Some(now + DRAIN_AFTER_KILL),
+                    until: now + DRAIN_AFTER_KILL,
                 }
             }
             Phase::Draining { .. } | Phase::Done => {}
@@ -253,7 +280,7 @@ impl RunLifecycle {
         match self.phase {
             Phase::Stopping { .. } => {
                 self.phase = Phase::Killed {
-                    until: Some(now + DRAIN_AFTER_KILL),
+                    until: now + DRAIN_AFTER_KILL,
                 }
             }
             Phase::Running | Phase::Draining { .. } | Phase::Killed { .. } | Phase::Done => {}
@@ -284,7 +311,7 @@ impl RunLifecycle {
                 };
                 self.signal(now, sent + 1);
             }
-            WakeReason::DrainAfterKill => self.finish(),
+            WakeReason::DrainAfterKill | WakeReason::ExitAfterKill => self.finish(),
         }
     }
 
@@ -313,11 +340,16 @@ impl RunLifecycle {
             Some(_) if self.pipes_closed => self.finish(),
             Some(_) => {
                 self.phase = Phase::Killed {
-                    until: Some(now + DRAIN_AFTER_KILL),
+                    until: now + DRAIN_AFTER_KILL,
                 }
             }
-            // SIGKILL cannot be ignored: the exit comes, and the drain counts from it.
-            None => self.phase = Phase::Killed { until: None },
+            // SIGKILL cannot be ignored: the exit comes, and the drain counts from it; unless
+            // the child is stuck in the kernel, which the fallback bounds.
+            None => {
+                self.phase = Phase::Killed {
+                    until: now + EXIT_AFTER_KILL,
+                }
+            }
         }
     }
 
@@ -325,6 +357,8 @@ impl RunLifecycle {
         self.actions.push_back(RunAction::Finish {
             outcome: self.outcome,
             exit: self.exit.flatten(),
+            pipes_open: !self.pipes_closed,
+            reaped: self.exit.is_some(),
         });
         self.phase = Phase::Done;
     }

@@ -452,7 +452,8 @@ impl std::fmt::Display for RunStatus {
 ///
 /// Serializes as the object `agentrun run --json` prints: the [`RunSummary`] members
 /// (`run_id`, `status`, `reason`, `outcome`, `exit`, `pid`, `duration_ms`, `artifacts`),
-/// then `model_text`, `result`, `sink`, `label` (only when set) and the whole `record`.
+/// then `model_text`, `result`, `sink`, `sink_cleanup_error` and `label` (each only when set)
+/// and the whole `record`.
 #[derive(Debug, Clone)]
 pub struct ProcessResult {
     /// How the run ended.
@@ -468,6 +469,10 @@ pub struct ProcessResult {
     pub result: Option<String>,
     /// What reading the result sink found.
     pub sink: SinkOutcome,
+    /// Why the allocated sink directory could not be removed after the run (`None`: removed,
+    /// or nothing to remove). What is left is owner-only and harmless, and `agentrun gc`
+    /// removes it; the run's result is not affected. Serialized only when set.
+    pub sink_cleanup_error: Option<String>,
     /// The child's operating-system process id (`None` if the runtime could not tell).
     pub pid: Option<u32>,
     /// The caller's label ([`RunOptions::label`]).
@@ -556,6 +561,8 @@ impl Serialize for ProcessResult {
             result: Option<&'a str>,
             sink: &'a SinkOutcome,
             #[serde(skip_serializing_if = "Option::is_none")]
+            sink_cleanup_error: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
             label: Option<&'a str>,
             record: &'a ResultRecord,
         }
@@ -564,6 +571,7 @@ impl Serialize for ProcessResult {
             model_text: self.model_text(),
             result: self.result.as_deref(),
             sink: &self.sink,
+            sink_cleanup_error: self.sink_cleanup_error.as_deref(),
             label: self.label.as_deref(),
             record: &self.record,
         }
@@ -592,6 +600,7 @@ mod tests {
             record: ResultRecord::from_summary("run-1".to_owned(), &summary),
             result: None,
             sink: SinkOutcome::NotRequested,
+            sink_cleanup_error: None,
             pid: Some(42),
             label: None,
         }

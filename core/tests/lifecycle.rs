@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use agentrun_core::harness::StopSignal;
 use agentrun_core::lifecycle::{
-    DRAIN_AFTER_EXIT, DRAIN_AFTER_KILL, RunAction, RunLifecycle, WakeReason,
+    DRAIN_AFTER_EXIT, DRAIN_AFTER_KILL, EXIT_AFTER_KILL, RunAction, RunLifecycle, WakeReason,
 };
 use agentrun_core::process::{Exit, MAX_RUN_DURATION, OptionsError, RunOptions, RunOutcome};
 
@@ -66,8 +66,25 @@ fn opts() -> RunOptions {
     RunOptions::new("child").kill_grace(Duration::from_secs(5))
 }
 
+/// The run ends with every output pipe closed and the child reaped.
 fn finish(outcome: RunOutcome, exit: Option<Exit>) -> RunAction {
-    RunAction::Finish { outcome, exit }
+    RunAction::Finish {
+        outcome,
+        exit,
+        pipes_open: false,
+        reaped: true,
+    }
+}
+
+/// The run ends with the child reaped while a process outside its group still holds an
+/// output pipe (what it writes later is not captured).
+fn finish_open(outcome: RunOutcome, exit: Option<Exit>) -> RunAction {
+    RunAction::Finish {
+        outcome,
+        exit,
+        pipes_open: true,
+        reaped: true,
+    }
 }
 
 const TERM: RunAction = RunAction::Signal(Terminate);
@@ -114,8 +131,12 @@ fn the_deadline_sends_sigterm_then_sigkill_after_the_grace() {
     assert_eq!(sim.wake(), Some(WakeReason::Grace));
     assert_eq!(sim.elapsed_ms(), 6000);
     assert_eq!(sim.actions(), [RunAction::Kill]);
-    // After SIGKILL nothing is due until the exit; the drain counts from it.
-    assert_eq!(sim.run.poll_timeout(), None);
+    // After SIGKILL only the fallback for a child that never exits is due; the drain counts
+    // from the exit.
+    assert_eq!(
+        sim.run.poll_timeout(),
+        Some((sim.at(6000) + EXIT_AFTER_KILL, WakeReason::ExitAfterKill))
+    );
     sim.set(6010);
     sim.run.handle_exit(sim.now, KILLED);
     sim.run.handle_pipes_closed(sim.now);
@@ -151,7 +172,7 @@ fn a_grandchild_holding_the_pipes_after_sigkill_is_not_waited_for() {
     assert_eq!(sim.elapsed_ms(), 1100 + DRAIN_AFTER_KILL.as_millis());
     assert_eq!(
         sim.actions(),
-        [finish(RunOutcome::TimedOut, Some(Exit::Signal(15)))]
+        [finish_open(RunOutcome::TimedOut, Some(Exit::Signal(15)))]
     );
 }
 
@@ -221,7 +242,7 @@ fn cancel_stops_like_a_timeout_and_a_second_cancel_kills_at_once() {
     sim.run.handle_exit(sim.at(300), KILLED);
     assert_eq!(sim.actions(), []);
     assert_eq!(sim.wake(), Some(WakeReason::DrainAfterKill));
-    assert_eq!(sim.actions(), [finish(RunOutcome::Cancelled, KILLED)]);
+    assert_eq!(sim.actions(), [finish_open(RunOutcome::Cancelled, KILLED)]);
 }
 
 #[test]
@@ -248,6 +269,9 @@ fn stop_signals_go_in_order_with_the_grace_after_each() {
     let mut seen = Vec::new();
     while let Some(reason) = sim.wake() {
         seen.push((sim.elapsed_ms(), reason, sim.actions()));
+        if reason == WakeReason::Grace && seen.len() == 3 {
+            break; // what follows SIGKILL is the fallback's business
+        }
     }
     assert_eq!(
         seen,
@@ -298,7 +322,7 @@ fn leftovers_ignoring_sigterm_get_sigkill_and_a_last_drain() {
             (WakeReason::Grace, vec![RunAction::Kill]),
             (
                 WakeReason::DrainAfterKill,
-                vec![finish(RunOutcome::Completed, Some(Exit::Code(0)))]
+                vec![finish_open(RunOutcome::Completed, Some(Exit::Code(0)))]
             ),
         ]
     );
@@ -315,13 +339,74 @@ fn a_holder_outside_the_group_costs_two_drains_not_the_grace() {
     // The driver's SIGTERM found no process in the group.
     sim.run.handle_group_empty(sim.now);
     assert_eq!(sim.wake(), Some(WakeReason::DrainAfterKill));
+    // The run is completed, but the holder may write after it: the finish says the pipes
+    // were still open, so the driver marks the output as possibly incomplete.
     assert_eq!(
         sim.actions(),
-        [finish(RunOutcome::Completed, Some(Exit::Code(0)))]
+        [finish_open(RunOutcome::Completed, Some(Exit::Code(0)))]
     );
     assert_eq!(
         sim.elapsed_ms(),
         (DRAIN_AFTER_EXIT + DRAIN_AFTER_KILL).as_millis()
+    );
+}
+
+#[test]
+fn a_child_that_never_dies_of_sigkill_ends_the_run_with_its_exit_unknown() {
+    // A child in uninterruptible sleep: SIGTERM and SIGKILL go out, no exit ever comes.
+    let mut sim = Sim::new(opts().timeout(Duration::from_secs(1)));
+    let mut seen = Vec::new();
+    while let Some(reason) = sim.wake() {
+        seen.push((sim.elapsed_ms(), reason, sim.actions()));
+    }
+    let killed_at = 6000;
+    assert_eq!(
+        seen,
+        [
+            (1000, WakeReason::Deadline, vec![TERM]),
+            (killed_at, WakeReason::Grace, vec![RunAction::Kill]),
+            (
+                killed_at + EXIT_AFTER_KILL.as_millis(),
+                WakeReason::ExitAfterKill,
+                vec![RunAction::Finish {
+                    outcome: RunOutcome::TimedOut,
+                    exit: None,
+                    pipes_open: true,
+                    reaped: false,
+                }]
+            ),
+        ]
+    );
+    assert!(sim.run.is_finished());
+    // An exit reported after the run gave up on it changes nothing.
+    sim.run.handle_exit(sim.now, KILLED);
+    assert_eq!(sim.actions(), []);
+
+    // The same after a cancellation whose child closed its pipes but never died.
+    let mut sim = Sim::new(opts().stop_signals(&[]));
+    sim.run.handle_cancel(sim.at(0));
+    sim.run.handle_pipes_closed(sim.at(5));
+    assert_eq!(sim.actions(), [RunAction::Kill]);
+    assert_eq!(sim.wake(), Some(WakeReason::ExitAfterKill));
+    assert_eq!(
+        sim.actions(),
+        [RunAction::Finish {
+            outcome: RunOutcome::Cancelled,
+            exit: None,
+            pipes_open: false,
+            reaped: false,
+        }]
+    );
+    // An exit in time still wins, and the drain counts from it.
+    let mut sim = Sim::new(opts().stop_signals(&[]));
+    sim.run.handle_cancel(sim.at(0));
+    sim.run.handle_exit(sim.at(59_000), KILLED);
+    assert_eq!(
+        sim.run.poll_timeout(),
+        Some((
+            sim.at(59_000) + DRAIN_AFTER_KILL,
+            WakeReason::DrainAfterKill
+        ))
     );
 }
 
@@ -357,6 +442,7 @@ fn nothing_happens_after_finish_and_unreadable_statuses_are_kept_as_none() {
     let mut sim = Sim::new(opts().timeout(Duration::from_secs(1)));
     sim.run.handle_pipes_closed(sim.at(1));
     sim.run.handle_exit(sim.at(2), None);
+    // Reaped with an unreadable status: `exit` is `None`, `reaped` stays true.
     assert_eq!(sim.actions(), [finish(RunOutcome::Completed, None)]);
     sim.run.handle_cancel(sim.at(3));
     sim.run.handle_timeout(sim.at(10_000));

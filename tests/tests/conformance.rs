@@ -20,13 +20,40 @@ use agentrun_smol::{
 };
 
 /// One process driver, driven from a synchronous test.
+/// The pipe a live tap is on.
+#[derive(Debug, Clone, Copy)]
+enum Tap {
+    Stdout,
+    Stderr,
+}
+
+impl Tap {
+    fn stream(self) -> &'static str {
+        match self {
+            Tap::Stdout => "stdout",
+            Tap::Stderr => "stderr",
+        }
+    }
+
+    /// A shell prefix that swaps stdout and stderr when the tap is on stderr, so one script
+    /// writes its tapped output to the tapped pipe either way.
+    fn redirect(self) -> &'static str {
+        match self {
+            Tap::Stdout => "",
+            Tap::Stderr => "exec 3>&1 1>&2 2>&3 3>&-; ",
+        }
+    }
+}
+
 trait Driver {
     /// Runs one process to its end.
     fn run(store: &Store, options: RunOptions) -> Result<ProcessResult, RunError>;
-    /// Runs one process to its end with a live stdout tap (`RunBuilder::observe_stdout`).
+    /// Runs one process to its end with a live tap on one pipe (`RunBuilder::observe_stdout`
+    /// or `observe_stderr`).
     fn run_observed(
         store: &Store,
         options: RunOptions,
+        tap: Tap,
         observer: impl FnMut(&[u8]) + Send + 'static,
     ) -> Result<ProcessResult, RunError>;
     /// Runs all of them concurrently on the runtime.
@@ -66,14 +93,16 @@ impl Driver for Smol {
     fn run_observed(
         store: &Store,
         options: RunOptions,
+        tap: Tap,
         observer: impl FnMut(&[u8]) + Send + 'static,
     ) -> Result<ProcessResult, RunError> {
-        ::smol::block_on(
-            agentrun_smol::Runner::new(store.clone())
-                .run(options)
-                .observe_stdout(observer)
-                .into_future(),
-        )
+        let runner = agentrun_smol::Runner::new(store.clone());
+        let run = runner.run(options);
+        let run = match tap {
+            Tap::Stdout => run.observe_stdout(observer),
+            Tap::Stderr => run.observe_stderr(observer),
+        };
+        ::smol::block_on(run.into_future())
     }
 
     fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>> {
@@ -163,14 +192,16 @@ impl Driver for Tokio {
     fn run_observed(
         store: &Store,
         options: RunOptions,
+        tap: Tap,
         observer: impl FnMut(&[u8]) + Send + 'static,
     ) -> Result<ProcessResult, RunError> {
-        tokio_runtime().block_on(
-            agentrun_tokio::Runner::new(store.clone())
-                .run(options)
-                .observe_stdout(observer)
-                .into_future(),
-        )
+        let runner = agentrun_tokio::Runner::new(store.clone());
+        let run = runner.run(options);
+        let run = match tap {
+            Tap::Stdout => run.observe_stdout(observer),
+            Tap::Stderr => run.observe_stderr(observer),
+        };
+        tokio_runtime().block_on(run.into_future())
     }
 
     fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>> {
@@ -979,6 +1010,84 @@ fn an_escaped_pipe_holder_does_not_cost_the_grace<D: Driver>() {
     assert_eq!(env.stdout(&r), "leader-done\n");
 }
 
+/// A process that escaped the group (`setsid`) keeps stdout open and writes to it after the
+/// run ended: the run still completes with the child's exit, but the record does not pass for
+/// complete: stdout carries a capture fault saying output may be missing and why, and only
+/// what came before the end is retained.
+fn late_output_of_an_escaped_pipe_holder_marks_the_capture_incomplete<D: Driver>() {
+    let env = Env::new();
+    let pidfile = env.path("holder");
+    let script = format!(
+        r#"setsid sh -c 'echo $$ > "$1"; sleep 30; echo late' holder '{}' & echo early"#,
+        pidfile.display()
+    );
+    let started = Instant::now();
+    let r = D::run(&env.store, sh(&script)).unwrap();
+    assert!(started.elapsed() < WIRING_BOUND, "{:?}", started.elapsed());
+    assert_eq!(r.outcome, RunOutcome::Completed);
+    assert_eq!(r.exit, Some(Exit::Code(0)));
+    assert_eq!(r.record.capture_status, CaptureStatus::Succeeded);
+    assert!(r.record.incomplete, "{:?}", r.record);
+    let faults: Vec<_> = r
+        .record
+        .faults
+        .iter()
+        .map(|f| (f.stream.as_ref().map(|s| s.as_str()), f.message.as_str()))
+        .collect();
+    // The holder inherited both pipes.
+    let streams: Vec<_> = faults.iter().map(|(stream, _)| *stream).collect();
+    assert_eq!(streams, [Some("stdout"), Some("stderr")], "{faults:?}");
+    for (_, message) in &faults {
+        assert!(
+            message.starts_with("output may be missing")
+                && message.contains("outside the run's process group"),
+            "{faults:?}"
+        );
+    }
+    assert!(
+        r.model_text().starts_with("[Incomplete output"),
+        "{}",
+        r.model_text()
+    );
+    assert_eq!(env.stdout(&r), "early\n");
+    assert_eq!(env.store.record(&r.record.run_id).unwrap(), r.record);
+    let holder: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // It would write to a closed pipe and die of SIGPIPE; no need to wait 30 s for that.
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &holder.to_string()])
+        .status();
+}
+
+/// The child swaps its sink directory for a file, which the runner cannot remove as a
+/// directory: the run's result is intact, and the failure is reported with it instead of
+/// being dropped.
+fn a_sink_directory_that_cannot_be_removed_is_reported_with_the_result<D: Driver>() {
+    let env = Env::new();
+    let script =
+        r#"d=$(dirname "$AGENTRUN_RESULT_SINK"); mv "$d" "$d.moved"; printf x > "$d"; echo done"#;
+    let r = D::run(&env.store, sh_sink(script)).unwrap();
+    assert_eq!(r.outcome, RunOutcome::Completed);
+    assert_eq!(env.stdout(&r), "done\n");
+    let error = r.sink_cleanup_error.as_deref().expect("the removal failed");
+    assert!(error.contains("result-sink directory"), "{error}");
+    // The result JSON carries it too.
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["sink_cleanup_error"], error);
+    // A run whose sink is removed reports nothing.
+    let r = D::run(&env.store, sh_sink("echo fine")).unwrap();
+    assert_eq!(r.sink_cleanup_error, None);
+    assert!(
+        serde_json::to_value(&r)
+            .unwrap()
+            .get("sink_cleanup_error")
+            .is_none()
+    );
+}
+
 /// When the runner itself is SIGKILLed (no chance to clean up), its watchdog stops the
 /// child's whole group: the child and a grandchild in its group end, long before their own
 /// sleeps would. The runner is this test binary, re-run with a marker variable.
@@ -1127,21 +1236,22 @@ fn a_flood_on_each_stream_is_captured_intact<D: Driver>(size: u64) {
 /// runs (the child waits for a marker the observer creates on seeing its first line, so a tap
 /// that only delivered after the exit would make the child fail), lines reassembled by the
 /// core's `LineSplitter` are the child's, and the retained artifact is byte-identical to the
-/// concatenated chunks. Stderr is not tapped.
-fn the_stdout_tap_sees_chunks_live_and_the_artifact_is_identical<D: Driver>() {
+/// concatenated chunks. The other pipe is not tapped. The same for a tap on stderr.
+fn the_tap_sees_chunks_live_and_the_artifact_is_identical<D: Driver>(pipe: Tap) {
     use std::sync::{Arc, Mutex};
     let env = Env::new();
     let marker = env.path("seen");
     let script = format!(
-        "printf 'first line\\n'; echo not-tapped >&2; i=0; \
+        "{swap}printf 'first line\\n'; echo not-tapped >&2; i=0; \
          while [ ! -e '{m}' ]; do i=$((i+1)); [ $i -gt 1000 ] && exit 3; sleep 0.01; done; \
          seq 1 200000; printf 'last, without newline'",
+        swap = pipe.redirect(),
         m = marker.display()
     );
     let seen = Arc::new(Mutex::new((Vec::<u8>::new(), 0usize, Vec::<String>::new())));
     let (tap, marker_path) = (seen.clone(), marker.clone());
     let mut splitter = agentrun_core::lines::LineSplitter::new(1 << 16);
-    let result = D::run_observed(&env.store, sh(&script), move |chunk| {
+    let result = D::run_observed(&env.store, sh(&script), pipe, move |chunk| {
         let mut guard = tap.lock().unwrap();
         let (bytes, chunks, lines) = &mut *guard;
         bytes.extend_from_slice(chunk);
@@ -1163,10 +1273,15 @@ fn the_stdout_tap_sees_chunks_live_and_the_artifact_is_identical<D: Driver>() {
     assert!(*chunks >= 2, "{chunks} chunks");
     assert_eq!(
         bytes,
-        &env.bytes(&result.record, "stdout"),
+        &env.bytes(&result.record, pipe.stream()),
         "the artifact differs from the tap"
     );
     assert!(!String::from_utf8_lossy(bytes).contains("not-tapped"));
+    let other = match pipe {
+        Tap::Stdout => "stderr",
+        Tap::Stderr => "stdout",
+    };
+    assert_eq!(env.bytes(&result.record, other), b"not-tapped\n");
     assert_eq!(lines.first().map(String::as_str), Some("first line"));
     assert_eq!(lines.last().map(String::as_str), Some("200000"));
     assert_eq!(lines.len(), 200_001);
@@ -1325,7 +1440,27 @@ macro_rules! conformance {
             }
             #[test]
             fn the_stdout_tap_sees_chunks_live_and_the_artifact_is_identical() {
-                super::the_stdout_tap_sees_chunks_live_and_the_artifact_is_identical::<$driver>();
+                super::the_tap_sees_chunks_live_and_the_artifact_is_identical::<$driver>(
+                    super::Tap::Stdout,
+                );
+            }
+            #[test]
+            fn the_stderr_tap_sees_chunks_live_and_the_artifact_is_identical() {
+                super::the_tap_sees_chunks_live_and_the_artifact_is_identical::<$driver>(
+                    super::Tap::Stderr,
+                );
+            }
+            #[test]
+            fn late_output_of_an_escaped_pipe_holder_marks_the_capture_incomplete() {
+                super::late_output_of_an_escaped_pipe_holder_marks_the_capture_incomplete::<
+                    $driver,
+                >();
+            }
+            #[test]
+            fn a_sink_directory_that_cannot_be_removed_is_reported_with_the_result() {
+                super::a_sink_directory_that_cannot_be_removed_is_reported_with_the_result::<
+                    $driver,
+                >();
             }
             #[test]
             fn stop_signals_are_sent_in_order_with_the_grace_between() {

@@ -189,6 +189,9 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
         write_or_quiet(&mut out, result.model_text().as_bytes())?;
         eprintln!("{footer}");
     }
+    if let Some(error) = &result.sink_cleanup_error {
+        eprintln!("agentrun: warning: {error}; `agentrun gc` removes what is left");
+    }
     for fault in &result.record.faults {
         let stream = fault.stream.as_ref().map_or("output", |s| s.as_str());
         eprintln!(

@@ -358,8 +358,11 @@ impl CaptureSession {
     ///
     /// # Panics
     ///
-    /// If `stream` was not returned by [`resolve`](Self::resolve) of this session.
+    /// A `stream` that is not one of this session's (an index from another session with more
+    /// streams) is [`CaptureWriteError::Rejected`] with [`CaptureError::ForeignStream`], and
+    /// nothing is written.
     pub fn write(&mut self, stream: StreamIndex, bytes: &[u8]) -> Result<(), CaptureWriteError> {
+        self.capture.check_stream(stream)?;
         if let Some(e) = self.streams[stream.get()].failed_error() {
             return Err(e);
         }
@@ -488,6 +491,31 @@ impl CaptureSession {
             stream: files.label.clone(),
             source: e,
         }
+    }
+
+    /// Records a capture fault the caller found outside this session (output it knows it
+    /// could not capture, a child whose end is unknown): the record is marked incomplete and
+    /// carries `message` (cut to [`agentrun_core::capture::MAX_FAULT_BYTES`]). A fault on a
+    /// stream also ends that stream's capture, after what was already written to it is
+    /// settled (kept and published). A `stream` of another session is rejected like in
+    /// [`write`](Self::write), and nothing is recorded.
+    pub fn record_fault(
+        &mut self,
+        stream: Option<StreamIndex>,
+        message: &str,
+    ) -> Result<(), CaptureWriteError> {
+        if let Some(ix) = stream {
+            self.capture.check_stream(ix)?;
+            // The piece in flight is on disk or failed; either way it is accounted for before
+            // the stream stops accepting bytes.
+            let _ = self.settle(ix);
+            let files = &mut self.streams[ix.get()];
+            if files.failed.is_none() {
+                files.failed = Some((io::ErrorKind::Other, message.to_owned()));
+            }
+        }
+        self.capture.handle_capture_error(stream, message);
+        Ok(())
     }
 
     /// [`resolve`](Self::resolve) then [`write`](Self::write).
@@ -728,6 +756,75 @@ mod tests {
     fn read_stream(store: &Store, record: &ResultRecord, name: &str) -> Vec<u8> {
         let uri = record.stream_uri(record.stream(name).unwrap());
         store.read_page(&uri, PageRequest::default()).unwrap().bytes
+    }
+
+    #[test]
+    fn a_stream_index_of_another_session_is_a_typed_error_not_a_panic() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let other = store
+            .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
+            .unwrap();
+        let stderr = other.resolve(&named("stderr")).unwrap();
+        let mut single = store
+            .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+            .unwrap();
+        single
+            .write_channel(&OutputChannel::Single, b"kept\n")
+            .unwrap();
+        let err = single.write(stderr, b"lost\n").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CaptureWriteError::Rejected(CaptureError::ForeignStream {
+                    index: 1,
+                    streams: 1
+                })
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("not a stream of this capture"),
+            "{err}"
+        );
+        let err = single.record_fault(Some(stderr), "x").unwrap_err();
+        assert!(matches!(err, CaptureWriteError::Rejected(_)), "{err:?}");
+        // Nothing was written or recorded: the capture finishes complete.
+        let record = single.finish(done()).unwrap();
+        assert!(!record.incomplete, "{record:?}");
+        drop(other);
+    }
+
+    #[test]
+    fn a_fault_recorded_by_the_caller_marks_the_record_and_keeps_the_bytes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let mut s = store
+            .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
+            .unwrap();
+        let stdout = s.resolve(&named("stdout")).unwrap();
+        // A large chunk leaves its last piece in the writer thread: it must be kept.
+        let big = vec![b'x'; PIPELINE_CHUNK + 10];
+        s.write(stdout, &big).unwrap();
+        s.record_fault(Some(stdout), "output may be missing")
+            .unwrap();
+        assert!(s.write(stdout, b"after").is_err(), "the stream is closed");
+        s.record_fault(None, "exit unknown").unwrap();
+        let record = s.finish(done()).unwrap();
+        assert!(record.incomplete);
+        let faults: Vec<_> = record
+            .faults
+            .iter()
+            .map(|f| (f.stream.as_ref().map(|n| n.as_str()), f.message.as_str()))
+            .collect();
+        assert_eq!(
+            faults,
+            [
+                (Some("stdout"), "output may be missing"),
+                (None, "exit unknown")
+            ]
+        );
+        assert_eq!(read_stream(&store, &record, "stdout"), big);
     }
 
     #[test]

@@ -2,41 +2,44 @@
 //!
 //! # Driving order
 //!
-//! 1. `prepare` on the blocking pool: options checked, capture and result sink opened.
+//! 1. `prepare` on the blocking pool: options checked, capture and result sink opened. The
+//!    [`RunLifecycle`] is created (the timeouts count from here), so nothing that can fail
+//!    is left between the spawn and the drop guard.
 //! 2. Spawn the child (its own process group); a failure removes the capture and the sink.
-//! 3. Start the pump jobs (stdout, stderr) and the stdin job on the blocking pool, and create
-//!    the [`RunLifecycle`] with the spawn instant.
-//! 4. Loop: carry out every [`RunAction`] (signals to the group, reporting an empty group),
+//! 3. At once: the watchdog, a pidfd on the child, and the drop guard. From here on every
+//!    way out (an error taking the pipes, a dropped future) stops the child's group.
+//! 4. Start the pump jobs (stdout, stderr) and the stdin job on the blocking pool.
+//! 5. Loop: carry out every [`RunAction`] (signals to the group, reporting an empty group),
 //!    then wait for the first of: the child's exit, all pumps done (pipes closed), a cancel
 //!    request, the lifecycle's next wakeup (reporting the last output first). Until
 //!    [`RunAction::Finish`].
-//! 5. `finish` on the blocking pool: sink read, capture finalized, result assembled.
+//! 6. `finish` on the blocking pool: the pumps stopped, what the end left unfinished recorded,
+//!    sink read, capture finalized, result assembled.
 //!
-//! If the run future is dropped between 2 and 5, the drop guard feeds the lifecycle a
-//! cancellation, sends its first signal at once, and hands the rest to a blocking job that
-//! drives the same lifecycle on the thread's clock (the child is polled with `try_wait`),
-//! then finalizes the output captured so far as cancelled.
+//! If the run future is dropped (or the run fails) between 3 and 6, the drop guard feeds the
+//! lifecycle a cancellation, sends its first signal at once, and hands the rest to a blocking
+//! job that drives the same lifecycle on the thread's clock, sleeping until the child's exit
+//! (its pidfd), the end of the pumps or the lifecycle's next instant, then finalizes the
+//! output captured so far as cancelled.
 
 use std::future::{Future, IntoFuture};
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::pin::Pin;
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use agentrun_core::lifecycle::{RunAction, RunLifecycle};
 use agentrun_core::page::{BytePage, ByteRange, Page, PageRequest};
-use agentrun_core::process::{Exit, ProcessResult, RunOptions, RunOutcome};
+use agentrun_core::process::{ProcessResult, RunOptions};
 use agentrun_core::{ArtifactUri, ResultRecord};
 use agentrun_fs::{ReadError, Store, StoreError};
 use futures_lite::Stream;
 use rustix::process::{Pid, Signal};
 
-use crate::live::{LiveRun, Prepared, RunError, prepare};
-use crate::os::{self, Delivery, StdoutObserver, Watchdog};
+use crate::live::{Ending, LiveRun, Prepared, RunError, prepare};
+use crate::os::{self, Delivery, LatchWatch, StdoutObserver, Watchdog};
 
 /// What a process driver needs from an async runtime. agentrun-smol and agentrun-tokio
 /// implement it; everything else is written once, here.
@@ -240,44 +243,26 @@ async fn run<R: Runtime>(
     observers: [Option<StdoutObserver>; 2],
     mut cancel: Option<CancelStream<'_>>,
 ) -> Result<ProcessResult, RunError> {
-    let Prepared {
-        command,
-        stdio,
-        mut run,
-    } = rt
-        .spawn_blocking(move || prepare(&store, options))
+    let (
+        Prepared {
+            command,
+            stdio,
+            mut run,
+        },
+        lifecycle,
+        (pumps_running, pumps_done),
+    ) = rt
+        .spawn_blocking(move || -> Result<_, RunError> {
+            let prepared = prepare(&store, options)?;
+            let lifecycle = RunLifecycle::new(prepared.run.options(), Instant::now())?;
+            Ok((prepared, lifecycle, os::latch()?))
+        })
         .await??;
-    let mut child = match rt.spawn(command, stdio) {
+    let child = match rt.spawn(command, stdio) {
         Ok(child) => child,
         Err(e) => return Err(rt.spawn_blocking(move || run.spawn_failed(e)).await?),
     };
-    let now = Instant::now();
-    run.spawned(child.id(), now);
-    let lifecycle = RunLifecycle::new(run.options(), now)?;
-    let [stdin, stdout, stderr] = child.take_pipes()?;
-    let pumps_done = Arc::new(AtomicUsize::new(0));
-    let jobs = run.output_jobs(stdout, stderr, observers)?;
-    let pump_count = jobs.len();
-    let pumps: Vec<_> = jobs
-        .into_iter()
-        .map(|job| {
-            let done = pumps_done.clone();
-            rt.spawn_blocking(move || {
-                // A pump's own error (reading the pipe) only ends that pump: a capture write
-                // error is recorded in the session, which finalizes as incomplete.
-                let _ = job();
-                done.fetch_add(1, Ordering::Release);
-            })
-        })
-        .collect();
-    if let Some(job) = run.stdin_job(stdin)? {
-        drop(rt.spawn_blocking(job)); // runs to its end on its own
-    }
-    let mut pipes: Option<Pumps> = Some(Box::pin(async move {
-        for pump in pumps {
-            let _ = pump.await;
-        }
-    }));
+    run.spawned(child.id(), Instant::now());
     let group = os::group_of(child.id());
     let watchdog = Watchdog::start(group, &run.options().stop_signals, run.options().kill_grace);
     let mut guard = DropGuard {
@@ -285,25 +270,49 @@ async fn run<R: Runtime>(
             rt: rt.clone(),
             watchdog,
             group,
+            exit_watch: os::exit_watch(child.id()),
             child,
             exited: false,
             lifecycle,
             run,
             pumps_done,
-            pump_count,
         }),
     };
+    // Fallible steps only now: an error returns through the guard, which stops the group.
+    let state = guard.state();
+    let [stdin, stdout, stderr] = state.child.take_pipes()?;
+    let jobs = state.run.output_jobs(stdout, stderr, observers)?;
+    let stdin_job = state.run.stdin_job(stdin)?;
+    let pumps: Vec<_> = jobs
+        .into_iter()
+        .map(|job| {
+            let running = pumps_running.clone();
+            rt.spawn_blocking(move || {
+                job();
+                drop(running);
+            })
+        })
+        .collect();
+    drop(pumps_running);
+    if let Some(job) = stdin_job {
+        drop(rt.spawn_blocking(job)); // runs to its end (or the run's) on its own
+    }
+    let mut pipes: Option<Pumps> = Some(Box::pin(async move {
+        for pump in pumps {
+            let _ = pump.await;
+        }
+    }));
     loop {
         let state = guard.state();
         let now = Instant::now();
-        if let Some((outcome, exit)) = state.apply_actions(now) {
+        if let Some(ending) = state.apply_actions(now) {
             let State { run, watchdog, .. } = guard.disarm();
             return rt
                 .spawn_blocking(move || {
                     if let Some(watchdog) = watchdog {
                         watchdog.stand_down();
                     }
-                    run.finish(outcome, exit)
+                    run.finish(ending)
                 })
                 .await?;
         }
@@ -354,8 +363,9 @@ async fn run<R: Runtime>(
     }
 }
 
-/// How often the drop guard's blocking job looks at the child and the pumps (it cannot await
-/// the runtime's wait: the runtime may not be running any more).
+/// How long the drop guard's blocking job sleeps at most between looks at the child when the
+/// kernel has no pidfd to wait on (before Linux 5.3). It cannot await the runtime's wait:
+/// the runtime may not be running any more.
 const DROPPED_POLL: Duration = Duration::from_millis(10);
 
 /// A run after the spawn: what both the run future and its drop guard drive.
@@ -364,22 +374,36 @@ struct State<R: Runtime> {
     /// Stops the group if this process dies before the run ends.
     watchdog: Option<Watchdog>,
     group: Option<Pid>,
+    /// Readable once the child exited (a pidfd), for the drop guard's blocking wait.
+    exit_watch: Option<OwnedFd>,
     child: R::Child,
     exited: bool,
     lifecycle: RunLifecycle,
     run: LiveRun,
-    pumps_done: Arc<AtomicUsize>,
-    pump_count: usize,
+    /// Trips when every pump ended (also when none was started).
+    pumps_done: LatchWatch,
 }
 
 impl<R: Runtime> State<R> {
     /// Carries out the lifecycle's actions; `Some` when the run is over.
-    fn apply_actions(&mut self, now: Instant) -> Option<(RunOutcome, Option<Exit>)> {
+    fn apply_actions(&mut self, now: Instant) -> Option<Ending> {
         while let Some(action) = self.lifecycle.poll_action() {
             let signal = match action {
                 RunAction::Signal(signal) => os::os_signal(signal),
                 RunAction::Kill => Signal::KILL,
-                RunAction::Finish { outcome, exit } => return Some((outcome, exit)),
+                RunAction::Finish {
+                    outcome,
+                    exit,
+                    pipes_open,
+                    reaped,
+                } => {
+                    return Some(Ending {
+                        outcome,
+                        exit,
+                        pipes_open,
+                        reaped,
+                    });
+                }
                 _ => continue,
             };
             if os::signal_group(self.group, signal) == Delivery::NoGroup {
@@ -395,7 +419,9 @@ impl<R: Runtime> State<R> {
     }
 
     /// The rest of a dropped run, on a blocking thread: the same lifecycle, driven by this
-    /// thread's clock, then the output captured so far finalized as cancelled.
+    /// thread's clock, then the output captured so far finalized as cancelled. Between steps
+    /// it sleeps until the child exits (its pidfd), the pumps end, or the lifecycle's next
+    /// instant, whichever comes first.
     fn finish_dropped(mut self) {
         let mut pipes_reported = false;
         loop {
@@ -407,30 +433,41 @@ impl<R: Runtime> State<R> {
                     Err(_) => self.exit(now, None),
                 }
             }
-            if !pipes_reported && self.pumps_done.load(Ordering::Acquire) >= self.pump_count {
+            if !pipes_reported && self.pumps_done.tripped() {
                 pipes_reported = true;
                 self.lifecycle.handle_pipes_closed(now);
             }
             self.lifecycle.handle_output(self.run.last_output());
             self.lifecycle.handle_timeout(now);
-            if self.apply_actions(now).is_some() || self.lifecycle.is_finished() {
-                break;
+            if let Some(ending) = self.apply_actions(now) {
+                return self.abandon(ending);
             }
-            let step = match self.lifecycle.poll_timeout() {
-                Some((at, _)) => at.saturating_duration_since(now).min(DROPPED_POLL),
-                None => DROPPED_POLL,
-            };
-            std::thread::sleep(step);
+            let mut step = self
+                .lifecycle
+                .poll_timeout()
+                .map(|(at, _)| at.saturating_duration_since(now));
+            let mut fds = Vec::with_capacity(2);
+            match (&self.exit_watch, self.exited) {
+                (_, true) => {}
+                (Some(pidfd), false) => fds.push(pidfd.as_fd()),
+                (None, false) => step = Some(step.map_or(DROPPED_POLL, |s| s.min(DROPPED_POLL))),
+            }
+            if !pipes_reported {
+                fds.push(self.pumps_done.as_fd());
+            }
+            if os::wait_any(&fds, step).is_err() {
+                // Cannot wait on the descriptors: fall back to looking now and then.
+                std::thread::sleep(step.unwrap_or(DROPPED_POLL).min(DROPPED_POLL));
+            }
         }
-        self.abandon();
     }
 
     /// Finalizes the output captured so far as cancelled; the watchdog stands down.
-    fn abandon(self) {
+    fn abandon(self, ending: Ending) {
         if let Some(watchdog) = self.watchdog {
             watchdog.stand_down();
         }
-        self.run.abandon();
+        self.run.abandon(ending);
     }
 }
 
@@ -460,14 +497,11 @@ impl<R: Runtime> Drop for DropGuard<R> {
             // waited for in a `Drop`.
             let now = Instant::now();
             state.lifecycle.handle_cancel(now);
-            let finished = state.apply_actions(now).is_some();
+            let finished = state.apply_actions(now);
             let rt = state.rt.clone();
-            drop(rt.spawn_blocking(move || {
-                if finished {
-                    state.abandon();
-                } else {
-                    state.finish_dropped();
-                }
+            drop(rt.spawn_blocking(move || match finished {
+                Some(ending) => state.abandon(ending),
+                None => state.finish_dropped(),
             }));
         }
     }

@@ -3,22 +3,24 @@
 //! assembly).
 
 use std::ffi::{OsStr, OsString};
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use agentrun_core::lifecycle::EXIT_AFTER_KILL;
 use agentrun_core::process::{
     Exit, OptionsError, ProcessResult, RunInfo, RunOptions, RunOutcome, StdinMode,
 };
 use agentrun_core::sink::SinkOutcome;
 use agentrun_core::stream::StreamIndex;
 use agentrun_core::{CaptureCompletion, CaptureStatus};
-use agentrun_fs::{PreparedSink, Store, StoreError};
+use agentrun_fs::{CaptureSession, PreparedSink, Store, StoreError};
 
-use crate::os::{self, Activity, SharedSession, StdoutObserver};
+use crate::os::{self, Activity, Latch, LatchWatch, PumpEnd, SharedSession, StdoutObserver};
 
 /// Why a run could not be carried out (a child that runs and fails is not an error).
 /// Re-exported as `agentrun_smol::RunError` and `agentrun_tokio::RunError`.
@@ -71,8 +73,25 @@ fn spawn_hint(program: &OsStr, e: &io::Error) -> &'static str {
     }
 }
 
-/// A blocking job of a run.
-pub(crate) type Job = Box<dyn FnOnce() -> io::Result<()> + Send + 'static>;
+/// A blocking job of a run (a pump or the stdin writer): it ends at the end of its pipe or
+/// when the run finishes, whichever comes first, and reports its own failures in the capture.
+pub(crate) type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// How a run ended, as the run lifecycle said ([`agentrun_core::lifecycle::RunAction::Finish`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ending {
+    pub(crate) outcome: RunOutcome,
+    pub(crate) exit: Option<Exit>,
+    /// An output pipe was still open (held by a process outside the group).
+    pub(crate) pipes_open: bool,
+    /// Whether the child was reaped.
+    pub(crate) reaped: bool,
+}
+
+/// The capture fault of a stream whose pipe was still open when the run ended.
+const PIPE_HELD_OPEN: &str = "output may be missing: a process outside the run's process \
+    group (started with setsid?) kept this pipe open after the run ended; what it wrote after \
+    that was not captured";
 
 /// Everything needed to spawn the child, from [`prepare`].
 pub(crate) struct Prepared {
@@ -115,6 +134,7 @@ pub(crate) fn prepare(store: &Store, options: RunOptions) -> Result<Prepared, Ru
         StdinMode::Bytes(bytes) => Some(bytes.clone()),
         _ => None,
     };
+    let (stop, stopped) = os::latch()?;
     let started = Instant::now();
     let started_wall = SystemTime::now();
     Ok(Prepared {
@@ -126,6 +146,9 @@ pub(crate) fn prepare(store: &Store, options: RunOptions) -> Result<Prepared, Ru
             session: Arc::new(Mutex::new(Some(session))),
             activity: Arc::new(Activity::new(started)),
             streams: [stdout, stderr],
+            at_eof: Arc::new([AtomicBool::new(false), AtomicBool::new(false)]),
+            stop: Some(stop),
+            stopped,
             stdin,
             sink,
             pid: None,
@@ -142,6 +165,11 @@ pub(crate) struct LiveRun {
     session: SharedSession,
     activity: Arc<Activity>,
     streams: [Option<StreamIndex>; 2],
+    /// Per pipe (stdout, stderr): its pump read end of file and captured every byte.
+    at_eof: Arc<[AtomicBool; 2]>,
+    /// Held until the run finishes; dropping it stops the pumps and the stdin writer.
+    stop: Option<Latch>,
+    stopped: LatchWatch,
     stdin: Option<Vec<u8>>,
     sink: Option<PreparedSink>,
     pid: Option<u32>,
@@ -174,8 +202,8 @@ impl LiveRun {
     }
 
     /// The pump jobs for the child's stdout and stderr pipes (none for a pipe that is not
-    /// captured). Each runs until its pipe is at end of file and carries its pipe's tap, if
-    /// any.
+    /// captured). Each runs until its pipe is at end of file or the run finishes, and carries
+    /// its pipe's tap, if any.
     pub(crate) fn output_jobs(
         &mut self,
         stdout: Option<OwnedFd>,
@@ -184,18 +212,23 @@ impl LiveRun {
     ) -> io::Result<Vec<Job>> {
         let mut jobs: Vec<Job> = Vec::new();
         let pipes = [stdout, stderr].into_iter().zip(self.streams);
-        for ((pipe, stream), mut observer) in pipes.zip(observers) {
+        for (i, ((pipe, stream), mut observer)) in pipes.zip(observers).enumerate() {
             let (Some(pipe), Some(stream)) = (pipe, stream) else {
                 continue;
             };
-            let file = os::blocking_pipe(pipe)?;
+            let file = os::nonblocking_pipe(pipe)?;
             let (session, activity) = (self.session.clone(), self.activity.clone());
+            let (at_eof, stop) = (self.at_eof.clone(), self.stopped.clone());
             jobs.push(Box::new(move || {
                 let observer: &mut dyn FnMut(&[u8]) = match observer.as_mut() {
                     Some(observer) => observer,
                     None => &mut |_: &[u8]| {},
                 };
-                os::pump(&session, stream, file, &activity, observer)
+                if os::pump(&session, stream, file, &activity, observer, &stop)
+                    == PumpEnd::EndOfFile
+                {
+                    at_eof[i].store(true, Ordering::Release);
+                }
             }));
         }
         Ok(jobs)
@@ -203,43 +236,70 @@ impl LiveRun {
 
     /// The job writing [`StdinMode::Bytes`] to the child's stdin, then closing it. It runs
     /// beside the pumps, so a child that writes before it reads cannot deadlock; a child
-    /// that exits without reading its input is not an error.
+    /// that exits without reading its input is not an error, and the job ends with the run
+    /// even when a process outside the group holds the pipe without reading it.
     pub(crate) fn stdin_job(&mut self, stdin: Option<OwnedFd>) -> io::Result<Option<Job>> {
         let (Some(pipe), Some(bytes)) = (stdin, self.stdin.take()) else {
             return Ok(None);
         };
-        let mut file = os::blocking_pipe(pipe)?;
+        let file = os::nonblocking_pipe(pipe)?;
+        let stop = self.stopped.clone();
         Ok(Some(Box::new(move || {
-            let _ = file.write_all(&bytes);
-            Ok(())
+            let _ = os::feed_stdin(file, &bytes, &stop);
         })))
     }
 
-    /// Ends the run (blocking): after a normal exit reads the sink, removes an allocated sink
-    /// (best effort), finalizes the capture (incomplete when stopped) and assembles the
-    /// result. The pumps stop at their next chunk.
-    pub(crate) fn finish(
-        self,
-        outcome: RunOutcome,
-        exit: Option<Exit>,
-    ) -> Result<ProcessResult, RunError> {
-        let taken = self
+    /// Takes the capture session from the pumps (they stop at their next chunk, and at once
+    /// when waiting on their pipe) and records what the run's end left unfinished.
+    fn close_capture(&mut self, ending: Ending) -> Option<CaptureSession> {
+        let mut session = self
             .session
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let session =
-            taken.ok_or_else(|| io::Error::other("capture session was finalized twice"))?;
+            .take()?;
+        drop(self.stop.take());
+        if ending.pipes_open {
+            for (stream, at_eof) in self.streams.iter().zip(self.at_eof.iter()) {
+                if let Some(stream) = *stream
+                    && !at_eof.load(Ordering::Acquire)
+                {
+                    let _ = session.record_fault(Some(stream), PIPE_HELD_OPEN);
+                }
+            }
+        }
+        if !ending.reaped {
+            let _ = session.record_fault(
+                None,
+                &format!(
+                    "the child did not exit within {} s of SIGKILL (stuck in the kernel, e.g. \
+                     on a hung file system); how it ended is unknown",
+                    EXIT_AFTER_KILL.as_secs()
+                ),
+            );
+        }
+        Some(session)
+    }
+
+    /// Ends the run (blocking): stops the pumps, records what the end left unfinished (output
+    /// pipes still open, an exit never seen) as capture faults, after a normal exit reads the
+    /// sink, removes an allocated sink (a failure is reported in the result), finalizes the
+    /// capture (incomplete when stopped) and assembles the result.
+    pub(crate) fn finish(mut self, ending: Ending) -> Result<ProcessResult, RunError> {
+        let Ending { outcome, exit, .. } = ending;
+        let session = self
+            .close_capture(ending)
+            .ok_or_else(|| io::Error::other("capture session was finalized twice"))?;
         let (sink, result) = match (&self.sink, outcome.sink_not_read()) {
             (None, _) => (SinkOutcome::NotRequested, None),
             (Some(_), Some(reason)) => (SinkOutcome::NotRead { reason }, None),
             (Some(sink), None) => sink.read(self.options.sink_cap),
         };
-        // Best effort, like the drop of a `PreparedSink`: a directory that cannot be removed is
-        // owner-only and harmless, and must not cost the caller the run's result.
-        if let Some(sink) = self.sink {
-            let _ = sink.remove();
-        }
+        // A directory that cannot be removed is owner-only and harmless, and must not cost the
+        // caller the run's result: it is reported beside it, and `agentrun gc` removes it.
+        let sink_cleanup_error = match self.sink.take().map(PreparedSink::remove) {
+            Some(Err(e)) => Some(e.to_string()),
+            Some(Ok(())) | None => None,
+        };
         let mut session = session;
         session.describe_run(RunInfo {
             command: std::iter::once(&self.options.program)
@@ -265,6 +325,7 @@ impl LiveRun {
             record,
             result,
             sink,
+            sink_cleanup_error,
             pid: self.pid,
             label: self.options.label,
         })
@@ -272,13 +333,8 @@ impl LiveRun {
 
     /// The run future was dropped and the group is stopped: the output captured so far is
     /// finalized as cancelled (incomplete, readable) and the allocated sink removed.
-    pub(crate) fn abandon(self) {
-        let taken = self
-            .session
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(session) = taken {
+    pub(crate) fn abandon(mut self, ending: Ending) {
+        if let Some(session) = self.close_capture(ending) {
             let _ = session.finish(CaptureCompletion::Streamed {
                 display: None,
                 status: CaptureStatus::Cancelled,

@@ -4,7 +4,7 @@
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
@@ -97,14 +97,127 @@ pub fn captures(options: &RunOptions, pipe: &str) -> Option<OutputChannel> {
     }
 }
 
-/// Turns a (possibly non-blocking) pipe end into a blocking file for [`pump`].
-pub fn blocking_pipe(fd: OwnedFd) -> io::Result<File> {
+/// Turns a pipe end into a non-blocking file for the pump and the stdin writer, which wait
+/// for it together with the run's stop [`LatchWatch`] (a blocking read could not be
+/// interrupted).
+pub(crate) fn nonblocking_pipe(fd: OwnedFd) -> io::Result<File> {
     use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
     let flags = fcntl_getfl(&fd)?;
-    fcntl_setfl(&fd, flags - OFlags::NONBLOCK)?;
+    fcntl_setfl(&fd, flags | OFlags::NONBLOCK)?;
     // Best effort: a smaller pipe only costs throughput.
     let _ = rustix::pipe::fcntl_setpipe_size(&fd, PIPE_SIZE);
     Ok(File::from(fd))
+}
+
+/// A latch that trips when its last holder lets go, and that a blocking thread can wait on
+/// together with a pipe: a pipe whose write end only the [`Latch`] clones hold, so the read
+/// end ([`LatchWatch`]) reaches end of file (turns readable) once the last clone is dropped.
+/// A run holds one until it finishes (dropping it stops the pumps and the stdin writer, even
+/// when a process that left the group keeps their pipes open), and the pump jobs hold
+/// another (it trips when every pump ended).
+#[derive(Debug, Clone)]
+pub(crate) struct Latch(#[allow(dead_code)] Arc<OwnedFd>);
+
+/// The side of a [`Latch`] that waits for it to trip.
+#[derive(Debug, Clone)]
+pub(crate) struct LatchWatch(Arc<OwnedFd>);
+
+/// A new latch and its watch.
+pub(crate) fn latch() -> io::Result<(Latch, LatchWatch)> {
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    Ok((Latch(Arc::new(write)), LatchWatch(Arc::new(read))))
+}
+
+impl LatchWatch {
+    /// Whether every holder let go.
+    pub(crate) fn tripped(&self) -> bool {
+        wait_any(&[self.0.as_fd()], Some(Duration::ZERO)).is_ok_and(|ready| ready[0])
+    }
+
+    pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+/// Waits until one of `fds` is readable (or at its end, or in error) or `timeout` passed
+/// (`None`: no limit), and says which are.
+pub(crate) fn wait_any(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut polled: Vec<PollFd<'_>> = fds
+        .iter()
+        .map(|fd| PollFd::from_borrowed_fd(*fd, PollFlags::IN))
+        .collect();
+    // A timeout too long for a timespec is as good as none.
+    let timeout = timeout.and_then(|t| Timespec::try_from(t).ok());
+    loop {
+        match poll(&mut polled, timeout.as_ref()) {
+            Ok(_) => return Ok(polled.iter().map(|p| !p.revents().is_empty()).collect()),
+            // A signal handler ran: the remaining time is not tracked, the caller loops anyway.
+            Err(rustix::io::Errno::INTR) if timeout.is_some() => {
+                return Ok(vec![false; fds.len()]);
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Waits until `pipe` is ready for `events` (or at its end) and returns `true`, or until the
+/// latch of `stop` tripped and returns `false`.
+fn wait_ready(
+    pipe: &File,
+    events: rustix::event::PollFlags,
+    stop: &LatchWatch,
+) -> io::Result<bool> {
+    use rustix::event::{PollFd, PollFlags, poll};
+    let mut fds = [
+        PollFd::new(pipe, events),
+        PollFd::new(&*stop.0, PollFlags::IN),
+    ];
+    loop {
+        match poll(&mut fds, None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        if !fds[1].revents().is_empty() {
+            return Ok(false);
+        }
+        if !fds[0].revents().is_empty() {
+            return Ok(true);
+        }
+    }
+}
+
+/// A descriptor that turns readable when the child with id `pid` exits (a pidfd), so a
+/// blocking thread can wait for the exit without polling; `None` where the kernel has no
+/// pidfds (before Linux 5.3) or the id is unknown. Open it right after the spawn, while the
+/// child cannot have been reaped (its id cannot name another process yet).
+pub(crate) fn exit_watch(pid: Option<u32>) -> Option<OwnedFd> {
+    let pid = group_of(pid)?;
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+}
+
+/// Writes `bytes` to the child's stdin `pipe` (non-blocking, see [`nonblocking_pipe`]) and
+/// closes it. Returns early when the child stops reading (a closed pipe is not an error: the
+/// child need not read its input) or when `stop` fires.
+pub(crate) fn feed_stdin(mut pipe: File, bytes: &[u8], stop: &LatchWatch) -> io::Result<()> {
+    use std::io::Write as _;
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match pipe.write(rest) {
+            Ok(n) => rest = &rest[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if !wait_ready(&pipe, rustix::event::PollFlags::OUT, stop)? {
+                    return Ok(());
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// The OS signal for a stop signal.
@@ -188,30 +301,51 @@ impl Activity {
 /// anywhere (use `agentrun_core::lines::LineSplitter` for lines).
 pub type StdoutObserver = Box<dyn FnMut(&[u8]) + Send + 'static>;
 
-/// Copies `pipe` into stream `stream` of the session until end of file, recording activity
-/// and handing each chunk to `observer` right after it was written to the capture (the
-/// session lock is released first). Backpressure, not dropping: the child blocks on a full
-/// pipe while a chunk is written or observed. Ends early (quietly) once the session was
-/// finalized by a stop or a cancellation.
+/// How a pump ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PumpEnd {
+    /// The pipe reached end of file and every byte of it was captured.
+    EndOfFile,
+    /// The run finished (the session was finalized, or its stop [`Latch`] tripped) while the
+    /// pipe was still open: what comes later is not captured.
+    Stopped,
+    /// Reading the pipe failed; the fault is recorded in the session.
+    Failed,
+}
+
+/// Copies `pipe` (non-blocking, see [`nonblocking_pipe`]) into stream `stream` of the session
+/// until end of file, recording activity and handing each chunk to `observer` right after it
+/// was written to the capture (the session lock is released first). Backpressure, not
+/// dropping: the child blocks on a full pipe while a chunk is written or observed. Ends early
+/// once the session was finalized or `stop` fired (the run is over), even while a process
+/// outside the group keeps the pipe open, so no pump outlives its run.
 pub(crate) fn pump(
     session: &SharedSession,
     stream: StreamIndex,
     mut pipe: File,
     activity: &Activity,
     observer: &mut dyn FnMut(&[u8]),
-) -> io::Result<()> {
+    stop: &LatchWatch,
+) -> PumpEnd {
     let mut buf = vec![0u8; READ_BUF];
     loop {
         let n = match pipe.read(&mut buf) {
-            Ok(0) => return Ok(()),
+            Ok(0) => return PumpEnd::EndOfFile,
             Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                match wait_ready(&pipe, rustix::event::PollFlags::IN, stop) {
+                    Ok(true) => continue,
+                    Ok(false) => return PumpEnd::Stopped,
+                    Err(e) => return read_failed(session, stream, &e),
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+            Err(e) => return read_failed(session, stream, &e),
         };
         activity.touch();
         let mut guard = session.lock().unwrap_or_else(|p| p.into_inner());
         let Some(session) = guard.as_mut() else {
-            return Ok(());
+            return PumpEnd::Stopped;
         };
         // A write error is recorded in the session (the output becomes incomplete); keep
         // draining the pipe so the child is not blocked forever on a full pipe.
@@ -219,6 +353,15 @@ pub(crate) fn pump(
         drop(guard);
         observer(&buf[..n]);
     }
+}
+
+/// Reading a pipe failed: the bytes after it are lost, so the capture says so.
+fn read_failed(session: &SharedSession, stream: StreamIndex, e: &io::Error) -> PumpEnd {
+    let mut guard = session.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(session) = guard.as_mut() {
+        let _ = session.record_fault(Some(stream), &format!("reading the pipe failed: {e}"));
+    }
+    PumpEnd::Failed
 }
 
 /// The watchdog's script: on "done" the run ended normally and it exits; on end of file (the
@@ -299,6 +442,79 @@ impl Watchdog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use agentrun_core::limits::PreviewLimits;
+    use agentrun_core::stream::OutputDeclaration;
+    use std::sync::mpsc;
+
+    /// A pump on a pipe whose write end stays open (as when a process that left the group
+    /// holds it) ends as soon as its run's latch trips, having captured what came before; a
+    /// blocked pump would otherwise outlive its run and pile up in a long-lived server.
+    #[test]
+    fn a_pump_stops_when_its_run_ends_though_the_pipe_stays_open() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = agentrun_fs::Store::open(tmp.path().join("store")).unwrap();
+        let session = store
+            .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+            .unwrap();
+        let stream = session.resolve(&OutputChannel::Single).unwrap();
+        let shared: SharedSession = Arc::new(Mutex::new(Some(session)));
+        let (read, write) = rustix::pipe::pipe().unwrap();
+        let pipe = nonblocking_pipe(read).unwrap();
+        let (stop, stopped) = latch().unwrap();
+        let (ended, end) = mpsc::channel();
+        let pumped = shared.clone();
+        let (seen, first_chunk) = mpsc::channel();
+        std::thread::spawn(move || {
+            let activity = Activity::new(Instant::now());
+            let mut observer = |_: &[u8]| {
+                let _ = seen.send(());
+            };
+            let _ = ended.send(pump(
+                &pumped,
+                stream,
+                pipe,
+                &activity,
+                &mut observer,
+                &stopped,
+            ));
+        });
+        rustix::io::write(&write, b"early\n").unwrap();
+        first_chunk.recv().unwrap();
+        assert!(end.try_recv().is_err(), "the pump waits for more");
+        drop(stop);
+        let end = end.recv_timeout(Duration::from_secs(60));
+        assert_eq!(end, Ok(PumpEnd::Stopped), "the pump ended with its run");
+        let record = shared
+            .lock()
+            .unwrap()
+            .take()
+            .unwrap()
+            .finish(agentrun_core::CaptureCompletion::Streamed {
+                display: None,
+                status: agentrun_core::CaptureStatus::Succeeded,
+            })
+            .unwrap();
+        assert!(record.render().contains("early"), "{}", record.render());
+        drop(write);
+    }
+
+    /// The stdin writer stops with its run too, when nothing reads the pipe.
+    #[test]
+    fn the_stdin_writer_stops_when_its_run_ends_though_nobody_reads() {
+        let (read, write) = rustix::pipe::pipe().unwrap();
+        let pipe = nonblocking_pipe(write).unwrap();
+        let (stop, stopped) = latch().unwrap();
+        let (ended, end) = mpsc::channel();
+        std::thread::spawn(move || {
+            // More than any pipe holds.
+            let _ = ended.send(feed_stdin(pipe, &vec![b'x'; 8 << 20], &stopped).is_ok());
+        });
+        assert!(end.recv_timeout(Duration::from_millis(100)).is_err());
+        drop(stop);
+        assert_eq!(end.recv_timeout(Duration::from_secs(60)), Ok(true));
+        drop(read);
+    }
 
     fn env_of(cmd: &Command) -> Vec<(String, Option<String>)> {
         cmd.get_envs()
