@@ -40,7 +40,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
-use crate::model_server::ModelServer;
+use crate::model_server::{Api, ModelServer, Reply};
+use serde_json::json;
 
 /// One of the agent CLIs the tests install.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -61,6 +62,46 @@ impl AgentCli {
             AgentCli::Claude => "claude",
             AgentCli::Codex => "codex",
             AgentCli::OpenCode => "opencode",
+        }
+    }
+}
+
+impl AgentCli {
+    /// The model API the CLI speaks to the scripted server.
+    pub fn api(self) -> Api {
+        match self {
+            AgentCli::Claude => Api::AnthropicMessages,
+            AgentCli::Codex => Api::OpenAiResponses,
+            AgentCli::OpenCode => Api::OpenAiChat,
+        }
+    }
+
+    /// A call of the CLI's shell tool (Claude Code `Bash`, Codex `exec_command`, OpenCode
+    /// `bash`) running `echo made > made.txt && echo wrote`.
+    pub fn shell_call(self) -> Reply {
+        let command = "echo made > made.txt && echo wrote";
+        match self {
+            AgentCli::Claude => {
+                Reply::tool_call("Bash", json!({"command": command, "description": "w"}))
+            }
+            AgentCli::Codex => Reply::tool_call("exec_command", json!({"cmd": command})),
+            AgentCli::OpenCode => {
+                Reply::tool_call("bash", json!({"command": command, "description": "w"}))
+            }
+        }
+    }
+
+    /// An API error the CLI reports after one attempt. Claude Code and Codex run with
+    /// retries off here, so an HTTP 500 is final; OpenCode retries 429 and 5xx five times
+    /// whatever it is told, so it gets an error it never retries: HTTP 401, a rejected key.
+    pub fn final_error(self) -> Reply {
+        match self {
+            AgentCli::OpenCode => Reply::error(
+                401,
+                "invalid_request_error",
+                "Incorrect API key provided: sk-offline-test",
+            ),
+            AgentCli::Claude | AgentCli::Codex => Reply::server_error(),
         }
     }
 }

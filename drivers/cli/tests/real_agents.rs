@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use agentrun_tests::agent_clis::{self, OPENCODE_TEST_MODEL};
+use agentrun_tests::agent_clis::{self, AgentCli, OPENCODE_TEST_MODEL};
 use agentrun_tests::model_server::{Api, ModelServer, Reply, Request, TokenUsage, replies};
 use serde_json::{Value, json};
 
@@ -34,39 +34,21 @@ impl Cli {
             Cli::OpenCode => "opencode",
         }
     }
+    fn agent_cli(self) -> AgentCli {
+        match self {
+            Cli::Claude => AgentCli::Claude,
+            Cli::Codex => AgentCli::Codex,
+            Cli::OpenCode => AgentCli::OpenCode,
+        }
+    }
     fn api(self) -> Api {
-        match self {
-            Cli::Claude => Api::AnthropicMessages,
-            Cli::Codex => Api::OpenAiResponses,
-            Cli::OpenCode => Api::OpenAiChat,
-        }
+        self.agent_cli().api()
     }
-    /// The shell tool as the CLI names it, with a command writing `made.txt`.
     fn shell_call(self) -> Reply {
-        let command = "echo made > made.txt && echo wrote";
-        match self {
-            Cli::Claude => {
-                Reply::tool_call("Bash", json!({"command": command, "description": "w"}))
-            }
-            Cli::Codex => Reply::tool_call("exec_command", json!({"cmd": command})),
-            Cli::OpenCode => {
-                Reply::tool_call("bash", json!({"command": command, "description": "w"}))
-            }
-        }
+        self.agent_cli().shell_call()
     }
-    /// An API error the CLI reports at once. Claude Code and Codex run with retries off, so
-    /// an HTTP 500 is final; OpenCode retries 429 and 5xx five times whatever it is told (each
-    /// retry a fresh round trip), so it gets an error it never retries: HTTP 401, a rejected
-    /// API key.
     fn final_error(self) -> Reply {
-        match self {
-            Cli::OpenCode => Reply::error(
-                401,
-                "invalid_request_error",
-                "Incorrect API key provided: sk-offline-test",
-            ),
-            _ => Reply::server_error(),
-        }
+        self.agent_cli().final_error()
     }
     /// Flags every run of this CLI needs here (Codex: the temp dir is no Git repository).
     fn base_flags(self) -> &'static [&'static str] {

@@ -1,0 +1,245 @@
+//! What the real Claude Code, Codex and OpenCode CLIs print in the real-CLI scenarios — a text
+//! turn, a tool turn, a failed turn, a context-length failure, a session and its resumption —
+//! recorded by `scripts/record-harness-fixtures.sh` into
+//! `tests/fixtures/harness/<harness>/<cli>-<version>-<scenario>.jsonl` with the retained
+//! records agentrun reads after them (Codex's session file, `opencode export`), fed through
+//! `Interpretation` exactly as `agentrun agent` feeds them: session id, final message, models,
+//! per-run usage and outcome of each, so a decoder regression against the real dialects fails
+//! without the CLIs installed.
+//!
+//! Every answer of the scripted model server reports 100 input tokens plus 40 read from the
+//! cache, 20 output tokens of which 4 reasoning (Anthropic has no reasoning count): one
+//! request is 140 / 40 / 20 / 4 in agentrun's convention, the tool turn's two requests twice
+//! that.
+#![allow(clippy::disallowed_methods)]
+
+mod harness_common;
+
+use agentrun_core::harness::retained::{
+    codex_token_total, parse_codex_session, parse_opencode_export,
+};
+use agentrun_core::harness::{
+    Completion, FailureKind, Harness, HarnessExit, OutcomeStatus, RetainedRecord,
+};
+use harness_common::*;
+
+/// A recorded CLI: its harness, fixture prefix, the model it answered with, and whether its
+/// API reports reasoning tokens.
+struct Cli {
+    harness: Harness,
+    prefix: &'static str,
+    model: &'static str,
+    reasoning: u64,
+}
+
+const CLAUDE: Cli = Cli {
+    harness: Harness::Claude,
+    prefix: "claude/claude-code-2.1.332",
+    model: "claude-opus-5-5",
+    reasoning: 0,
+};
+const CODEX: Cli = Cli {
+    harness: Harness::Codex,
+    prefix: "codex/codex-0.171.0",
+    model: "gpt-5.5",
+    reasoning: 4,
+};
+const OPENCODE: Cli = Cli {
+    harness: Harness::OpenCode,
+    prefix: "opencode/opencode-1.18.33",
+    model: "agentrun-test/test-model",
+    reasoning: 4,
+};
+
+/// The fixed session id the recording gives scenario `n` (1 text turn … 5 resume).
+fn session_id(cli: &Cli, n: u32) -> String {
+    match cli.harness {
+        Harness::OpenCode => format!("ses_0000000000000000000fixture{n}"),
+        _ => format!("00000000-0000-4000-8000-00000000000{n}"),
+    }
+}
+
+impl Cli {
+    fn file(&self, scenario: &str, suffix: &str) -> Vec<u8> {
+        fixture(&format!("{}-{scenario}{suffix}", self.prefix))
+    }
+
+    /// The retained record agentrun reads after the scenario's run.
+    fn retained(&self, scenario: &str) -> Option<RetainedRecord> {
+        match self.harness {
+            Harness::Codex => {
+                Some(parse_codex_session(&self.file(scenario, "-session.jsonl")).unwrap())
+            }
+            Harness::OpenCode => {
+                Some(parse_opencode_export(&self.file(scenario, "-export.json")).unwrap())
+            }
+            _ => None,
+        }
+    }
+
+    /// The scenario's stream through `Interpretation`, completed with `record`.
+    fn decode(&self, scenario: &str, record: Option<RetainedRecord>) -> (Vec<String>, Completion) {
+        let (progress, interp) = interpret(self.harness, None, &self.file(scenario, ".jsonl"));
+        // The failure scenarios' CLIs exit non-zero; the turn failure still names the cause.
+        let exit = if matches!(scenario, "failure" | "context-length") {
+            HarnessExit::Failed {
+                diagnostic: format!("{} exited with code 1", self.harness),
+            }
+        } else {
+            HarnessExit::Success
+        };
+        let completion = interp.finish(exit).complete(record);
+        // Every line of the real dialect is understood (an absent record may still warn).
+        assert!(
+            !completion
+                .report
+                .warnings
+                .iter()
+                .any(|w| w.contains("unrecognized")),
+            "{} {scenario}: {:?}",
+            self.prefix,
+            completion.report.warnings
+        );
+        (progress, completion)
+    }
+
+    fn run(&self, scenario: &str) -> (Vec<String>, Completion) {
+        self.decode(scenario, self.retained(scenario))
+    }
+
+    /// Asserts a successful run: session, final message, this CLI's model, `requests` model
+    /// requests' worth of usage.
+    #[track_caller]
+    fn succeeded(&self, c: &Completion, session: u32, final_message: &str, requests: u64) {
+        assert_eq!(c.outcome.session_id, Some(session_id(self, session)));
+        assert_eq!(c.outcome.final_message.as_deref(), Some(final_message));
+        assert_eq!(c.outcome.status, OutcomeStatus::Succeeded);
+        assert_eq!(c.outcome.failure_kind, None);
+        assert!(c.outcome.terminal_seen);
+        assert_eq!(c.report.models, strings(&[self.model]));
+        self.usage(c, requests);
+    }
+
+    #[track_caller]
+    fn usage(&self, c: &Completion, requests: u64) {
+        let usage = c.report.usage.as_ref().expect("usage reported");
+        assert_eq!(
+            (
+                usage.input_tokens,
+                usage.cached_input_tokens,
+                usage.output_tokens,
+                usage.reasoning_tokens
+            ),
+            (
+                140 * requests,
+                40 * requests,
+                20 * requests,
+                self.reasoning * requests
+            ),
+            "{}",
+            self.prefix
+        );
+    }
+
+    /// Asserts a failed turn whose diagnostic contains `cause`.
+    #[track_caller]
+    fn failed(&self, c: &Completion, session: u32, cause: &str, kind: Option<FailureKind>) {
+        assert_eq!(c.outcome.session_id, Some(session_id(self, session)));
+        match &c.outcome.status {
+            OutcomeStatus::TurnFailed { diagnostic } => {
+                assert!(diagnostic.contains(cause), "{}: {diagnostic}", self.prefix)
+            }
+            other => panic!("{}: {other:?}", self.prefix),
+        }
+        assert_eq!(c.outcome.failure_kind, kind, "{}", self.prefix);
+    }
+
+    /// The scenarios every CLI shares.
+    fn common_scenarios(&self) {
+        let (progress, c) = self.run("text-turn");
+        self.succeeded(&c, 1, "Hello from the scripted model.", 1);
+        assert_eq!(progress, strings(&["session started"]), "{}", self.prefix);
+
+        let (progress, c) = self.run("tool-turn");
+        self.succeeded(&c, 2, "all done", 2);
+        assert_eq!(
+            progress,
+            strings(&["session started", "$ echo made > made.txt && echo wrote"]),
+            "{}",
+            self.prefix
+        );
+
+        let (_, c) = self.run("context-length");
+        self.failed(&c, 4, "", Some(FailureKind::ContextLength));
+
+        let (_, c) = self.run("resume-first");
+        self.succeeded(&c, 5, "first answer", 1);
+    }
+}
+
+#[test]
+fn claude_code() {
+    CLAUDE.common_scenarios();
+    let (_, c) = CLAUDE.run("failure");
+    CLAUDE.failed(&c, 3, "API Error: 500 Internal server error", None);
+    // The API error answered nothing: no model.
+    assert!(c.report.models.is_empty());
+    let (_, c) = CLAUDE.run("context-length");
+    assert!(
+        c.outcome
+            .final_message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("Prompt is too long")),
+        "{:?}",
+        c.outcome.final_message
+    );
+    // The resumed run keeps the session and reports its own tokens, but Claude Code's
+    // `total_cost_usd` is the session's running total (a known limit).
+    let (_, c) = CLAUDE.run("resume");
+    CLAUDE.succeeded(&c, 5, "second answer", 1);
+    let (_, first) = CLAUDE.run("resume-first");
+    let cost = |c: &Completion| c.report.usage.as_ref().and_then(|u| u.cost_usd).unwrap();
+    assert!((cost(&c) - 2.0 * cost(&first)).abs() < 1e-9, "{}", cost(&c));
+}
+
+#[test]
+fn codex() {
+    CODEX.common_scenarios();
+    let (_, c) = CODEX.run("failure");
+    // Codex words an HTTP 500 its own way.
+    CODEX.failed(&c, 3, "high demand", None);
+    let (_, c) = CODEX.run("context-length");
+    assert!(
+        matches!(&c.outcome.status, OutcomeStatus::TurnFailed { diagnostic }
+            if diagnostic.contains("context window"))
+    );
+    // The stream names no model: without the session file there is none.
+    let (_, c) = CODEX.decode("text-turn", None);
+    assert!(c.report.models.is_empty());
+    // After a resume the stream reports the thread's running total; the total the session
+    // file held before the run is subtracted.
+    let (_, c) = CODEX.decode("resume", None);
+    CODEX.usage(&c, 2);
+    let mut record = CODEX.retained("resume").unwrap();
+    record.usage_baseline = codex_token_total(&CODEX.file("resume-first", "-session.jsonl"));
+    let (_, c) = CODEX.decode("resume", Some(record));
+    CODEX.succeeded(&c, 5, "second answer", 1);
+}
+
+#[test]
+fn opencode() {
+    OPENCODE.common_scenarios();
+    let (_, c) = OPENCODE.run("failure");
+    OPENCODE.failed(
+        &c,
+        3,
+        "APIError: Incorrect API key provided: sk-offline-test",
+        None,
+    );
+    // The stream alone names no model; the export does.
+    let (_, c) = OPENCODE.decode("text-turn", None);
+    assert!(c.report.models.is_empty());
+    // The resumed session's export holds both runs: only this run's messages count.
+    let (_, c) = OPENCODE.run("resume");
+    OPENCODE.succeeded(&c, 5, "second answer", 1);
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Re-records the real-CLI stream fixtures: runs the pinned Claude Code, Codex and OpenCode
+# (installed by scripts/install-agent-clis.sh when missing) offline against the scripted
+# model servers in the real-CLI scenarios, and writes what they print, with the retained
+# records agentrun reads after them, to
+#
+#   tests/fixtures/harness/{claude,codex,opencode}/<cli>-<version>-<scenario>.jsonl
+#
+# (see tests/tests/record_real_streams.rs for the scenarios and what is normalized).
+# Then run `cargo test -p agentrun-core --test harness_real_cli`: after a CLI version change,
+# rename the fixtures it reads to the new version and review what changed.
+#
+# Usage: scripts/record-harness-fixtures.sh [claude|codex|opencode ...]   (default: all three)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+filters=()
+for arg in "$@"; do
+    case "$arg" in
+        claude) filters+=(record_claude_code) ;;
+        codex) filters+=(record_codex) ;;
+        opencode) filters+=(record_opencode) ;;
+        -h | --help)
+            sed -n '2,13p' "$0"
+            exit 0
+            ;;
+        *)
+            echo "record-harness-fixtures.sh: unknown CLI '$arg' (expected claude, codex or opencode)" >&2
+            exit 2
+            ;;
+    esac
+done
+[ ${#filters[@]} -gt 0 ] || filters=(record_)
+
+bash scripts/install-agent-clis.sh
+for filter in "${filters[@]}"; do
+    cargo test -p agentrun-tests --test record_real_streams "$filter" -- --ignored --nocapture
+done

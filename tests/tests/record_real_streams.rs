@@ -1,0 +1,361 @@
+//! Records what the real Claude Code, Codex and OpenCode CLIs print in the real-CLI scenarios
+//! — a text turn, a tool turn, a failed turn, a context-length failure and a resumed session
+//! — into `tests/fixtures/harness/<harness>/<cli>-<version>-<scenario>.jsonl`, with the
+//! retained records agentrun reads after them: Codex's session file (the lines each run
+//! appended, `…-session.jsonl`) and OpenCode's `opencode export` (`…-export.json`).
+//! `core/tests/harness_real_cli.rs` decodes these files, so a decoder regression against the
+//! real dialects fails without the CLIs installed.
+//!
+//! Ignored by default: `scripts/record-harness-fixtures.sh` re-records them (after a CLI
+//! version change, say). The CLIs run exactly as `agentrun agent` launches them
+//! (`Harness::invocation`), offline against the scripted model servers. What would differ
+//! from one recording (or machine) to the next is replaced by fixed values, everything else
+//! is kept as printed: the sandbox directory becomes `/tmp/agentrun-fixture`, the model
+//! server's port `8080`, and each session id a fixed one (`SESSION_IDS`). Timestamps and the
+//! CLIs' own message and part ids still change.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use agentrun_core::harness::{Harness, LaunchRequest, Stdin};
+use agentrun_tests::agent_clis::{self, AgentCli};
+use agentrun_tests::model_server::{ModelServer, Reply, Script, TokenUsage, replies};
+use serde_json::Value;
+
+/// The fixed path the sandbox directory is replaced with.
+const FIXED_ROOT: &str = "/tmp/agentrun-fixture";
+/// The fixed port the model server's port is replaced with.
+const FIXED_PORT: &str = "8080";
+
+/// The fixed session id of each scenario, per CLI (the resumed run keeps its session's).
+fn fixed_session_id(cli: AgentCli, scenario: &str) -> String {
+    let n = match scenario {
+        "text-turn" => 1,
+        "tool-turn" => 2,
+        "failure" => 3,
+        "context-length" => 4,
+        _ => 5, // resume-first and resume
+    };
+    match cli {
+        AgentCli::OpenCode => format!("ses_0000000000000000000fixture{n}"),
+        _ => format!("00000000-0000-4000-8000-00000000000{n}"),
+    }
+}
+
+/// The usage every answer of the scripts reports.
+pub const USAGE: TokenUsage = TokenUsage {
+    input: 100,
+    cached: 40,
+    output: 20,
+    reasoning: 4,
+};
+
+fn harness(cli: AgentCli) -> Harness {
+    match cli {
+        AgentCli::Claude => Harness::Claude,
+        AgentCli::Codex => Harness::Codex,
+        _ => Harness::OpenCode,
+    }
+}
+
+/// The name the fixture files start with (`claude-code-2.1.332`).
+fn file_prefix(cli: AgentCli) -> String {
+    let name = match cli {
+        AgentCli::Claude => "claude-code",
+        AgentCli::Codex => "codex",
+        _ => "opencode",
+    };
+    format!("{name}-{}", agent_clis::version(cli))
+}
+
+fn fixture_dir(cli: AgentCli) -> PathBuf {
+    let sub = match cli {
+        AgentCli::Claude => "claude",
+        AgentCli::Codex => "codex",
+        _ => "opencode",
+    };
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/harness")
+        .join(sub)
+}
+
+/// One CLI's sandbox: a private home and working directory, the model server.
+struct Sandbox {
+    cli: AgentCli,
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    env: Vec<(String, String)>,
+    server: ModelServer,
+}
+
+impl Sandbox {
+    fn new(cli: AgentCli, script: impl Script) -> Sandbox {
+        let server = ModelServer::start(cli.api(), script).unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("agentrun-record-")
+            .tempdir()
+            .unwrap();
+        let root = dir.path().to_owned();
+        let home = root.join("home");
+        std::fs::create_dir_all(root.join("work")).unwrap();
+        let env = match cli {
+            AgentCli::Claude => agent_clis::claude_env(&home, &server),
+            AgentCli::Codex => agent_clis::codex_env(&home, &server, "gpt-5.5"),
+            _ => agent_clis::opencode_env(&home, &server),
+        }
+        .unwrap();
+        Sandbox {
+            cli,
+            _dir: dir,
+            root,
+            env,
+            server,
+        }
+    }
+
+    fn command(&self, program: &Path) -> Command {
+        let mut c = Command::new(program);
+        c.env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(self.root.join("work"));
+        c
+    }
+
+    /// Runs one turn as `agentrun agent` launches it; returns its stdout.
+    fn turn(&self, prompt: &str, resume: Option<&str>) -> Vec<u8> {
+        let invocation = harness(self.cli)
+            .invocation(&LaunchRequest {
+                prompt: prompt.to_owned(),
+                resume: resume.map(str::to_owned),
+                skip_git_repo_check: true,
+                ..LaunchRequest::default()
+            })
+            .unwrap();
+        let mut c = self.command(&agent_clis::executable(self.cli));
+        c.args(&invocation.args)
+            .envs(invocation.env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let prompt_bytes = match invocation.stdin {
+            Stdin::Prompt(p) => {
+                c.stdin(Stdio::piped());
+                Some(p.into_bytes())
+            }
+            _ => {
+                c.stdin(Stdio::null());
+                None
+            }
+        };
+        let mut child = c.spawn().unwrap();
+        if let Some(bytes) = prompt_bytes {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(&bytes).unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            !out.stdout.is_empty(),
+            "{} printed nothing: {}",
+            self.cli.name(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// `opencode export ID`'s stdout.
+    fn opencode_export(&self, id: &str) -> Vec<u8> {
+        let out = self
+            .command(&agent_clis::executable(AgentCli::OpenCode))
+            .args(["export", id])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "opencode export: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// Codex's session file of thread `id`.
+    fn codex_session_file(&self, id: &str) -> PathBuf {
+        let mut dirs = vec![self.root.join("home/.codex/sessions")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.to_string_lossy().ends_with(&format!("-{id}.jsonl")) {
+                    return path;
+                }
+            }
+        }
+        panic!("no Codex session file for thread {id}");
+    }
+
+    /// `bytes` with the sandbox path, the server port and the session id `id` replaced.
+    fn normalize(&self, bytes: &[u8], id: &str, scenario: &str) -> Vec<u8> {
+        let text = String::from_utf8(bytes.to_vec()).expect("the CLIs print UTF-8");
+        let root = self.root.display().to_string();
+        let base = self
+            .root
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let port = self.server.addr().port().to_string();
+        text.replace(&root, FIXED_ROOT)
+            // Claude Code names its project directory after the path, `/` as `-`.
+            .replace(&root.replace('/', "-"), &FIXED_ROOT.replace('/', "-"))
+            // OpenCode also names the directory without its leading `/`, and by its name.
+            .replace(
+                root.trim_start_matches('/'),
+                FIXED_ROOT.trim_start_matches('/'),
+            )
+            .replace(&base, "agentrun-fixture")
+            .replace(
+                &format!("127.0.0.1:{port}"),
+                &format!("127.0.0.1:{FIXED_PORT}"),
+            )
+            .replace(
+                &format!("localhost:{port}"),
+                &format!("localhost:{FIXED_PORT}"),
+            )
+            .replace(id, &fixed_session_id(self.cli, scenario))
+            .into_bytes()
+    }
+
+    fn write(&self, scenario: &str, suffix: &str, bytes: &[u8]) {
+        let dir = fixture_dir(self.cli);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{}-{scenario}{suffix}", file_prefix(self.cli)));
+        std::fs::write(&path, bytes).unwrap();
+        eprintln!("recorded {} ({} bytes)", path.display(), bytes.len());
+    }
+}
+
+/// The session id the CLI printed: the first `session_id` / `thread_id` / `sessionID`.
+fn session_id(stream: &[u8]) -> String {
+    for line in stream.split(|&b| b == b'\n') {
+        let Ok(v) = serde_json::from_slice::<Value>(line) else {
+            continue;
+        };
+        for key in ["session_id", "thread_id", "sessionID"] {
+            if let Some(id) = v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()) {
+                return id.to_owned();
+            }
+        }
+    }
+    panic!("no session id in {}", String::from_utf8_lossy(stream));
+}
+
+/// Records one single-run scenario.
+fn record_one(cli: AgentCli, scenario: &str, script: Vec<Reply>, prompt: &str) {
+    let sandbox = Sandbox::new(cli, replies(script));
+    let stream = sandbox.turn(prompt, None);
+    let id = session_id(&stream);
+    sandbox.write(
+        scenario,
+        ".jsonl",
+        &sandbox.normalize(&stream, &id, scenario),
+    );
+    sandbox.write_retained(scenario, &id, 0);
+}
+
+impl Sandbox {
+    /// The retained record of the last run: Codex's session lines from byte `from`,
+    /// OpenCode's export.
+    fn write_retained(&self, scenario: &str, id: &str, from: usize) -> usize {
+        match self.cli {
+            AgentCli::Codex => {
+                let all = std::fs::read(self.codex_session_file(id)).unwrap();
+                let appended = &all[from.min(all.len())..];
+                self.write(
+                    scenario,
+                    "-session.jsonl",
+                    &self.normalize(appended, id, scenario),
+                );
+                all.len()
+            }
+            AgentCli::OpenCode => {
+                let export = self.opencode_export(id);
+                self.write(
+                    scenario,
+                    "-export.json",
+                    &self.normalize(&export, id, scenario),
+                );
+                0
+            }
+            _ => 0,
+        }
+    }
+}
+
+fn record(cli: AgentCli) {
+    let usage = USAGE;
+    record_one(
+        cli,
+        "text-turn",
+        vec![Reply::text("Hello from the scripted model.").with_usage(usage)],
+        "say hello",
+    );
+    record_one(
+        cli,
+        "tool-turn",
+        vec![
+            cli.shell_call().with_usage(usage),
+            Reply::text("all done").with_usage(usage),
+        ],
+        "make the file",
+    );
+    record_one(cli, "failure", vec![cli.final_error()], "hi");
+    record_one(
+        cli,
+        "context-length",
+        vec![Reply::prompt_too_long(250_000, 200_000)],
+        "hi",
+    );
+    // A session, then the same session resumed: both runs recorded.
+    let sandbox = Sandbox::new(
+        cli,
+        replies([
+            Reply::text("first answer").with_usage(usage),
+            Reply::text("second answer").with_usage(usage),
+        ]),
+    );
+    let first = sandbox.turn("remember 42", None);
+    let id = session_id(&first);
+    sandbox.write(
+        "resume-first",
+        ".jsonl",
+        &sandbox.normalize(&first, &id, "resume"),
+    );
+    let end = sandbox.write_retained("resume-first", &id, 0);
+    let second = sandbox.turn("what was it?", Some(&id));
+    assert_eq!(session_id(&second), id, "the resumed run keeps the session");
+    sandbox.write(
+        "resume",
+        ".jsonl",
+        &sandbox.normalize(&second, &id, "resume"),
+    );
+    sandbox.write_retained("resume", &id, end);
+}
+
+#[test]
+#[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
+fn record_claude_code() {
+    record(AgentCli::Claude);
+}
+
+#[test]
+#[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
+fn record_codex() {
+    record(AgentCli::Codex);
+}
+
+#[test]
+#[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
+fn record_opencode() {
+    record(AgentCli::OpenCode);
+}
