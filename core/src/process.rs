@@ -27,7 +27,8 @@ pub enum StdinMode {
     Null,
     /// These bytes, then end of file.
     Bytes(Vec<u8>),
-    /// The runner's own standard input.
+    /// The runner's own standard input (a pipe or a file: the drivers refuse a terminal,
+    /// which the child, in a process group of its own, could not read).
     Inherit,
 }
 

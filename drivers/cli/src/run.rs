@@ -40,8 +40,8 @@ pub(crate) struct RunArgs {
     /// Time between SIGTERM and SIGKILL when stopping the program.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "5s")]
     kill_grace: Duration,
-    /// The program's standard input: `null` (nothing), `inherit` (agentrun's own stdin, e.g.
-    /// a pipe), or a FILE's contents.
+    /// The program's standard input: `null` (nothing), `inherit` (agentrun's own stdin: a pipe
+    /// or a file, not a terminal), or a FILE's contents.
     #[arg(long, value_name = "null|inherit|FILE", default_value = "null")]
     stdin: String,
     /// Give the program a clean result channel (a private file named in $AGENTRUN_RESULT_SINK)
@@ -144,6 +144,12 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
                 message: e.to_string(),
             };
             return Ok(failure.report(args.json));
+        }
+        Err(e @ agentrun_smol::RunError::StdinIsTerminal) => {
+            return Err(Failure::usage(format!(
+                "--stdin inherit: {e} (`producer | agentrun run --stdin inherit …`, \
+                 `--stdin FILE`, or the default `--stdin null`)"
+            )));
         }
         Err(e) => return Err(Failure::runtime(e)),
     };

@@ -29,10 +29,16 @@ impl Home {
 
     /// `agentrun ARGS` with this home's `HOME`, no XDG variables, no `AGENTRUN_HOME`.
     fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = self.program(env!("CARGO_BIN_EXE_agentrun"));
+        c.args(args);
+        c
+    }
+
+    /// `program` in this home's environment (see [`Home::cmd`]), stdin from `/dev/null`.
+    fn program(&self, program: &str) -> Command {
         fs::create_dir_all(self.path("home")).unwrap();
-        let mut c = Command::new(env!("CARGO_BIN_EXE_agentrun"));
-        c.args(args)
-            .env("HOME", self.path("home"))
+        let mut c = Command::new(program);
+        c.env("HOME", self.path("home"))
             .env_remove("XDG_CONFIG_HOME")
             .env_remove("XDG_DATA_HOME")
             .env_remove("AGENTRUN_HOME")
@@ -303,6 +309,77 @@ fn stdin_is_null_unless_asked() {
         "{}",
         err(&missing)
     );
+}
+
+/// Runs `agentrun ARGS` on a new pseudo-terminal (python3's `pty.fork`: a session of its own
+/// with the terminal as its controlling terminal and agentrun in its foreground group, as in
+/// an interactive shell) and returns its exit code and everything it wrote to the terminal.
+fn on_a_terminal(h: &Home, args: &[&str]) -> (i32, String) {
+    const DRIVER: &str = r#"
+import json, os, pty, select, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+out, deadline = b"", time.monotonic() + 60
+while time.monotonic() < deadline:
+    if not select.select([fd], [], [], 1)[0]:
+        continue
+    try:
+        chunk = os.read(fd, 65536)
+    except OSError:  # EIO: the terminal's other side was closed
+        break
+    if not chunk:
+        break
+    out += chunk
+else:
+    os.kill(pid, 9)
+status = os.waitpid(pid, 0)[1]
+print(json.dumps({"code": os.waitstatus_to_exitcode(status), "out": out.decode("utf-8", "replace")}))
+"#;
+    let o = h
+        .program("python3")
+        .args(["-c", DRIVER, env!("CARGO_BIN_EXE_agentrun")])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", err(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    (
+        v["code"].as_i64().unwrap() as i32,
+        v["out"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[test]
+fn stdin_inherit_refuses_a_terminal_instead_of_hanging() {
+    let h = Home::new();
+    // On a terminal the child, in a group of its own, would be stopped by its first read
+    // (SIGTTIN) until the timeout: it must be refused up front, with what to do instead.
+    let args = [
+        "run",
+        "--stdin",
+        "inherit",
+        "--timeout",
+        "3s",
+        "--kill-grace",
+        "1s",
+        "cat",
+    ];
+    let (code, text) = on_a_terminal(&h, &args);
+    assert_eq!(code, 125, "{text}");
+    assert!(
+        text.contains("agentrun: error: --stdin inherit: "),
+        "{text}"
+    );
+    assert!(
+        text.contains("SIGTTIN") && text.contains("--stdin FILE"),
+        "{text}"
+    );
+    assert!(!text.contains("timed out"), "{text}");
+    // The other stdin modes run normally on a terminal.
+    let (code, text) = on_a_terminal(&h, &["run", "echo", "fine"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("[stdout]\r\nfine\r\n"), "{text}");
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! assembly).
 
 use std::ffi::{OsStr, OsString};
-use std::io;
+use std::io::{self, IsTerminal};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -52,6 +52,16 @@ pub enum RunError {
         /// Why.
         source: io::Error,
     },
+    /// The child would inherit a terminal as its standard input. It runs in a process group
+    /// of its own (so that stopping a run stops everything it started), which is never the
+    /// terminal's foreground group, so its first read from the terminal would stop it
+    /// (SIGTTIN) until it is killed. Refused before anything runs.
+    #[error(
+        "the program's standard input would be the terminal, which it cannot read: it runs in \
+         a process group of its own, not the terminal's foreground group, so reading would \
+         stop it (SIGTTIN); give it input through a pipe or a file, or none"
+    )]
+    StdinIsTerminal,
     /// The store refused to capture or publish, or the result sink could not be prepared.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -104,6 +114,12 @@ pub(crate) struct Prepared {
 /// Blocking; nothing is spawned. Errors name what to fix.
 pub(crate) fn prepare(store: &Store, options: RunOptions) -> Result<Prepared, RunError> {
     options.validate()?;
+    // Giving the child's group the terminal instead (tcsetpgrp) would also hand it the job
+    // control keys: a Ctrl-Z would stop it where the runner cannot see it, with the terminal
+    // still held by the stopped group.
+    if options.stdin == StdinMode::Inherit && io::stdin().is_terminal() {
+        return Err(RunError::StdinIsTerminal);
+    }
     if let Some(dir) = &options.current_dir {
         let problem = match std::fs::metadata(dir) {
             Ok(meta) if meta.is_dir() => None,
