@@ -5,17 +5,9 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
-
-fn fixture(path: &str) -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/fixtures/harness"
-    ))
-    .join(path)
-}
 
 #[path = "support/compile.rs"]
 mod compile;
@@ -25,43 +17,40 @@ fn fake_harness() -> &'static std::path::Path {
     compile::support_program("fake_harness")
 }
 
-/// A temporary directory with the fake harnesses on `PATH` and a store.
+#[path = "support/sandbox.rs"]
+mod sandbox;
+
+use sandbox::{Sandbox, fixture, stderr, stdout};
+
+/// A sandbox with the fake harnesses on `PATH`.
 struct Env {
-    tmp: tempfile::TempDir,
+    sandbox: Sandbox,
+    bin: PathBuf,
 }
 
 impl Env {
     fn new() -> Self {
-        let tmp = tempfile::tempdir().unwrap();
-        let bin = tmp.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
-        for name in ["claude", "grok", "agy", "codex", "muse", "opencode"] {
-            std::os::unix::fs::symlink(fake_harness(), bin.join(name)).unwrap();
-        }
-        Self { tmp }
+        let sandbox = Sandbox::new();
+        let bin = sandbox.fake_harnesses(fake_harness());
+        Self { sandbox, bin }
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.tmp.path().join(name)
+        self.sandbox.path(name)
     }
 
     /// `agentrun --store … <args>` with only the fake harnesses on `PATH` and the fake's
     /// prompt set to `PROMPT`.
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_agentrun"));
-        c.arg("--store")
-            .arg(self.path("store"))
-            .args(args)
-            .env("PATH", self.path("bin"))
+        let mut c = self.sandbox.cmd(args);
+        c.env("PATH", &self.bin)
             .env("FAKE_PROMPT", "fix the bug")
             .env("XDG_DATA_HOME", self.path("data"))
             .env("CODEX_HOME", self.path("codex"))
-            .env_remove("AGENTRUN_RESULT_SINK")
             .env_remove("GROK_DISABLE_AUTOUPDATER")
             .env_remove("AGY_CLI_DISABLE_AUTO_UPDATE")
             .env_remove("MUSE_NO_AUTO_UPDATE")
-            .env_remove("OPENCODE_DISABLE_AUTOUPDATE")
-            .stdin(Stdio::null());
+            .env_remove("OPENCODE_DISABLE_AUTOUPDATE");
         c
     }
 
@@ -74,14 +63,6 @@ impl Env {
         c.env("FAKE_FIXTURE", fixture(fixture_path));
         c
     }
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// `agentrun interpret` of the same fixture: `agent` must print exactly what it prints.

@@ -14,21 +14,24 @@ fn fake_harness() -> &'static Path {
     compile::support_program("fake_auto_harness")
 }
 
+#[path = "support/sandbox.rs"]
+mod sandbox;
+
+use sandbox::{Sandbox, stderr};
+
+/// A sandbox with the fake harnesses on `PATH`, their script, and a working directory.
 struct Env {
-    tmp: tempfile::TempDir,
+    sandbox: Sandbox,
+    bin: PathBuf,
 }
 
 impl Env {
     fn new(script: &[&str]) -> Env {
-        let tmp = tempfile::tempdir().unwrap();
-        let bin = tmp.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
-        for name in ["claude", "grok", "agy", "codex", "muse", "opencode"] {
-            std::os::unix::fs::symlink(fake_harness(), bin.join(name)).unwrap();
-        }
-        std::fs::create_dir(tmp.path().join("fake")).unwrap();
-        std::fs::create_dir(tmp.path().join("work")).unwrap();
-        let env = Env { tmp };
+        let sandbox = Sandbox::new();
+        let bin = sandbox.fake_harnesses(fake_harness());
+        std::fs::create_dir(sandbox.path("fake")).unwrap();
+        std::fs::create_dir(sandbox.path("work")).unwrap();
+        let env = Env { sandbox, bin };
         env.script(script);
         env
     }
@@ -38,24 +41,15 @@ impl Env {
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.tmp.path().join(name)
+        self.sandbox.path(name)
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_agentrun"));
-        c.arg("--store")
-            .arg(self.path("store"))
-            .args(args)
-            .current_dir(self.path("work"))
-            .env(
-                "PATH",
-                format!("{}:/usr/bin:/bin", self.path("bin").display()),
-            )
+        let mut c = self.sandbox.cmd(args);
+        c.current_dir(self.path("work"))
+            .env("PATH", format!("{}:/usr/bin:/bin", self.bin.display()))
             .env("FAKE_AUTO_DIR", self.path("fake"))
-            .env("XDG_CONFIG_HOME", self.path("config"))
-            .env_remove("AGENTRUN_RESULT_SINK")
-            .env_remove("AGENTRUN_HOME")
-            .stdin(Stdio::null());
+            .env("XDG_CONFIG_HOME", self.path("config"));
         c
     }
 
@@ -73,10 +67,6 @@ impl Env {
             .take_while(|n| self.path(&format!("fake/call-{n}.argv")).exists())
             .count()
     }
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn state(o: &Output) -> serde_json::Value {

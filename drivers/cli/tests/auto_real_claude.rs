@@ -4,46 +4,40 @@
 //! writes the verdict into the result sink itself.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use agentrun_tests::agent_clis;
 use agentrun_tests::model_server::{Api, ModelServer, Reply, replies};
 use serde_json::{Value, json};
 
+#[path = "support/sandbox.rs"]
+mod sandbox;
+
+/// A sandbox with the CLI's home and a working directory.
 struct Env {
-    _tmp: tempfile::TempDir,
+    sandbox: sandbox::Sandbox,
     home: PathBuf,
     work: PathBuf,
-    store: PathBuf,
 }
 
 fn env() -> Env {
-    let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("home");
-    let work = tmp.path().join("work");
+    let sandbox = sandbox::Sandbox::new();
+    let (home, work) = (sandbox.path("home"), sandbox.path("work"));
     std::fs::create_dir_all(&work).unwrap();
-    let store = tmp.path().join("store");
     Env {
-        _tmp: tmp,
+        sandbox,
         home,
         work,
-        store,
     }
 }
 
 fn auto(env: &Env, server: &ModelServer, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentrun"))
-        .arg("--store")
-        .arg(&env.store)
-        .arg("auto")
-        .arg("claude")
-        .arg("--json")
-        .args(args)
+    env.sandbox
+        .cmd(&[&["auto", "claude", "--json"][..], args].concat())
         .env_clear()
         .envs(agent_clis::claude_env(&env.home, server).unwrap())
         .env("XDG_CONFIG_HOME", env.home.join("xdg"))
         .current_dir(&env.work)
-        .stdin(Stdio::null())
         .output()
         .unwrap()
 }

@@ -2,39 +2,19 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use agentrun_core::ResultRecord;
 
-struct Env {
-    _dir: tempfile::TempDir,
-    store: PathBuf,
-}
+#[path = "support/sandbox.rs"]
+mod sandbox;
 
-impl Env {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let store = dir.path().join("store");
-        Self { _dir: dir, store }
-    }
+use sandbox::{Sandbox, stderr, stdout};
 
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_agentrun"));
-        c.arg("--store")
-            .arg(&self.store)
-            .args(args)
-            .stdin(Stdio::null());
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().unwrap()
-    }
-
-    fn objects(&self) -> usize {
-        count_files(&self.store.join("objects"))
-    }
+/// How many files the store's `objects/` holds.
+fn objects(env: &Sandbox) -> usize {
+    count_files(&env.store.join("objects"))
 }
 
 fn count_files(dir: &Path) -> usize {
@@ -47,14 +27,6 @@ fn count_files(dir: &Path) -> usize {
         .sum()
 }
 
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
 /// The `agentrun read …` suggestion printed on stderr by `run`.
 fn suggested_read(o: &Output) -> Vec<String> {
     let err = stderr(o);
@@ -65,7 +37,7 @@ fn suggested_read(o: &Output) -> Vec<String> {
     line.1.split_whitespace().map(str::to_owned).collect()
 }
 
-fn run_json(env: &Env, args: &[&str]) -> (serde_json::Value, ResultRecord) {
+fn run_json(env: &Sandbox, args: &[&str]) -> (serde_json::Value, ResultRecord) {
     let mut all = vec!["run", "--json"];
     all.extend_from_slice(args);
     let o = env.run(&all);
@@ -77,7 +49,7 @@ fn run_json(env: &Env, args: &[&str]) -> (serde_json::Value, ResultRecord) {
 
 #[test]
 fn run_previews_and_the_suggested_read_continues_exactly() {
-    let env = Env::new();
+    let env = Sandbox::new();
     let o = env.run(&["run", "--max-lines", "100", "--", "seq", "1", "5000"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
@@ -111,7 +83,7 @@ fn run_previews_and_the_suggested_read_continues_exactly() {
 
 #[test]
 fn exit_code_mirrors_the_child() {
-    let env = Env::new();
+    let env = Sandbox::new();
     for code in [0, 1, 3, 255] {
         let o = env.run(&["run", "--", "sh", "-c", &format!("exit {code}")]);
         assert_eq!(o.status.code(), Some(code));
@@ -129,7 +101,7 @@ fn exit_code_mirrors_the_child() {
 
 #[test]
 fn replay_of_the_record_renders_the_live_text() {
-    let env = Env::new();
+    let env = Sandbox::new();
     let (v, record) = run_json(
         &env,
         &[
@@ -167,7 +139,7 @@ fn replay_of_the_record_renders_the_live_text() {
 
 #[test]
 fn read_serves_manifests_streams_and_reports_each_error_distinctly() {
-    let env = Env::new();
+    let env = Sandbox::new();
     let (_, record) = run_json(
         &env,
         &["--", "sh", "-c", "printf 'a\\nb\\n'; printf 'e\\n' >&2"],
@@ -205,7 +177,7 @@ fn read_serves_manifests_streams_and_reports_each_error_distinctly() {
         stderr(&missing)
     );
 
-    let before = env.objects();
+    let before = objects(&env);
     let past = env.run(&["read", &stdout_uri, "--offset", "3"]);
     assert_eq!(past.status.code(), Some(125));
     assert!(stderr(&past).contains("past the end"), "{}", stderr(&past));
@@ -220,7 +192,7 @@ fn read_serves_manifests_streams_and_reports_each_error_distinctly() {
         assert!(stderr(&o).contains("between 1 and 2000"));
     }
     assert_eq!(
-        env.objects(),
+        objects(&env),
         before,
         "reads must never retain new artifacts"
     );
@@ -228,7 +200,7 @@ fn read_serves_manifests_streams_and_reports_each_error_distinctly() {
 
 #[test]
 fn malformed_uris_are_usage_errors_never_paths() {
-    let env = Env::new();
+    let env = Sandbox::new();
     let d = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
     let cases = [
         format!("artifact://{}", d.to_uppercase()),
@@ -252,7 +224,7 @@ fn malformed_uris_are_usage_errors_never_paths() {
 
 #[test]
 fn oversized_pages_fail_with_advice_and_byte_ranges_reach_every_byte() {
-    let env = Env::new();
+    let env = Sandbox::new();
     let (_, record) = run_json(
         &env,
         &[
@@ -296,7 +268,7 @@ fn oversized_pages_fail_with_advice_and_byte_ranges_reach_every_byte() {
 
 #[test]
 fn a_corrupted_object_byte_is_an_error_never_data() {
-    let env = Env::new();
+    let env = Sandbox::new();
     let (_, record) = run_json(&env, &["--", "seq", "1", "20000"]);
     let digest = record.stream("stdout").unwrap().sha256.to_hex();
     let path = env
@@ -321,7 +293,7 @@ fn a_corrupted_object_byte_is_an_error_never_data() {
 
 #[test]
 fn store_with_loose_permissions_is_refused_with_the_fix() {
-    let env = Env::new();
+    let env = Sandbox::new();
     fs::create_dir_all(&env.store).unwrap();
     fs::set_permissions(&env.store, fs::Permissions::from_mode(0o755)).unwrap();
     let o = env.run(&["verify"]);
@@ -331,7 +303,7 @@ fn store_with_loose_permissions_is_refused_with_the_fix() {
 
 #[test]
 fn fresh_store_is_owner_only() {
-    let env = Env::new();
+    let env = Sandbox::new();
     env.run(&["run", "--", "echo", "hi"]);
     let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&env.store), 0o700);
@@ -351,7 +323,7 @@ fn fresh_store_is_owner_only() {
 
 #[test]
 fn a_full_disk_is_reported_and_loses_nothing_accepted() {
-    let env = Env::new();
+    let env = Sandbox::new();
     env.run(&["verify"]); // create the store
     // RLIMIT_FSIZE stands in for a full disk. agentrun catches SIGXFSZ itself, so the write
     // fails with EFBIG and is reported instead of the signal killing agentrun silently.
@@ -376,7 +348,7 @@ fn a_full_disk_is_reported_and_loses_nothing_accepted() {
 
 #[test]
 fn sigkill_mid_capture_leaves_a_clean_store_after_gc() {
-    let env = Env::new();
+    let env = Sandbox::new();
     let pidfile = env.store.with_file_name("child.pid");
     let script = format!("echo $$ > '{}'; seq 1 100000; sleep 30", pidfile.display());
     let mut child = env
@@ -415,7 +387,7 @@ fn sigkill_mid_capture_leaves_a_clean_store_after_gc() {
 
 #[test]
 fn gc_keeps_what_records_reference() {
-    let env = Env::new();
+    let env = Sandbox::new();
     let (_, record) = run_json(&env, &["--", "sh", "-c", "echo out; echo err >&2"]);
     let gc = env.run(&["gc", "--grace", "0s", "--json"]);
     let report: serde_json::Value = serde_json::from_slice(&gc.stdout).unwrap();
@@ -432,7 +404,7 @@ fn gc_keeps_what_records_reference() {
 /// stdout) and the footer go to stderr.
 #[test]
 fn run_sink_prints_the_clean_answer_alone_on_stdout() {
-    let env = Env::new();
+    let env = Sandbox::new();
     let answer = "{ \"verdict\": \"MERGE\" }\n\x1b[31mstray\x1b[0m\r\n";
     let o = env
         .cmd(&[
@@ -467,7 +439,7 @@ fn run_sink_prints_the_clean_answer_alone_on_stdout() {
 
 #[test]
 fn run_sink_without_an_answer_leaves_stdout_empty_and_says_why() {
-    let env = Env::new();
+    let env = Sandbox::new();
     let o = env.run(&["run", "--sink", "--", "sh", "-c", "echo only-stdout"]);
     assert_eq!(o.status.code(), Some(0));
     assert!(o.stdout.is_empty(), "{}", stdout(&o));
@@ -480,7 +452,7 @@ fn run_sink_without_an_answer_leaves_stdout_empty_and_says_why() {
 /// child without --sink; --sink-var renames the variable.
 #[test]
 fn run_removes_an_inherited_sink_variable_and_honours_sink_var() {
-    let env = Env::new();
+    let env = Sandbox::new();
     let probe =
         r#"printf '%s|%s' "${AGENTRUN_RESULT_SINK-unset}" "${AMPLIHACK_RESULT_SINK-unset}""#;
     let o = env
@@ -517,7 +489,7 @@ fn run_removes_an_inherited_sink_variable_and_honours_sink_var() {
 
 #[test]
 fn run_timeouts_exit_124() {
-    let env = Env::new();
+    let env = Sandbox::new();
     let started = std::time::Instant::now();
     let o = env.run(&[
         "run",
@@ -549,7 +521,7 @@ fn run_timeouts_exit_124() {
 
 #[test]
 fn sigterm_stops_the_child_and_keeps_the_output_as_a_cancelled_run() {
-    let env = Env::new();
+    let env = Sandbox::new();
     let pidfile = env.store.with_file_name("child.pid");
     let script = format!("echo $$ > '{}'; echo started; sleep 60", pidfile.display());
     let child = env
@@ -625,7 +597,7 @@ fn the_package_installs_only_the_agentrun_binary() {
 #[test]
 fn a_program_whose_interpreter_is_missing_is_named_as_such() {
     use std::os::unix::fs::PermissionsExt as _;
-    let env = Env::new();
+    let env = Sandbox::new();
     let script = env.store.with_file_name("needs-interp");
     fs::write(&script, "#!/nonexistent/interpreter\necho hi\n").unwrap();
     fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();

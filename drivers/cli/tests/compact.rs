@@ -2,33 +2,27 @@
 //! and marker convention, the result sink, references that read back, and bad input.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::{Value, json};
 
-struct Env {
-    dir: tempfile::TempDir,
-}
+#[path = "support/sandbox.rs"]
+mod sandbox;
+
+/// A sandbox ([`sandbox::Sandbox`]) with a transcript and a scripted summarizer.
+struct Env(sandbox::Sandbox);
 
 impl Env {
     fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().unwrap(),
-        }
+        Self(sandbox::Sandbox::new())
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        self.0.path(name)
     }
 
     fn agentrun(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_agentrun"))
-            .arg("--store")
-            .arg(self.path("store"))
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+        self.0.run(args)
     }
 
     /// Writes the transcript and returns its path.

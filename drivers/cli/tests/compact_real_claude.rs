@@ -4,7 +4,7 @@
 //! retry succeeds, and every reference in the retry input reads back the original output.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use agentrun_tests::agent_clis;
 use agentrun_tests::model_server::{Api, ModelServer, Reply, Request};
@@ -13,8 +13,11 @@ use serde_json::{Value, json};
 /// A request longer than this is "too long for the model".
 const CONTEXT_BYTES: usize = 20_000;
 
+#[path = "support/sandbox.rs"]
+mod sandbox;
+
 fn agentrun(args: &[&str], env: &[(String, String)], store: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentrun"))
+    sandbox::agentrun()
         .args(args)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -37,9 +40,8 @@ fn the_pruned_retry_succeeds_where_the_whole_history_is_too_long() {
         }
     })
     .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
-    let store = dir.path().join("store");
+    let sandbox = sandbox::Sandbox::new();
+    let (home, store) = (sandbox.path("home"), sandbox.store.clone());
     let build_log = "error[E0425]: cannot find value `fixture` in this scope\n".repeat(800);
     let digest = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
     let transcript = json!({
@@ -58,7 +60,7 @@ fn the_pruned_retry_succeeds_where_the_whole_history_is_too_long() {
         ],
         "recent_start": 3
     });
-    let path = dir.path().join("transcript.json");
+    let path = sandbox.path("transcript.json");
     let original = serde_json::to_vec_pretty(&transcript).unwrap();
     std::fs::write(&path, &original).unwrap();
 

@@ -2,22 +2,12 @@
 //! heads the rendering (live and replayed), and the record's status field is named for what
 //! it is, the capture status.
 
-use std::process::{Command, Output, Stdio};
-
-fn agentrun(store: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_agentrun"))
-        .arg("--store")
-        .arg(store)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
+#[path = "support/sandbox.rs"]
+mod sandbox;
 
 #[test]
 fn a_non_zero_exit_or_a_signal_is_stated_in_the_model_text() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("store");
+    let env = sandbox::Sandbox::new();
     for (script, code, head) in [
         ("echo hi; exit 3", 3, "[The program exited with code 3]\n"),
         (
@@ -27,7 +17,7 @@ fn a_non_zero_exit_or_a_signal_is_stated_in_the_model_text() {
         ),
         ("echo hi", 0, ""),
     ] {
-        let o = agentrun(&store, &["run", "--", "sh", "-c", script]);
+        let o = env.run(&["run", "--", "sh", "-c", script]);
         assert_eq!(o.status.code(), Some(code), "{script}");
         let text = String::from_utf8(o.stdout).unwrap();
         assert!(
@@ -35,7 +25,7 @@ fn a_non_zero_exit_or_a_signal_is_stated_in_the_model_text() {
             "{script}: {text}"
         );
         // The record says it too, so a replay renders the same text.
-        let o = agentrun(&store, &["run", "--json", "--", "sh", "-c", script]);
+        let o = env.run(&["run", "--json", "--", "sh", "-c", script]);
         let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         let record = &json["record"];
         assert_eq!(record["capture_status"], "succeeded", "{script}");

@@ -2,36 +2,22 @@
 //! records, usage errors, and streaming on a live pipe.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-fn fixture(path: &str) -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/fixtures/harness"
-    ))
-    .join(path)
-}
+#[path = "support/sandbox.rs"]
+mod sandbox;
 
-fn cmd(store: &tempfile::TempDir, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_agentrun"));
-    // `dispatch` opens the store before any command; a fresh subdirectory gets created 0700.
-    c.arg("--store")
-        .arg(store.path().join("store"))
-        .arg("interpret")
-        .args(args);
-    c
+use sandbox::{Sandbox, fixture, stdout};
+
+/// `agentrun --store … interpret ARGS` (the store is never touched: `interpret` reads none).
+fn cmd(env: &Sandbox, args: &[&str]) -> Command {
+    env.cmd(&[&["interpret"][..], args].concat())
 }
 
 fn run(args: &[&str]) -> Output {
-    let store = tempfile::tempdir().unwrap();
-    cmd(&store, args).stdin(Stdio::null()).output().unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
+    cmd(&Sandbox::new(), args).output().unwrap()
 }
 
 #[test]
@@ -87,8 +73,8 @@ fn json_output_is_one_object_per_line() {
 
 #[test]
 fn reads_stdin_with_dash() {
-    let store = tempfile::tempdir().unwrap();
-    let out = cmd(&store, &["--harness", "opencode", "-"])
+    let env = Sandbox::new();
+    let out = cmd(&env, &["--harness", "opencode", "-"])
         .stdin(
             std::fs::File::open(fixture("opencode/takopi-opencode_stream_success.jsonl")).unwrap(),
         )
@@ -186,8 +172,8 @@ fn usage_and_input_errors_exit_125() {
 
 #[test]
 fn malformed_input_is_survived_and_reported() {
-    let store = tempfile::tempdir().unwrap();
-    let mut child = cmd(&store, &["--harness", "claude", "-"])
+    let env = Sandbox::new();
+    let mut child = cmd(&env, &["--harness", "claude", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -214,8 +200,8 @@ fn malformed_input_is_survived_and_reported() {
 
 #[test]
 fn streams_progress_from_a_live_pipe_before_eof() {
-    let store = tempfile::tempdir().unwrap();
-    let mut child = cmd(&store, &["--harness", "claude", "--security"])
+    let env = Sandbox::new();
+    let mut child = cmd(&env, &["--harness", "claude", "--security"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

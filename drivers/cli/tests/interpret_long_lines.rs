@@ -3,14 +3,15 @@
 //! decoded, so memory stays bounded whatever the input.
 
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
+
+#[path = "support/sandbox.rs"]
+mod sandbox;
 
 fn interpret(input: &[u8]) -> (Option<i32>, String) {
-    let store = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentrun"))
-        .arg("--store")
-        .arg(store.path().join("store"))
-        .args(["interpret", "--harness", "claude", "--json"])
+    let env = sandbox::Sandbox::new();
+    let mut child = env
+        .cmd(&["interpret", "--harness", "claude", "--json"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -178,12 +178,7 @@ fn the_agent_tool_delegates_to_the_real_claude_code() {
         ]),
     )
     .unwrap();
-    let python = python_client::python();
-    let output = Command::new(python)
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py"))
-        .arg("agent")
-        .arg(env!("CARGO_BIN_EXE_agentrun"))
-        .arg(dir.path().join("store"))
+    let output = python_client::client("agent", &dir.path().join("store"))
         .env_clear()
         .envs(agent_clis::claude_env(&dir.path().join("home"), &server).unwrap())
         .output()

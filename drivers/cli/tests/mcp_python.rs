@@ -2,21 +2,15 @@
 //! (`tests/mcp/client.py`, one scenario per test), installed on first use
 //! (`tests/mcp/python.rs`).
 
-use std::process::Command;
-
 #[path = "mcp/python.rs"]
 mod python_client;
 
-use python_client::python;
+use python_client::client;
 
 /// Runs one scenario of `client.py` against a fresh store; fails with its output.
 fn scenario(name: &str) {
     let store = tempfile::tempdir().unwrap();
-    let output = Command::new(python())
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py"))
-        .arg(name)
-        .arg(env!("CARGO_BIN_EXE_agentrun"))
-        .arg(store.path().join("store"))
+    let output = client(name, &store.path().join("store"))
         .output()
         .expect("run the Python client");
     let stdout = String::from_utf8_lossy(&output.stdout);

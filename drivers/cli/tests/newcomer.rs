@@ -6,20 +6,25 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, SystemTime};
 
+#[path = "support/sandbox.rs"]
+mod sandbox;
+
+use sandbox::{Sandbox, stderr as err, stdout as out};
+
 /// A temporary home: its own store, config directory and `HOME`, so nothing outside is read.
 struct Home {
-    dir: tempfile::TempDir,
+    sandbox: Sandbox,
 }
 
 impl Home {
     fn new() -> Self {
         Self {
-            dir: tempfile::tempdir().unwrap(),
+            sandbox: Sandbox::new(),
         }
     }
 
     fn path(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
+        self.sandbox.path(rel)
     }
 
     /// The store the default settings resolve to in this home.
@@ -27,23 +32,21 @@ impl Home {
         self.path("home/.local/share/agentrun")
     }
 
-    /// `agentrun ARGS` with this home's `HOME`, no XDG variables, no `AGENTRUN_HOME`.
+    /// `agentrun ARGS` with this home's `HOME`, no XDG variables, no `AGENTRUN_HOME` (and no
+    /// `--store`: the settings find the store).
     fn cmd(&self, args: &[&str]) -> Command {
         let mut c = self.program(env!("CARGO_BIN_EXE_agentrun"));
         c.args(args);
         c
     }
 
-    /// `program` in this home's environment (see [`Home::cmd`]), stdin from `/dev/null`.
+    /// `program` in this home's environment (see [`Home::cmd`], [`sandbox::command`]).
     fn program(&self, program: &str) -> Command {
         fs::create_dir_all(self.path("home")).unwrap();
-        let mut c = Command::new(program);
+        let mut c = sandbox::command(program);
         c.env("HOME", self.path("home"))
             .env_remove("XDG_CONFIG_HOME")
-            .env_remove("XDG_DATA_HOME")
-            .env_remove("AGENTRUN_HOME")
-            .env_remove("AGENTRUN_RESULT_SINK")
-            .stdin(Stdio::null());
+            .env_remove("XDG_DATA_HOME");
         c
     }
 
@@ -57,14 +60,6 @@ impl Home {
         fs::create_dir_all(&dir).unwrap();
         fs::write(dir.join("config.toml"), text).unwrap();
     }
-}
-
-fn out(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// The `agentrun read …` commands printed on stderr, as argument vectors (without `agentrun`).

@@ -12,10 +12,12 @@ use agentrun_tests::agent_clis::{self, AgentCli, OPENCODE_TEST_MODEL};
 use agentrun_tests::model_server::{Api, ModelServer, Reply, Request, TokenUsage, replies};
 use serde_json::{Value, json};
 
+#[path = "support/sandbox.rs"]
+mod sandbox;
+
 /// A private home, working directory and store for one CLI session.
 struct Sandbox {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
+    sandbox: sandbox::Sandbox,
     env: Vec<(String, String)>,
 }
 
@@ -61,36 +63,27 @@ impl Cli {
 
 impl Sandbox {
     fn new(cli: Cli, server: &ModelServer) -> Sandbox {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().to_owned();
-        let home = root.join("home");
-        std::fs::create_dir_all(root.join("work")).unwrap();
+        let sandbox = sandbox::Sandbox::new();
+        let home = sandbox.path("home");
+        std::fs::create_dir_all(sandbox.path("work")).unwrap();
         let env = match cli {
             Cli::Claude => agent_clis::claude_env(&home, server),
             Cli::Codex => agent_clis::codex_env(&home, server, "gpt-5.5"),
             Cli::OpenCode => agent_clis::opencode_env(&home, server),
         }
         .unwrap();
-        Sandbox {
-            _dir: dir,
-            root,
-            env,
-        }
+        Sandbox { sandbox, env }
     }
 
     fn work(&self) -> PathBuf {
-        self.root.join("work")
+        self.sandbox.path("work")
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_agentrun"));
-        c.arg("--store")
-            .arg(self.root.join("store"))
-            .args(args)
-            .env_clear()
+        let mut c = self.sandbox.cmd(args);
+        c.env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(self.work())
-            .stdin(Stdio::null());
+            .current_dir(self.work());
         c
     }
 

@@ -1,18 +1,14 @@
 //! Inputs `agentrun run` refuses before anything runs: limits past their documented maxima
 //! (they used to overflow) and result-sink variables the child needs for itself.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
+#[path = "support/sandbox.rs"]
+mod sandbox;
+
+/// `agentrun run ARGS` on a fresh store.
 fn run(args: &[&str]) -> Output {
-    let dir = tempfile::tempdir().unwrap();
-    Command::new(env!("CARGO_BIN_EXE_agentrun"))
-        .arg("--store")
-        .arg(dir.path().join("store"))
-        .arg("run")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    sandbox::Sandbox::new().run(&[&["run"][..], args].concat())
 }
 
 fn refused(args: &[&str], message: &str) {

@@ -3,36 +3,25 @@
 //! non-zero exit, never a panic (exit 101).
 
 use std::fs::File;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
-struct Env {
-    _dir: tempfile::TempDir,
-    store: PathBuf,
+#[path = "support/sandbox.rs"]
+mod sandbox;
+
+use sandbox::Sandbox;
+
+/// A store with one record, so every report has content.
+fn with_a_run() -> Sandbox {
+    let env = Sandbox::new();
+    let o = env.run(&["run", "--", "echo", "hello"]);
+    assert!(o.status.success(), "{o:?}");
+    env
 }
 
-impl Env {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let store = dir.path().join("store");
-        let env = Self { _dir: dir, store };
-        // A store with one record, so every report has content.
-        let o = env.output(&["run", "--", "echo", "hello"], Stdio::null());
-        assert!(o.status.success(), "{o:?}");
-        env
-    }
-
-    fn output(&self, args: &[&str], stdout: impl Into<Stdio>) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_agentrun"))
-            .arg("--store")
-            .arg(&self.store)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(stdout)
-            .stderr(Stdio::piped())
-            .output()
-            .unwrap()
-    }
+/// `agentrun --store STORE ARGS` with this stdout, stderr captured.
+fn output(env: &Sandbox, args: &[&str], stdout: impl Into<Stdio>) -> Output {
+    let mut c = env.cmd(args);
+    c.stdout(stdout).stderr(Stdio::piped()).output().unwrap()
 }
 
 const COMMANDS: [&[&str]; 5] = [
@@ -45,9 +34,13 @@ const COMMANDS: [&[&str]; 5] = [
 
 #[test]
 fn a_full_stdout_is_an_error_message_not_a_panic() {
-    let env = Env::new();
+    let env = with_a_run();
     for args in COMMANDS {
-        let o = env.output(args, File::options().write(true).open("/dev/full").unwrap());
+        let o = output(
+            &env,
+            args,
+            File::options().write(true).open("/dev/full").unwrap(),
+        );
         let err = String::from_utf8_lossy(&o.stderr);
         let code = o.status.code();
         assert!(!matches!(code, Some(0 | 101)), "{args:?}: {code:?} {err}");
@@ -61,7 +54,7 @@ fn a_full_stdout_is_an_error_message_not_a_panic() {
 
 #[test]
 fn a_full_stdout_under_json_is_reported_on_stderr_by_every_command() {
-    let env = Env::new();
+    let env = with_a_run();
     let stream = format!(
         "{}/../../tests/fixtures/harness/claude/{}",
         env!("CARGO_MANIFEST_DIR"),
@@ -73,7 +66,11 @@ fn a_full_stdout_under_json_is_reported_on_stderr_by_every_command() {
         &["config", "--json"],
         &["interpret", "--json", "--harness", "claude", &stream],
     ] {
-        let o = env.output(args, File::options().write(true).open("/dev/full").unwrap());
+        let o = output(
+            &env,
+            args,
+            File::options().write(true).open("/dev/full").unwrap(),
+        );
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(125), "{args:?}: {err}");
         assert!(
@@ -83,7 +80,7 @@ fn a_full_stdout_under_json_is_reported_on_stderr_by_every_command() {
         assert!(err.contains("No space left"), "{args:?}: {err}");
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader);
-        let o = env.output(args, writer);
+        let o = output(&env, args, writer);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!((o.status.code(), &*err), (Some(0), ""), "{args:?}");
     }
@@ -91,11 +88,11 @@ fn a_full_stdout_under_json_is_reported_on_stderr_by_every_command() {
 
 #[test]
 fn a_closed_pipe_ends_the_output_quietly() {
-    let env = Env::new();
+    let env = with_a_run();
     for args in COMMANDS {
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader); // the reader is gone before anything is written (`… | true`)
-        let o = env.output(args, writer);
+        let o = output(&env, args, writer);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
         assert_eq!(err, "", "{args:?}");

@@ -28,3 +28,14 @@ pub(crate) fn python() -> &'static Path {
         venv.join("bin/python")
     })
 }
+
+/// `python client.py SCENARIO AGENTRUN STORE`: one scenario of `tests/mcp/client.py`, the
+/// client, against `agentrun mcp` on `store`. Prints `SCENARIO: ok` when it passed.
+pub(crate) fn client(scenario: &str, store: &Path) -> Command {
+    let mut c = Command::new(python());
+    c.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py"))
+        .arg(scenario)
+        .arg(env!("CARGO_BIN_EXE_agentrun"))
+        .arg(store);
+    c
+}
