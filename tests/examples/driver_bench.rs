@@ -3,11 +3,15 @@
 //! ```text
 //! cargo run --release -p agentrun-tests --example driver_bench -- spawn [RUNS]
 //! cargo run --release -p agentrun-tests --example driver_bench -- capture FILE [RUNS]
+//! cargo run --release -p agentrun-tests --example driver_bench -- watchdog [RUNS]
 //! ```
 //!
 //! `spawn`: median wall time per run of `true` through `std::process::Command::output()`,
 //! agentrun-smol and agentrun-tokio, in one process, interleaved so drift hits all alike.
 //! `capture`: median wall time of `cat FILE` through each driver (full capture into a store).
+//! `watchdog`: the per-run cost of the watchdog process the runner starts for every run: `true`
+//! spawned in a group of its own and waited for, without and with a watchdog started right
+//! after the spawn and stood down after the exit (as the runner does), interleaved.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -103,6 +107,48 @@ fn main() {
                 );
             }
         }
-        _ => eprintln!("usage: driver_bench spawn [RUNS] | driver_bench capture FILE [RUNS]"),
+        Some("watchdog") => {
+            use std::os::unix::process::CommandExt;
+            let runs: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(200);
+            let spawn_true = || {
+                std::process::Command::new("true")
+                    .process_group(0)
+                    .spawn()
+                    .expect("true runs")
+            };
+            let (mut without, mut with) = (Vec::new(), Vec::new());
+            for _ in 0..runs {
+                without.push(time(&mut || {
+                    let status = spawn_true().wait().expect("true is reaped");
+                    assert!(status.success());
+                }));
+                with.push(time(&mut || {
+                    let mut child = spawn_true();
+                    let group = agentrun_process::os::group_of(Some(child.id()));
+                    let watchdog = agentrun_process::os::Watchdog::start(
+                        group,
+                        &[agentrun_core::harness::StopSignal::Terminate],
+                        Duration::from_secs(5),
+                    )
+                    .expect("/bin/sh starts");
+                    let status = child.wait().expect("true is reaped");
+                    watchdog.stand_down();
+                    assert!(status.success());
+                }));
+            }
+            let (a, b) = (median(without), median(with));
+            println!("spawn and wait of `true`, median of {runs} runs");
+            println!("without a watchdog    {:>8.3} ms", a.as_secs_f64() * 1e3);
+            println!(
+                "with a watchdog       {:>8.3} ms  (+{:.3} ms, {:.2}x)",
+                b.as_secs_f64() * 1e3,
+                b.saturating_sub(a).as_secs_f64() * 1e3,
+                b.as_secs_f64() / a.as_secs_f64()
+            );
+        }
+        _ => eprintln!(
+            "usage: driver_bench spawn [RUNS] | driver_bench capture FILE [RUNS] | \
+             driver_bench watchdog [RUNS]"
+        ),
     }
 }

@@ -506,3 +506,147 @@ impl<R: Runtime> Drop for DropGuard<R> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::panic::AssertUnwindSafe;
+    use std::sync::{Arc, Mutex};
+    use std::task::Waker;
+
+    use agentrun_core::CaptureStatus;
+
+    use super::*;
+
+    /// Runs `job` on a thread of its own; the future resolves with its value (an error if it
+    /// panicked).
+    fn on_thread<T: Send + 'static>(
+        job: impl FnOnce() -> T + Send + 'static,
+    ) -> impl Future<Output = io::Result<T>> + Send + 'static {
+        type Slot<T> = Arc<Mutex<(Option<io::Result<T>>, Option<Waker>)>>;
+        let slot: Slot<T> = Arc::new(Mutex::new((None, None)));
+        let theirs = slot.clone();
+        std::thread::spawn(move || {
+            let value = std::panic::catch_unwind(AssertUnwindSafe(job))
+                .map_err(|_| io::Error::other("the job panicked"));
+            let mut slot = theirs.lock().unwrap();
+            slot.0 = Some(value);
+            if let Some(waker) = slot.1.take() {
+                waker.wake();
+            }
+        });
+        std::future::poll_fn(move |cx| {
+            let mut slot = slot.lock().unwrap();
+            match slot.0.take() {
+                Some(value) => Poll::Ready(value),
+                None => {
+                    slot.1 = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+            }
+        })
+    }
+
+    /// A runtime on plain threads whose children cannot hand over their pipes, so the first
+    /// fallible step after the spawn fails. It remembers the pid of what it spawned.
+    #[derive(Debug, Clone, Default)]
+    struct PipelessRuntime {
+        spawned: Arc<Mutex<Option<u32>>>,
+    }
+
+    struct PipelessChild(std::process::Child);
+
+    impl ChildProcess for PipelessChild {
+        fn id(&self) -> Option<u32> {
+            Some(self.0.id())
+        }
+
+        fn take_pipes(&mut self) -> io::Result<[Option<OwnedFd>; 3]> {
+            Err(io::Error::other("the pipes are gone"))
+        }
+
+        fn wait(&mut self) -> impl Future<Output = io::Result<ExitStatus>> + Send + '_ {
+            // Only the drop path's `try_wait` is reached in these tests; a wait that never
+            // ends would hang a test that reaches it, rather than pass it.
+            std::future::ready(Err(io::Error::other("not used: the run fails before")))
+        }
+
+        fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+            self.0.try_wait()
+        }
+    }
+
+    impl Runtime for PipelessRuntime {
+        type Child = PipelessChild;
+
+        fn spawn(&self, mut command: Command, [i, o, e]: [Stdio; 3]) -> io::Result<PipelessChild> {
+            let child = command.stdin(i).stdout(o).stderr(e).spawn()?;
+            *self.spawned.lock().unwrap() = Some(child.id());
+            Ok(PipelessChild(child))
+        }
+
+        fn sleep_until(&self, deadline: Instant) -> impl Future<Output = ()> + Send + 'static {
+            let sleep = on_thread(move || {
+                std::thread::sleep(deadline.saturating_duration_since(Instant::now()))
+            });
+            async move {
+                let _ = sleep.await;
+            }
+        }
+
+        fn spawn_blocking<T: Send + 'static>(
+            &self,
+            job: impl FnOnce() -> T + Send + 'static,
+        ) -> impl Future<Output = io::Result<T>> + Send + 'static {
+            on_thread(job)
+        }
+    }
+
+    /// Whether process `pid` is gone (or a zombie).
+    fn ended(pid: u32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        }
+    }
+
+    fn eventually(mut f: impl FnMut() -> bool) -> bool {
+        let until = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < until {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        f()
+    }
+
+    /// A step that fails right after the spawn (here: taking the pipes) returns its error,
+    /// and the child it leaves behind is stopped and its capture finalized as cancelled, as
+    /// for a dropped run, instead of running on unsupervised.
+    #[test]
+    fn an_error_right_after_the_spawn_stops_the_child() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("store")).unwrap();
+        let runtime = PipelessRuntime::default();
+        let runner = Runner::with_runtime(store.clone(), runtime.clone());
+        let options = RunOptions::new("sleep")
+            .arg("60")
+            .kill_grace(Duration::from_millis(200));
+        let err = futures_lite::future::block_on(runner.run(options).into_future()).unwrap_err();
+        assert!(err.to_string().contains("the pipes are gone"), "{err}");
+        let pid = runtime
+            .spawned
+            .lock()
+            .unwrap()
+            .expect("the child was spawned");
+        assert!(eventually(|| ended(pid)), "the child {pid} was stopped");
+        assert!(
+            eventually(|| store.records().unwrap().len() == 1),
+            "the run has a record"
+        );
+        let record = store.record(&store.records().unwrap()[0]).unwrap();
+        assert_eq!(record.capture_status, CaptureStatus::Cancelled);
+    }
+}

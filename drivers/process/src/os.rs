@@ -386,20 +386,22 @@ exit 0
 /// whatever reason; the watchdog then reads end of file and stops the group. A parent-death
 /// signal would reach only the child, not the processes it started, and is tied to the
 /// thread that spawned it.
+///
+/// Public for embedders that spawn processes of their own (and for measuring its cost): the
+/// runner starts one per run. Dropping it without [`Watchdog::stand_down`] closes the pipe
+/// just as the runner's death would, and the watchdog stops the group.
 #[derive(Debug)]
-pub(crate) struct Watchdog {
+#[must_use = "dropping a watchdog without stand_down stops the group it guards"]
+pub struct Watchdog {
     alarm: File,
     process: std::process::Child,
 }
 
 impl Watchdog {
-    /// Starts the watchdog of `group`. Best effort: without `/bin/sh` (or on any spawn error)
-    /// the run goes on unguarded, as it would have before.
-    pub(crate) fn start(
-        group: Option<Pid>,
-        signals: &[StopSignal],
-        grace: Duration,
-    ) -> Option<Self> {
+    /// Starts the watchdog of `group`, which on the runner's death gets each of `signals`
+    /// with `grace` after it, then SIGKILL. Best effort: without `/bin/sh` (or on any spawn
+    /// error) the run goes on unguarded, as it would have before (`None`).
+    pub fn start(group: Option<Pid>, signals: &[StopSignal], grace: Duration) -> Option<Self> {
         let group = group?;
         // Close-on-exec: no other child (of this run or a concurrent one) may inherit the
         // write end, or the watchdog would not see the runner die.
@@ -431,7 +433,7 @@ impl Watchdog {
 
     /// The run is over: tells the watchdog to exit without signalling, and reaps it
     /// (blocking, briefly).
-    pub(crate) fn stand_down(mut self) {
+    pub fn stand_down(mut self) {
         use std::io::Write as _;
         let _ = self.alarm.write_all(b"done\n");
         drop(self.alarm);
