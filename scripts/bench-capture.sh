@@ -11,6 +11,8 @@
 #   cat FILE | tee OUT | sha256sum    (the shell pipeline that keeps and hashes the bytes)
 # so machine load drifts over all three alike; prints each one's median over RUNS rounds
 # (default 7) and the ratios, then the peak RSS of agentrun for 1 MiB and 1 GiB.
+# BASELINE_BIN=PATH adds a fourth command to every round, `PATH run -- cat FILE` (another
+# build of agentrun, e.g. an older commit's), for an A/B comparison in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-7}
@@ -45,9 +47,13 @@ median() {
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r)"
 echo "filesystem of $work: $(df -T "$work" | awk 'NR==2 {print $2}')"
 echo "rounds: $RUNS (median of each)"
-runs=() pipes=() tees=()
+runs=() pipes=() tees=() bases=()
 for _ in $(seq "$RUNS"); do
     rm -rf "$work/store" "$work/out"
+    if [ -n "${BASELINE_BIN:-}" ]; then
+        bases+=("$(seconds "AGENTRUN_HOME='$work/store' '$BASELINE_BIN' run -- cat '$text'")")
+        rm -rf "$work/store"
+    fi
     runs+=("$(seconds "AGENTRUN_HOME='$work/store' '$bin' run -- cat '$text'")")
     rm -rf "$work/store"
     pipes+=("$(seconds "cat '$text' | cat > '$work/out'")")
@@ -62,6 +68,11 @@ echo
 echo "agentrun run -- cat FILE        $t_run s  $(echo "1024 / $t_run" | bc -l | xargs printf '%.0f') MiB/s   (${runs[*]})"
 echo "cat FILE | cat > OUT            $t_pipe s  $(echo "1024 / $t_pipe" | bc -l | xargs printf '%.0f') MiB/s   (${pipes[*]})"
 echo "cat FILE | tee OUT | sha256sum  $t_tee s  $(echo "1024 / $t_tee" | bc -l | xargs printf '%.0f') MiB/s   (${tees[*]})"
+if [ -n "${BASELINE_BIN:-}" ]; then
+    t_base=$(median "${bases[@]}")
+    echo "baseline run -- cat FILE        $t_base s  $(echo "1024 / $t_base" | bc -l | xargs printf '%.0f') MiB/s   (${bases[*]})"
+    printf 'agentrun vs baseline: %.2fx\n' "$(echo "$t_base / $t_run" | bc -l)"
+fi
 printf 'agentrun vs cat > OUT: %.2fx   vs tee | sha256sum: %.2fx\n' \
     "$(echo "$t_pipe / $t_run" | bc -l)" "$(echo "$t_tee / $t_run" | bc -l)"
 echo

@@ -42,3 +42,24 @@ pub mod api {
 }
 pub use live::RunError;
 pub use os::program_exists;
+
+/// Declares a runtime crate's public driver types for its [`Runtime`] implementation, so
+/// `agentrun-smol` and `agentrun-tokio` hold only what differs by runtime:
+/// `runtime_types!(SmolRuntime, "smol")` defines `Runner`, `RunBuilder`, `AutoModeRunner` and
+/// `AutoModeChannel` over `SmolRuntime`.
+#[macro_export]
+macro_rules! runtime_types {
+    ($runtime:ident, $name:literal) => {
+        #[doc = concat!("Runs processes with their output captured into a store, on ", $name, ".")]
+        pub type Runner = $crate::Runner<$runtime>;
+
+        /// One run being described; `.await` it to run the process.
+        pub type RunBuilder<'a> = $crate::RunBuilder<'a, $runtime>;
+
+        /// Runs one auto-mode harness turn per prompt (`agentrun_core::turn::AgentSession`).
+        pub type AutoModeRunner<'a> = $crate::auto_mode::AutoModeRunner<'a, $runtime>;
+
+        /// Auto mode's phase machine over a session directory (`agentrun_core::turn::Channel`).
+        pub type AutoModeChannel<'a> = $crate::auto_mode::AutoModeChannel<'a, $runtime>;
+    };
+}

@@ -29,17 +29,7 @@ use std::time::Instant;
 use agentrun_process::ChildProcess;
 pub use agentrun_process::api::*;
 
-/// Runs processes with their output captured into a store, on smol.
-pub type Runner = agentrun_process::Runner<SmolRuntime>;
-
-/// One run being described; `.await` it to run the process.
-pub type RunBuilder<'a> = agentrun_process::RunBuilder<'a, SmolRuntime>;
-
-/// Runs one auto-mode harness turn per prompt (`agentrun_core::turn::AgentSession`).
-pub type AutoModeRunner<'a> = agentrun_process::auto_mode::AutoModeRunner<'a, SmolRuntime>;
-
-/// Auto mode's phase machine over a session directory (`agentrun_core::turn::Channel`).
-pub type AutoModeChannel<'a> = agentrun_process::auto_mode::AutoModeChannel<'a, SmolRuntime>;
+agentrun_process::runtime_types!(SmolRuntime, "smol");
 
 /// smol as the runtime of the process driver.
 #[derive(Debug, Clone, Copy, Default)]

@@ -33,17 +33,7 @@ use std::time::Instant;
 use agentrun_process::ChildProcess;
 pub use agentrun_process::api::*;
 
-/// Runs processes with their output captured into a store, on tokio.
-pub type Runner = agentrun_process::Runner<TokioRuntime>;
-
-/// One run being described; `.await` it to run the process.
-pub type RunBuilder<'a> = agentrun_process::RunBuilder<'a, TokioRuntime>;
-
-/// Runs one auto-mode harness turn per prompt (`agentrun_core::turn::AgentSession`).
-pub type AutoModeRunner<'a> = agentrun_process::auto_mode::AutoModeRunner<'a, TokioRuntime>;
-
-/// Auto mode's phase machine over a session directory (`agentrun_core::turn::Channel`).
-pub type AutoModeChannel<'a> = agentrun_process::auto_mode::AutoModeChannel<'a, TokioRuntime>;
+agentrun_process::runtime_types!(TokioRuntime, "tokio");
 
 /// tokio as the runtime of the process driver (the current runtime of the calling task).
 #[derive(Debug, Clone, Copy, Default)]
