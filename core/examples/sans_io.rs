@@ -58,7 +58,10 @@ fn capture() -> Result<(), Box<dyn std::error::Error>> {
 /// Timing policy: a 10 s deadline, a child that ignores SIGTERM, SIGKILL after the grace.
 fn lifecycle() -> Result<(), Box<dyn std::error::Error>> {
     // The one clock read, by the example playing the driver; every later instant is made up.
-    #[allow(clippy::disallowed_methods, reason = "the driver owns the clock, not the core")]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the driver owns the clock, not the core"
+    )]
     let start = Instant::now();
     let options = RunOptions::new("some-program")
         .timeout(Duration::from_secs(10))
