@@ -2,7 +2,9 @@
 # Benchmark of compaction pruning: parse a 100 MB transcript with 10 000 tool results, build the
 # pruned retry snapshot and render the retry input (tests/examples/prune_bench.rs), against
 # reading the same file with `jq .`. Reports wall/user/sys time and peak RSS
-# (/usr/bin/time -f %M) for three alternating runs of each.
+# (/usr/bin/time -f %M) for three alternating runs of each. Then three runs that also store the
+# 9 000 outputs the retry refers to in a fresh store (one retention, one record), as
+# `agentrun compact` does before the retry.
 # Usage: scripts/bench-compaction.sh [WORKDIR] (default /tmp/agentrun-bench-compaction)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,3 +42,9 @@ for i in 1 2 3; do
     /usr/bin/time -f "jq .  run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
         jq . "$file" > /dev/null
 done
+for i in 1 2 3; do
+    rm -rf "$work/store"
+    /usr/bin/time -f "prune+retain run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
+        "$bin" "$file" "$work/store"
+done
+rm -rf "$work/store"

@@ -40,7 +40,8 @@
 //!         Some(Action::Verify(claims))   => check each claim in the store, then
 //!             c.handle_verified(the confirmed claims),
 //!         Some(Action::Retain(outputs))  => store every output under its digest (the
-//!             digest of its bytes), then c.handle_retained(result),
+//!             digest of its bytes) and keep them with the confirmed claims, then
+//!             c.handle_retained(result),
 //!         Some(Action::Done(compacted))  => use compacted.summary; stop,
 //!         Some(Action::Failed(failed))   => keep the original context; stop,
 //!         None                           => a handle_* call is due (or the machine finished),
@@ -49,7 +50,9 @@
 //! ```
 //!
 //! [`Action::Verify`] and [`Action::Retain`] come in that order before the retry's
-//! [`Action::Summarize`], each only when there is something to check or to retain. There is no timer: the caller bounds the summarizer's run time and
+//! [`Action::Summarize`]: the first only when the transcript names artifacts, the second
+//! whenever the retry refers to any (its list of outputs to store may be empty), so the caller
+//! can keep everything the retry refers to together. There is no timer: the caller bounds the summarizer's run time and
 //! reports a timeout as an ordinary failure. `handle_*` calls out of order are refused with
 //! [`StateError`] and change nothing.
 
@@ -669,7 +672,9 @@ pub enum Action {
     /// readable, and for [`Holds::Output`] exactly those bytes), then call
     /// [`Compaction::handle_verified`] with the confirmed ones.
     Verify(Vec<Claim>),
-    /// Store these outputs, then call [`Compaction::handle_retained`].
+    /// Store these outputs (possibly none) and keep them, with the claims confirmed before,
+    /// for as long as the retry's references are to resolve; then call
+    /// [`Compaction::handle_retained`].
     Retain(Vec<Retention>),
     /// Compaction succeeded.
     Done(Box<Compacted>),
@@ -995,7 +1000,9 @@ impl<'t> Compaction<'t> {
         {
             return Err(CompactionError::NothingToPrune { detail });
         }
-        self.state = if pruned.retain.is_empty() {
+        // Retain whenever the retry refers to an artifact (even with nothing new to store):
+        // the caller keeps every referenced artifact together.
+        self.state = if pruned.references.is_empty() {
             State::RetryDue(Box::new(pruned))
         } else {
             State::RetainDue(Box::new(pruned))

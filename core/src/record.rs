@@ -106,6 +106,11 @@ pub struct ResultRecord {
     /// tools and in records written before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<RunInfo>,
+    /// Artifacts the record keeps besides its output, rooted by GC with it so they are kept,
+    /// and expire, together: every artifact a compaction retry refers to, in the one record of
+    /// that compaction (empty in other records and absent from their JSON).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keeps: Vec<Digest>,
 }
 
 /// The URIs that read a record's output, by name ([`ResultRecord::artifact_uris`]).
@@ -167,6 +172,7 @@ impl ResultRecord {
             limits,
             output,
             run: None,
+            keeps: Vec::new(),
         }
     }
 
@@ -219,12 +225,14 @@ impl ResultRecord {
         ArtifactUris(uris)
     }
 
-    /// Every artifact the record references: the GC roots it contributes.
+    /// Every artifact the record references: the GC roots it contributes (the output's, then
+    /// [`keeps`](Self::keeps)).
     pub fn artifacts(&self) -> Vec<Digest> {
         let mut out: Vec<Digest> = self.streams().iter().map(|s| s.sha256).collect();
         if let RecordOutput::Named { manifest, .. } = &self.output {
             out.insert(0, *manifest);
         }
+        out.extend(&self.keeps);
         out
     }
 

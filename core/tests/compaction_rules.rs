@@ -459,6 +459,16 @@ fn confirmed_existing_artifacts_are_referenced_instead_of_retained_again() {
     assert_eq!(pruned.references.len(), 1);
     assert!(pruned.references[0].existing);
     assert_eq!(pruned.references[0].uri, uri.to_string());
+    // The machine still hands out a retention, with nothing to store, so the caller keeps the
+    // reused artifact with the compaction.
+    let mut c = Compaction::new(&t, CompactionConfig::default());
+    let _ = c.poll_action();
+    c.handle_failure(too_long_plain()).unwrap();
+    let Some(Action::Verify(asked)) = c.poll_action() else {
+        panic!()
+    };
+    c.handle_verified(asked).unwrap();
+    assert_eq!(c.poll_action(), Some(Action::Retain(Vec::new())));
 }
 
 #[test]

@@ -1,8 +1,10 @@
 //! Benchmark body for `scripts/bench-compaction.sh`: reads a transcript file, parses it, builds
 //! the pruned retry snapshot and renders the retry input, the work a compaction retry does
-//! before the summarizer runs (storing the outputs aside). Prints what it did on stderr.
+//! before the summarizer runs. With a store directory it then also stores the outputs the
+//! snapshot refers to, as `agentrun compact` does (one retention, one record). Prints what it
+//! did on stderr.
 //!
-//! Usage: `cargo run --release -p agentrun-tests --example prune_bench -- FILE`
+//! Usage: `cargo run --release -p agentrun-tests --example prune_bench -- FILE [STORE_DIR]`
 
 use std::time::Instant;
 
@@ -10,9 +12,11 @@ use agentrun_core::compaction::{DEFAULT_INSTRUCTIONS, prune, render};
 use agentrun_core::transcript::{Transcript, TranscriptLimits};
 
 fn main() {
-    let path = std::env::args_os()
-        .nth(1)
-        .expect("usage: prune_bench TRANSCRIPT");
+    let mut args = std::env::args_os().skip(1);
+    let path = args
+        .next()
+        .expect("usage: prune_bench TRANSCRIPT [STORE_DIR]");
+    let store_dir = args.next();
     let start = Instant::now();
     let bytes = std::fs::read(&path).expect("read the transcript");
     let size = bytes.len();
@@ -34,5 +38,21 @@ fn main() {
         pruned.references.len(),
         pruned.omitted,
         retry.len()
+    );
+    let Some(dir) = store_dir else {
+        return;
+    };
+    let store = agentrun_fs::Store::open(dir).expect("open the store");
+    let begun = Instant::now();
+    let mut session = store.begin_retention().expect("begin the retention");
+    session.retain(&pruned.retain).expect("store the outputs");
+    let kept = session.finish().expect("write the record");
+    eprintln!(
+        "retained {} outputs in {:.3} s; {} record(s) in the store, {} artifacts kept by {}",
+        pruned.retain.len(),
+        begun.elapsed().as_secs_f64(),
+        store.records().expect("list the records").len(),
+        kept.as_ref().map_or(0, |k| k.kept.len()),
+        kept.as_ref().map_or("none", |k| k.run_id.as_str()),
     );
 }

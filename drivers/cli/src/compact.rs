@@ -42,7 +42,7 @@ use agentrun_core::process::{Exit, ProcessResult, RunOptions, RunOutcome, StdinM
 use agentrun_core::record::StreamRecord;
 use agentrun_core::sink::ResultSink;
 use agentrun_core::transcript::{Transcript, TranscriptLimits};
-use agentrun_fs::{Retained, Store};
+use agentrun_fs::{Retained, RetentionSession, Store};
 use agentrun_process::exit_diagnostic;
 use clap::{ArgGroup, Args};
 
@@ -138,7 +138,10 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
     };
     let config = CompactionConfig::default().max_input_bytes(limit);
     let mut machine = Compaction::new(&transcript, config);
-    let mut retained: Vec<Retained> = Vec::new();
+    // One retention per compaction: it protects what it confirms and stores, and its one
+    // record keeps every artifact the retry refers to.
+    let mut retention: Option<RetentionSession> = None;
+    let mut retained: Option<Retained> = None;
     let outcome = loop {
         match machine.poll_action() {
             Some(Action::Summarize(input)) => {
@@ -163,7 +166,13 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
             }
             Some(Action::Verify(claims)) => {
                 let asked = claims.len();
-                let confirmed: Vec<_> = claims.into_iter().filter(|c| store.confirms(c)).collect();
+                let session = open_retention(&store, &mut retention)?;
+                let mut confirmed = Vec::new();
+                for claim in claims {
+                    if session.confirm(&claim).map_err(Failure::runtime)? {
+                        confirmed.push(claim);
+                    }
+                }
                 progress(&format!(
                     "agentrun: the transcript names {} artifact(s) for its tool output; {} hold \
                      exactly that output in this store",
@@ -180,7 +189,13 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
                      for one pruned retry",
                     outputs.len()
                 ));
-                let result = store.retain_outputs(&outputs);
+                let session = open_retention(&store, &mut retention)?;
+                let result = session.retain(&outputs);
+                let result = match (result, retention.take()) {
+                    (Ok(()), Some(session)) => session.finish(),
+                    (Err(e), _) => Err(e),
+                    (Ok(()), None) => Ok(None),
+                };
                 let result = match result {
                     Ok(r) => {
                         retained = r;
@@ -207,7 +222,7 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
                 write_transcript(path, &done.transcript)?;
             }
             if args.json {
-                out.line(&success_json(&done, &retained).to_string())?;
+                out.line(&success_json(&done, retained.as_ref()).to_string())?;
             } else {
                 for reference in &done.references {
                     progress(&format!(
@@ -230,6 +245,17 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
             }
             Ok(ExitCode::from(1))
         }
+    }
+}
+
+/// The compaction's retention, begun when first needed.
+fn open_retention<'s>(
+    store: &Store,
+    retention: &'s mut Option<RetentionSession>,
+) -> Result<&'s mut RetentionSession, Failure> {
+    match retention {
+        Some(session) => Ok(session),
+        None => Ok(retention.insert(store.begin_retention().map_err(Failure::runtime)?)),
     }
 }
 
@@ -526,7 +552,7 @@ fn retry_reason(attempts: &[Attempt]) -> Option<&'static str> {
     }
 }
 
-fn success_json(done: &Compacted, retained: &[Retained]) -> serde_json::Value {
+fn success_json(done: &Compacted, retained: Option<&Retained>) -> serde_json::Value {
     serde_json::json!({
         "summary": done.summary,
         "attempts": attempts_json(&done.attempts),
@@ -534,10 +560,11 @@ fn success_json(done: &Compacted, retained: &[Retained]) -> serde_json::Value {
         "retry_reason": retry_reason(&done.attempts),
         "references": references_json(&done.references),
         "omitted_artifact_reads": done.omitted,
-        "retained": retained.iter().map(|r| serde_json::json!({
-            "uri": format!("artifact://{}", r.digest),
+        "retained": retained.map(|r| serde_json::json!({
             "run_id": r.run_id,
-        })).collect::<Vec<_>>(),
+            "stored": r.stored.iter().map(|d| format!("artifact://{d}")).collect::<Vec<_>>(),
+            "kept": r.kept.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        })),
         "transcript": done.transcript.to_value(),
     })
 }

@@ -291,4 +291,14 @@ fn artifacts_the_transcript_names_are_reused_only_when_they_hold_the_output() {
     let read = env.agentrun(&["read", uri, "--all"]);
     assert_eq!(read.stdout, build_log().as_bytes());
     assert!(String::from_utf8_lossy(&o.stderr).contains("1 hold exactly that output"));
+    // One record keeps both: the stored output and the reused stream.
+    let retained = &report["retained"];
+    assert_eq!(retained["stored"], json!([uri]));
+    assert_eq!(retained["kept"], json!([uri, valid]));
+    let record = env.agentrun(&["show", retained["run_id"].as_str().unwrap(), "--json"]);
+    assert_success(&record);
+    assert_eq!(
+        json(&record)["record"]["keeps"].as_array().unwrap().len(),
+        2
+    );
 }

@@ -187,6 +187,7 @@ impl Store {
             capture,
             streams,
             run: None,
+            keeps: Vec::new(),
             dir,
         })
     }
@@ -313,6 +314,8 @@ pub struct CaptureSession {
     capture: Capture,
     streams: Vec<StreamFiles>,
     run: Option<RunInfo>,
+    /// Artifacts the record keeps besides the output ([`ResultRecord::keeps`]).
+    keeps: Vec<Digest>,
     // Last, so the directory is removed after the files in it are closed.
     dir: CaptureDir,
 }
@@ -322,6 +325,32 @@ impl CaptureSession {
     /// ([`ResultRecord::run`]).
     pub fn describe_run(&mut self, run: RunInfo) {
         self.run = Some(run);
+    }
+
+    /// Makes the record keep these artifacts too (GC roots them with the output). The caller
+    /// must have them protected by this session ([`protect_more`](Self::protect_more)) or
+    /// published through it ([`finish_kept_by`](Self::finish_kept_by)).
+    pub(crate) fn keep(&mut self, digests: impl IntoIterator<Item = Digest>) {
+        for digest in digests {
+            if !self.keeps.contains(&digest) {
+                self.keeps.push(digest);
+            }
+        }
+    }
+
+    /// Adds digests to this live capture's protection: no GC removes them while the session
+    /// lives, so a record written by it may reference them.
+    pub(crate) fn protect_more(&self, digests: &[Digest]) -> Result<(), StoreError> {
+        let _gc = GcLock::shared(&self.store.layout)?;
+        protect(&self.dir.path, digests)
+    }
+
+    /// Ends the capture like [`finish`](Self::finish) (streamed, succeeded) but writes no
+    /// record: what it publishes is protected by `keeper`, a live session whose record will
+    /// keep it. Returns the digest of the output (single output only).
+    pub(crate) fn finish_kept_by(self, keeper: &CaptureSession) -> Result<Digest, StoreError> {
+        let record = self.finalize(None, CaptureStatus::Succeeded, Some(&keeper.dir.path))?;
+        Ok(record.output_uri().digest)
     }
 
     /// The run id; the record is persisted as `records/<run_id>.json`.
@@ -560,18 +589,22 @@ impl CaptureSession {
                     // it: keep it as a failed, incomplete run and say where it is.
                     self.capture.handle_capture_error(None, &error.to_string());
                     let run_id = self.run_id.clone();
-                    self.finalize(display, CaptureStatus::Failed)?;
+                    self.finalize(display, CaptureStatus::Failed, None)?;
                     return Err(StoreError::CompletionRejected { error, run_id });
                 }
             },
         };
-        self.finalize(display, status)
+        self.finalize(display, status, None)
     }
 
+    /// Publishes the output and writes the record, or with `keeper` (the directory of a live
+    /// capture whose record will keep the output) publishes under the keeper's protection and
+    /// writes no record.
     fn finalize(
         mut self,
         display: Option<String>,
         status: CaptureStatus,
+        keeper: Option<&Path>,
     ) -> Result<ResultRecord, StoreError> {
         // The pieces still in the writers: on disk and hashed, or the fault recorded.
         for ix in self.capture.declaration().indexes() {
@@ -583,6 +616,7 @@ impl CaptureSession {
             capture,
             mut streams,
             run: run_info,
+            keeps,
             dir,
         } = self;
         let summary = capture.finish(display, status);
@@ -595,7 +629,7 @@ impl CaptureSession {
         let gc = GcLock::shared(layout)?;
         let mut digests: Vec<Digest> = summary.streams.iter().map(|s| s.digest).collect();
         digests.extend(manifest.as_ref().map(|(d, _, _)| *d));
-        protect(&dir.path, &digests)?;
+        protect(keeper.unwrap_or(&dir.path), &digests)?;
         for (files, s) in streams.iter().zip(&summary.streams) {
             publish_object(layout, &s.digest, &files.data_path, &files.index_path)?;
         }
@@ -606,6 +640,13 @@ impl CaptureSession {
         // written before the GC lock and the capture lock (the protection) are released.
         let mut record = ResultRecord::from_summary(run_id.clone(), &summary);
         record.run = run_info;
+        record.keeps = keeps;
+        if keeper.is_some() {
+            drop(gc);
+            drop(streams);
+            drop(dir);
+            return Ok(record);
+        }
         let json = serde_json::to_vec_pretty(&record).map_err(io::Error::other);
         let json = json.at("serialize the record of", &layout.record(&run_id))?;
         write_atomic(

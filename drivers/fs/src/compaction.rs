@@ -1,26 +1,38 @@
-//! Retaining tool output before a compaction retry.
+//! Keeping what a compaction retry refers to.
 //!
-//! The retry input of [`agentrun_core::compaction`] refers to each ordinary tool output as
-//! `read(filePath="artifact://<sha256>")`. [`Store::retain_outputs`] makes those references
-//! real: every output of an [`Action::Retain`](agentrun_core::compaction::Action::Retain) is
-//! captured as a single-output artifact with its own terminal record (so GC keeps it like any
-//! run's output), and its digest is checked against the one the reference names.
+//! The retry input of [`agentrun_core::compaction`] refers to tool output as
+//! `read(filePath="artifact://…")`. A [`RetentionSession`] makes each such reference real, and
+//! keeps it, for one compaction:
 //!
-//! A transcript may already name artifacts for its outputs; [`Store::confirms`] checks each
-//! such claim of an [`Action::Verify`](agentrun_core::compaction::Action::Verify) before the
-//! retry refers to it, so a wrong or stale `artifacts` entry leads to the output being
-//! retained, never to a reference that reads back something else.
+//! * [`RetentionSession::confirm`] checks an artifact the transcript names (a claim of
+//!   [`Action::Verify`](agentrun_core::compaction::Action::Verify)), so a wrong or stale
+//!   `artifacts` entry leads to the output being retained, never to a reference that reads
+//!   back something else;
+//! * [`RetentionSession::retain`] stores each output of an
+//!   [`Action::Retain`](agentrun_core::compaction::Action::Retain) as a single-output artifact
+//!   named by the SHA-256 of its bytes (identical outputs once), and checks that digest against
+//!   the one the reference names;
+//! * [`RetentionSession::finish`] writes **one record for the whole compaction**: its output
+//!   lists every artifact the retry refers to (one URI a line) and it keeps all of them (the
+//!   record's `keeps`), so GC keeps them, and `agentrun gc --expire-records` expires them,
+//!   together rather than one reference at a time.
+//!
+//! Until the record is written, the session's own live capture directory protects what it
+//! stored and what it is confirming from a concurrent GC, so the record never names an object
+//! that was removed in between.
+
+use std::collections::HashSet;
 
 use agentrun_core::compaction::{Claim, Holds, Retention};
 use agentrun_core::digest::Digest;
 use agentrun_core::{
-    CaptureCompletion, CaptureStatus, OutputChannel, OutputDeclaration, PreviewLimits,
+    ArtifactUri, CaptureCompletion, CaptureStatus, OutputChannel, OutputDeclaration, PreviewLimits,
 };
 
-use crate::capture::CaptureWriteError;
+use crate::capture::{CaptureSession, CaptureWriteError};
 use crate::store::{Store, StoreError};
 
-/// The display of a record that holds a retained tool output.
+/// The display of the record that keeps a compaction's references.
 pub const RETAINED_DISPLAY: &str = "tool output retained for a compaction retry";
 
 /// Why tool output could not be retained.
@@ -44,21 +56,49 @@ pub enum RetainError {
     },
 }
 
-/// What [`Store::retain_outputs`] stored.
+/// What a [`RetentionSession`] kept, under one record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Retained {
-    /// The artifact, as its references name it.
-    pub digest: Digest,
-    /// The run id of the record that keeps it.
+    /// The run id of the record that keeps every reference of the retry.
     pub run_id: String,
+    /// The outputs this compaction stored (new, or already in the store), by digest, in order.
+    pub stored: Vec<Digest>,
+    /// Every artifact the record keeps: the stored outputs, then the confirmed artifacts the
+    /// transcript named. The record's output lists these URIs.
+    pub kept: Vec<ArtifactUri>,
+}
+
+/// The retention of one compaction; see the [module documentation](self).
+#[derive(Debug)]
+#[must_use = "finish the session to write the record that keeps the references"]
+pub struct RetentionSession {
+    store: Store,
+    /// The capture whose record will keep everything; its directory protects meanwhile.
+    keeper: CaptureSession,
+    stored: Vec<Digest>,
+    stored_set: HashSet<Digest>,
+    confirmed: Vec<ArtifactUri>,
 }
 
 impl Store {
+    /// Starts the retention of one compaction.
+    pub fn begin_retention(&self) -> Result<RetentionSession, StoreError> {
+        let keeper = self.begin_capture(OutputDeclaration::Single, PreviewLimits::default())?;
+        Ok(RetentionSession {
+            store: self.clone(),
+            keeper,
+            stored: Vec::new(),
+            stored_set: HashSet::new(),
+            confirmed: Vec::new(),
+        })
+    }
+
     /// Whether the artifact a transcript names holds what the claim says: the URI resolves
     /// (for a stream, the manifest is present and declares it), the object it reads is present
     /// with a sound index, and for [`Holds::Output`] the object is exactly those bytes (its name
     /// is the digest of its bytes, and reads check every block against the index). Any
-    /// failure to read means no: the output is then retained instead.
+    /// failure to read means no: the output is then retained instead. A check only: use
+    /// [`RetentionSession::confirm`] to also keep what it confirms.
     pub fn confirms(&self, claim: &Claim) -> bool {
         let Ok(object) = self.resolve(&claim.uri) else {
             return false;
@@ -69,37 +109,72 @@ impl Store {
         };
         holds && self.readable(&object)
     }
+}
 
-    /// Stores each output as a single-output artifact named by the SHA-256 of its bytes, each
-    /// under its own record. Outputs with the same digest are stored once. Stops at the first
-    /// failure; what was stored before it stays (it is ordinary, referenced output).
-    pub fn retain_outputs(&self, outputs: &[Retention]) -> Result<Vec<Retained>, RetainError> {
-        let mut seen = std::collections::HashSet::new();
-        let mut retained = Vec::with_capacity(outputs.len());
+impl RetentionSession {
+    /// Checks a claim ([`Store::confirms`]); a confirmed artifact is kept by the record.
+    /// Errs only when the protection cannot be written (the store is unusable).
+    pub fn confirm(&mut self, claim: &Claim) -> Result<bool, RetainError> {
+        // Protected before it is checked: a GC after the check cannot remove what was confirmed
+        // (for a stream, the manifest roots its streams).
+        self.keeper.protect_more(&[claim.uri.digest])?;
+        let confirmed = self.store.confirms(claim);
+        if confirmed && !self.confirmed.contains(&claim.uri) {
+            self.confirmed.push(claim.uri.clone());
+        }
+        Ok(confirmed)
+    }
+
+    /// Stores each output as a single-output artifact named by the SHA-256 of its bytes.
+    /// Outputs with the same digest are stored once. Stops at the first failure; what was
+    /// stored before it is kept only if the session is finished (otherwise it is unreferenced
+    /// and GC removes it after the grace period).
+    pub fn retain(&mut self, outputs: &[Retention]) -> Result<(), RetainError> {
         for output in outputs {
-            if !seen.insert(output.digest) {
+            if !self.stored_set.insert(output.digest) {
                 continue;
             }
-            let mut capture =
-                self.begin_capture(OutputDeclaration::Single, PreviewLimits::default())?;
+            let mut capture = self
+                .store
+                .begin_capture(OutputDeclaration::Single, PreviewLimits::default())?;
             let stream = capture.resolve(&OutputChannel::Single)?;
             capture.write(stream, output.text.as_bytes())?;
-            let record = capture.finish(CaptureCompletion::Streamed {
-                display: Some(RETAINED_DISPLAY.to_owned()),
-                status: CaptureStatus::Succeeded,
-            })?;
-            let stored = record.output_uri().digest;
+            let stored = capture.finish_kept_by(&self.keeper)?;
             if stored != output.digest {
                 return Err(RetainError::DigestMismatch {
                     expected: output.digest,
                     stored,
                 });
             }
-            retained.push(Retained {
-                digest: stored,
-                run_id: record.run_id,
-            });
+            self.stored.push(stored);
         }
-        Ok(retained)
+        Ok(())
+    }
+
+    /// Writes the one record that keeps every stored and confirmed artifact. `None` when there
+    /// is nothing to keep (no record is written).
+    pub fn finish(mut self) -> Result<Option<Retained>, RetainError> {
+        let kept: Vec<ArtifactUri> = self
+            .stored
+            .iter()
+            .map(|d| ArtifactUri::new(*d))
+            .chain(self.confirmed)
+            .collect();
+        if kept.is_empty() {
+            return Ok(None);
+        }
+        let listing: String = kept.iter().map(|u| format!("{u}\n")).collect();
+        let stream = self.keeper.resolve(&OutputChannel::Single)?;
+        self.keeper.write(stream, listing.as_bytes())?;
+        self.keeper.keep(kept.iter().map(|u| u.digest));
+        let record = self.keeper.finish(CaptureCompletion::Streamed {
+            display: Some(RETAINED_DISPLAY.to_owned()),
+            status: CaptureStatus::Succeeded,
+        })?;
+        Ok(Some(Retained {
+            run_id: record.run_id,
+            stored: self.stored,
+            kept,
+        }))
     }
 }

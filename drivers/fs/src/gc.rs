@@ -3,8 +3,8 @@
 //! Roots are
 //!
 //! * the digests in `protect` of every capture directory whose lock is held (a live run);
-//! * every artifact of every record in `records/` (records older than
-//!   [`GcOptions::expire_records`], when set, are removed first and root nothing);
+//! * every artifact of every record in `records/`: its output and what it keeps (records
+//!   older than [`GcOptions::expire_records`], when set, are removed first and root nothing);
 //! * every object younger than the grace period (a publisher between rename and record, or a
 //!   result a caller has not recorded yet, keeps its objects for that long).
 //!

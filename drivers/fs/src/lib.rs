@@ -24,6 +24,7 @@
 //!     m, m.idx                       the manifest of named output (at finish)
 //!     protect                        digests being published
 //!   records/<run_id>.json          terminal result records (JSON of ResultRecord): GC roots
+//!                                  (a record's output, and the artifacts it `keeps`)
 //!   sessions/<session_id>/         auto-mode sessions (see [`auto_session`])
 //!   runtime/<run_id>/              0700 runtime directory of a run's result sink
 //!     result                         the sink file the child writes (removed after the run)
@@ -46,6 +47,10 @@
 //! * **No record points at a missing object.** The record is written (temp + `fsync` +
 //!   rename + `fsync` dir) only after every object it references is published, while the
 //!   publisher holds `gc.lock` shared, so no GC can remove an object in between.
+//! * **A compaction's record names only objects that are there.** Its one record keeps
+//!   objects published or found earlier in the same process: each digest is added to the
+//!   `protect` file of the compaction's own live capture before it is published (or before an
+//!   existing object is checked), so no GC removes it before the record is written.
 //! * **GC never removes what a live run needs.** A live capture's files sit in its own
 //!   directory, which GC removes only when it can take the directory's `lock` (the owning
 //!   process is gone: the kernel drops an `flock` with its last descriptor). Capture
@@ -90,7 +95,7 @@ mod verify;
 
 pub use auto_session::{SessionDir, SessionError};
 pub use capture::{CaptureSession, CaptureWriteError};
-pub use compaction::{RETAINED_DISPLAY, RetainError, Retained};
+pub use compaction::{RETAINED_DISPLAY, RetainError, Retained, RetentionSession};
 pub use error::IoError;
 pub use gc::{GcOptions, GcReport};
 pub use read::{MAX_MANIFEST_BYTES, ReadError};

@@ -3,14 +3,17 @@
 
 mod common;
 
+use std::time::{Duration, SystemTime};
+
 use agentrun_core::compaction::{
     ARTIFACT_READ_OMITTED, Action, AttemptKind, Claim, Compaction, CompactionConfig, Holds,
-    SummarizerFailure, claims, prune,
+    Retention, SummarizerFailure, claims, prune,
 };
 use agentrun_core::digest::Digest;
 use agentrun_core::record::RecordOutput;
 use agentrun_core::transcript::{Transcript, TranscriptLimits};
 use agentrun_core::{ArtifactUri, StreamName};
+use agentrun_fs::{GcOptions, Retained, Store};
 use serde_json::json;
 
 const D: &str = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
@@ -34,6 +37,13 @@ fn transcript() -> Transcript {
     Transcript::from_value(doc, &TranscriptLimits::default()).unwrap()
 }
 
+/// One compaction's retention: stores `outputs` and writes the one record.
+fn retain_all(store: &Store, outputs: &[Retention]) -> Option<Retained> {
+    let mut session = store.begin_retention().unwrap();
+    session.retain(outputs).unwrap();
+    session.finish().unwrap()
+}
+
 fn read_all(store: &agentrun_fs::Store, uri: &ArtifactUri) -> Vec<u8> {
     let mut out = Vec::new();
     store.copy_to(uri, &mut out).unwrap();
@@ -45,9 +55,9 @@ fn every_reference_reads_back_the_output_it_replaced() {
     let (_tmp, store) = common::store();
     let t = transcript();
     let pruned = prune(&t, &Default::default());
-    let retained = store.retain_outputs(&pruned.retain).unwrap();
+    let retained = retain_all(&store, &pruned.retain).unwrap();
     // Two identical bash outputs and a filesystem read: two artifacts; the artifact read none.
-    assert_eq!(retained.len(), 2);
+    assert_eq!(retained.stored.len(), 2);
     assert_eq!(pruned.references.len(), 3);
     let outputs = ["line of build output\n".repeat(5000), "host".to_owned()];
     for reference in &pruned.references {
@@ -60,12 +70,20 @@ fn every_reference_reads_back_the_output_it_replaced() {
         };
         assert_eq!(bytes, expected.as_bytes(), "{}", reference.tool_use_id);
     }
-    // Each retained output has a record, so GC keeps it.
-    for r in &retained {
-        let record = store.record(&r.run_id).unwrap();
-        assert_eq!(record.output_uri(), ArtifactUri::new(r.digest));
-        assert_eq!(record.display(), agentrun_fs::RETAINED_DISPLAY);
-    }
+    // One record keeps them all, so GC keeps them; its output lists them.
+    assert_eq!(
+        store.records().unwrap(),
+        std::slice::from_ref(&retained.run_id)
+    );
+    let record = store.record(&retained.run_id).unwrap();
+    assert_eq!(record.display(), agentrun_fs::RETAINED_DISPLAY);
+    assert_eq!(record.keeps, retained.stored);
+    let listing: String = retained
+        .stored
+        .iter()
+        .map(|d| format!("artifact://{d}\n"))
+        .collect();
+    assert_eq!(read_all(&store, &record.output_uri()), listing.as_bytes());
     // The omission marker is never stored.
     for run_id in store.records().unwrap() {
         let record = store.record(&run_id).unwrap();
@@ -98,8 +116,9 @@ fn the_machine_and_the_store_together_retain_before_the_retry() {
             }
             Action::Retain(outputs) => {
                 order.push("retain");
-                let result = store.retain_outputs(&outputs).map(drop);
-                c.handle_retained(result.map_err(|e| e.to_string()))
+                let mut session = store.begin_retention().unwrap();
+                let result = session.retain(&outputs).and_then(|()| session.finish());
+                c.handle_retained(result.map(drop).map_err(|e| e.to_string()))
                     .unwrap();
             }
             Action::Summarize(input) => {
@@ -131,8 +150,8 @@ fn duplicate_digests_in_one_call_are_stored_once() {
     let pruned = prune(&transcript(), &Default::default());
     let mut twice = pruned.retain.clone();
     twice.extend(pruned.retain.clone());
-    assert_eq!(store.retain_outputs(&twice).unwrap().len(), 2);
-    assert_eq!(store.records().unwrap().len(), 2);
+    assert_eq!(retain_all(&store, &twice).unwrap().stored.len(), 2);
+    assert_eq!(store.records().unwrap().len(), 1);
 }
 
 fn claim(uri: &ArtifactUri, output: &[u8]) -> Claim {
@@ -193,21 +212,23 @@ fn named_result(output: &str, artifacts: &[ArtifactUri]) -> Transcript {
     Transcript::from_value(doc, &TranscriptLimits::default()).unwrap()
 }
 
-/// Prunes `t` with the claims the store confirms and retains what it must; returns the
-/// references and how many outputs were stored.
-fn prune_against(store: &agentrun_fs::Store, t: &Transcript) -> (Vec<(String, bool)>, usize) {
+/// Prunes `t` with the claims the store confirms and retains what it must, as one compaction;
+/// returns the references and what the retention kept.
+fn prune_against(store: &Store, t: &Transcript) -> (Vec<(String, bool)>, Retained) {
+    let mut session = store.begin_retention().unwrap();
     let confirmed = claims(t)
         .into_iter()
-        .filter(|c| store.confirms(c))
+        .filter(|c| session.confirm(c).unwrap())
         .collect();
     let pruned = prune(t, &confirmed);
-    let retained = store.retain_outputs(&pruned.retain).unwrap();
+    session.retain(&pruned.retain).unwrap();
+    let retained = session.finish().unwrap().expect("something is kept");
     let references = pruned
         .references
         .iter()
         .map(|r| (r.uri.clone(), r.existing))
         .collect();
-    (references, retained.len())
+    (references, retained)
 }
 
 #[test]
@@ -217,14 +238,15 @@ fn transcript_artifacts_are_reused_only_when_they_hold_the_output() {
     let own = |uri: &str| read_all(&store, &ArtifactUri::parse(uri).unwrap());
     // Valid: reused, nothing retained again.
     let valid = common::capture_single(&store, output.as_bytes(), 64).output_uri();
-    let records_before = store.records().unwrap().len();
-    let (refs, stored) = prune_against(&store, &named_result(output, std::slice::from_ref(&valid)));
+    let (refs, retained) =
+        prune_against(&store, &named_result(output, std::slice::from_ref(&valid)));
     assert_eq!(refs, [(valid.to_string(), true)]);
-    assert_eq!(stored, 0);
+    assert!(retained.stored.is_empty(), "nothing re-retained");
+    // The compaction's record keeps the reused artifact too.
+    assert_eq!(retained.kept, std::slice::from_ref(&valid));
     assert_eq!(
-        store.records().unwrap().len(),
-        records_before,
-        "nothing re-retained"
+        store.record(&retained.run_id).unwrap().keeps,
+        [valid.digest]
     );
     // Wrong in every way: the output is retained and the reference reads it back.
     let other = common::capture_single(&store, b"something else", 64).output_uri();
@@ -245,4 +267,97 @@ fn transcript_artifacts_are_reused_only_when_they_hold_the_output() {
         assert!(!existing, "{wrong:?}");
         assert_eq!(own(uri), output.as_bytes(), "{wrong:?}");
     }
+}
+
+fn retention(text: &str) -> Retention {
+    Retention {
+        digest: Digest::of(text.as_bytes()),
+        text: text.to_owned(),
+    }
+}
+
+/// Dates a record's file back, so `gc --expire-records` treats it as old.
+fn age_record(store: &Store, run_id: &str, age: Duration) {
+    let path = store.root().join("records").join(format!("{run_id}.json"));
+    let file = std::fs::File::options().write(true).open(path).unwrap();
+    file.set_modified(SystemTime::now() - age).unwrap();
+}
+
+fn gc_expiring(store: &Store, age: Duration) -> agentrun_fs::GcReport {
+    store
+        .gc(&GcOptions {
+            grace: Duration::ZERO,
+            expire_records: Some(age),
+            ..GcOptions::default()
+        })
+        .unwrap()
+}
+
+#[test]
+fn one_record_keeps_every_reference_and_they_expire_together() {
+    let (_tmp, store) = common::store();
+    let day = Duration::from_secs(86_400);
+    // An artifact of an earlier run the transcript names, whose own record is old.
+    let earlier = common::capture_single(&store, b"earlier output\n", 64);
+    let existing = earlier.output_uri();
+    let mut session = store.begin_retention().unwrap();
+    assert!(
+        session
+            .confirm(&claim(&existing, b"earlier output\n"))
+            .unwrap()
+    );
+    let outputs: Vec<Retention> = (0..50)
+        .map(|i| retention(&format!("output {i}\n")))
+        .collect();
+    session.retain(&outputs).unwrap();
+    let retained = session.finish().unwrap().unwrap();
+    assert_eq!(retained.stored.len(), 50);
+    assert_eq!(retained.kept.len(), 51);
+    // Two records in all: the earlier run's and the compaction's one.
+    assert_eq!(store.records().unwrap().len(), 2);
+    // The earlier run's record expires; the compaction's record still keeps its artifact.
+    age_record(&store, &earlier.run_id, 2 * day);
+    let report = gc_expiring(&store, day);
+    assert_eq!(report.records_expired, 1);
+    let resolves = |uri: &ArtifactUri| store.copy_to(uri, &mut std::io::sink()).is_ok();
+    assert!(retained.kept.iter().all(resolves), "all kept by one record");
+    // When the compaction's record expires, all its references stop resolving together.
+    age_record(&store, &retained.run_id, 2 * day);
+    let report = gc_expiring(&store, day);
+    assert_eq!(report.records_expired, 1);
+    assert!(!retained.kept.iter().any(resolves), "expired together");
+}
+
+#[test]
+fn a_gc_during_the_retention_removes_nothing_it_stored_or_confirmed() {
+    let (_tmp, store) = common::store();
+    let day = Duration::from_secs(86_400);
+    let earlier = common::capture_single(&store, b"earlier output\n", 64);
+    age_record(&store, &earlier.run_id, 2 * day);
+    let mut session = store.begin_retention().unwrap();
+    // Confirmed, then its own record expires in a GC with no grace: the session protects it.
+    assert!(
+        session
+            .confirm(&claim(&earlier.output_uri(), b"earlier output\n"))
+            .unwrap()
+    );
+    session
+        .retain(&[retention("stored before the gc\n")])
+        .unwrap();
+    let report = gc_expiring(&store, day);
+    assert_eq!(report.records_expired, 1);
+    assert_eq!(report.objects_removed, 0, "{report:?}");
+    let retained = session.finish().unwrap().unwrap();
+    let report = gc_expiring(&store, day);
+    assert_eq!(report.objects_removed, 0, "{report:?}");
+    for uri in &retained.kept {
+        assert!(!read_all(&store, uri).is_empty(), "{uri}");
+    }
+    // Nothing to keep: no record at all.
+    let empty = store.begin_retention().unwrap();
+    assert_eq!(empty.finish().unwrap(), None);
+    assert_eq!(
+        store.records().unwrap(),
+        std::slice::from_ref(&retained.run_id)
+    );
 }
