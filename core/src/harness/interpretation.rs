@@ -353,6 +353,41 @@ impl Finished {
     }
 }
 
+/// What an interpretation found, as JSON: `harness`, `observed_models`, then the completion's
+/// `report` and `outcome` (absent when the session was interrupted). The final object of
+/// `agentrun interpret --json`, and the head of `agentrun agent --json`.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[non_exhaustive]
+pub struct TurnSummary<'a> {
+    /// The harness (serialized by name).
+    #[serde(serialize_with = "harness_name")]
+    pub harness: Harness,
+    /// The models observed on the stream.
+    pub observed_models: &'a [String],
+    /// The completion, `None` when the session was interrupted.
+    #[serde(flatten)]
+    pub completion: Option<&'a Completion>,
+}
+
+impl<'a> TurnSummary<'a> {
+    /// The summary of a turn of `harness`.
+    pub fn new(
+        harness: Harness,
+        observed_models: &'a [String],
+        completion: Option<&'a Completion>,
+    ) -> Self {
+        Self {
+            harness,
+            observed_models,
+            completion,
+        }
+    }
+}
+
+fn harness_name<S: serde::Serializer>(harness: &Harness, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(harness.name())
+}
+
 /// The completion of an interpretation: what to report, separate from how the session ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Completion {

@@ -32,7 +32,7 @@ pub mod progress;
 pub mod retained;
 
 pub use interpretation::{
-    Completion, Finished, HarnessExit, Interrupted, Outcome, OutcomeStatus, Report,
+    Completion, Finished, HarnessExit, Interrupted, Outcome, OutcomeStatus, Report, TurnSummary,
 };
 pub use retained::{RetainedError, RetainedKind, RetainedRecord, RetainedRequest};
 
@@ -652,6 +652,36 @@ impl Drift {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_turn_summary_names_the_harness_and_flattens_the_completion() {
+        let mut interp = Interpretation::new(Harness::OpenCode);
+        interp.handle_line(br#"{"type":"step_start","sessionID":"ses_1"}"#);
+        let finished = interp.finish(HarnessExit::Success);
+        let models = vec!["m1".to_owned()];
+        let completion = finished.complete(None);
+        let json = serde_json::to_value(TurnSummary::new(
+            Harness::OpenCode,
+            &models,
+            Some(&completion),
+        ))
+        .unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "harness": "opencode",
+                "observed_models": ["m1"],
+                "report": serde_json::to_value(&completion.report).unwrap(),
+                "outcome": serde_json::to_value(&completion.outcome).unwrap(),
+            })
+        );
+        let interrupted =
+            serde_json::to_value(TurnSummary::new(Harness::Claude, &models, None)).unwrap();
+        assert_eq!(
+            interrupted,
+            serde_json::json!({"harness": "claude", "observed_models": ["m1"]})
+        );
+    }
 
     fn with_effort(harness: Harness, effort: &str) -> Result<Invocation, LaunchError> {
         harness.invocation(&LaunchRequest {

@@ -13,7 +13,9 @@ use std::io::{self, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use agentrun_core::harness::{Completion, Harness, HarnessExit, Interpretation, OutcomeStatus};
+use agentrun_core::harness::{
+    Completion, Harness, HarnessExit, Interpretation, OutcomeStatus, TurnSummary,
+};
 use agentrun_core::lines::{Line, LineSplitter};
 use clap::Args;
 
@@ -110,7 +112,8 @@ pub(crate) fn run(args: InterpretArgs) -> Result<ExitCode, Failure> {
     let models = finished.observed_models().to_vec();
     let completion = finished.complete(retained);
     if args.json {
-        out.line(&completion_json(args.harness, &models, &completion).to_string())?;
+        let summary = TurnSummary::new(args.harness, &models, Some(&completion));
+        out.line(&serde_json::to_string(&summary).map_err(Failure::runtime)?)?;
     } else {
         out.line(&human(&models, &completion))?;
     }
@@ -134,20 +137,6 @@ fn feed<W: Write>(
     {
         *failed = Some(f);
     }
-}
-
-/// The final JSON object of `--json`: `{harness, observed_models, report, outcome}`.
-pub(crate) fn completion_json(
-    harness: Harness,
-    models: &[String],
-    completion: &Completion,
-) -> serde_json::Value {
-    serde_json::json!({
-        "harness": harness.name(),
-        "observed_models": models,
-        "report": completion.report,
-        "outcome": completion.outcome,
-    })
 }
 
 /// The human completion: observed models, status, session, summary, killed work,

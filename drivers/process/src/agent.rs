@@ -40,7 +40,7 @@ use agentrun_core::PreviewLimits;
 use agentrun_core::harness::retained::codex_token_total;
 use agentrun_core::harness::{
     Completion, Harness, HarnessExit, Interpretation, LaunchError, LaunchRequest, OutcomeStatus,
-    RetainedKind, RetainedRecord, RetainedRequest,
+    RetainedKind, RetainedRecord, RetainedRequest, TurnSummary,
 };
 use agentrun_core::lines::LineSplitter;
 use agentrun_core::process::{
@@ -305,10 +305,8 @@ impl Serialize for AgentRun {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         #[derive(Serialize)]
         struct Json<'a> {
-            harness: &'static str,
-            observed_models: &'a [String],
             #[serde(flatten)]
-            completion: Option<&'a Completion>,
+            turn: TurnSummary<'a>,
             #[serde(skip_serializing_if = "Option::is_none")]
             interrupted: Option<RunOutcome>,
             run: RunSummary,
@@ -317,9 +315,11 @@ impl Serialize for AgentRun {
             retained_error: Option<&'a str>,
         }
         Json {
-            harness: self.harness.name(),
-            observed_models: &self.observed_models,
-            completion: self.completion.as_ref(),
+            turn: TurnSummary::new(
+                self.harness,
+                &self.observed_models,
+                self.completion.as_ref(),
+            ),
             interrupted: self.stopped(),
             run: self.process.summary(),
             truncated_lines: self.truncated_lines,
