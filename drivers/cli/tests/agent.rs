@@ -20,7 +20,7 @@ fn fake_harness() -> &'static std::path::Path {
 #[path = "support/sandbox.rs"]
 mod sandbox;
 
-use sandbox::{Sandbox, fixture, stderr, stdout};
+use sandbox::{Sandbox, assert_exit_says, fixture, stderr, stdout};
 
 /// A sandbox with the fake harnesses on `PATH`.
 struct Env {
@@ -369,12 +369,7 @@ fn a_missing_or_unexecutable_harness_is_127_or_126_with_its_name() {
         .agent("agy", &[], "antigravity/agentrun-stream-synthetic.jsonl")
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(126));
-    assert!(
-        stderr(&o).contains("\"agy\" cannot be executed"),
-        "{}",
-        stderr(&o)
-    );
+    assert_exit_says(&o, 126, "\"agy\" cannot be executed");
 }
 
 #[test]

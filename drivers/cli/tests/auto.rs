@@ -17,7 +17,7 @@ fn fake_harness() -> &'static Path {
 #[path = "support/sandbox.rs"]
 mod sandbox;
 
-use sandbox::{Sandbox, stderr};
+use sandbox::{Sandbox, assert_exit_says, stderr};
 
 /// A sandbox with the fake harnesses on `PATH`, their script, and a working directory.
 struct Env {
@@ -249,8 +249,7 @@ fn usage_errors_and_a_missing_harness() {
         .cmd(&["auto", "claude", "--max-turns", "2", "--", "x"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(125));
-    assert!(stderr(&o).contains("at least 3"), "{}", stderr(&o));
+    assert_exit_says(&o, 125, "at least 3");
     let o = env.cmd(&["auto", "claude"]).output().unwrap();
     assert_eq!(o.status.code(), Some(125), "an objective is required");
     let o = env
@@ -258,8 +257,7 @@ fn usage_errors_and_a_missing_harness() {
         .env("PATH", "/usr/bin:/bin")
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(127), "{}", stderr(&o));
-    assert!(stderr(&o).contains("--continue"), "{}", stderr(&o));
+    assert_exit_says(&o, 127, "--continue");
     let o = env
         .cmd(&["append", "no-such-session", "hi"])
         .output()
@@ -398,6 +396,5 @@ fn ctrl_c_during_a_turn_then_append_and_continue() {
         .arg(&session)
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(125));
-    assert!(stderr(&o).contains("already finished"), "{}", stderr(&o));
+    assert_exit_says(&o, 125, "already finished");
 }

@@ -10,7 +10,7 @@ use agentrun_core::ResultRecord;
 #[path = "support/sandbox.rs"]
 mod sandbox;
 
-use sandbox::{Sandbox, stderr, stdout};
+use sandbox::{Sandbox, assert_exit_says, stderr, stdout};
 
 /// How many files the store's `objects/` holds.
 fn objects(env: &Sandbox) -> usize {
@@ -91,12 +91,7 @@ fn exit_code_mirrors_the_child() {
     let o = env.run(&["run", "--", "sh", "-c", "kill -TERM $$"]);
     assert_eq!(o.status.code(), Some(128 + 15));
     let o = env.run(&["run", "--", "definitely-not-a-program-xyz"]);
-    assert_eq!(o.status.code(), Some(127));
-    assert!(
-        stderr(&o).contains("definitely-not-a-program-xyz"),
-        "{}",
-        stderr(&o)
-    );
+    assert_exit_says(&o, 127, "definitely-not-a-program-xyz");
 }
 
 #[test]
@@ -162,25 +157,14 @@ fn read_serves_manifests_streams_and_reports_each_error_distinctly() {
 
     let stdout_uri = format!("artifact://{}", record.stream("stdout").unwrap().sha256);
     let on_plain = env.run(&["read", &format!("{stdout_uri}/stdout")]);
-    assert_eq!(on_plain.status.code(), Some(125));
-    assert!(
-        stderr(&on_plain).contains("not a manifest"),
-        "{}",
-        stderr(&on_plain)
-    );
+    assert_exit_says(&on_plain, 125, "not a manifest");
 
     let missing = env.run(&["read", &format!("artifact://{}", "0".repeat(64))]);
-    assert_eq!(missing.status.code(), Some(125));
-    assert!(
-        stderr(&missing).contains("is not in this store"),
-        "{}",
-        stderr(&missing)
-    );
+    assert_exit_says(&missing, 125, "is not in this store");
 
     let before = objects(&env);
     let past = env.run(&["read", &stdout_uri, "--offset", "3"]);
-    assert_eq!(past.status.code(), Some(125));
-    assert!(stderr(&past).contains("past the end"), "{}", stderr(&past));
+    assert_exit_says(&past, 125, "past the end");
     let at_end = env.run(&["read", &stdout_uri, "--offset", "2"]);
     assert_eq!(
         (at_end.status.code(), stdout(&at_end).as_str()),
@@ -238,8 +222,7 @@ fn oversized_pages_fail_with_advice_and_byte_ranges_reach_every_byte() {
         .stream_uri(record.stream("stdout").unwrap())
         .to_string();
     let o = env.run(&["read", &uri]);
-    assert_eq!(o.status.code(), Some(125));
-    assert!(stderr(&o).contains("--byte-offset 0"), "{}", stderr(&o));
+    assert_exit_says(&o, 125, "--byte-offset 0");
     let mut all = Vec::new();
     let mut offset = 0u64;
     loop {
@@ -281,8 +264,7 @@ fn a_corrupted_object_byte_is_an_error_never_data() {
     fs::write(&path, &bytes).unwrap();
     let uri = format!("artifact://{digest}");
     let o = env.run(&["read", &uri, "--offset", "15000"]);
-    assert_eq!(o.status.code(), Some(125));
-    assert!(stderr(&o).contains("corrupt"), "{}", stderr(&o));
+    assert_exit_says(&o, 125, "corrupt");
     assert!(o.stdout.is_empty());
     let o = env.run(&["read", &uri, "--offset", "0"]);
     assert_eq!(o.status.code(), Some(0), "an intact page still reads");
@@ -297,8 +279,7 @@ fn store_with_loose_permissions_is_refused_with_the_fix() {
     fs::create_dir_all(&env.store).unwrap();
     fs::set_permissions(&env.store, fs::Permissions::from_mode(0o755)).unwrap();
     let o = env.run(&["verify"]);
-    assert_eq!(o.status.code(), Some(125));
-    assert!(stderr(&o).contains("chmod 700"), "{}", stderr(&o));
+    assert_exit_says(&o, 125, "chmod 700");
 }
 
 #[test]
@@ -479,12 +460,7 @@ fn run_removes_an_inherited_sink_variable_and_honours_sink_var() {
         .unwrap();
     assert_eq!(stdout(&o), "amp", "{}", stderr(&o));
     let o = env.run(&["run", "--sink-var", "A=B", "--", "true"]);
-    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("invalid result-sink variable"),
-        "{}",
-        stderr(&o)
-    );
+    assert_exit_says(&o, 125, "invalid result-sink variable");
 }
 
 #[test]
@@ -515,8 +491,7 @@ fn run_timeouts_exit_124() {
         "-c",
         "echo once; sleep 30",
     ]);
-    assert_eq!(o.status.code(), Some(124), "{}", stderr(&o));
-    assert!(stderr(&o).contains("idle timeout"), "{}", stderr(&o));
+    assert_exit_says(&o, 124, "idle timeout");
 }
 
 #[test]
@@ -602,9 +577,7 @@ fn a_program_whose_interpreter_is_missing_is_named_as_such() {
     fs::write(&script, "#!/nonexistent/interpreter\necho hi\n").unwrap();
     fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
     let o = env.run(&["run", "--", script.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(127));
-    assert!(stderr(&o).contains("its interpreter"), "{}", stderr(&o));
+    assert_exit_says(&o, 127, "its interpreter");
     let o = env.run(&["run", "--", "no-such-program-xyz"]);
-    assert_eq!(o.status.code(), Some(127));
-    assert!(stderr(&o).contains("no such program"), "{}", stderr(&o));
+    assert_exit_says(&o, 127, "no such program");
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 #[path = "support/sandbox.rs"]
 mod sandbox;
 
-use sandbox::{Sandbox, stderr as err, stdout as out};
+use sandbox::{Sandbox, assert_exit_says, stderr as err, stdout as out};
 
 /// A temporary home: its own store, config directory and `HOME`, so nothing outside is read.
 struct Home {
@@ -203,12 +203,7 @@ fn show_replays_a_run_and_runs_lists_it() {
         (Some("failed"), Some(4))
     );
     let unknown = h.run(&["show", "no-such-run"]);
-    assert_eq!(unknown.status.code(), Some(125));
-    assert!(
-        err(&unknown).contains("no record of run no-such-run"),
-        "{}",
-        err(&unknown)
-    );
+    assert_exit_says(&unknown, 125, "no record of run no-such-run");
 }
 
 #[test]
@@ -237,12 +232,7 @@ fn an_over_long_line_is_continued_by_byte_offset() {
     );
     // Reading lines from the long line says how to read it instead.
     let by_line = h.run(&["read", &reads[0][1]]);
-    assert_eq!(by_line.status.code(), Some(125));
-    assert!(
-        err(&by_line).contains("--byte-offset 0"),
-        "{}",
-        err(&by_line)
-    );
+    assert_exit_says(&by_line, 125, "--byte-offset 0");
     // Past it, line pages work again.
     let rest = h.run(&["read", &reads[0][1], "--offset", "1"]);
     assert_eq!(out(&rest), "after\n");
@@ -267,12 +257,7 @@ fn reading_a_manifest_names_its_streams() {
         "{e}"
     );
     let bare = h.run(&["read", manifest]);
-    assert_eq!(bare.status.code(), Some(0));
-    assert!(
-        err(&bare).contains("is the manifest of a run's streams"),
-        "{}",
-        err(&bare)
-    );
+    assert_exit_says(&bare, 0, "is the manifest of a run's streams");
 }
 
 #[test]
@@ -298,12 +283,7 @@ fn stdin_is_null_unless_asked() {
     let o = h.run(&["run", "--stdin", file.to_str().unwrap(), "cat"]);
     assert_eq!(out(&o), "[stdout]\nfrom a file\n\n[stderr]\n");
     let missing = h.run(&["run", "--stdin", "/nonexistent/input", "cat"]);
-    assert_eq!(missing.status.code(), Some(125));
-    assert!(
-        err(&missing).contains("--stdin /nonexistent/input"),
-        "{}",
-        err(&missing)
-    );
+    assert_exit_says(&missing, 125, "--stdin /nonexistent/input");
 }
 
 /// Runs `agentrun ARGS` on a new pseudo-terminal (python3's `pty.fork`: a session of its own
@@ -482,8 +462,7 @@ fn the_config_file_sets_limits_and_flags_override_it() {
         err(&o)
     );
     let o = h.run(&["--config", "/nonexistent/config.toml", "runs"]);
-    assert_eq!(o.status.code(), Some(125));
-    assert!(err(&o).contains("/nonexistent/config.toml"), "{}", err(&o));
+    assert_exit_says(&o, 125, "/nonexistent/config.toml");
 }
 
 #[test]
@@ -494,8 +473,7 @@ fn agentrun_failures_exit_125_and_never_collide_with_the_program() {
     assert_eq!(o.status.code(), Some(2));
     // agentrun's own usage errors are 125, and name the flag.
     let o = h.run(&["run", "--max-lines", "0", "seq", "3"]);
-    assert_eq!(o.status.code(), Some(125));
-    assert!(err(&o).contains("--max-lines"), "{}", err(&o));
+    assert_exit_says(&o, 125, "--max-lines");
     let o = h.run(&["run", "--max-payload-bytes", "10", "seq", "3"]);
     assert_eq!(o.status.code(), Some(125));
     assert!(err(&o).contains("--max-payload-bytes") && !err(&o).contains("max_payload_bytes"));
@@ -650,23 +628,20 @@ fn stores_are_created_only_where_they_can_be() {
     let h = Home::new();
     let deep = h.path("nonexistent/deep/store");
     let o = h.run(&["--store", deep.to_str().unwrap(), "run", "true"]);
-    assert_eq!(o.status.code(), Some(125));
-    assert!(err(&o).contains("parent directory"), "{}", err(&o));
+    assert_exit_says(&o, 125, "parent directory");
     assert!(!h.path("nonexistent").exists(), "nothing was created");
     // Read-only commands never create a store.
     let missing = h.path("missing-store");
     let m = missing.to_str().unwrap();
     let o = h.run(&["--store", m, "verify"]);
-    assert_eq!(o.status.code(), Some(125));
-    assert!(err(&o).contains("no store at"), "{}", err(&o));
+    assert_exit_says(&o, 125, "no store at");
     let o = h.run(&[
         "--store",
         m,
         "read",
         &format!("artifact://{}", "0".repeat(64)),
     ]);
-    assert_eq!(o.status.code(), Some(125));
-    assert!(err(&o).contains("no store at"), "{}", err(&o));
+    assert_exit_says(&o, 125, "no store at");
     for argv in [
         &["runs"][..],
         &["gc"][..],
@@ -688,8 +663,7 @@ fn stores_are_created_only_where_they_can_be() {
 fn agent_usage_mistakes_are_actionable() {
     let h = Home::new();
     let o = h.run(&["agent", "nosuch", "hi"]);
-    assert_eq!(o.status.code(), Some(125));
-    assert!(err(&o).contains("unknown harness"), "{}", err(&o));
+    assert_exit_says(&o, 125, "unknown harness");
     // Without `--` the prompt words are taken as the prompt (the harness is not installed
     // here, so the launch fails with 127 and says so).
     let o = h
@@ -697,8 +671,7 @@ fn agent_usage_mistakes_are_actionable() {
         .env("PATH", h.path("empty"))
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(127), "{}", err(&o));
-    assert!(err(&o).contains("not found"), "{}", err(&o));
+    assert_exit_says(&o, 127, "not found");
     // With --json, that failure is JSON on stdout too.
     let o = h
         .cmd(&["agent", "--json", "claude", "hi"])
@@ -810,8 +783,7 @@ fn the_commands_from_the_newcomer_report() {
     // `run -- ls /nonexistent` exits with ls's own 2; `run --max-lines 0 -- seq 3` is
     // agentrun's usage error, 125, naming the flag.
     let o = h.run(&["run", "--", "ls", "/nonexistent"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(err(&o).contains(" failed (exit 2);"), "{}", err(&o));
+    assert_exit_says(&o, 2, " failed (exit 2);");
     let o = h.run(&["run", "--max-lines", "0", "--", "seq", "3"]);
     assert_eq!(o.status.code(), Some(125));
     assert!(

@@ -89,3 +89,13 @@ pub(crate) fn stdout(o: &Output) -> String {
 pub(crate) fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// Asserts that `o` exited with `code` and said `needle` on stderr (stderr is shown when
+/// either fails); returns stderr.
+#[track_caller]
+pub(crate) fn assert_exit_says(o: &Output, code: i32, needle: &str) -> String {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "{err}");
+    assert!(err.contains(needle), "{needle:?} not on stderr: {err}");
+    err
+}
