@@ -672,6 +672,23 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_index_of_a_larger_declaration_is_refused_by_check_stream() {
+        let two =
+            Capture::new(OutputDeclaration::stdout_stderr(), PreviewLimits::default()).unwrap();
+        let one = Capture::new(OutputDeclaration::Single, PreviewLimits::default()).unwrap();
+        let stderr = StreamIndex(1);
+        assert_eq!(two.check_stream(stderr), Ok(()));
+        assert_eq!(
+            one.check_stream(stderr),
+            Err(CaptureError::ForeignStream {
+                index: 1,
+                streams: 1
+            })
+        );
+        assert_eq!(one.check_stream(StreamIndex(0)), Ok(()));
+    }
+
+    #[test]
     fn capture_faults_mark_incomplete_and_stop_the_stream() {
         let mut c =
             Capture::new(OutputDeclaration::stdout_stderr(), PreviewLimits::default()).unwrap();

@@ -327,6 +327,31 @@ fn a_full_disk_is_reported_and_loses_nothing_accepted() {
     assert_eq!(v.status.code(), Some(0), "{}", stdout(&v));
 }
 
+/// A process that escaped the group (`setsid`) and writes after the run ended: the run is not
+/// reported as a clean success, and stderr says what may be missing and why.
+#[test]
+fn output_an_escaped_process_writes_late_is_reported_missing() {
+    let env = Sandbox::new();
+    let pidfile = env.store.with_file_name("holder.pid");
+    let script = format!(
+        r#"setsid sh -c 'echo $$ > "$1"; sleep 30; echo late' holder '{}' & echo early"#,
+        pidfile.display()
+    );
+    let o = env.run(&["run", "--", "sh", "-c", &script]);
+    let _ = Command::new("kill")
+        .args(["-KILL", fs::read_to_string(&pidfile).unwrap().trim()])
+        .status();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("capturing stdout failed: output may be missing: a process outside the run's process group"),
+        "{err}"
+    );
+    let out = stdout(&o);
+    assert!(out.starts_with("[Incomplete output"), "{out}");
+    assert!(out.contains("early") && !out.contains("late"), "{out}");
+}
+
 #[test]
 fn sigkill_mid_capture_leaves_a_clean_store_after_gc() {
     let env = Sandbox::new();
