@@ -24,6 +24,11 @@ fn feed_str(h: Harness, text: &str) -> (Vec<String>, Interpretation) {
     interpret(h, None, text.as_bytes())
 }
 
+/// Feeds `lines`, one event each.
+fn feed_lines(h: Harness, lines: &[&str]) -> (Vec<String>, Interpretation) {
+    feed_str(h, &lines.join("\n"))
+}
+
 #[test]
 fn prompts_come_after_the_end_of_options_or_on_stdin() {
     for prompt in ["-x", "--help me", "help", "resume"] {
@@ -104,23 +109,15 @@ fn opencode_passes_the_effort_as_its_variant_and_every_cli_disables_self_updates
             "ses_1"
         ]
     );
-    let env = |h: Harness| h.invocation(&request("p")).unwrap().env;
-    assert_eq!(
-        env(Harness::OpenCode),
-        [("OPENCODE_DISABLE_AUTOUPDATE".to_owned(), "1".to_owned())]
-    );
-    assert_eq!(
-        env(Harness::Antigravity),
-        [("AGY_CLI_DISABLE_AUTO_UPDATE".to_owned(), "true".to_owned())]
-    );
-    assert_eq!(
-        env(Harness::Muse),
-        [("MUSE_NO_AUTO_UPDATE".to_owned(), "1".to_owned())]
-    );
-    assert_eq!(
-        env(Harness::Grok),
-        [("GROK_DISABLE_AUTOUPDATER".to_owned(), "1".to_owned())]
-    );
+    for (h, key, value) in [
+        (Harness::OpenCode, "OPENCODE_DISABLE_AUTOUPDATE", "1"),
+        (Harness::Antigravity, "AGY_CLI_DISABLE_AUTO_UPDATE", "true"),
+        (Harness::Muse, "MUSE_NO_AUTO_UPDATE", "1"),
+        (Harness::Grok, "GROK_DISABLE_AUTOUPDATER", "1"),
+    ] {
+        let env = h.invocation(&request("p")).unwrap().env;
+        assert_eq!(env, [(key.to_owned(), value.to_owned())], "{h}");
+    }
 }
 
 #[test]
@@ -136,17 +133,14 @@ fn codex_is_interrupted_first_and_the_others_terminated() {
 
 #[test]
 fn antigravity_reads_the_nested_bodies_and_an_error_result_fails() {
-    let (progress, interp) = feed_str(
+    let (progress, interp) = feed_lines(
         Harness::Antigravity,
-        concat!(
+        &[
             r#"{"event":"init","conversation_id":"c1","init":{"model":"gemini-3-pro"}}"#,
-            "\n",
             r#"{"event":"step_update","step_update":{"step_index":4,"state":"ACTIVE","step_type":"tool","tool_name":"grep_search","tool_info":{"name":"grep_search","parameters":{"SearchPath":"/src","Query":"fn main"}}}}"#,
-            "\n",
             r#"{"event":"step_update","step_update":{"step_index":5,"state":"ACTIVE","step_type":"tool","tool_info":{"name":"run_command","parameters":{"CommandLine":"cargo build\nmore"}}}}"#,
-            "\n",
             r#"{"event":"result","result":{"conversation_id":"c1","status":"ERROR","error":"model overloaded","response":"","num_turns":2,"usage":{"input_tokens":100,"output_tokens":10,"thinking_tokens":5,"cache_read_tokens":40}}}"#,
-        ),
+        ],
     );
     assert_eq!(
         progress,
@@ -197,21 +191,16 @@ fn antigravity_delegation_is_keyed_on_the_parent_tool_use_id() {
 
 #[test]
 fn codex_items_reemitted_completed_but_in_progress_are_killed_work() {
-    let (_, interp) = feed_str(
+    let (_, interp) = feed_lines(
         Harness::Codex,
-        concat!(
+        &[
             r#"{"type":"thread.started","thread_id":"t"}"#,
-            "\n",
             r#"{"type":"item.started","item":{"id":"i1","type":"command_execution","command":"/bin/bash -lc 'sleep 100'","status":"in_progress"}}"#,
-            "\n",
             r#"{"type":"item.completed","item":{"id":"i1","type":"command_execution","command":"/bin/bash -lc 'sleep 100'","status":"in_progress"}}"#,
-            "\n",
             r#"{"type":"item.started","item":{"id":"i2","type":"command_execution","command":"true","status":"in_progress"}}"#,
-            "\n",
             r#"{"type":"item.completed","item":{"id":"i2","type":"command_execution","command":"true","status":"completed","exit_code":0}}"#,
-            "\n",
             r#"{"type":"turn.completed","usage":{"input_tokens":10,"cached_input_tokens":4,"output_tokens":3,"reasoning_output_tokens":1}}"#,
-        ),
+        ],
     );
     let c = complete(interp);
     assert_eq!(c.outcome.killed_work, strings(&["$ sleep 100"]));
@@ -219,30 +208,26 @@ fn codex_items_reemitted_completed_but_in_progress_are_killed_work() {
 
 #[test]
 fn claude_takes_the_session_from_the_first_init_only() {
-    let (_, interp) = feed_str(
+    let (_, interp) = feed_lines(
         Harness::Claude,
-        concat!(
+        &[
             r#"{"type":"system","subtype":"init","model":"m"}"#,
-            "\n",
             r#"{"type":"system","subtype":"init","session_id":"later-session"}"#,
-        ),
+        ],
     );
     assert_eq!(complete(interp).outcome.session_id, None);
 }
 
 #[test]
 fn claude_forgets_an_api_error_once_its_turn_ended() {
-    let (_, interp) = feed_str(
+    let (_, interp) = feed_lines(
         Harness::Claude,
-        concat!(
+        &[
             r#"{"type":"system","subtype":"init","session_id":"s"}"#,
-            "\n",
             r#"{"type":"assistant","isApiErrorMessage":true,"is_api_error_message":true,"message":{"model":"<synthetic>","content":[{"type":"text","text":"API Error: 500 first turn"}]}}"#,
-            "\n",
             r#"{"type":"result","subtype":"success","is_error":false,"result":"recovered"}"#,
-            "\n",
             r#"{"type":"result","subtype":"error_during_execution","is_error":true,"result":""}"#,
-        ),
+        ],
     );
     let c = complete(interp);
     assert_eq!(
@@ -281,15 +266,13 @@ fn opencode_errors_read_type_and_message_in_every_shape() {
 
 #[test]
 fn model_names_are_trimmed_before_they_are_stored() {
-    let (_, interp) = feed_str(
+    let (_, interp) = feed_lines(
         Harness::Claude,
-        concat!(
+        &[
             r#"{"type":"assistant","message":{"model":" m ","content":[]}}"#,
-            "\n",
             r#"{"type":"assistant","message":{"model":"m","content":[]}}"#,
-            "\n",
             r#"{"type":"assistant","message":{"model":"   ","content":[]}}"#,
-        ),
+        ],
     );
     assert_eq!(interp.observed_models(), strings(&["m"]));
     let record = RetainedKind::OpenCodeExport

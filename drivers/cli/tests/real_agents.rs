@@ -370,35 +370,46 @@ fn model_and_effort_reach_the_model(cli: Cli, model: &str, effort: &str) -> Requ
     request
 }
 
+/// The scenarios every CLI shares, one test each per CLI: `claude::tool_turn`, …
+macro_rules! shared_scenarios {
+    ($($module:ident: $cli:expr),* $(,)?) => {$(
+        mod $module {
+            use super::*;
+
+            #[test]
+            fn prompts_reach_the_model_verbatim() {
+                super::prompts_reach_the_model_verbatim($cli);
+            }
+
+            #[test]
+            fn tool_turn() {
+                a_tool_turn_runs_for_real_and_reports_the_session($cli);
+            }
+
+            #[test]
+            fn failure() {
+                a_failed_turn_exits_1_with_the_apis_error($cli);
+                the_context_length_error_is_classified($cli);
+            }
+
+            #[test]
+            fn timeout_and_ctrl_c() {
+                a_timeout_stops_the_cli_and_exits_124($cli);
+                ctrl_c_stops_the_cli_and_keeps_its_output($cli);
+            }
+        }
+    )*};
+}
+
+shared_scenarios!(claude: Cli::Claude, codex: Cli::Codex, opencode: Cli::OpenCode);
+
 // ---------------------------------------------------------------------------------------------
 // Claude Code
 // ---------------------------------------------------------------------------------------------
 
 #[test]
-fn claude_prompts_reach_the_model_verbatim() {
-    prompts_reach_the_model_verbatim(Cli::Claude);
-}
-
-#[test]
-fn claude_tool_turn() {
-    a_tool_turn_runs_for_real_and_reports_the_session(Cli::Claude);
-}
-
-#[test]
-fn claude_failure() {
-    a_failed_turn_exits_1_with_the_apis_error(Cli::Claude);
-    the_context_length_error_is_classified(Cli::Claude);
-}
-
-#[test]
 fn claude_resume() {
     resume(Cli::Claude);
-}
-
-#[test]
-fn claude_timeout_and_ctrl_c() {
-    a_timeout_stops_the_cli_and_exits_124(Cli::Claude);
-    ctrl_c_stops_the_cli_and_keeps_its_output(Cli::Claude);
 }
 
 #[test]
@@ -435,21 +446,6 @@ fn claude_model_effort_security() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
-fn codex_prompts_reach_the_model_verbatim() {
-    prompts_reach_the_model_verbatim(Cli::Codex);
-}
-
-#[test]
-fn codex_tool_turn() {
-    a_tool_turn_runs_for_real_and_reports_the_session(Cli::Codex);
-}
-
-#[test]
-fn codex_failure() {
-    a_failed_turn_exits_1_with_the_apis_error(Cli::Codex);
-}
-
-#[test]
 fn codex_resume_reports_this_runs_usage_and_the_model_used() {
     let (first, second, _server) = resume(Cli::Codex);
     // The model comes from Codex's session file (its stream names none).
@@ -457,12 +453,6 @@ fn codex_resume_reports_this_runs_usage_and_the_model_used() {
         assert_eq!(run["report"]["models"], json!(["gpt-5.5"]), "{run:#}");
         assert_eq!(run["report"]["retained"], true, "{run:#}");
     }
-}
-
-#[test]
-fn codex_timeout_and_ctrl_c() {
-    a_timeout_stops_the_cli_and_exits_124(Cli::Codex);
-    ctrl_c_stops_the_cli_and_keeps_its_output(Cli::Codex);
 }
 
 #[test]
@@ -512,22 +502,6 @@ fn codex_outside_a_git_repository_needs_the_flag() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
-fn opencode_prompts_reach_the_model_verbatim() {
-    prompts_reach_the_model_verbatim(Cli::OpenCode);
-}
-
-#[test]
-fn opencode_tool_turn_with_the_export() {
-    a_tool_turn_runs_for_real_and_reports_the_session(Cli::OpenCode);
-}
-
-#[test]
-fn opencode_failure() {
-    a_failed_turn_exits_1_with_the_apis_error(Cli::OpenCode);
-    the_context_length_error_is_classified(Cli::OpenCode);
-}
-
-#[test]
 fn opencode_resume() {
     let (first, second, _server) = resume(Cli::OpenCode);
     for run in [&first, &second] {
@@ -537,12 +511,6 @@ fn opencode_resume() {
             "{run:#}"
         );
     }
-}
-
-#[test]
-fn opencode_timeout_and_ctrl_c() {
-    a_timeout_stops_the_cli_and_exits_124(Cli::OpenCode);
-    ctrl_c_stops_the_cli_and_keeps_its_output(Cli::OpenCode);
 }
 
 #[test]
