@@ -11,7 +11,7 @@ root=$PWD
 work=${1:-/tmp/agentrun-bench-interpret}
 mkdir -p "$work"
 cargo build --release -p agentrun >/dev/null
-bin=$root/target/release/agentrun
+bin=${CARGO_TARGET_DIR:-$root/target}/release/agentrun
 export AGENTRUN_HOME=$work/store
 fx=$root/tests/fixtures/harness/claude
 if [ ! -s "$work/claude-1g.jsonl" ]; then
