@@ -232,13 +232,7 @@ fn report(
         );
     }
     eprintln!("{}", footer(result));
-    for fault in &result.record.faults {
-        let stream = fault.stream.as_ref().map_or("output", |s| s.as_str());
-        eprintln!(
-            "agentrun: error: capturing {stream} failed: {}; the output is incomplete",
-            fault.message
-        );
-    }
+    crate::run::report_faults(&result.record);
     let Some(completion) = &turn.completion else {
         let why = match result.outcome {
             RunOutcome::IdleTimedOut => "idle_timed_out",

@@ -198,15 +198,19 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
     if let Some(error) = &result.sink_cleanup_error {
         eprintln!("agentrun: warning: {error}; `agentrun gc` removes what is left");
     }
-    for fault in &result.record.faults {
+    report_faults(&result.record);
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// One stderr line per capture fault: which stream is incomplete and why.
+pub(crate) fn report_faults(record: &ResultRecord) {
+    for fault in &record.faults {
         let stream = fault.stream.as_ref().map_or("output", |s| s.as_str());
         eprintln!(
-            "agentrun: error: capturing {stream} failed: {}; the output is incomplete (what was \
-             captured before the failure is retained)",
+            "agentrun: error: {stream} is incomplete: {}; what was captured is retained",
             fault.message
         );
     }
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
 /// A live tap copying each chunk to `sink` (agentrun's stdout or stderr) at once. A write
@@ -283,8 +287,15 @@ pub(crate) fn run_summary(
     outcome: RunOutcome,
     exit: Option<Exit>,
 ) -> String {
+    // The program's status and the capture's are separate: a program that succeeded can
+    // still have output that was not all retained (the exit code is then 125).
+    let incomplete = if record.incomplete {
+        ", output incomplete"
+    } else {
+        ""
+    };
     format!(
-        "agentrun: run {} {} ({}){}",
+        "agentrun: run {} {} ({}){incomplete}{}",
         record.run_id,
         outcome.status(exit),
         outcome.reason(exit),

@@ -318,7 +318,7 @@ fn a_full_disk_is_reported_and_loses_nothing_accepted() {
     let err = stderr(&o);
     assert!(err.contains("agentrun: error:"), "{err}");
     assert!(
-        err.contains("capturing stdout failed") && err.contains("File too large"),
+        err.contains("stdout is incomplete: ") && err.contains("File too large"),
         "{err}"
     );
     assert!(stdout(&o).starts_with("[Incomplete output: capture failed; capture fault on stdout"));
@@ -344,7 +344,13 @@ fn output_an_escaped_process_writes_late_is_reported_missing() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(125), "{err}");
     assert!(
-        err.contains("capturing stdout failed: output may be missing: a process outside the run's process group"),
+        err.contains(
+            "stdout is incomplete: output may be missing: a process outside the run's process group"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("succeeded (exit 0), output incomplete;"),
         "{err}"
     );
     let out = stdout(&o);
