@@ -288,8 +288,9 @@ pub(crate) fn run_summary(
     exit: Option<Exit>,
 ) -> String {
     // The program's status and the capture's are separate: a program that succeeded can
-    // still have output that was not all retained (the exit code is then 125).
-    let incomplete = if record.incomplete {
+    // still have output that was not all retained (the exit code is then 125). A stopped run
+    // says so in its status already.
+    let incomplete = if !record.faults.is_empty() {
         ", output incomplete"
     } else {
         ""
