@@ -1237,6 +1237,38 @@ fn a_flood_on_each_stream_is_captured_intact<D: Driver>(size: u64) {
 // ---------------------------------------------------------------------------------------------
 
 /// Instantiates every scenario for one driver.
+/// A slow live tap holds its pump back past both drain periods after the child exited (the
+/// child's last bytes still wait in the pipe): the run waits for them instead of dropping them.
+/// Backpressure delays the end; it never loses output or passes for an escaped pipe holder.
+fn a_slow_tap_delays_the_end_and_loses_nothing<D: Driver>() {
+    let env = Env::new();
+    let hold = agentrun_core::lifecycle::DRAIN_AFTER_EXIT
+        + agentrun_core::lifecycle::DRAIN_AFTER_KILL
+        + Duration::from_secs(1);
+    let mut first = true;
+    let result = D::run_observed(
+        &env.store,
+        RunOptions::new("seq").args(["1", "150000"]),
+        Tap::Stdout,
+        move |_chunk| {
+            if std::mem::take(&mut first) {
+                std::thread::sleep(hold);
+            }
+        },
+    )
+    .unwrap();
+    assert_eq!(code(&result), Exit::Code(0));
+    assert!(
+        result.record.faults.is_empty() && !result.record.incomplete,
+        "{:?}",
+        result.record.faults
+    );
+    let expected: Vec<u8> = (1..=150_000)
+        .flat_map(|i| format!("{i}\n").into_bytes())
+        .collect();
+    assert_eq!(env.bytes(&result.record, "stdout"), expected);
+}
+
 /// The live stdout tap (`RunBuilder::observe_stdout`): chunks reach the observer while the child
 /// runs (the child waits for a marker the observer creates on seeing its first line, so a tap
 /// that only delivered after the exit would make the child fail), lines reassembled by the
@@ -1442,6 +1474,10 @@ macro_rules! conformance {
             #[test]
             fn dropping_the_future_cancels_the_run() {
                 super::dropping_the_future_cancels_the_run::<$driver>();
+            }
+            #[test]
+            fn a_slow_tap_delays_the_end_and_loses_nothing() {
+                super::a_slow_tap_delays_the_end_and_loses_nothing::<$driver>();
             }
             #[test]
             fn the_stdout_tap_sees_chunks_live_and_the_artifact_is_identical() {

@@ -306,13 +306,18 @@ async fn run<R: Runtime>(
         let state = guard.state();
         let now = Instant::now();
         if let Some(ending) = state.apply_actions(now) {
-            let State { run, watchdog, .. } = guard.disarm();
+            let State {
+                run,
+                watchdog,
+                pumps_done,
+                ..
+            } = guard.disarm();
             return rt
                 .spawn_blocking(move || {
                     if let Some(watchdog) = watchdog {
                         watchdog.stand_down();
                     }
-                    run.finish(ending)
+                    run.finish(ending, Some(&pumps_done))
                 })
                 .await?;
         }

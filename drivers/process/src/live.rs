@@ -7,7 +7,7 @@ use std::io::{self, IsTerminal};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -98,10 +98,19 @@ pub(crate) struct Ending {
     pub(crate) reaped: bool,
 }
 
-/// The capture fault of a stream whose pipe was still open when the run ended.
+/// The capture fault of a stream whose pipe was still open when the run ended. Everything in
+/// the pipe at that moment was captured; only a process outside the run's group can write
+/// to it later.
 const PIPE_HELD_OPEN: &str = "output may be missing: a process outside the run's process \
     group (started with setsid?) kept this pipe open after the run ended; what it wrote after \
     that was not captured";
+
+/// The capture fault of a stream whose pump never returned (its live tap panicked).
+const PUMP_DIED: &str = "output may be missing: capturing this stream stopped early because \
+    its live tap (observer) panicked; what came after was not captured";
+
+/// `ends` of a pump that has not returned.
+const NOT_ENDED: u8 = u8::MAX;
 
 /// Everything needed to spawn the child, from [`prepare`].
 pub(crate) struct Prepared {
@@ -162,7 +171,7 @@ pub(crate) fn prepare(store: &Store, options: RunOptions) -> Result<Prepared, Ru
             session: Arc::new(Mutex::new(Some(session))),
             activity: Arc::new(Activity::new(started)),
             streams: [stdout, stderr],
-            at_eof: Arc::new([AtomicBool::new(false), AtomicBool::new(false)]),
+            ends: Arc::new([AtomicU8::new(NOT_ENDED), AtomicU8::new(NOT_ENDED)]),
             stop: Some(stop),
             stopped,
             stdin,
@@ -181,8 +190,9 @@ pub(crate) struct LiveRun {
     session: SharedSession,
     activity: Arc<Activity>,
     streams: [Option<StreamIndex>; 2],
-    /// Per pipe (stdout, stderr): its pump read end of file and captured every byte.
-    at_eof: Arc<[AtomicBool; 2]>,
+    /// Per pipe (stdout, stderr): how its pump ended ([`NOT_ENDED`] while it runs, and when
+    /// it never returned: a live tap that panicked).
+    ends: Arc<[AtomicU8; 2]>,
     /// Held until the run finishes; dropping it stops the pumps and the stdin writer.
     stop: Option<Latch>,
     stopped: LatchWatch,
@@ -234,17 +244,14 @@ impl LiveRun {
             };
             let file = os::nonblocking_pipe(pipe)?;
             let (session, activity) = (self.session.clone(), self.activity.clone());
-            let (at_eof, stop) = (self.at_eof.clone(), self.stopped.clone());
+            let (ends, stop) = (self.ends.clone(), self.stopped.clone());
             jobs.push(Box::new(move || {
                 let observer: &mut dyn FnMut(&[u8]) = match observer.as_mut() {
                     Some(observer) => observer,
                     None => &mut |_: &[u8]| {},
                 };
-                if os::pump(&session, stream, file, &activity, observer, &stop)
-                    == PumpEnd::EndOfFile
-                {
-                    at_eof[i].store(true, Ordering::Release);
-                }
+                let end = os::pump(&session, stream, file, &activity, observer, &stop);
+                ends[i].store(end as u8, Ordering::Release);
             }));
         }
         Ok(jobs)
@@ -265,22 +272,38 @@ impl LiveRun {
         })))
     }
 
-    /// Takes the capture session from the pumps (they stop at their next chunk, and at once
-    /// when waiting on their pipe) and records what the run's end left unfinished.
-    fn close_capture(&mut self, ending: Ending) -> Option<CaptureSession> {
+    /// Takes the capture session from the pumps and records what the run's end left
+    /// unfinished. The pumps are told to stop first; with `pumps_done` (the normal end) they
+    /// are waited for, so the bytes already in a pipe are captured even when a slow live tap
+    /// held its pump back (backpressure delays the end instead of losing output). Without it
+    /// (a dropped run) they stop at their next chunk.
+    fn close_capture(
+        &mut self,
+        ending: Ending,
+        pumps_done: Option<&LatchWatch>,
+    ) -> Option<CaptureSession> {
+        drop(self.stop.take());
+        if let Some(done) = pumps_done {
+            let _ = os::wait_any(&[done.as_fd()], None);
+        }
         let mut session = self
             .session
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()?;
-        drop(self.stop.take());
-        if ending.pipes_open {
-            for (stream, at_eof) in self.streams.iter().zip(self.at_eof.iter()) {
-                if let Some(stream) = *stream
-                    && !at_eof.load(Ordering::Acquire)
-                {
-                    let _ = session.record_fault(Some(stream), PIPE_HELD_OPEN);
-                }
+        for (stream, end) in self.streams.iter().zip(self.ends.iter()) {
+            let Some(stream) = *stream else { continue };
+            let end = end.load(Ordering::Acquire);
+            let fault = if end == PumpEnd::Stopped as u8 && ending.pipes_open {
+                Some(PIPE_HELD_OPEN)
+            } else if end == NOT_ENDED && pumps_done.is_some() {
+                Some(PUMP_DIED)
+            } else {
+                // End of file; a read failure (already recorded); a dropped run (cancelled).
+                None
+            };
+            if let Some(fault) = fault {
+                let _ = session.record_fault(Some(stream), fault);
             }
         }
         if !ending.reaped {
@@ -300,10 +323,14 @@ impl LiveRun {
     /// pipes still open, an exit never seen) as capture faults, after a normal exit reads the
     /// sink, removes an allocated sink (a failure is reported in the result), finalizes the
     /// capture (incomplete when stopped) and assembles the result.
-    pub(crate) fn finish(mut self, ending: Ending) -> Result<ProcessResult, RunError> {
+    pub(crate) fn finish(
+        mut self,
+        ending: Ending,
+        pumps_done: Option<&LatchWatch>,
+    ) -> Result<ProcessResult, RunError> {
         let Ending { outcome, exit, .. } = ending;
         let session = self
-            .close_capture(ending)
+            .close_capture(ending, pumps_done)
             .ok_or_else(|| io::Error::other("capture session was finalized twice"))?;
         let (sink, result) = match (&self.sink, outcome.sink_not_read()) {
             (None, _) => (SinkOutcome::NotRequested, None),
@@ -350,7 +377,7 @@ impl LiveRun {
     /// The run future was dropped and the group is stopped: the output captured so far is
     /// finalized as cancelled (incomplete, readable) and the allocated sink removed.
     pub(crate) fn abandon(mut self, ending: Ending) {
-        if let Some(session) = self.close_capture(ending) {
+        if let Some(session) = self.close_capture(ending, None) {
             let _ = session.finish(CaptureCompletion::Streamed {
                 display: None,
                 status: CaptureStatus::Cancelled,

@@ -303,6 +303,7 @@ pub type StdoutObserver = Box<dyn FnMut(&[u8]) + Send + 'static>;
 
 /// How a pump ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub(crate) enum PumpEnd {
     /// The pipe reached end of file and every byte of it was captured.
     EndOfFile,
@@ -319,6 +320,11 @@ pub(crate) enum PumpEnd {
 /// dropping: the child blocks on a full pipe while a chunk is written or observed. Ends early
 /// once the session was finalized or `stop` fired (the run is over), even while a process
 /// outside the group keeps the pipe open, so no pump outlives its run.
+///
+/// When `stop` fires while the pump is busy (a slow live tap or capture write holds it back),
+/// the bytes already in the pipe at that moment are still captured and observed, so nothing
+/// the run's own processes wrote is lost to backpressure; only what arrives after that (from a
+/// process outside the group) is left uncaptured.
 pub(crate) fn pump(
     session: &SharedSession,
     stream: StreamIndex,
@@ -328,14 +334,40 @@ pub(crate) fn pump(
     stop: &LatchWatch,
 ) -> PumpEnd {
     let mut buf = vec![0u8; READ_BUF];
+    // Bytes still to take after `stop` fired: what the pipe held at that moment. Once they
+    // are taken, one last read tells end of file (every writer gone) from a pipe still held.
+    let mut after_stop: Option<u64> = None;
+    let mut last_read = false;
     loop {
-        let n = match pipe.read(&mut buf) {
+        if after_stop.is_none() && stop.tripped() {
+            after_stop = Some(rustix::io::ioctl_fionread(&pipe).unwrap_or(0));
+        }
+        if last_read {
+            return PumpEnd::Stopped;
+        }
+        let want = match after_stop {
+            Some(0) => {
+                last_read = true;
+                buf.len()
+            }
+            Some(left) => buf.len().min(usize::try_from(left).unwrap_or(usize::MAX)),
+            None => buf.len(),
+        };
+        let n = match pipe.read(&mut buf[..want]) {
             Ok(0) => return PumpEnd::EndOfFile,
-            Ok(n) => n,
+            Ok(n) => {
+                if let Some(left) = after_stop.as_mut() {
+                    *left = left.saturating_sub(n as u64);
+                }
+                n
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if after_stop.is_some() {
+                    return PumpEnd::Stopped;
+                }
                 match wait_ready(&pipe, rustix::event::PollFlags::IN, stop) {
-                    Ok(true) => continue,
-                    Ok(false) => return PumpEnd::Stopped,
+                    // Readable, or stopped: the loop's top takes what the pipe holds.
+                    Ok(_) => continue,
                     Err(e) => return read_failed(session, stream, &e),
                 }
             }
