@@ -1061,9 +1061,10 @@ fn late_output_of_an_escaped_pipe_holder_marks_the_capture_incomplete<D: Driver>
         .trim()
         .parse()
         .unwrap();
-    // It would write to a closed pipe and die of SIGPIPE; no need to wait 30 s for that.
+    // It would write to a closed pipe and die of SIGPIPE; no need to wait 30 s for that. It
+    // leads a group of its own (setsid): the group takes its `sleep` along.
     let _ = std::process::Command::new("kill")
-        .args(["-KILL", &holder.to_string()])
+        .args(["-KILL", "--", &format!("-{holder}")])
         .status();
 }
 

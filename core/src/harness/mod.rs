@@ -109,6 +109,8 @@ impl Harness {
     /// model verbatim.
     ///
     /// # Errors
+    /// [`LaunchError::InvalidModel`] when the model is empty, starts with `-` (it would be read
+    /// as a flag), holds a control character or is longer than 256 characters.
     /// [`LaunchError::InvalidEffort`] when the effort could be read as something else than an
     /// effort: Codex gets it inside a TOML string (`-c model_reasoning_effort="E"`), so it
     /// must be a lowercase word (`[a-z]+`); the others get it as an argument of its own, which
@@ -116,6 +118,9 @@ impl Harness {
     pub fn invocation(self, request: &LaunchRequest) -> Result<Invocation, LaunchError> {
         if let Some(effort) = &request.effort {
             check_effort(self, effort)?;
+        }
+        if let Some(model) = &request.model {
+            check_model(self, model)?;
         }
         let mut args: Vec<String> = Vec::new();
         let mut env = Vec::new();
@@ -269,6 +274,27 @@ impl std::str::FromStr for Harness {
 const MAX_EFFORT_CHARS: usize = 64;
 
 /// Whether `effort` can be passed to `harness` without being read as something else.
+/// Longest model name accepted, in characters.
+const MAX_MODEL_CHARS: usize = 256;
+
+/// A model goes out as the value of its own argument (`--model M`, `-m M`): it must not be
+/// readable as a flag, and a model supplied by another model (the MCP `agent` tool) must not
+/// smuggle control characters into a harness's argument parser.
+fn check_model(harness: Harness, model: &str) -> Result<(), LaunchError> {
+    let ok = !model.is_empty()
+        && !model.starts_with('-')
+        && !model.chars().any(char::is_control)
+        && model.chars().count() <= MAX_MODEL_CHARS;
+    if ok {
+        Ok(())
+    } else {
+        Err(LaunchError::InvalidModel {
+            harness,
+            model: model.chars().take(MAX_MODEL_CHARS).collect(),
+        })
+    }
+}
+
 fn check_effort(harness: Harness, effort: &str) -> Result<(), LaunchError> {
     let (ok, expected) = match harness {
         // Codex's effort is interpolated into a TOML string: letters only, so no quote,
@@ -303,6 +329,17 @@ fn check_effort(harness: Harness, effort: &str) -> Result<(), LaunchError> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LaunchError {
+    /// The model name could be read as a flag, or is not a name at all.
+    #[error(
+        "invalid model {model:?} for {harness}: expected a model name (not empty, not starting \
+         with '-', no control characters, at most 256 characters)"
+    )]
+    InvalidModel {
+        /// The harness.
+        harness: Harness,
+        /// The model (at most its first 256 characters).
+        model: String,
+    },
     /// The reasoning effort is not a plain word (it could be read as a flag or break out of
     /// the configuration value it is passed in).
     #[error("invalid reasoning effort {effort:?} for {harness}: {expected}")]
@@ -710,9 +747,43 @@ mod tests {
             "high ",
         ] {
             let err = with_effort(Harness::Codex, effort).unwrap_err();
-            let LaunchError::InvalidEffort { harness, .. } = &err;
+            let LaunchError::InvalidEffort { harness, .. } = &err else {
+                panic!("{err}");
+            };
             assert_eq!(*harness, Harness::Codex);
             assert!(err.to_string().contains("lowercase word"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_model_that_could_be_read_as_a_flag_is_refused() {
+        for harness in Harness::ALL {
+            let with_model = |model: &str| {
+                harness.invocation(&LaunchRequest {
+                    prompt: "hi".to_owned(),
+                    model: Some(model.to_owned()),
+                    ..LaunchRequest::default()
+                })
+            };
+            for model in [
+                "claude-sonnet-4-6",
+                "gpt-5.1-codex",
+                "openai/gpt-4.1",
+                "m x",
+            ] {
+                let invocation = with_model(model).unwrap();
+                assert!(
+                    invocation.args.iter().any(|a| a == model),
+                    "{harness} {model}"
+                );
+            }
+            for model in ["", "-x", "--help", "a\nb", &"m".repeat(257)] {
+                let err = with_model(model).unwrap_err();
+                assert!(
+                    matches!(err, LaunchError::InvalidModel { .. }),
+                    "{harness} {model:?}: {err}"
+                );
+            }
         }
     }
 

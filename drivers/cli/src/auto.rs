@@ -23,7 +23,7 @@ use agentrun_core::auto_mode::sanitize::MAX_INPUT_BYTES;
 use agentrun_core::auto_mode::{
     AutoMode, DEFAULT_MAX_TURNS, DEFAULT_RESULT_SINK_VAR, SessionStatus, Settings,
 };
-use agentrun_core::harness::Harness;
+use agentrun_core::harness::{Harness, LaunchRequest};
 use agentrun_core::turn::{LoopError, TurnError, run_session_loop};
 use agentrun_fs::Store;
 use agentrun_fs::auto_session::{SessionDir, new_session_id};
@@ -47,7 +47,8 @@ pub(crate) struct AutoArgs {
     /// The model to request (passed to the harness verbatim).
     #[arg(long, value_name = "M")]
     model: Option<String>,
-    /// The reasoning effort to request (claude, grok, codex).
+    /// The reasoning effort to request: a plain word such as low, medium or high (claude, grok,
+    /// codex; opencode gets it as its variant).
     #[arg(long, value_name = "E")]
     effort: Option<String>,
     /// The last turn: clarify is turn 1, plan turn 2, then one execute/evaluate turn each
@@ -137,6 +138,15 @@ pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
                 // Every registered harness has a resume flag.
                 harness_resumes: true,
             };
+            // A model or effort the harness would refuse fails every turn the same way, and
+            // would be saved in the session: refuse it before anything is created.
+            harness
+                .invocation(&LaunchRequest {
+                    model: args.model.clone(),
+                    effort: args.effort.clone(),
+                    ..LaunchRequest::default()
+                })
+                .map_err(Failure::usage)?;
             let id = new_session_id();
             // Refuse bad settings before anything is created.
             let machine = AutoMode::new(id.clone(), settings, now).map_err(Failure::usage)?;

@@ -5,8 +5,9 @@
 //!
 //! The machine decides; this module does its I/O: it runs the summarizer for each
 //! `Action::Summarize`, classifies how it ended, checks the artifacts the transcript names
-//! (`Action::Verify`, `Store::confirms`) and stores the outputs of `Action::Retain`
-//! (`Store::retain_outputs`). The transcript file is only read.
+//! (`Action::Verify`) and stores the outputs of `Action::Retain`, both through one
+//! `RetentionSession` (`Store::begin_retention`) whose single record keeps every artifact the
+//! retry refers to. The transcript file is only read.
 //!
 //! Summarizers:
 //!
@@ -128,7 +129,13 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
     // holds: that is a local fit rejection like --max-input-bytes.
     let argv_limit = match &summarizer {
         Summarizer::Harness { harness, .. } if !reads_prompt_on_stdin(*harness) => {
-            Some(MAX_ARG_BYTES)
+            // Grok gets the prompt joined to its option (`--single=PROMPT`).
+            let prefix = if *harness == Harness::Grok {
+                "--single=".len()
+            } else {
+                0
+            };
+            Some(MAX_ARG_BYTES - prefix)
         }
         _ => None,
     };

@@ -250,6 +250,19 @@ fn usage_errors_and_a_missing_harness() {
         .output()
         .unwrap();
     assert_exit_says(&o, 125, "at least 3");
+    // A model or effort the harness refuses would fail every turn of the saved session: it is
+    // refused before a session directory exists.
+    for bad in ["--effort=high\" x=\"y", "--model=-x"] {
+        let dir = env.sandbox.path("refused-session");
+        let o = env
+            .cmd(&["auto", "codex", bad, "--session-dir"])
+            .arg(&dir)
+            .args(["--", "x"])
+            .output()
+            .unwrap();
+        assert_exit_says(&o, 125, "invalid");
+        assert!(!dir.exists(), "a session was created for {bad:?}");
+    }
     let o = env.cmd(&["auto", "claude"]).output().unwrap();
     assert_eq!(o.status.code(), Some(125), "an objective is required");
     let o = env

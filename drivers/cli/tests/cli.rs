@@ -338,10 +338,12 @@ fn output_an_escaped_process_writes_late_is_reported_missing() {
         pidfile.display()
     );
     let o = env.run(&["run", "--", "sh", "-c", &script]);
-    let _ = Command::new("kill")
-        .args(["-KILL", fs::read_to_string(&pidfile).unwrap().trim()])
-        .status();
     let err = String::from_utf8_lossy(&o.stderr);
+    // The holder leads a group of its own (setsid): the group takes its `sleep` along.
+    let holder = fs::read_to_string(&pidfile).unwrap_or_default();
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", holder.trim())])
+        .status();
     assert_eq!(o.status.code(), Some(125), "{err}");
     assert!(
         err.contains(

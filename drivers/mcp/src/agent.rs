@@ -49,7 +49,7 @@ pub(crate) fn agent_tool() -> Tool {
             },
             "effort": {
                 "type": "string",
-                "description": "The reasoning effort to request (claude, grok, codex), e.g. \"high\"."
+                "description": "The reasoning effort to request: a plain lowercase word such as \"low\", \"medium\" or \"high\" (claude, grok, codex; opencode gets it as its variant)."
             },
             "cwd": {
                 "type": "string",
