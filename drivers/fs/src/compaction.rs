@@ -112,14 +112,23 @@ impl Store {
 }
 
 impl RetentionSession {
-    /// Checks a claim ([`Store::confirms`]); a confirmed artifact is kept by the record.
+    /// Checks a claim ([`Store::confirms`]). The record keeps every claimed artifact that is
+    /// readable, confirmed or not: a result whose content is a bounded preview of an artifact
+    /// (what `agentrun run` shows a model) fails the exact-output check, so its shown text is
+    /// retained for the reference, but the preview's own read hints point at the artifact,
+    /// which must stay readable as long as the compaction's references do.
     /// Errs only when the protection cannot be written (the store is unusable).
     pub fn confirm(&mut self, claim: &Claim) -> Result<bool, RetainError> {
         // Protected before it is checked: a GC after the check cannot remove what was confirmed
         // (for a stream, the manifest roots its streams).
         self.keeper.protect_more(&[claim.uri.digest])?;
         let confirmed = self.store.confirms(claim);
-        if confirmed && !self.confirmed.contains(&claim.uri) {
+        let readable = confirmed
+            || self.store.confirms(&Claim {
+                uri: claim.uri.clone(),
+                holds: Holds::Readable,
+            });
+        if readable && !self.confirmed.contains(&claim.uri) {
             self.confirmed.push(claim.uri.clone());
         }
         Ok(confirmed)

@@ -248,6 +248,27 @@ fn transcript_artifacts_are_reused_only_when_they_hold_the_output() {
         store.record(&retained.run_id).unwrap().keeps,
         [valid.digest]
     );
+    // The content is a preview of a readable artifact (what `agentrun run` shows): the shown
+    // text is retained for the reference, and the artifact the preview's hints point at is
+    // kept by the same record.
+    let full = common::capture_single(&store, b"line 1\nline 2\nline 3\n", 64).output_uri();
+    let (refs, retained) = prune_against(
+        &store,
+        &named_result(
+            "line 1\n[Truncated. Read more: ...]",
+            std::slice::from_ref(&full),
+        ),
+    );
+    assert_eq!(refs.len(), 1);
+    assert!(!refs[0].1, "a preview is not the output");
+    assert!(retained.kept.contains(&full), "{:?}", retained.kept);
+    assert!(
+        store
+            .record(&retained.run_id)
+            .unwrap()
+            .keeps
+            .contains(&full.digest)
+    );
     // Wrong in every way: the output is retained and the reference reads it back.
     let other = common::capture_single(&store, b"something else", 64).output_uri();
     let record = common::capture_named(&store, &[("stdout", b"x")]);
