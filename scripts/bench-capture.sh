@@ -15,22 +15,17 @@
 # build of agentrun, e.g. an older commit's), for an A/B comparison in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 RUNS=${RUNS:-7}
 default_parent=/tmp
 [ -d /work ] && default_parent=/work
 work=${1:-$(mktemp -d "$default_parent/agentrun-bench-capture.XXXXXX")}
 mkdir -p "$work"
 cargo build --release -q -p agentrun
-bin=${CARGO_TARGET_DIR:-$PWD/target}/release/agentrun
+bin=$(release_dir)/agentrun
 
 text=$work/text-1g.txt
-if [ ! -f "$text" ]; then
-    # Log-like lines of varying length, 1 GiB exactly (awk is cut off by head: no pipefail).
-    (set +o pipefail
-     awk 'BEGIN { for (i = 0; i < 30000000; i++) printf "%09d INFO worker-%d processed item %d in %d ms status=ok\n", i, i % 16, i * 7, i % 997 }' \
-        | head -c $((1 << 30)) > "$text")
-fi
-cat "$text" > /dev/null # warm the page cache
+make_log_text "$text"
 
 seconds() {
     local t0 t1
@@ -44,7 +39,7 @@ median() {
     printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {printf "%.3f", a[int((NR+1)/2)]}'
 }
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r)"
+machine_line
 echo "filesystem of $work: $(df -T "$work" | awk 'NR==2 {print $2}')"
 echo "rounds: $RUNS (median of each)"
 runs=() pipes=() tees=() bases=()

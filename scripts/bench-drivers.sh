@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Benchmarks of issue "process drivers" (results go to docs/benchmarks.md, section
-# "Process drivers (issue 3)").
+# Benchmarks of the process drivers (results go to docs/benchmarks.md, section
+# "Process drivers").
 #
 #   scripts/bench-drivers.sh [WORKDIR]
 #
@@ -12,14 +12,15 @@
 # without the store's fsyncs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 RUNS=${RUNS:-200}
 CAPTURE_RUNS=${CAPTURE_RUNS:-5}
 work=${1:-$(mktemp -d /tmp/agentrun-bench.XXXXXX)}
 mkdir -p "$work"
 cargo build --release -q -p agentrun
 cargo build --release -q -p agentrun-tests --example driver_bench
-bin=$PWD/target/release/agentrun
-bench=$PWD/target/release/examples/driver_bench
+bin=$(release_dir)/agentrun
+bench=$(release_dir)/examples/driver_bench
 export AGENTRUN_HOME=$work/store
 
 # Median wall time in milliseconds of running "$@" RUNS times (the loop's own cost included
@@ -37,16 +38,10 @@ median_ms() {
 }
 
 text=$work/text-1g.txt
-if [ ! -f "$text" ]; then
-    # awk is cut off by head (SIGPIPE): that is the point, so no pipefail here.
-    (set +o pipefail
-     awk 'BEGIN { for (i = 0; i < 30000000; i++) printf "%09d INFO worker-%d processed item %d in %d ms status=ok\n", i, i % 16, i * 7, i % 997 }' \
-        | head -c $((1 << 30)) > "$text")
-fi
-cat "$text" > /dev/null # warm the page cache
+make_log_text "$text"
 sync # no writeback of earlier runs competing with the fsyncs measured here
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r)"
+machine_line
 echo "store: $work (TMPDIR=${TMPDIR:-unset})"
 echo
 echo "## Spawn overhead, command line (median of $RUNS)"

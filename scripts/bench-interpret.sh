@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark of harness stream interpretation (issue 4): `agentrun interpret --harness claude`
+# Benchmark of harness stream interpretation: `agentrun interpret --harness claude`
 # against `jq -c 'select(.type=="assistant") | .message.model'` on the same 1 GiB Claude
 # stream-json file, built by repeating the recorded Claude events of
 # tests/fixtures/harness/claude/ (ccagent + morpheus). Reports wall/user/sys time and peak RSS

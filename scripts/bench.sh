@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks of issue "retained output streams" (results go to docs/benchmarks.md).
+# Benchmarks of the retained output streams (results go to docs/benchmarks.md).
 #
 #   scripts/bench.sh [WORKDIR]
 #
@@ -10,11 +10,12 @@
 # (default 5). Preview rendering cost has its own criterion bench (see docs/benchmarks.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 RUNS=${RUNS:-5}
 work=${1:-$(mktemp -d /tmp/agentrun-bench.XXXXXX)}
 mkdir -p "$work"
 cargo build --release -q -p agentrun
-bin=$PWD/target/release/agentrun
+bin=$(release_dir)/agentrun
 store=$work/store
 export AGENTRUN_HOME=$store
 
@@ -36,16 +37,9 @@ peak_rss_mib() {
 }
 
 text=$work/text-1g.txt
-if [ ! -f "$text" ]; then
-    # Realistic log-like lines of varying length, 1 GiB exactly.
-    # awk is cut off by head (SIGPIPE): that is the point, so no pipefail here.
-    (set +o pipefail
-     awk 'BEGIN { for (i = 0; i < 30000000; i++) printf "%09d INFO worker-%d processed item %d in %d ms status=ok\n", i, i % 16, i * 7, i % 997 }' \
-        | head -c $((1 << 30)) > "$text")
-fi
-cat "$text" > /dev/null # warm the page cache
+make_log_text "$text"
 
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r)"
+machine_line
 echo "runs per timing: $RUNS (median)"
 echo
 echo "## Capture throughput (1 GiB text)"

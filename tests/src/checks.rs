@@ -150,6 +150,18 @@ fn channel_of(declaration: &OutputDeclaration, stream: usize) -> OutputChannel {
     }
 }
 
+/// A chunk for a channel `declaration` does not declare is refused by the capture machine.
+fn assert_foreign_refused(capture: &Capture, declaration: &OutputDeclaration, named: bool) {
+    let channel = foreign_channel(declaration, named);
+    assert!(
+        matches!(
+            capture.resolve(&channel),
+            Err(CaptureError::OutputChannel(_))
+        ),
+        "chunk for {channel:?} accepted by {declaration:?}"
+    );
+}
+
 fn foreign_channel(declaration: &OutputDeclaration, named: bool) -> OutputChannel {
     match declaration {
         OutputDeclaration::Named(_) if !named => OutputChannel::Single,
@@ -197,16 +209,7 @@ pub fn check_preview(case: &PreviewCase) -> PreviewOutcome {
                 streams[ix.get()].extend_from_slice(bytes);
                 assert_eq!(capture.stream_bytes(ix), streams[ix.get()].len() as u64);
             }
-            Delta::Foreign(named) => {
-                let channel = foreign_channel(declaration, *named);
-                assert!(
-                    matches!(
-                        capture.resolve(&channel),
-                        Err(CaptureError::OutputChannel(_))
-                    ),
-                    "chunk for {channel:?} accepted by {declaration:?}"
-                );
-            }
+            Delta::Foreign(named) => assert_foreign_refused(&capture, declaration, *named),
             Delta::Display(text) => {
                 capture.handle_display(text);
                 display.push_str(text);
@@ -696,16 +699,7 @@ pub fn check_capture(case: &CaptureCase) -> ResultRecord {
                     model.fault(&mut capture, Some(*i), format!("write {write:?} on {i}"));
                 }
             }
-            CaptureOp::Foreign(named) => {
-                let channel = foreign_channel(declaration, *named);
-                assert!(
-                    matches!(
-                        capture.resolve(&channel),
-                        Err(CaptureError::OutputChannel(_))
-                    ),
-                    "chunk for {channel:?} accepted by {declaration:?}"
-                );
-            }
+            CaptureOp::Foreign(named) => assert_foreign_refused(&capture, declaration, *named),
             CaptureOp::Fault(stream, message) => {
                 model.fault(&mut capture, *stream, message.clone());
             }
