@@ -35,7 +35,7 @@ use crate::index::{BlockIndexer, IndexEntry, IndexHeader};
 use crate::limits::{LimitsError, PreviewLimits};
 use crate::manifest::{Manifest, ManifestEntry};
 use crate::stream::{
-    OutputChannel, OutputChannelError, OutputDeclaration, StreamIndex, StreamName,
+    BoundDeclaration, OutputChannel, OutputChannelError, OutputDeclaration, StreamIndex, StreamName,
 };
 
 /// Default bound of the live display, in bytes.
@@ -120,14 +120,15 @@ pub enum CaptureError {
     /// The limits cannot be honoured.
     #[error(transparent)]
     Limits(#[from] LimitsError),
-    /// A stream index that does not belong to this capture (it came from another capture,
-    /// whose declaration has more streams).
+    /// A stream index that this capture did not issue: it came from another capture (or
+    /// capture session), whatever its number of streams. Nothing was recorded or written.
     #[error(
-        "stream index {index} is not a stream of this capture (it has {streams}); use the \
-         index that this capture's own resolve returned"
+        "stream index {index} is not a stream of this capture (it was issued by another \
+         capture; this one has {streams} stream(s)); resolve the channel on this capture and \
+         use the index it returns"
     )]
     ForeignStream {
-        /// The index given.
+        /// Position of the refused index within its own capture's declaration.
         index: usize,
         /// How many streams this capture has.
         streams: usize,
@@ -374,7 +375,7 @@ impl CaptureSummary {
 #[derive(Debug)]
 #[must_use = "a capture machine does nothing unless fed and finished"]
 pub struct Capture {
-    declaration: OutputDeclaration,
+    declaration: BoundDeclaration,
     limits: PreviewLimits,
     streams: Vec<StreamCapture>,
     failed: Vec<bool>,
@@ -401,7 +402,7 @@ impl Capture {
         Ok(Self {
             streams: (0..n).map(|_| StreamCapture::new(&limits, n)).collect(),
             failed: vec![false; n],
-            declaration,
+            declaration: BoundDeclaration::new(declaration),
             limits,
             display: LiveDisplay::new(display_bytes),
             faults: Vec::new(),
@@ -410,8 +411,9 @@ impl Capture {
         })
     }
 
-    /// The declaration.
-    pub fn declaration(&self) -> &OutputDeclaration {
+    /// The declaration, bound to this capture: its `resolve` and `indexes` issue indexes
+    /// that only this capture accepts.
+    pub fn declaration(&self) -> &BoundDeclaration {
         &self.declaration
     }
 
@@ -427,33 +429,58 @@ impl Capture {
             return Err(CaptureError::FullSuppliedTwice);
         }
         let ix = self.declaration.resolve(channel)?;
-        Ok((!self.failed[ix.0]).then_some(ix))
+        Ok((!self.failed[ix.get()]).then_some(ix))
     }
 
-    /// Checks that `stream` is a stream of this capture. The other methods taking a
-    /// [`StreamIndex`] expect one (from [`Capture::resolve`] or the declaration's `indexes`)
-    /// and panic on an index from a capture with more streams; a driver that can be handed an
-    /// index from elsewhere checks it here first.
+    /// Checks that this capture issued `stream` (through [`Capture::resolve`] or its
+    /// declaration's `resolve` and `indexes`). An index of another capture is refused even
+    /// when that capture has as many streams: it would otherwise address this capture's
+    /// stream at the same position. The other methods taking a [`StreamIndex`] panic on a
+    /// foreign index; a driver that can be handed an index from elsewhere checks it here
+    /// first.
     pub fn check_stream(&self, stream: StreamIndex) -> Result<(), CaptureError> {
-        if stream.0 < self.streams.len() {
+        if self.declaration.issued(stream) {
             Ok(())
         } else {
             Err(CaptureError::ForeignStream {
-                index: stream.0,
+                index: stream.get(),
                 streams: self.streams.len(),
             })
         }
     }
 
+    /// The position of `stream`, which this capture must have issued.
+    ///
+    /// # Panics
+    ///
+    /// On an index of another capture: writing its bytes into this capture's stream at the
+    /// same position would be wrong data (see [`Capture::check_stream`]).
+    fn own(&self, stream: StreamIndex) -> usize {
+        assert!(
+            self.declaration.issued(stream),
+            "{}",
+            CaptureError::ForeignStream {
+                index: stream.get(),
+                streams: self.streams.len(),
+            }
+        );
+        stream.get()
+    }
+
     /// Records a chunk the caller has appended to stream `stream`'s capture file.
+    ///
+    /// # Panics
+    ///
+    /// On a `stream` this capture did not issue (see [`Capture::check_stream`]).
     pub fn handle_chunk(&mut self, stream: StreamIndex, chunk: &[u8]) {
+        let position = self.own(stream);
         if chunk.is_empty() {
             return;
         }
         if !self.full_started {
             self.accepted_chunk = true;
         }
-        self.streams[stream.0].push(chunk);
+        self.streams[position].push(chunk);
     }
 
     /// Appends delta display text to the live display (never to a stream).
@@ -463,7 +490,12 @@ impl Capture {
 
     /// Records a capture failure (for example a failed write). The output becomes incomplete;
     /// a stream-specific fault also stops that stream's capture.
+    ///
+    /// # Panics
+    ///
+    /// On a `stream` this capture did not issue (see [`Capture::check_stream`]).
     pub fn handle_capture_error(&mut self, stream: Option<StreamIndex>, message: &str) {
+        let position = stream.map(|ix| self.own(ix));
         let mut message = message.to_owned();
         if message.len() > MAX_FAULT_BYTES {
             let mut cut = MAX_FAULT_BYTES;
@@ -472,21 +504,30 @@ impl Capture {
             }
             message.truncate(cut);
         }
-        if let Some(ix) = stream {
-            self.failed[ix.0] = true;
+        if let Some(position) = position {
+            self.failed[position] = true;
         }
-        let stream = stream.and_then(|ix| self.declaration.name(ix).cloned());
+        let stream = position.and_then(|p| self.declaration.name_at(p).cloned());
         self.faults.push(CaptureFault { stream, message });
     }
 
     /// The next completed index entry of `stream`, in block order.
+    ///
+    /// # Panics
+    ///
+    /// On a `stream` this capture did not issue (see [`Capture::check_stream`]).
     pub fn poll_index_entry(&mut self, stream: StreamIndex) -> Option<IndexEntry> {
-        self.streams[stream.0].indexer.poll_entry()
+        let position = self.own(stream);
+        self.streams[position].indexer.poll_entry()
     }
 
     /// Bytes accepted so far on `stream`.
+    ///
+    /// # Panics
+    ///
+    /// On a `stream` this capture did not issue (see [`Capture::check_stream`]).
     pub fn stream_bytes(&self, stream: StreamIndex) -> u64 {
-        self.streams[stream.0].indexer.total_bytes()
+        self.streams[self.own(stream)].indexer.total_bytes()
     }
 
     /// The live display.
@@ -531,7 +572,7 @@ impl Capture {
 
     /// Finalizes: consumes the machine and returns what publication and the record need.
     pub fn finish(self, display: Option<String>, status: CaptureStatus) -> CaptureSummary {
-        let declaration = self.declaration;
+        let declaration = self.declaration.into_declaration();
         let streams = self
             .streams
             .into_iter()
@@ -541,7 +582,7 @@ impl Capture {
                 let lines = s.indexer.lines();
                 let (index_entries, index_header) = s.indexer.finish(digest);
                 StreamSummary {
-                    name: declaration.name(StreamIndex(i)).cloned(),
+                    name: declaration.name_at(i).cloned(),
                     digest,
                     bytes: index_header.total_bytes,
                     lines,
@@ -654,7 +695,8 @@ mod tests {
         let feeds = c
             .begin_full(FullOutput::Named(vec![(out, b"all".to_vec())]))
             .unwrap();
-        assert_eq!(feeds, vec![(StreamIndex(0), b"all".to_vec())]);
+        let stdout = c.declaration().indexes().next().unwrap();
+        assert_eq!(feeds, vec![(stdout, b"all".to_vec())]);
     }
 
     #[test]
@@ -672,11 +714,11 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_index_of_a_larger_declaration_is_refused_by_check_stream() {
+    fn a_stream_index_of_another_capture_is_refused_whatever_its_size() {
         let two =
             Capture::new(OutputDeclaration::stdout_stderr(), PreviewLimits::default()).unwrap();
         let one = Capture::new(OutputDeclaration::Single, PreviewLimits::default()).unwrap();
-        let stderr = StreamIndex(1);
+        let stderr = two.resolve(&ch("stderr")).unwrap().unwrap();
         assert_eq!(two.check_stream(stderr), Ok(()));
         assert_eq!(
             one.check_stream(stderr),
@@ -685,7 +727,93 @@ mod tests {
                 streams: 1
             })
         );
-        assert_eq!(one.check_stream(StreamIndex(0)), Ok(()));
+        let own = one.resolve(&OutputChannel::Single).unwrap().unwrap();
+        assert_eq!(one.check_stream(own), Ok(()));
+        assert_ne!(own, two.declaration().indexes().next().unwrap());
+    }
+
+    #[test]
+    fn a_same_size_capture_refuses_the_index_and_records_nothing() {
+        // Same declaration, same positions: only the issuer tells the indexes apart.
+        let decl = OutputDeclaration::stdout_stderr();
+        let a = Capture::new(decl.clone(), PreviewLimits::default()).unwrap();
+        let mut b = Capture::new(decl, PreviewLimits::default()).unwrap();
+        for foreign in a.declaration().indexes() {
+            let err = b.check_stream(foreign).unwrap_err();
+            assert_eq!(
+                err,
+                CaptureError::ForeignStream {
+                    index: foreign.get(),
+                    streams: 2
+                }
+            );
+            assert!(
+                err.to_string().contains("issued by another capture"),
+                "{err}"
+            );
+        }
+        let b_stdout = b.resolve(&ch("stdout")).unwrap().unwrap();
+        let a_stdout = a.resolve(&ch("stdout")).unwrap().unwrap();
+        assert_eq!(a_stdout.get(), b_stdout.get());
+        assert_ne!(a_stdout, b_stdout);
+        let wrote = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            b.handle_chunk(a_stdout, b"wrong capture\n");
+        }));
+        assert!(wrote.is_err(), "a foreign index must not reach a stream");
+        let s = b.finish(None, CaptureStatus::Succeeded);
+        assert!(
+            s.streams
+                .iter()
+                .all(|st| st.bytes == 0 && st.head.is_empty())
+        );
+        assert!(s.faults.is_empty());
+    }
+
+    proptest::proptest! {
+        /// Whatever the declarations and however many captures, a capture accepts exactly the
+        /// indexes it issued, and bytes sent with its own indexes land in their own streams.
+        #[test]
+        fn a_capture_accepts_only_the_indexes_it_issued(
+            sizes in proptest::collection::vec(1usize..=crate::stream::MAX_STREAMS, 2..5),
+            writes in proptest::collection::vec((0usize..5, 0usize..8), 0..20),
+        ) {
+            let mut captures: Vec<Capture> = sizes
+                .iter()
+                .map(|&n| {
+                    let names: Vec<String> = (0..n).map(|i| format!("s{i}")).collect();
+                    Capture::new(named(&names.iter().map(String::as_str).collect::<Vec<_>>()),
+                        PreviewLimits::default()).unwrap()
+                })
+                .collect();
+            for (c, capture) in captures.iter().enumerate() {
+                for (o, other) in captures.iter().enumerate() {
+                    for ix in other.declaration().indexes() {
+                        let checked = capture.check_stream(ix);
+                        if c == o {
+                            proptest::prop_assert_eq!(checked, Ok(()));
+                        } else {
+                            proptest::prop_assert_eq!(checked, Err(CaptureError::ForeignStream {
+                                index: ix.get(),
+                                streams: sizes[c],
+                            }));
+                        }
+                    }
+                }
+            }
+            let mut expected: Vec<Vec<u64>> = sizes.iter().map(|&n| vec![0; n]).collect();
+            for (c, stream) in writes {
+                let c = c % captures.len();
+                let stream = stream % sizes[c];
+                let ix = captures[c].resolve(&ch(&format!("s{stream}"))).unwrap().unwrap();
+                captures[c].handle_chunk(ix, b"x\n");
+                expected[c][stream] += 2;
+            }
+            for (capture, expected) in captures.into_iter().zip(expected) {
+                let s = capture.finish(None, CaptureStatus::Succeeded);
+                let got: Vec<u64> = s.streams.iter().map(|st| st.bytes).collect();
+                proptest::prop_assert_eq!(got, expected);
+            }
+        }
     }
 
     #[test]
@@ -693,9 +821,11 @@ mod tests {
         let mut c =
             Capture::new(OutputDeclaration::stdout_stderr(), PreviewLimits::default()).unwrap();
         feed(&mut c, &ch("stdout"), b"kept\n").unwrap();
-        c.handle_capture_error(Some(StreamIndex(0)), "No space left on device");
+        let mut ixs = c.declaration().indexes();
+        let (stdout, stderr) = (ixs.next().unwrap(), ixs.next().unwrap());
+        c.handle_capture_error(Some(stdout), "No space left on device");
         assert_eq!(c.resolve(&ch("stdout")), Ok(None));
-        assert_eq!(c.resolve(&ch("stderr")), Ok(Some(StreamIndex(1))));
+        assert_eq!(c.resolve(&ch("stderr")), Ok(Some(stderr)));
         let s = c.finish(None, CaptureStatus::Succeeded);
         assert!(s.incomplete());
         assert_eq!(s.faults[0].stream.as_ref().unwrap().as_str(), "stdout");
@@ -760,7 +890,7 @@ mod tests {
             .collect();
         for chunk in [1usize, 7, 999, 1000, 1001, 1002, 5000, 100_000] {
             let mut c = Capture::new(OutputDeclaration::Single, limits).unwrap();
-            let ix = StreamIndex(0);
+            let ix = c.resolve(&OutputChannel::Single).unwrap().unwrap();
             for piece in data.chunks(chunk) {
                 c.handle_chunk(ix, piece);
                 let tail = &c.streams[0].tail.as_ref().unwrap().window;

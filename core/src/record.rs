@@ -433,6 +433,16 @@ mod tests {
         limits: PreviewLimits,
         chunks: &[(&str, &[u8])],
     ) -> ResultRecord {
+        let summary = summary(decl, limits, chunks, CaptureStatus::Succeeded);
+        ResultRecord::from_summary("r1".into(), &summary)
+    }
+
+    fn summary(
+        decl: OutputDeclaration,
+        limits: PreviewLimits,
+        chunks: &[(&str, &[u8])],
+        status: CaptureStatus,
+    ) -> crate::capture::CaptureSummary {
         let mut c = Capture::new(decl, limits).unwrap();
         for (name, bytes) in chunks {
             let ch = if name.is_empty() {
@@ -443,7 +453,7 @@ mod tests {
             let ix = c.resolve(&ch).unwrap().unwrap();
             c.handle_chunk(ix, bytes);
         }
-        ResultRecord::from_summary("r1".into(), &c.finish(None, CaptureStatus::Succeeded))
+        c.finish(None, status)
     }
 
     #[test]
@@ -503,9 +513,15 @@ mod tests {
 
     #[test]
     fn incomplete_output_says_so() {
-        let mut c = Capture::new(OutputDeclaration::Single, PreviewLimits::default()).unwrap();
-        c.handle_chunk(crate::stream::StreamIndex(0), b"partial");
-        let r = ResultRecord::from_summary("r".into(), &c.finish(None, CaptureStatus::Cancelled));
+        let limits = PreviewLimits::default();
+        let cancelled = CaptureStatus::Cancelled;
+        let s = summary(
+            OutputDeclaration::Single,
+            limits,
+            &[("", b"partial")],
+            cancelled,
+        );
+        let r = ResultRecord::from_summary("r".into(), &s);
         assert!(r.incomplete);
         assert_eq!(
             r.render(),
@@ -563,9 +579,9 @@ mod tests {
     #[test]
     fn the_model_is_told_how_the_program_ended() {
         let with_run = |outcome: RunOutcome, exit: Option<Exit>, status: CaptureStatus| {
-            let mut c = Capture::new(OutputDeclaration::Single, PreviewLimits::default()).unwrap();
-            c.handle_chunk(crate::stream::StreamIndex(0), b"out\n");
-            let mut r = ResultRecord::from_summary("r".into(), &c.finish(None, status));
+            let limits = PreviewLimits::default();
+            let s = summary(OutputDeclaration::Single, limits, &[("", b"out\n")], status);
+            let mut r = ResultRecord::from_summary("r".into(), &s);
             r.run = Some(RunInfo {
                 command: vec!["prog".into()],
                 outcome,

@@ -5,6 +5,7 @@
 //! addressed and vice versa.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The longest stream name, in bytes.
 pub const MAX_STREAM_NAME_LEN: usize = 64;
@@ -173,10 +174,11 @@ impl OutputDeclaration {
         }
     }
 
-    /// Index of the channel a chunk addresses, or why it may not be addressed.
-    pub fn resolve(&self, channel: &OutputChannel) -> Result<StreamIndex, OutputChannelError> {
+    /// Position of the channel a chunk addresses, or why it may not be addressed. Only a
+    /// capture turns a position into a [`StreamIndex`] (see [`BoundDeclaration`]).
+    pub(crate) fn position(&self, channel: &OutputChannel) -> Result<usize, OutputChannelError> {
         match (self, channel) {
-            (Self::Single, OutputChannel::Single) => Ok(StreamIndex(0)),
+            (Self::Single, OutputChannel::Single) => Ok(0),
             (Self::Single, OutputChannel::Named(name)) => {
                 Err(OutputChannelError::NamedOnSingle(name.clone()))
             }
@@ -184,7 +186,6 @@ impl OutputDeclaration {
             (Self::Named(names), OutputChannel::Named(name)) => names
                 .iter()
                 .position(|n| n == name)
-                .map(StreamIndex)
                 .ok_or_else(|| OutputChannelError::Undeclared {
                     name: name.clone(),
                     declared: names.clone(),
@@ -192,30 +193,110 @@ impl OutputDeclaration {
         }
     }
 
-    /// Every stream of the declaration, in order.
-    pub fn indexes(&self) -> impl Iterator<Item = StreamIndex> + use<> {
-        (0..self.channel_count()).map(StreamIndex)
+    /// Name of a channel (`None` for single output), by the index's position.
+    pub fn name(&self, index: StreamIndex) -> Option<&StreamName> {
+        self.name_at(index.position)
     }
 
-    /// Name of a channel (`None` for single output).
-    pub fn name(&self, index: StreamIndex) -> Option<&StreamName> {
+    pub(crate) fn name_at(&self, position: usize) -> Option<&StreamName> {
         match self {
             Self::Single => None,
-            Self::Named(names) => names.get(index.0),
+            Self::Named(names) => names.get(position),
         }
     }
 }
 
-/// Position of a channel within its declaration. Only a declaration makes one
-/// ([`OutputDeclaration::resolve`], [`OutputDeclaration::indexes`]), so an index always names a
-/// declared stream.
+/// Which capture issued a [`StreamIndex`]. Every capture takes a fresh one from a
+/// process-wide counter (no clock, no randomness), so two captures never share one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct StreamIndex(pub(crate) usize);
+pub(crate) struct Issuer(u64);
+
+impl Issuer {
+    /// A fresh issuer. 2^64 captures would be needed before one repeats.
+    pub(crate) fn fresh() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        Self(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// An output declaration as one capture holds it
+/// ([`Capture::declaration`](crate::capture::Capture::declaration)): it reads like the
+/// [`OutputDeclaration`] (it dereferences to it), and the [`StreamIndex`]es it issues are
+/// accepted by that capture only. An index handed to another capture, even one with as many
+/// streams, is refused there
+/// ([`CaptureError::ForeignStream`](crate::capture::CaptureError::ForeignStream)) instead of
+/// addressing that capture's stream at the same position.
+#[derive(Debug)]
+pub struct BoundDeclaration {
+    declaration: OutputDeclaration,
+    issuer: Issuer,
+}
+
+impl BoundDeclaration {
+    /// Binds `declaration` to a fresh issuer.
+    pub(crate) fn new(declaration: OutputDeclaration) -> Self {
+        Self {
+            declaration,
+            issuer: Issuer::fresh(),
+        }
+    }
+
+    /// Index of the channel a chunk addresses, or why it may not be addressed.
+    pub fn resolve(&self, channel: &OutputChannel) -> Result<StreamIndex, OutputChannelError> {
+        self.declaration.position(channel).map(|p| self.index(p))
+    }
+
+    /// Every stream of the declaration, in order.
+    pub fn indexes(&self) -> impl Iterator<Item = StreamIndex> + use<> {
+        let issuer = self.issuer;
+        (0..self.declaration.channel_count()).map(move |position| StreamIndex { issuer, position })
+    }
+
+    /// Whether this declaration issued `index`.
+    pub fn issued(&self, index: StreamIndex) -> bool {
+        index.issuer == self.issuer
+    }
+
+    /// The plain declaration.
+    pub fn declaration(&self) -> &OutputDeclaration {
+        &self.declaration
+    }
+
+    pub(crate) fn into_declaration(self) -> OutputDeclaration {
+        self.declaration
+    }
+
+    /// The index of `position`; the caller knows the position is declared.
+    pub(crate) fn index(&self, position: usize) -> StreamIndex {
+        debug_assert!(position < self.declaration.channel_count());
+        StreamIndex {
+            issuer: self.issuer,
+            position,
+        }
+    }
+}
+
+impl std::ops::Deref for BoundDeclaration {
+    type Target = OutputDeclaration;
+    fn deref(&self) -> &OutputDeclaration {
+        &self.declaration
+    }
+}
+
+/// Position of a channel within the declaration of the capture that issued it. Only a capture
+/// makes one ([`Capture::resolve`](crate::capture::Capture::resolve) and its
+/// [`BoundDeclaration`]'s `resolve` and `indexes`), and the index remembers which capture that
+/// was: it always names a declared stream of that capture and is refused by every other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamIndex {
+    issuer: Issuer,
+    position: usize,
+}
 
 impl StreamIndex {
     /// The position, for indexing a driver's per-stream state (0 for single output).
     pub fn get(self) -> usize {
-        self.0
+        self.position
     }
 }
 
@@ -337,25 +418,25 @@ mod tests {
     fn channels_resolve_only_to_declared_streams() {
         let decl = OutputDeclaration::stdout_stderr();
         let stderr = OutputChannel::Named(StreamName::new("stderr").unwrap());
-        assert_eq!(decl.resolve(&stderr), Ok(StreamIndex(1)));
+        assert_eq!(decl.position(&stderr), Ok(1));
         let err = decl
-            .resolve(&OutputChannel::Named(StreamName::new("results").unwrap()))
+            .position(&OutputChannel::Named(StreamName::new("results").unwrap()))
             .unwrap_err();
         assert_eq!(
             err.to_string(),
             "stream \"results\" was not declared (declared: stdout, stderr)"
         );
         assert_eq!(
-            decl.resolve(&OutputChannel::Single),
+            decl.position(&OutputChannel::Single),
             Err(OutputChannelError::UnnamedOnNamed)
         );
         assert!(matches!(
-            OutputDeclaration::Single.resolve(&stderr),
+            OutputDeclaration::Single.position(&stderr),
             Err(OutputChannelError::NamedOnSingle(_))
         ));
         assert_eq!(
-            OutputDeclaration::Single.resolve(&OutputChannel::Single),
-            Ok(StreamIndex(0))
+            OutputDeclaration::Single.position(&OutputChannel::Single),
+            Ok(0)
         );
     }
 }

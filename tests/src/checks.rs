@@ -621,17 +621,19 @@ struct CaptureModel {
     display: String,
 }
 
-impl CaptureModel {
-    fn index(&self, i: usize) -> StreamIndex {
-        self.declaration
-            .resolve(&channel_of(&self.declaration, i))
-            .expect("a declared stream resolves")
-    }
+/// The index `capture` issued for its stream `i` (an index is only good for its own capture).
+fn index_in(capture: &Capture, i: usize) -> StreamIndex {
+    let declaration = capture.declaration();
+    declaration
+        .resolve(&channel_of(declaration, i))
+        .expect("a declared stream resolves")
+}
 
+impl CaptureModel {
     fn fault(&mut self, capture: &mut Capture, stream: Option<usize>, message: String) {
         let ix = stream.map(|i| {
             self.failed[i] = true;
-            self.index(i)
+            index_in(capture, i)
         });
         capture.handle_capture_error(ix, &message);
         self.faults.push((stream, message));
@@ -639,7 +641,7 @@ impl CaptureModel {
 
     /// Tells the machine about a chunk written to stream `i` and drains its index entries.
     fn accept(&mut self, capture: &mut Capture, i: usize, bytes: &[u8]) {
-        let ix = self.index(i);
+        let ix = index_in(capture, i);
         capture.handle_chunk(ix, bytes);
         self.polled[i].extend(std::iter::from_fn(|| capture.poll_index_entry(ix)));
         self.streams[i].extend_from_slice(bytes);
@@ -686,7 +688,7 @@ pub fn check_capture(case: &CaptureCase) -> ResultRecord {
                     assert_eq!(resolved, None, "stream {i} accepted after its fault");
                     continue;
                 }
-                assert_eq!(resolved, Some(model.index(*i)));
+                assert_eq!(resolved, Some(index_in(&capture, *i)));
                 // The store writes nothing for an empty chunk, so it cannot fail.
                 if bytes.is_empty() {
                     continue;
@@ -728,7 +730,10 @@ pub fn check_capture(case: &CaptureCase) -> ResultRecord {
         .faults
         .iter()
         .map(|(stream, message)| CaptureFault {
-            stream: stream.and_then(|i| declaration.name(model.index(i)).cloned()),
+            stream: stream.and_then(|i| match declaration {
+                OutputDeclaration::Single => None,
+                OutputDeclaration::Named(names) => Some(names[i].clone()),
+            }),
             message: message.clone(),
         })
         .collect();
@@ -759,10 +764,12 @@ pub fn check_capture(case: &CaptureCase) -> ResultRecord {
     // The same outcome reached by streaming each stream's bytes in one chunk.
     let mut again = Capture::new(declaration.clone(), case.limits).expect("limits are valid");
     for (i, bytes) in model.streams.iter().enumerate() {
-        again.handle_chunk(model.index(i), bytes);
+        let ix = index_in(&again, i);
+        again.handle_chunk(ix, bytes);
     }
     for (stream, message) in &model.faults {
-        again.handle_capture_error(stream.map(|i| model.index(i)), message);
+        let ix = stream.map(|i| index_in(&again, i));
+        again.handle_capture_error(ix, message);
     }
     let again = ResultRecord::from_summary(
         "check".into(),
@@ -833,7 +840,7 @@ fn complete_full(
             );
             for (ix, bytes) in feeds {
                 let i = (0..model.streams.len())
-                    .find(|&i| model.index(i) == ix)
+                    .find(|&i| index_in(capture, i) == ix)
                     .expect("a declared stream");
                 let fails = match &declaration {
                     OutputDeclaration::Single => outputs.first().is_some_and(|o| o.2),

@@ -833,6 +833,25 @@ mod tests {
         // Nothing was written or recorded: the capture finishes complete.
         let record = single.finish(done()).unwrap();
         assert!(!record.incomplete, "{record:?}");
+        // A session with as many streams refuses it too, instead of writing it to its own
+        // stderr.
+        let mut twin = store
+            .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
+            .unwrap();
+        let err = twin.write(stderr, b"lost\n").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CaptureWriteError::Rejected(CaptureError::ForeignStream {
+                    index: 1,
+                    streams: 2
+                })
+            ),
+            "{err:?}"
+        );
+        let record = twin.finish(done()).unwrap();
+        assert!(!record.incomplete, "{record:?}");
+        assert!(read_stream(&store, &record, "stderr").is_empty());
         drop(other);
     }
 
