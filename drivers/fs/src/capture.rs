@@ -11,17 +11,18 @@
 //!
 //! Every chunk is appended to its capture file **before** the core machine accepts it, so the
 //! machine's digest, counts and index describe exactly the bytes on disk (a failed write is
-//! cut back to the accepted length). Large chunks go through a writer thread per stream, one
-//! piece at a time: piece N is written while piece N-1, already on disk, is hashed, so the two
-//! costs overlap instead of adding up, and the core machine never sees a byte that is not on
-//! disk. Memory stays bounded: per stream at most two pieces (the one being written and the
-//! one being hashed) are kept; index entries go to the index file as soon as a block completes.
+//! cut back to the bytes written before it). The caller's thread writes; the machine's work on
+//! a large chunk (SHA-256, line index, preview) runs on a hasher thread per stream, up to
+//! [`PIPELINE_DEPTH`] pieces behind the writes. Reading the pipe and writing the file on one
+//! core and hashing on another overlap instead of adding up: hashing every byte is the largest
+//! cost of retaining output. Memory stays bounded: per stream at most `PIPELINE_DEPTH` pieces
+//! wait for the hasher; index entries go to the index file as soon as a block completes.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::thread;
 
 use agentrun_core::capture::CaptureSummary;
@@ -40,62 +41,138 @@ use crate::layout::{self, RECORD_SUFFIX};
 use crate::lock::GcLock;
 use crate::store::{Store, StoreError};
 
-/// Chunks at least this large go through the stream's writer thread (see `CaptureSession::write`);
-/// below it a thread hand-off costs more than the overlap saves, and the chunk is written inline.
+/// Chunks at least this large are hashed on the stream's hasher thread (see
+/// `CaptureSession::write`); below it a thread hand-off costs more than the overlap saves, and
+/// the chunk is accepted inline.
 const PIPELINE_CHUNK: usize = 64 * 1024;
 
-/// Largest piece handed to a writer thread at once: bounds the copy kept per stream.
+/// Largest piece handed to a hasher thread at once: bounds each copy kept per stream.
 const PIPELINE_PIECE: usize = 1 << 20;
 
-/// A stream's writer thread: appends each piece it is handed to the capture file, in order,
-/// and hands it back with the result. One piece is in flight at a time.
+/// Pieces a stream may have written but not yet hashed. Deep enough that the writes go on
+/// while the hasher works through a burst; the caller waits (backpressure) beyond it.
+const PIPELINE_DEPTH: usize = 4;
+
+/// A capture fault found while accepting bytes, possibly on a hasher thread: the kind and
+/// message of the error, kept to report it again for every later chunk of the stream.
+type StreamFault = (io::ErrorKind, String);
+
+/// What the hasher threads share with the caller's thread: the core machine and each stream's
+/// index file. Locked once per piece, never while a file is written.
 #[derive(Debug)]
-struct Writer {
+struct Accepting {
+    capture: Capture,
+    indexes: Vec<IndexFile>,
+}
+
+/// A stream's index temp file.
+#[derive(Debug)]
+struct IndexFile {
+    path: PathBuf,
+    file: File,
+    /// Index entries appended so far (the next entry's block number).
+    entries_written: u64,
+    /// Set once writing the index failed: the index is rebuilt from the capture file at
+    /// finish instead.
+    broken: bool,
+}
+
+impl Accepting {
+    /// `bytes` are on disk after the accepted ones: the machine takes them, and the index
+    /// entries of every block they completed go to the index file. A failed index write is
+    /// recorded in the machine and returned; the chunk itself stays accepted (it is on disk)
+    /// and finish rebuilds the index from the capture file.
+    fn accept(&mut self, stream: StreamIndex, bytes: &[u8]) -> Option<StreamFault> {
+        self.capture.handle_chunk(stream, bytes);
+        let index = &mut self.indexes[stream.get()];
+        let mut fault = None;
+        while let Some(entry) = self.capture.poll_index_entry(stream) {
+            if index.broken {
+                continue; // rebuilt at finish; keep draining so memory stays bounded
+            }
+            match index.file.write_all(&entry.encode(index.entries_written)) {
+                Ok(()) => index.entries_written += 1,
+                Err(e) => {
+                    index.broken = true;
+                    fault = Some((e.kind(), format!("writing the line index failed: {e}")));
+                }
+            }
+        }
+        if let Some((_, message)) = &fault {
+            self.capture.handle_capture_error(Some(stream), message);
+        }
+        fault
+    }
+}
+
+/// Locks the shared part of a session. A hasher thread that panicked leaves the lock poisoned;
+/// the machine is then checked against the capture files at finish (see `seal_stream`).
+fn lock(accepting: &Mutex<Accepting>) -> MutexGuard<'_, Accepting> {
+    accepting.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A stream's hasher thread: takes pieces already written to the capture file, in order, has
+/// the core machine accept them, and hands each back for reuse with the fault accepting it
+/// found.
+#[derive(Debug)]
+struct Hasher {
     pieces: Option<mpsc::SyncSender<Vec<u8>>>,
-    written: mpsc::Receiver<(Vec<u8>, io::Result<()>)>,
+    returned: mpsc::Receiver<(Vec<u8>, Option<StreamFault>)>,
+    /// Pieces handed over and not yet handed back (at most `PIPELINE_DEPTH`).
+    outstanding: usize,
     thread: Option<thread::JoinHandle<()>>,
 }
 
-impl Writer {
-    fn spawn(mut file: File) -> io::Result<Self> {
-        let (pieces, to_write) = mpsc::sync_channel::<Vec<u8>>(1);
-        let (done, written) = mpsc::sync_channel(1);
+/// What a stream reports when its hasher thread is gone: the pieces it held were written but
+/// never accepted, so finish cuts them off.
+fn hasher_gone() -> io::Error {
+    io::Error::other("the capture's hasher thread stopped")
+}
+
+impl Hasher {
+    fn spawn(accepting: Arc<Mutex<Accepting>>, stream: StreamIndex) -> io::Result<Self> {
+        let (pieces, to_hash) = mpsc::sync_channel::<Vec<u8>>(PIPELINE_DEPTH);
+        let (done, returned) = mpsc::sync_channel(PIPELINE_DEPTH);
         let thread = thread::Builder::new()
-            .name("agentrun-capture-writer".to_owned())
+            .name("agentrun-capture-hash".to_owned())
             .spawn(move || {
-                for piece in to_write {
-                    let result = file.write_all(&piece);
-                    if done.send((piece, result)).is_err() {
+                for piece in to_hash {
+                    let fault = lock(&accepting).accept(stream, &piece);
+                    if done.send((piece, fault)).is_err() {
                         break;
                     }
                 }
             })?;
         Ok(Self {
             pieces: Some(pieces),
-            written,
+            returned,
+            outstanding: 0,
             thread: Some(thread),
         })
     }
 
-    fn send(&self, piece: Vec<u8>) -> io::Result<()> {
-        self.pieces
-            .as_ref()
-            .and_then(|p| p.send(piece).ok())
-            .ok_or_else(|| io::Error::other("the capture writer thread is gone"))
+    /// Hands a written piece over; `Err` if the thread is gone.
+    fn send(&mut self, piece: Vec<u8>) -> io::Result<()> {
+        let sent = self.pieces.as_ref().and_then(|p| p.send(piece).ok());
+        sent.ok_or_else(hasher_gone)?;
+        self.outstanding += 1;
+        Ok(())
     }
 
-    /// Waits for the piece in flight: its bytes, and whether they are on disk.
-    fn wait(&self) -> (Vec<u8>, io::Result<()>) {
-        self.written.recv().unwrap_or_else(|_| {
-            (
-                Vec::new(),
-                Err(io::Error::other("the capture writer thread is gone")),
-            )
-        })
+    /// Waits for the oldest piece handed over: its buffer and the fault accepting it found.
+    /// `Err` if the thread is gone.
+    fn wait(&mut self) -> io::Result<(Vec<u8>, Option<StreamFault>)> {
+        let returned = self.returned.recv().map_err(|_| hasher_gone());
+        self.outstanding = if returned.is_ok() {
+            self.outstanding - 1
+        } else {
+            0
+        };
+        returned
     }
 }
 
-impl Drop for Writer {
+impl Drop for Hasher {
     fn drop(&mut self) {
         drop(self.pieces.take());
         if let Some(thread) = self.thread.take() {
@@ -107,12 +184,12 @@ impl Drop for Writer {
 /// Dirty capture bytes after which write-back to disk is started (see `start_writeback`).
 const WRITEBACK_STEP: u64 = 16 << 20;
 
-/// Starts the kernel's write-back of the capture file up to `written` in steps, so the `fsync`
-/// before publication finds little left to write instead of the whole output. `DONTNEED`
-/// starts asynchronous write-back of dirty pages (and drops pages already clean); it never
-/// blocks on the disk. Best effort: a failure only makes the final `fsync` longer.
-fn start_writeback(files: &mut StreamFiles, written: u64) {
-    let pending = written - files.writeback_started;
+/// Starts the kernel's write-back of the capture file up to what is written, in steps, so the
+/// `fsync` before publication finds little left to write instead of the whole output.
+/// `DONTNEED` starts asynchronous write-back of dirty pages (and drops pages already clean);
+/// it never blocks on the disk. Best effort: a failure only makes the final `fsync` longer.
+fn start_writeback(files: &mut StreamFiles) {
+    let pending = files.written - files.writeback_started;
     if pending < WRITEBACK_STEP {
         return;
     }
@@ -122,7 +199,7 @@ fn start_writeback(files: &mut StreamFiles, written: u64) {
         std::num::NonZeroU64::new(pending),
         rustix::fs::Advice::DontNeed,
     );
-    files.writeback_started = written;
+    files.writeback_started = files.written;
 }
 
 /// How many fresh run ids to try when a capture directory name is already taken.
@@ -176,15 +253,19 @@ impl Store {
                 return Err(e.into());
             }
         };
-        let streams = capture
-            .declaration()
-            .indexes()
-            .map(|ix| StreamFiles::create(&dir.path, ix.get(), label(capture.declaration(), ix)))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut streams = Vec::new();
+        let mut indexes = Vec::new();
+        for ix in capture.declaration().indexes() {
+            let label = label(capture.declaration(), ix);
+            let (data, index) = StreamFiles::create(&dir.path, ix.get(), label)?;
+            streams.push(data);
+            indexes.push(index);
+        }
         Ok(CaptureSession {
             store: self.clone(),
             run_id,
-            capture,
+            accepting: Arc::new(Mutex::new(Accepting { capture, indexes })),
+            checked: Vec::new(),
             streams,
             run: None,
             keeps: Vec::new(),
@@ -231,33 +312,26 @@ impl Drop for CaptureDir {
     }
 }
 
-/// One stream's capture file and index temp file.
+/// One stream's capture file, as the caller's thread writes it.
 #[derive(Debug)]
 struct StreamFiles {
     label: String,
     data_path: PathBuf,
     data: File,
-    index_path: PathBuf,
-    index: File,
-    /// Index entries appended so far (the next entry's block number).
-    entries_written: u64,
+    /// Bytes written to the capture file (accepted, or waiting in the hasher).
+    written: u64,
     /// Capture-file bytes already handed to the kernel's write-back (see `start_writeback`).
     writeback_started: u64,
-    /// Set once writing the index failed: the index is rebuilt from the capture file at
-    /// finish instead.
-    index_broken: bool,
-    /// The writer thread, started with the first large chunk.
-    writer: Option<Writer>,
-    /// Whether a piece is in flight in the writer (written, not yet hashed).
-    in_flight: bool,
-    /// A piece buffer to reuse.
-    spare: Vec<u8>,
-    /// The first write error, once the stream failed.
-    failed: Option<(io::ErrorKind, String)>,
+    /// The hasher thread, started with the first large chunk.
+    hasher: Option<Hasher>,
+    /// Piece buffers handed back by the hasher, to reuse.
+    spare: Vec<Vec<u8>>,
+    /// The first fault, once the stream failed.
+    failed: Option<StreamFault>,
 }
 
 impl StreamFiles {
-    fn create(dir: &Path, i: usize, label: String) -> Result<Self, IoError> {
+    fn create(dir: &Path, i: usize, label: String) -> Result<(Self, IndexFile), IoError> {
         let data_path = dir.join(format!("s{i}"));
         let index_path = dir.join(format!("s{i}.idx"));
         let data = layout::new_private_file()
@@ -270,20 +344,23 @@ impl StreamFiles {
         index
             .write_all(&[0u8; HEADER_LEN])
             .at("write", &index_path)?;
-        Ok(Self {
+        let files = Self {
             label,
             data_path,
             data,
-            index_path,
-            index,
-            entries_written: 0,
+            written: 0,
             writeback_started: 0,
-            index_broken: false,
-            writer: None,
-            in_flight: false,
+            hasher: None,
             spare: Vec::new(),
             failed: None,
-        })
+        };
+        let index = IndexFile {
+            path: index_path,
+            file: index,
+            entries_written: 0,
+            broken: false,
+        };
+        Ok((files, index))
     }
 
     /// The error for a chunk sent after the stream failed.
@@ -298,6 +375,11 @@ impl StreamFiles {
                 ),
             })
     }
+
+    /// Pieces written and not yet accepted.
+    fn outstanding(&self) -> usize {
+        self.hasher.as_ref().map_or(0, |h| h.outstanding)
+    }
 }
 
 /// One tool invocation's live capture. Create with [`Store::begin_capture`], feed with
@@ -311,12 +393,16 @@ impl StreamFiles {
 pub struct CaptureSession {
     store: Store,
     run_id: String,
-    capture: Capture,
+    accepting: Arc<Mutex<Accepting>>,
+    /// Stream indexes already checked against the machine, so a write checks without taking
+    /// the lock a hasher may hold. Only indexes of this session are added (one per stream).
+    checked: Vec<StreamIndex>,
     streams: Vec<StreamFiles>,
     run: Option<RunInfo>,
     /// Artifacts the record keeps besides the output ([`ResultRecord::keeps`]).
     keeps: Vec<Digest>,
-    // Last, so the directory is removed after the files in it are closed.
+    // Last, so the directory is removed after the files in it are closed (and the hasher
+    // threads, which the streams join, have stopped).
     dir: CaptureDir,
 }
 
@@ -363,35 +449,45 @@ impl CaptureSession {
         &self.dir.path
     }
 
+    /// The shared part: the core machine and the index files.
+    fn accepting(&self) -> MutexGuard<'_, Accepting> {
+        lock(&self.accepting)
+    }
+
     /// The stream a chunk for `channel` goes to. A channel that does not fit the declaration is
     /// [`CaptureWriteError::Rejected`]; a stream that already failed gives its
     /// [`CaptureWriteError::Io`] again.
     pub fn resolve(&self, channel: &OutputChannel) -> Result<StreamIndex, CaptureWriteError> {
-        let ix = self
-            .capture
-            .declaration()
-            .resolve(channel)
-            .map_err(CaptureError::from)?;
+        let resolved = self.accepting().capture.declaration().resolve(channel);
+        let ix = resolved.map_err(CaptureError::from)?;
         match self.streams[ix.get()].failed_error() {
             Some(e) => Err(e),
             None => Ok(ix),
         }
     }
 
+    /// Refuses an index that is not one of this session's streams.
+    fn check_stream(&mut self, stream: StreamIndex) -> Result<(), CaptureError> {
+        if !self.checked.contains(&stream) {
+            self.accepting().capture.check_stream(stream)?;
+            self.checked.push(stream);
+        }
+        Ok(())
+    }
+
     /// Appends `bytes` to stream `stream`: capture file first, then the core machine, then the
     /// index entries of every block the chunk completed. Blocks until the bytes are written
-    /// (backpressure, never dropping), except that the last piece of a large chunk may still
-    /// be in the writer thread when this returns: a write error is reported by this call or,
-    /// for that piece, by the next call on the stream; either way the fault is recorded (the
-    /// record says incomplete) and [`finish`](Self::finish) publishes only bytes on disk.
+    /// (backpressure, never dropping). A large chunk is accepted by the stream's hasher thread
+    /// and may still be in it when this returns; a fault found there (the line index could
+    /// not be written) is reported by a later call on the stream. Either way a fault is
+    /// recorded (the record says incomplete) and [`finish`](Self::finish) publishes only bytes
+    /// on disk that the machine accepted.
     ///
-    /// # Panics
-    ///
-    /// A `stream` that is not one of this session's (an index from another session with more
-    /// streams) is [`CaptureWriteError::Rejected`] with [`CaptureError::ForeignStream`], and
-    /// nothing is written.
+    /// A `stream` that is not one of this session's (an index from another session) is
+    /// [`CaptureWriteError::Rejected`] with [`CaptureError::ForeignStream`], and nothing is
+    /// written.
     pub fn write(&mut self, stream: StreamIndex, bytes: &[u8]) -> Result<(), CaptureWriteError> {
-        self.capture.check_stream(stream)?;
+        self.check_stream(stream)?;
         if let Some(e) = self.streams[stream.get()].failed_error() {
             return Err(e);
         }
@@ -399,123 +495,133 @@ impl CaptureSession {
             return Ok(());
         }
         if bytes.len() < PIPELINE_CHUNK {
+            // After the pieces before it, so the machine takes the bytes in order.
             self.settle(stream)?;
-            let accepted = self.capture.stream_bytes(stream);
-            if let Err(e) = self.streams[stream.get()].data.write_all(bytes) {
-                return Err(self.cut_back(stream, accepted, "writing the capture file", e));
-            }
-            return self.accept(stream, bytes);
+            self.write_file(stream, bytes)?;
+            let fault = self.accepting().accept(stream, bytes);
+            return self.returned_fault(stream, fault);
         }
         for piece in bytes.chunks(PIPELINE_PIECE) {
-            // The previous piece must be on disk before the next one starts, and is hashed
-            // while the next one is written.
-            let previous = self.take_written(stream)?;
-            let files = &mut self.streams[stream.get()];
-            let mut buf = std::mem::take(&mut files.spare);
-            buf.clear();
-            buf.extend_from_slice(piece);
-            let sent = match &files.writer {
-                Some(writer) => writer.send(buf),
-                None => files
-                    .data
-                    .try_clone()
-                    .and_then(Writer::spawn)
-                    .and_then(|writer| writer.send(buf).map(|()| writer))
-                    .map(|writer| files.writer = Some(writer)),
-            };
-            if let Err(e) = sent {
-                return Err(self.fail(stream, "starting the capture writer", e));
-            }
-            self.streams[stream.get()].in_flight = true;
-            if let Some(previous) = previous {
-                let accepted = self.accept(stream, &previous);
-                self.streams[stream.get()].spare = previous;
-                accepted?;
-            }
+            let buf = self.free_piece(stream)?;
+            self.write_file(stream, piece)?;
+            self.hand_over(stream, piece, buf)?;
         }
         Ok(())
     }
 
-    /// Waits for the piece in flight on `stream`, if any: `Some(bytes)` once they are on disk
-    /// (not yet hashed); a write error cuts the file back and fails the stream.
-    fn take_written(&mut self, stream: StreamIndex) -> Result<Option<Vec<u8>>, CaptureWriteError> {
+    /// Appends `bytes` to the capture file. A failed write may have appended part of them, so
+    /// the file is cut back to the bytes written before (finish checks this again), and the
+    /// stream fails.
+    fn write_file(&mut self, stream: StreamIndex, bytes: &[u8]) -> Result<(), CaptureWriteError> {
         let files = &mut self.streams[stream.get()];
-        let Some(writer) = files.writer.as_ref().filter(|_| files.in_flight) else {
-            return Ok(None);
-        };
-        let (piece, result) = writer.wait();
-        files.in_flight = false;
-        if files.failed.is_some() {
-            // The stream failed meanwhile: the piece is not accepted (finish cuts the file
-            // back to the accepted bytes).
-            return Ok(None);
+        if let Err(e) = files.data.write_all(bytes) {
+            let _ = files.data.set_len(files.written);
+            return Err(self.fail(stream, "writing the capture file", e));
         }
-        match result {
-            Ok(()) => Ok(Some(piece)),
-            Err(e) => {
-                let accepted = self.capture.stream_bytes(stream);
-                Err(self.cut_back(stream, accepted, "writing the capture file", e))
-            }
-        }
-    }
-
-    /// Hashes the piece in flight on `stream` once it is on disk, so the machine describes
-    /// every byte written.
-    fn settle(&mut self, stream: StreamIndex) -> Result<(), CaptureWriteError> {
-        if let Some(previous) = self.take_written(stream)? {
-            let accepted = self.accept(stream, &previous);
-            self.streams[stream.get()].spare = previous;
-            accepted?;
-        }
+        files.written += bytes.len() as u64;
+        start_writeback(files);
         Ok(())
     }
 
-    /// A write failed: a partial write may have appended part of the chunk, so the file is cut
-    /// back to exactly the accepted bytes (finish checks this again), and the stream fails.
-    fn cut_back(
+    /// A buffer for the next piece: a spare one, once fewer than `PIPELINE_DEPTH` pieces wait
+    /// for the hasher (waiting for it otherwise).
+    fn free_piece(&mut self, stream: StreamIndex) -> Result<Vec<u8>, CaptureWriteError> {
+        if self.streams[stream.get()].outstanding() >= PIPELINE_DEPTH {
+            self.take_returned(stream)?;
+        }
+        Ok(self.streams[stream.get()].spare.pop().unwrap_or_default())
+    }
+
+    /// Hands `piece`, already on disk, to the stream's hasher (copied into `buf`), starting the
+    /// thread if needed. Without a thread to be had the piece is accepted here instead.
+    fn hand_over(
         &mut self,
         stream: StreamIndex,
-        accepted: u64,
-        what: &str,
-        e: io::Error,
-    ) -> CaptureWriteError {
-        let _ = self.streams[stream.get()].data.set_len(accepted);
-        self.fail(stream, what, e)
-    }
-
-    /// `bytes` are on disk after the accepted ones: the machine takes them, and the index
-    /// entries of every block they completed go to the index file.
-    fn accept(&mut self, stream: StreamIndex, bytes: &[u8]) -> Result<(), CaptureWriteError> {
-        self.capture.handle_chunk(stream, bytes);
-        let written = self.capture.stream_bytes(stream);
-        start_writeback(&mut self.streams[stream.get()], written);
-        while let Some(entry) = self.capture.poll_index_entry(stream) {
-            let files = &mut self.streams[stream.get()];
-            if files.index_broken {
-                continue; // rebuilt at finish; keep draining so memory stays bounded
-            }
-            match files.index.write_all(&entry.encode(files.entries_written)) {
-                Ok(()) => files.entries_written += 1,
-                Err(e) => {
-                    // The chunk itself is on disk and accepted; only the index is lost, and
-                    // finish rebuilds it from the capture file. The stream still stops, as
-                    // for any capture fault, so the failure is not silent.
-                    files.index_broken = true;
-                    let err = self.fail(stream, "writing the line index", e);
-                    while self.capture.poll_index_entry(stream).is_some() {}
-                    return Err(err);
+        piece: &[u8],
+        mut buf: Vec<u8>,
+    ) -> Result<(), CaptureWriteError> {
+        let files = &mut self.streams[stream.get()];
+        if files.hasher.is_none() {
+            match Hasher::spawn(Arc::clone(&self.accepting), stream) {
+                Ok(hasher) => files.hasher = Some(hasher),
+                Err(_) => {
+                    // No pieces are outstanding without a hasher: the order holds.
+                    let fault = self.accepting().accept(stream, piece);
+                    return self.returned_fault(stream, fault);
                 }
             }
         }
+        buf.clear();
+        buf.extend_from_slice(piece);
+        let sent = files
+            .hasher
+            .as_mut()
+            .map_or_else(|| Err(hasher_gone()), |h| h.send(buf));
+        if let Err(e) = sent {
+            files.hasher = None;
+            return Err(self.fail(stream, "hashing the capture file", e));
+        }
         Ok(())
+    }
+
+    /// Waits for the oldest piece in the stream's hasher and keeps its buffer for reuse.
+    fn take_returned(&mut self, stream: StreamIndex) -> Result<(), CaptureWriteError> {
+        let files = &mut self.streams[stream.get()];
+        let Some(hasher) = files.hasher.as_mut() else {
+            return Ok(());
+        };
+        match hasher.wait() {
+            Ok((piece, fault)) => {
+                if files.spare.len() < PIPELINE_DEPTH {
+                    files.spare.push(piece);
+                }
+                self.returned_fault(stream, fault)
+            }
+            Err(e) => {
+                // Dropping the hasher joins its (stopped) thread.
+                files.hasher = None;
+                Err(self.fail(stream, "hashing the capture file", e))
+            }
+        }
+    }
+
+    /// Waits until every piece written to `stream` is accepted, so the machine describes every
+    /// byte written. Reports the stream's first new fault.
+    fn settle(&mut self, stream: StreamIndex) -> Result<(), CaptureWriteError> {
+        let mut settled = Ok(());
+        while self.streams[stream.get()].outstanding() > 0 {
+            if let Err(e) = self.take_returned(stream) {
+                settled = settled.and(Err(e));
+            }
+        }
+        settled
+    }
+
+    /// A fault found while accepting (already recorded in the machine) ends the stream.
+    fn returned_fault(
+        &mut self,
+        stream: StreamIndex,
+        fault: Option<StreamFault>,
+    ) -> Result<(), CaptureWriteError> {
+        let Some((kind, message)) = fault else {
+            return Ok(());
+        };
+        let files = &mut self.streams[stream.get()];
+        files.failed.get_or_insert_with(|| (kind, message.clone()));
+        Err(CaptureWriteError::Io {
+            stream: files.label.clone(),
+            source: io::Error::new(kind, message),
+        })
     }
 
     /// Records a capture fault in the machine and in the stream's state.
     fn fail(&mut self, stream: StreamIndex, what: &str, e: io::Error) -> CaptureWriteError {
         let message = format!("{what} failed: {e}");
-        self.capture.handle_capture_error(Some(stream), &message);
+        self.accepting()
+            .capture
+            .handle_capture_error(Some(stream), &message);
         let files = &mut self.streams[stream.get()];
-        files.failed = Some((e.kind(), message));
+        files.failed.get_or_insert_with(|| (e.kind(), message));
         CaptureWriteError::Io {
             stream: files.label.clone(),
             source: e,
@@ -534,16 +640,18 @@ impl CaptureSession {
         message: &str,
     ) -> Result<(), CaptureWriteError> {
         if let Some(ix) = stream {
-            self.capture.check_stream(ix)?;
-            // The piece in flight is on disk or failed; either way it is accounted for before
-            // the stream stops accepting bytes.
+            self.check_stream(ix)?;
+            // The pieces written are accepted (or their fault recorded) before the stream
+            // stops accepting bytes.
             let _ = self.settle(ix);
             let files = &mut self.streams[ix.get()];
-            if files.failed.is_none() {
-                files.failed = Some((io::ErrorKind::Other, message.to_owned()));
-            }
+            files
+                .failed
+                .get_or_insert_with(|| (io::ErrorKind::Other, message.to_owned()));
         }
-        self.capture.handle_capture_error(stream, message);
+        self.accepting()
+            .capture
+            .handle_capture_error(stream, message);
         Ok(())
     }
 
@@ -559,7 +667,7 @@ impl CaptureSession {
 
     /// Appends text to the live display (never to a stream).
     pub fn display(&mut self, text: &str) {
-        self.capture.handle_display(text);
+        self.accepting().capture.handle_display(text);
     }
 
     /// Ends the capture: finalizes every stream, publishes the artifacts (and the manifest of
@@ -575,24 +683,29 @@ impl CaptureSession {
                 display,
                 status,
                 outputs,
-            } => match self.capture.begin_full(outputs) {
-                Ok(feeds) => {
-                    for (ix, bytes) in feeds {
-                        // A write fault is recorded in the machine (the record will say
-                        // incomplete); the other outputs are still captured.
-                        let _ = self.write(ix, &bytes);
+            } => {
+                let begun = self.accepting().capture.begin_full(outputs);
+                match begun {
+                    Ok(feeds) => {
+                        for (ix, bytes) in feeds {
+                            // A write fault is recorded in the machine (the record will say
+                            // incomplete); the other outputs are still captured.
+                            let _ = self.write(ix, &bytes);
+                        }
+                        (display, status)
                     }
-                    (display, status)
+                    Err(error) => {
+                        // The completion is refused, but what was streamed must not be lost
+                        // with it: keep it as a failed, incomplete run and say where it is.
+                        self.accepting()
+                            .capture
+                            .handle_capture_error(None, &error.to_string());
+                        let run_id = self.run_id.clone();
+                        self.finalize(display, CaptureStatus::Failed, None)?;
+                        return Err(StoreError::CompletionRejected { error, run_id });
+                    }
                 }
-                Err(error) => {
-                    // The completion is refused, but what was streamed must not be lost with
-                    // it: keep it as a failed, incomplete run and say where it is.
-                    self.capture.handle_capture_error(None, &error.to_string());
-                    let run_id = self.run_id.clone();
-                    self.finalize(display, CaptureStatus::Failed, None)?;
-                    return Err(StoreError::CompletionRejected { error, run_id });
-                }
-            },
+            }
         };
         self.finalize(display, status, None)
     }
@@ -606,22 +719,40 @@ impl CaptureSession {
         status: CaptureStatus,
         keeper: Option<&Path>,
     ) -> Result<ResultRecord, StoreError> {
-        // The pieces still in the writers: on disk and hashed, or the fault recorded.
-        for ix in self.capture.declaration().indexes() {
+        // The pieces still in the hashers: accepted, or their fault recorded. Then the threads
+        // stop, and the machine is this thread's alone.
+        let all: Vec<StreamIndex> = self.accepting().capture.declaration().indexes().collect();
+        for ix in all {
             let _ = self.settle(ix);
+            self.streams[ix.get()].hasher = None;
         }
         let CaptureSession {
             store,
             run_id,
-            capture,
+            accepting,
+            checked: _,
             mut streams,
             run: run_info,
             keeps,
             dir,
         } = self;
+        // A hasher that panicked may have left the machine half way through a piece: then
+        // every stream is checked against its capture file before anything is published.
+        let poisoned = accepting.is_poisoned();
+        let accepting = Arc::try_unwrap(accepting).map_err(|_| {
+            let e = io::Error::other("a capture hasher thread is still running");
+            IoError::at("finish the capture in", &dir.path, e)
+        })?;
+        let Accepting {
+            capture,
+            mut indexes,
+        } = accepting
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
         let summary = capture.finish(display, status);
-        for (files, s) in streams.iter_mut().zip(&summary.streams) {
-            seal_stream(files, s)?;
+        for ((files, index), s) in streams.iter_mut().zip(&mut indexes).zip(&summary.streams) {
+            index.broken |= poisoned;
+            seal_stream(files, index, s)?;
         }
         let manifest = write_manifest(&dir.path, &summary)?;
 
@@ -630,8 +761,8 @@ impl CaptureSession {
         let mut digests: Vec<Digest> = summary.streams.iter().map(|s| s.digest).collect();
         digests.extend(manifest.as_ref().map(|(d, _, _)| *d));
         protect(keeper.unwrap_or(&dir.path), &digests)?;
-        for (files, s) in streams.iter().zip(&summary.streams) {
-            publish_object(layout, &s.digest, &files.data_path, &files.index_path)?;
+        for ((files, index), s) in streams.iter().zip(&indexes).zip(&summary.streams) {
+            publish_object(layout, &s.digest, &files.data_path, &index.path)?;
         }
         if let Some((digest, data, index)) = &manifest {
             publish_object(layout, digest, data, index)?;
@@ -643,7 +774,7 @@ impl CaptureSession {
         record.keeps = keeps;
         if keeper.is_some() {
             drop(gc);
-            drop(streams);
+            drop((streams, indexes));
             drop(dir);
             return Ok(record);
         }
@@ -656,7 +787,7 @@ impl CaptureSession {
         )?;
         crate::fault::point("after the record, before the capture directory is removed");
         drop(gc);
-        drop(streams);
+        drop((streams, indexes));
         drop(dir);
         Ok(record)
     }
@@ -665,6 +796,7 @@ impl CaptureSession {
 /// Makes a stream's capture file and index temp file final and durable.
 fn seal_stream(
     files: &mut StreamFiles,
+    index: &mut IndexFile,
     s: &agentrun_core::capture::StreamSummary,
 ) -> Result<(), StoreError> {
     // The file must hold exactly the accepted bytes: a failed write may have left extra bytes.
@@ -682,46 +814,47 @@ fn seal_stream(
     }
     let header = s.index_header.encode();
     let complete =
-        files.entries_written + s.index_entries.len() as u64 == s.index_header.block_count();
-    if files.index_broken || !complete {
-        rebuild_index(files, s.digest)?;
+        index.entries_written + s.index_entries.len() as u64 == s.index_header.block_count();
+    if index.broken || !complete {
+        rebuild_index(&files.data_path, index, s.digest)?;
     } else {
         for (k, entry) in s.index_entries.iter().enumerate() {
-            let block = files.entries_written + k as u64;
-            files
-                .index
+            let block = index.entries_written + k as u64;
+            index
+                .file
                 .write_all(&entry.encode(block))
-                .at("write", &files.index_path)?;
+                .at("write", &index.path)?;
         }
-        files
-            .index
+        index
+            .file
             .write_all_at(&header, 0)
-            .at("write", &files.index_path)?;
+            .at("write", &index.path)?;
     }
     atomic::sync_file(&files.data, &files.data_path)?;
-    atomic::sync_file(&files.index, &files.index_path)?;
+    atomic::sync_file(&index.file, &index.path)?;
     Ok(())
 }
 
 /// Rewrites a stream's index from its capture file, after the incremental index was lost to a
-/// write error. Also checks that the file still hashes to the digest the machine computed.
-fn rebuild_index(files: &mut StreamFiles, digest: Digest) -> Result<(), StoreError> {
-    let path = files.data_path.clone();
-    let mut data = File::open(&path).at("open", &path)?;
+/// write error (or a hasher thread stopped half way). Also checks that the file still hashes
+/// to the digest the machine computed: nothing is published under a digest its bytes do not
+/// have.
+fn rebuild_index(path: &Path, index_file: &IndexFile, digest: Digest) -> Result<(), StoreError> {
+    let mut data = File::open(path).at("open", path)?;
     let mut indexer = BlockIndexer::default();
     let mut hasher = StreamingDigest::default();
     let mut buf = vec![0u8; agentrun_core::index::BLOCK_SIZE as usize];
     let mut entries: Vec<IndexEntry> = Vec::new();
-    let idx_path = files.index_path.clone();
+    let idx_path = &index_file.path;
     let mut index = OpenOptions::new()
         .write(true)
         .truncate(true)
-        .open(&idx_path)
-        .at("open", &idx_path)?;
-    index.write_all(&[0u8; HEADER_LEN]).at("write", &idx_path)?;
+        .open(idx_path)
+        .at("open", idx_path)?;
+    index.write_all(&[0u8; HEADER_LEN]).at("write", idx_path)?;
     let mut block = 0u64;
     loop {
-        let n = data.read(&mut buf).at("read", &path)?;
+        let n = data.read(&mut buf).at("read", path)?;
         if n == 0 {
             break;
         }
@@ -729,22 +862,22 @@ fn rebuild_index(files: &mut StreamFiles, digest: Digest) -> Result<(), StoreErr
         indexer.update(&buf[..n]);
         entries.extend(std::iter::from_fn(|| indexer.poll_entry()));
         for e in entries.drain(..) {
-            index.write_all(&e.encode(block)).at("write", &idx_path)?;
+            index.write_all(&e.encode(block)).at("write", idx_path)?;
             block += 1;
         }
     }
     if hasher.finish() != digest {
         let e = io::Error::other("the capture file no longer matches the bytes accepted");
-        return Err(IoError::at("rebuild the index of", &path, e).into());
+        return Err(IoError::at("rebuild the index of", path, e).into());
     }
     let (rest, header) = indexer.finish(digest);
     for e in rest {
-        index.write_all(&e.encode(block)).at("write", &idx_path)?;
+        index.write_all(&e.encode(block)).at("write", idx_path)?;
         block += 1;
     }
-    index.seek(SeekFrom::Start(0)).at("seek", &idx_path)?;
-    index.write_all(&header.encode()).at("write", &idx_path)?;
-    atomic::sync_file(&index, &idx_path)?;
+    index.seek(SeekFrom::Start(0)).at("seek", idx_path)?;
+    index.write_all(&header.encode()).at("write", idx_path)?;
+    atomic::sync_file(&index, idx_path)?;
     Ok(())
 }
 
@@ -792,6 +925,15 @@ mod tests {
             display: None,
             status: CaptureStatus::Succeeded,
         }
+    }
+
+    /// A fresh single-output capture and its stream.
+    fn single(store: &Store) -> (CaptureSession, StreamIndex) {
+        let s = store
+            .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+            .unwrap();
+        let ix = s.resolve(&OutputChannel::Single).unwrap();
+        (s, ix)
     }
 
     fn read_stream(store: &Store, record: &ResultRecord, name: &str) -> Vec<u8> {
@@ -863,7 +1005,7 @@ mod tests {
             .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
             .unwrap();
         let stdout = s.resolve(&named("stdout")).unwrap();
-        // A large chunk leaves its last piece in the writer thread: it must be kept.
+        // A large chunk may still be in the hasher thread: it must be kept.
         let big = vec![b'x'; PIPELINE_CHUNK + 10];
         s.write(stdout, &big).unwrap();
         s.record_fault(Some(stdout), "output may be missing")
@@ -923,25 +1065,29 @@ mod tests {
         assert_eq!(store.record(&record.run_id).unwrap(), record);
     }
 
-    /// A session whose next large chunk goes to a writer on a read-only file, after `kept`
-    /// went through a working writer.
-    fn session_with_a_broken_writer(store: &Store, kept: &[u8]) -> (CaptureSession, StreamIndex) {
-        let mut s = store
-            .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
-            .unwrap();
-        let ix = s.resolve(&OutputChannel::Single).unwrap();
+    /// A session whose capture file refuses writes (as on a full disk) after `kept` was
+    /// written and accepted.
+    fn session_with_a_broken_file(store: &Store, kept: &[u8]) -> (CaptureSession, StreamIndex) {
+        let (mut s, ix) = single(store);
         s.write(ix, kept).unwrap();
-        s.settle(ix).unwrap();
-        let read_only = File::open(&s.streams[0].data_path).unwrap();
-        s.streams[0].writer = Some(Writer::spawn(read_only).unwrap());
+        break_capture_file(&mut s);
         (s, ix)
+    }
+
+    /// Swaps stream 0's capture file for a read-only handle: the next write fails.
+    fn break_capture_file(s: &mut CaptureSession) {
+        let read_only = File::open(&s.streams[0].data_path).unwrap();
+        s.streams[0].data = read_only;
     }
 
     fn assert_only_kept(store: &Store, record: &ResultRecord, kept: &[u8]) {
         assert!(record.incomplete);
         let stream = &record.streams()[0];
         assert_eq!(stream.sha256, Digest::of(kept));
-        assert_eq!((stream.bytes, stream.lines), (kept.len() as u64, 1));
+        // A last line without its newline counts too.
+        let newlines = kept.iter().filter(|&&b| b == b'\n').count() as u64;
+        let lines = newlines + u64::from(kept.last().is_some_and(|&b| b != b'\n'));
+        assert_eq!((stream.bytes, stream.lines), (kept.len() as u64, lines));
         assert!(!stream.preview.text.contains('x'));
         let mut stored = Vec::new();
         store.copy_to(&record.output_uri(), &mut stored).unwrap();
@@ -949,45 +1095,153 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_piece_is_reported_by_the_next_write_and_never_hashed() {
-        // Large chunks are hashed only once the writer thread has them on disk; a failed
-        // write must leave the digest, counts and preview describing only the bytes on disk.
+    fn a_failed_large_write_is_reported_and_never_hashed() {
+        // A failed write must leave the digest, counts and preview describing only the bytes
+        // on disk, however large the chunk.
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open(tmp.path().join("s")).unwrap();
         let kept = vec![b'k'; PIPELINE_CHUNK + 1];
-        let (mut s, ix) = session_with_a_broken_writer(&store, &kept);
+        let (mut s, ix) = session_with_a_broken_file(&store, &kept);
         let lost = vec![b'x'; 2 * PIPELINE_CHUNK];
-        // The last piece may still be in flight when the call returns: its error comes with
-        // the next call on the stream.
         let first = s.write(ix, &lost);
-        let second = s.write(ix, b"more\n");
-        assert!(first.is_err() || second.is_err(), "{first:?} {second:?}");
-        assert!(matches!(second, Err(CaptureWriteError::Io { .. })));
+        assert!(
+            matches!(first, Err(CaptureWriteError::Io { .. })),
+            "{first:?}"
+        );
+        let second = s.write(ix, b"more\n").unwrap_err();
+        assert!(
+            second.to_string().contains("earlier write error"),
+            "{second}"
+        );
+        let record = s.finish(done()).unwrap();
+        assert_only_kept(&store, &record, &kept);
+        assert_eq!(record.faults.len(), 1, "{:?}", record.faults);
+    }
+
+    #[test]
+    fn pieces_waiting_for_the_hasher_are_kept_when_a_later_write_fails() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (mut s, ix) = single(&store);
+        let kept: Vec<u8> = (0..PIPELINE_PIECE * 3 + 5)
+            .map(|i| {
+                if i % 80 == 79 {
+                    b'\n'
+                } else {
+                    b'0' + (i % 10) as u8
+                }
+            })
+            .collect();
+        s.write(ix, &kept).unwrap();
+        break_capture_file(&mut s);
+        assert!(s.write(ix, &vec![b'x'; PIPELINE_CHUNK]).is_err());
         let record = s.finish(done()).unwrap();
         assert_only_kept(&store, &record, &kept);
     }
 
     #[test]
-    fn a_piece_still_in_flight_at_finish_is_settled_first() {
+    fn the_writes_run_ahead_of_the_hasher_by_a_bounded_number_of_pieces() {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open(tmp.path().join("s")).unwrap();
-        let kept = vec![b'k'; 10];
-        let (mut s, ix) = session_with_a_broken_writer(&store, &kept);
-        // One piece: nothing waits for it before finish.
-        s.write(ix, &vec![b'x'; PIPELINE_CHUNK]).unwrap();
+        let (mut s, ix) = single(&store);
+        // Hold the machine: the hasher blocks on its first piece, and the writes go on only
+        // until PIPELINE_DEPTH pieces wait.
+        let accepting = Arc::clone(&s.accepting);
+        let guard = lock(&accepting);
+        let writer = thread::spawn(move || {
+            for _ in 0..PIPELINE_DEPTH {
+                s.write(ix, &vec![b'p'; PIPELINE_CHUNK]).unwrap();
+            }
+            let waiting = s.streams[0].outstanding();
+            // One more piece than the pipeline holds: this write waits for the hasher.
+            s.write(ix, &vec![b'q'; PIPELINE_CHUNK]).unwrap();
+            (s, waiting)
+        });
+        // The writer is blocked (the hasher cannot take the lock) until the guard goes.
+        thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !writer.is_finished(),
+            "the write beyond the pipeline's depth must wait"
+        );
+        drop(guard);
+        let (s, waiting) = writer.join().unwrap();
+        assert_eq!(waiting, PIPELINE_DEPTH);
+        drop(accepting);
+        let record = s.finish(done()).unwrap();
+        assert!(!record.incomplete);
+        assert_eq!(
+            record.streams()[0].bytes,
+            ((PIPELINE_DEPTH + 1) * PIPELINE_CHUNK) as u64
+        );
+    }
+
+    /// A hasher thread that takes one piece and stops, as if it had died.
+    fn dying_hasher() -> Hasher {
+        let (pieces, to_hash) = mpsc::sync_channel::<Vec<u8>>(PIPELINE_DEPTH);
+        let (done, returned) = mpsc::sync_channel(PIPELINE_DEPTH);
+        let thread = thread::spawn(move || {
+            let _ = to_hash.recv();
+            drop(done);
+        });
+        Hasher {
+            pieces: Some(pieces),
+            returned,
+            outstanding: 0,
+            thread: Some(thread),
+        }
+    }
+
+    #[test]
+    fn a_hasher_that_stops_is_a_fault_and_its_pieces_are_cut_off() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (mut s, ix) = single(&store);
+        let kept = b"kept\n".to_vec();
+        s.write(ix, &kept).unwrap();
+        s.streams[0].hasher = Some(dying_hasher());
+        // Its error comes from this call or from finish; either way it is recorded.
+        let _ = s.write(ix, &vec![b'x'; 2 * PIPELINE_PIECE]);
         let record = s.finish(done()).unwrap();
         assert_only_kept(&store, &record, &kept);
-        assert_eq!(record.faults.len(), 1);
+        assert!(
+            record.faults[0].message.contains("hasher thread stopped"),
+            "{:?}",
+            record.faults
+        );
+    }
+
+    #[test]
+    fn a_hasher_that_panics_half_way_never_gets_a_wrong_digest_published() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (mut s, ix) = single(&store);
+        s.write(ix, b"on disk\n").unwrap();
+        // The file gets bytes the machine never sees, and the machine takes as many other
+        // bytes, then its thread panics with the lock held: the machine no longer describes
+        // the file, though the lengths agree.
+        s.streams[0].data.write_all(b"written\n").unwrap();
+        let accepting = Arc::clone(&s.accepting);
+        let panicked = thread::spawn(move || {
+            let mut acc = lock(&accepting);
+            acc.capture.handle_chunk(ix, b"hashed!\n");
+            panic!("a hasher bug");
+        })
+        .join();
+        assert!(panicked.is_err());
+        let err = s.finish(done()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("no longer matches the bytes accepted"),
+            "{err}"
+        );
+        assert!(store.verify().unwrap().is_healthy());
     }
 
     #[test]
     fn pieces_large_and_small_arrive_in_order() {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open(tmp.path().join("s")).unwrap();
-        let mut s = store
-            .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
-            .unwrap();
-        let ix = s.resolve(&OutputChannel::Single).unwrap();
+        let (mut s, ix) = single(&store);
         let mut all = Vec::new();
         for (i, len) in [
             PIPELINE_PIECE * 2 + 7,
@@ -1018,13 +1272,16 @@ mod tests {
         let mut s = store
             .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
             .unwrap();
-        let path = s.streams[0].index_path.clone();
-        s.streams[0].index = File::open(&path).unwrap();
+        {
+            let mut acc = lock(&s.accepting);
+            let path = acc.indexes[0].path.clone();
+            acc.indexes[0].file = File::open(&path).unwrap();
+        }
         let content: Vec<u8> = (0..30_000)
             .flat_map(|i| format!("{i}\n").into_bytes())
             .collect();
         // The index error comes from this call or, with the chunk's piece still in the
-        // writer, when finish settles it: either way it is recorded.
+        // hasher, when finish settles it: either way it is recorded.
         let _ = s.write_channel(&OutputChannel::Single, &content[..100_000]);
         let record = s.finish(done()).unwrap();
         assert!(record.incomplete);
