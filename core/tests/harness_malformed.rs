@@ -6,7 +6,10 @@
 
 mod harness_common;
 
-use agentrun_core::harness::{Harness, HarnessExit, Interpretation, fuzzing};
+use agentrun_core::harness::{
+    Completion, Harness, HarnessExit, Interpretation, OversizedLines, fuzzing,
+};
+use agentrun_core::lines::LineSplitter;
 use harness_common::*;
 use proptest::prelude::*;
 
@@ -227,6 +230,95 @@ fn event_line() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
+/// Feeds `input` through a bounded splitter in `chunk`-byte chunks, as `agentrun interpret`
+/// and the live agent tap do: cut lines go to `handle_oversized_line`.
+fn split_and_interpret(harness: Harness, input: &[u8], bound: usize, chunk: usize) -> Completion {
+    let mut interp = Interpretation::new(harness);
+    let mut splitter = LineSplitter::new(bound);
+    let mut on_line = |line: agentrun_core::lines::Line<'_>| {
+        if line.truncated {
+            interp.handle_oversized_line(bound);
+        } else {
+            interp.handle_line(line.bytes);
+        }
+    };
+    for piece in input.chunks(chunk.max(1)) {
+        splitter.push(piece, &mut on_line);
+    }
+    splitter.finish(&mut on_line);
+    interp.finish(HarnessExit::Success).complete(None)
+}
+
+/// The golden Claude stream with an over-long event after its first line and an over-long
+/// unterminated line at the end; the bound is the stream's longest line, and the line numbers
+/// of the long ones.
+fn with_oversized_lines() -> (Vec<u8>, Vec<u8>, usize, [u64; 2]) {
+    let golden = fixture("claude/agentrun-golden-synthetic.jsonl");
+    let bound = lines(&golden).iter().map(|l| l.len()).max().unwrap();
+    let first_end = golden.iter().position(|&b| b == b'\n').unwrap() + 1;
+    let mut input = golden[..first_end].to_vec();
+    // A result event whose text runs past the bound: decoded from its prefix it would be
+    // malformed, and decoded whole it would end the session early.
+    input.extend_from_slice(br#"{"type":"result","subtype":"success","result":""#);
+    input.extend(std::iter::repeat_n(b'x', bound));
+    input.extend_from_slice(b"\"}\n");
+    input.extend_from_slice(&golden[first_end..]);
+    input.extend(std::iter::repeat_n(b'y', bound + 1));
+    let last = lines(&golden).len() as u64 + 2;
+    (golden, input, bound, [2, last])
+}
+
+#[test]
+fn an_oversized_line_is_reported_as_such_and_the_rest_still_decodes() {
+    let (golden, input, bound, numbers) = with_oversized_lines();
+    let want = complete(interpret(Harness::Claude, None, &golden).1);
+    assert!(
+        want.report.warnings.is_empty(),
+        "{:?}",
+        want.report.warnings
+    );
+    let got = split_and_interpret(Harness::Claude, &input, bound, 4096);
+    let oversized = OversizedLines {
+        count: 2,
+        max_line_bytes: bound as u64,
+        lines: numbers.to_vec(),
+    };
+    assert_eq!(got.report.oversized_lines.as_ref(), Some(&oversized));
+    assert_eq!(
+        got.report.warnings,
+        [format!(
+            "2 lines are longer than the line bound ({bound} bytes) (lines 2, {}): they were cut \
+             and not interpreted",
+            numbers[1]
+        )]
+    );
+    // Not one unrecognized line, and everything else exactly as without the long lines.
+    let mut same = got.clone();
+    same.report.warnings.clear();
+    same.report.oversized_lines = None;
+    assert_eq!(same, want);
+    let json = serde_json::to_value(&got.report).unwrap();
+    assert_eq!(json["oversized_lines"]["lines"], serde_json::json!(numbers));
+    assert!(
+        serde_json::to_value(&want.report)
+            .unwrap()
+            .get("oversized_lines")
+            .is_none()
+    );
+}
+
+#[test]
+fn one_oversized_line_names_its_number_and_a_mib_bound() {
+    let mut interp = Interpretation::new(Harness::Codex);
+    interp.handle_line(b"");
+    interp.handle_oversized_line(64 << 20);
+    let c = complete(interp);
+    assert_eq!(
+        c.report.warnings,
+        ["line 2 is longer than the line bound (64 MiB): it was cut and not interpreted"]
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -254,6 +346,18 @@ proptest! {
         let models = interp.observed_models().to_vec();
         let c = interp.finish(HarnessExit::Success).complete(None);
         prop_assert_eq!(c.report.models, models);
+    }
+
+    /// However the stream is chunked, the long lines are reported the same and nothing else
+    /// changes.
+    #[test]
+    fn oversized_lines_are_reported_the_same_for_any_chunking(chunk in 1usize..700) {
+        let (_, input, bound, numbers) = with_oversized_lines();
+        let whole = split_and_interpret(Harness::Claude, &input, bound, input.len());
+        let got = split_and_interpret(Harness::Claude, &input, bound, chunk);
+        prop_assert_eq!(&got, &whole);
+        let lines = got.report.oversized_lines.as_ref().map(|o| o.lines.clone());
+        prop_assert_eq!(lines, Some(numbers.to_vec()));
     }
 
     #[test]

@@ -12,7 +12,10 @@
 //! 3. For every line of the harness's stdout, without its newline:
 //!    [`Interpretation::handle_line`]. It returns the progress lines to show now: the
 //!    decoder's ordinary progress first, then the security progress (`Model: …`). It never
-//!    fails; an unknown or malformed line returns nothing and is counted.
+//!    fails; an unknown or malformed line returns nothing and is counted. A line the caller's
+//!    bounded splitter cut ([`Line::truncated`](crate::lines::Line::truncated)) goes to
+//!    [`Interpretation::handle_oversized_line`] instead: it is reported as too long, not as
+//!    unrecognized.
 //!    [`Interpretation::observed_models`] and [`Interpretation::refusal`] may be read at any
 //!    time (e.g. to checkpoint a session log before completion).
 //! 4. Then exactly one of:
@@ -32,6 +35,55 @@ use super::retained::{RetainedRecord, RetainedRequest};
 use super::{
     Evidence, Facts, FailureKind, Harness, ModelScope, RefusalCategory, StreamDecoder, Usage,
 };
+
+/// Most line numbers of oversized lines remembered (the count goes on).
+pub const MAX_OVERSIZED_LINE_NUMBERS: usize = 32;
+
+/// Lines longer than the line bound of the splitter that fed the interpretation. Each was cut,
+/// so its kept prefix is not the event the harness wrote: it was not decoded. The lines after
+/// it were.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OversizedLines {
+    /// How many lines were too long.
+    pub count: u64,
+    /// The bound they exceeded, in bytes (the largest given, should callers differ).
+    pub max_line_bytes: u64,
+    /// Their line numbers (1-based, every fed line counted, blank ones too), in order; the
+    /// first [`MAX_OVERSIZED_LINE_NUMBERS`].
+    pub lines: Vec<u64>,
+}
+
+impl OversizedLines {
+    /// The report's warning: which lines, and the bound.
+    fn warning(&self) -> String {
+        let mut numbers = self
+            .lines
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        if self.count > self.lines.len() as u64 {
+            numbers.push_str(", …");
+        }
+        let bound = if self.max_line_bytes.is_multiple_of(1 << 20) {
+            format!("{} MiB", self.max_line_bytes >> 20)
+        } else {
+            format!("{} bytes", self.max_line_bytes)
+        };
+        if self.count == 1 {
+            format!(
+                "line {numbers} is longer than the line bound ({bound}): it was cut and not \
+                 interpreted"
+            )
+        } else {
+            format!(
+                "{} lines are longer than the line bound ({bound}) (lines {numbers}): they were \
+                 cut and not interpreted",
+                self.count
+            )
+        }
+    }
+}
 
 /// The name Claude gives answers it synthesized itself; never a model.
 pub const SYNTHETIC_MODEL: &str = "<synthetic>";
@@ -58,6 +110,7 @@ pub struct Interpretation {
     models: Vec<String>,
     security: Option<Security>,
     lines: u64,
+    oversized: Option<OversizedLines>,
 }
 
 impl std::fmt::Debug for Interpretation {
@@ -67,6 +120,7 @@ impl std::fmt::Debug for Interpretation {
             .field("models", &self.models)
             .field("security", &self.security)
             .field("lines", &self.lines)
+            .field("oversized", &self.oversized)
             .finish_non_exhaustive()
     }
 }
@@ -80,6 +134,7 @@ impl Interpretation {
             models: Vec::new(),
             security: None,
             lines: 0,
+            oversized: None,
         }
     }
 
@@ -126,6 +181,26 @@ impl Interpretation {
             .into_iter()
             .map(super::progress::single_line)
             .collect()
+    }
+
+    /// Feeds a line longer than `max_line_bytes`, which the caller's bounded splitter cut
+    /// ([`Line::truncated`](crate::lines::Line::truncated)); its kept bytes are not needed.
+    /// The line counts as a fed line but is not decoded: a prefix of an event is not the event,
+    /// and reading it as a malformed one would report format drift that is not there. It is
+    /// reported as oversized instead ([`Facts::oversized_lines`], [`Report::oversized_lines`]
+    /// and a warning naming the line and the bound).
+    pub fn handle_oversized_line(&mut self, max_line_bytes: usize) {
+        self.lines += 1;
+        let o = self.oversized.get_or_insert(OversizedLines {
+            count: 0,
+            max_line_bytes: 0,
+            lines: Vec::new(),
+        });
+        o.count += 1;
+        o.max_line_bytes = o.max_line_bytes.max(max_line_bytes as u64);
+        if o.lines.len() < MAX_OVERSIZED_LINE_NUMBERS {
+            o.lines.push(self.lines);
+        }
     }
 
     fn apply(&mut self, evidence: Evidence, progress: &mut Vec<String>) {
@@ -183,9 +258,11 @@ impl Interpretation {
     /// The process ended: consumes the interpretation and completes the decoder.
     pub fn finish(self, exit: HarnessExit) -> Finished {
         let refusal = self.refusal();
+        let mut facts = self.decoder.complete();
+        facts.oversized_lines = self.oversized;
         Finished {
             harness: self.harness,
-            facts: self.decoder.complete(),
+            facts,
             models: self.models,
             refusal,
             exit,
@@ -285,7 +362,11 @@ impl Finished {
             w.push_str(&format!("; the {harness} stream format may have changed"));
             warnings.push(w);
         }
+        if let Some(o) = &facts.oversized_lines {
+            warnings.push(o.warning());
+        }
         let mut report = Report {
+            oversized_lines: facts.oversized_lines,
             warnings,
             diagnostics: facts.diagnostics,
             summary: facts.summary,
@@ -400,7 +481,7 @@ pub struct Completion {
 /// The report part of a completion.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
-    /// Warnings (format drift, a missing retained record).
+    /// Warnings (format drift, oversized lines, a missing retained record).
     pub warnings: Vec<String>,
     /// Non-fatal diagnostics the harness printed.
     pub diagnostics: Vec<String>,
@@ -412,6 +493,9 @@ pub struct Report {
     pub usage: Option<Usage>,
     /// Whether a retained record replaced the stream's models.
     pub retained: bool,
+    /// Lines too long to interpret (also named in a warning); absent from JSON when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oversized_lines: Option<OversizedLines>,
 }
 
 /// The outcome part of a completion.

@@ -32,7 +32,8 @@ pub mod progress;
 pub mod retained;
 
 pub use interpretation::{
-    Completion, Finished, HarnessExit, Interrupted, Outcome, OutcomeStatus, Report, TurnSummary,
+    Completion, Finished, HarnessExit, Interrupted, Outcome, OutcomeStatus, OversizedLines, Report,
+    TurnSummary,
 };
 pub use retained::{RetainedError, RetainedKind, RetainedRecord, RetainedRequest};
 
@@ -623,6 +624,10 @@ pub struct Facts {
     /// Lines that were not a recognizable event of the dialect (malformed JSON, non-objects,
     /// unknown types).
     pub unrecognized_lines: u64,
+    /// Lines longer than the caller's line bound, which its bounded splitter cut: they were
+    /// not decoded, and are not counted in [`Facts::unrecognized_lines`]. `None` when every
+    /// line fitted. Set by [`Interpretation`], not by the decoders.
+    pub oversized_lines: Option<OversizedLines>,
     /// The unknown event types seen, sorted (bounded).
     pub unknown_types: Vec<String>,
 }

@@ -225,8 +225,8 @@ fn report(
     let mut out = Out::new(io::stdout());
     if turn.truncated_lines > 0 {
         eprintln!(
-            "agentrun: warning: {} stdout line(s) longer than {} MiB were interpreted \
-             truncated; the stdout artifact holds them in full",
+            "agentrun: warning: {} stdout line(s) longer than {} MiB were not interpreted; \
+             the stdout artifact holds them in full",
             turn.truncated_lines,
             agentrun_process::MAX_LINE_BYTES >> 20
         );

@@ -3,7 +3,8 @@
 //!
 //! Streaming: the input is read in chunks and split into lines by the same bounded splitter
 //! as the live `agent` path (`LineSplitter`, [`agentrun_process::MAX_LINE_BYTES`] per line), so
-//! memory stays bounded whatever the input: a longer line is cut, counted as unrecognized,
+//! memory stays bounded whatever the input: a longer line is cut and reported as oversized
+//! (its number and the bound, in the report's warnings and `oversized_lines`), not decoded,
 //! and the rest of the stream is still decoded. Each line's progress is printed and flushed
 //! before the next chunk is read. At the end: the observed models, then the completion (human form, or one JSON
 //! object per line with `--json`).
@@ -130,7 +131,11 @@ fn feed<W: Write>(
     failed: &mut Option<Failure>,
     line: Line<'_>,
 ) {
-    // A cut line is only a prefix: its JSON cannot parse, so it counts as unrecognized.
+    // A cut line is only a prefix of the event: reported as too long, never decoded.
+    if line.truncated {
+        interp.handle_oversized_line(agentrun_process::MAX_LINE_BYTES);
+        return;
+    }
     let progress = interp.handle_line(line.bytes);
     if failed.is_none()
         && let Err(f) = out.progress(&progress, json)

@@ -1,6 +1,6 @@
 //! `agentrun interpret` bounds each line like the live `agent` path: a line longer than the
-//! bound (64 MiB) is cut and counted as unrecognized, and the rest of the stream is still
-//! decoded, so memory stays bounded whatever the input.
+//! bound (64 MiB) is cut and reported as oversized (not as unrecognized), and the rest of the
+//! stream is still decoded, so memory stays bounded whatever the input.
 
 use std::io::Write;
 use std::process::Stdio;
@@ -55,11 +55,24 @@ fn an_over_long_line_is_skipped_and_the_rest_still_decoded() {
     input.extend(std::iter::repeat_n(b'y', 65 << 20));
     let (code, got) = interpret(&input);
     assert_eq!(code, Some(0));
-    // Everything the fixture yields, plus the two cut lines counted as unrecognized.
-    let counted = want.replace(
-        "\"warnings\":[]",
-        "\"warnings\":[\"2 unrecognized lines; the claude stream format may have changed\"]",
+    // Everything the fixture yields, plus the two cut lines reported as too long (not as
+    // unrecognized: the warning is the only one).
+    let mut got: serde_json::Value = serde_json::from_str(&got).unwrap();
+    let last = fixture.iter().filter(|&&b| b == b'\n').count() + 2;
+    assert_eq!(
+        got["report"]["warnings"],
+        serde_json::json!([format!(
+            "2 lines are longer than the line bound (64 MiB) (lines 2, {last}): they were cut \
+             and not interpreted"
+        )])
     );
-    assert_ne!(counted, want);
-    assert_eq!(got, counted, "the lines after the long ones were decoded");
+    assert_eq!(
+        got["report"]["oversized_lines"],
+        serde_json::json!({"count": 2, "max_line_bytes": 64 << 20, "lines": [2, last]})
+    );
+    let report = got["report"].as_object_mut().unwrap();
+    report.remove("oversized_lines");
+    report.insert("warnings".into(), serde_json::json!([]));
+    let want: serde_json::Value = serde_json::from_str(&want).unwrap();
+    assert_eq!(got, want, "the lines after the long ones were decoded");
 }

@@ -42,7 +42,7 @@ use agentrun_core::harness::{
     Completion, Harness, HarnessExit, Interpretation, LaunchError, LaunchRequest, OutcomeStatus,
     RetainedKind, RetainedRecord, RetainedRequest, TurnSummary,
 };
-use agentrun_core::lines::LineSplitter;
+use agentrun_core::lines::{Line, LineSplitter};
 use agentrun_core::process::{
     Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, RunSummary,
 };
@@ -53,8 +53,8 @@ use serde::Serialize;
 use crate::driver::{Runner, Runtime};
 use crate::live::RunError;
 
-/// The longest stdout line interpreted in full; a longer line is interpreted truncated (and
-/// counted as unrecognized) while the stdout artifact keeps it whole.
+/// The longest stdout line interpreted; a longer line is not interpreted (the report names it
+/// in `oversized_lines` and a warning) while the stdout artifact keeps it whole.
 pub const MAX_LINE_BYTES: usize = 64 << 20;
 
 /// The largest retained record read.
@@ -295,7 +295,8 @@ pub struct AgentRun {
     pub completion: Option<Completion>,
     /// The harness process: how it ended, its retained stdout and stderr.
     pub process: ProcessResult,
-    /// Stdout lines longer than [`MAX_LINE_BYTES`], interpreted truncated.
+    /// Stdout lines longer than [`MAX_LINE_BYTES`], not interpreted (the completion's report
+    /// names them too).
     pub truncated_lines: u64,
     /// Why the retained record is absent, when the harness has one and it could not be read.
     pub retained_error: Option<String>,
@@ -422,8 +423,13 @@ struct Live {
 }
 
 impl Live {
-    fn feed(interp: &mut Interpretation, progress: &mut Option<Progress>, line: &[u8]) {
-        let lines = interp.handle_line(line);
+    fn feed(interp: &mut Interpretation, progress: &mut Option<Progress>, line: Line<'_>) {
+        // A cut line is only a prefix of the event: reported as too long, never decoded.
+        if line.truncated {
+            interp.handle_oversized_line(MAX_LINE_BYTES);
+            return;
+        }
+        let lines = interp.handle_line(line.bytes);
         if let Some(progress) = progress {
             for l in &lines {
                 progress(l);
@@ -437,7 +443,7 @@ impl Live {
             splitter,
             progress,
         } = self;
-        splitter.push(chunk, |line| Self::feed(interp, progress, line.bytes));
+        splitter.push(chunk, |line| Self::feed(interp, progress, line));
     }
 
     /// End of output: feeds a last line without a newline.
@@ -447,8 +453,12 @@ impl Live {
             splitter,
             mut progress,
         } = self;
-        let truncated = splitter.truncated_lines();
-        splitter.finish(|line| Self::feed(&mut interp, &mut progress, line.bytes));
+        let mut truncated = splitter.truncated_lines();
+        // The last line, without a newline, may be cut too.
+        splitter.finish(|line| {
+            truncated += u64::from(line.truncated);
+            Self::feed(&mut interp, &mut progress, line);
+        });
         (interp, truncated)
     }
 }
