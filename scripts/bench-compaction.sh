@@ -4,8 +4,10 @@
 # reading the same file with `jq .`. Reports wall/user/sys time and peak RSS
 # (/usr/bin/time -f %M) for three alternating runs of each. Then three runs that also store the
 # 9 000 outputs the retry refers to in a fresh store (one retention, one record), as
-# `agentrun compact` does before the retry.
-# Usage: scripts/bench-compaction.sh [WORKDIR] (default /tmp/agentrun-bench-compaction)
+# `agentrun compact` does before the retry. With BASELINE=PATH (a prune_bench binary built from
+# another commit), each of those store runs is preceded by the same run of the baseline, so the
+# two are measured side by side under the same load.
+# Usage: [BASELINE=PATH] scripts/bench-compaction.sh [WORKDIR] (default /tmp/agentrun-bench-compaction)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-/tmp/agentrun-bench-compaction}
@@ -43,6 +45,11 @@ for i in 1 2 3; do
         jq . "$file" > /dev/null
 done
 for i in 1 2 3; do
+    if [ -n "${BASELINE:-}" ]; then
+        rm -rf "$work/store"
+        /usr/bin/time -f "baseline prune+retain run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
+            "$BASELINE" "$file" "$work/store"
+    fi
     rm -rf "$work/store"
     /usr/bin/time -f "prune+retain run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
         "$bin" "$file" "$work/store"

@@ -174,12 +174,7 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
             Some(Action::Verify(claims)) => {
                 let asked = claims.len();
                 let session = open_retention(&store, &mut retention)?;
-                let mut confirmed = Vec::new();
-                for claim in claims {
-                    if session.confirm(&claim).map_err(Failure::runtime)? {
-                        confirmed.push(claim);
-                    }
-                }
+                let confirmed = session.confirm(claims).map_err(Failure::runtime)?;
                 progress(&format!(
                     "agentrun: the transcript names {} artifact(s) for its tool output; {} hold \
                      exactly that output in this store",

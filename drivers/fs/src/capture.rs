@@ -18,6 +18,7 @@
 //! cost of retaining output. Memory stays bounded: per stream at most `PIPELINE_DEPTH` pieces
 //! wait for the hasher; index entries go to the index file as soon as a block completes.
 
+use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt};
@@ -269,6 +270,7 @@ impl Store {
             streams,
             run: None,
             keeps: Vec::new(),
+            protected: HashSet::new(),
             dir,
         })
     }
@@ -401,6 +403,9 @@ pub struct CaptureSession {
     run: Option<RunInfo>,
     /// Artifacts the record keeps besides the output ([`ResultRecord::keeps`]).
     keeps: Vec<Digest>,
+    /// The digests already in this capture's `protect` file, so a digest is written (and
+    /// synced) once however often it is protected.
+    protected: HashSet<Digest>,
     // Last, so the directory is removed after the files in it are closed (and the hasher
     // threads, which the streams join, have stopped).
     dir: CaptureDir,
@@ -425,17 +430,38 @@ impl CaptureSession {
     }
 
     /// Adds digests to this live capture's protection: no GC removes them while the session
-    /// lives, so a record written by it may reference them.
-    pub(crate) fn protect_more(&self, digests: &[Digest]) -> Result<(), StoreError> {
+    /// lives, so a record written by it may reference them. All of them in one write and one
+    /// sync: protect a whole batch at once rather than one digest per call.
+    pub(crate) fn protect_more(&mut self, digests: &[Digest]) -> Result<(), StoreError> {
         let _gc = GcLock::shared(&self.store.layout)?;
-        protect(&self.dir.path, digests)
+        self.protect_new(digests)
+    }
+
+    /// [`protect_more`](Self::protect_more) with the GC lock already held: appends the digests
+    /// not protected yet. A GC reads `protect` under the exclusive lock, so it sees all of
+    /// them or none, and none of them can be removed after this returns.
+    fn protect_new(&mut self, digests: &[Digest]) -> Result<(), StoreError> {
+        let mut new = Vec::new();
+        let mut seen = HashSet::new();
+        for digest in digests {
+            if !self.protected.contains(digest) && seen.insert(*digest) {
+                new.push(*digest);
+            }
+        }
+        if new.is_empty() {
+            return Ok(());
+        }
+        protect(&self.dir.path, &new)?;
+        self.protected.extend(new);
+        Ok(())
     }
 
     /// Ends the capture like [`finish`](Self::finish) (streamed, succeeded) but writes no
     /// record: what it publishes is protected by `keeper`, a live session whose record will
-    /// keep it. Returns the digest of the output (single output only).
-    pub(crate) fn finish_kept_by(self, keeper: &CaptureSession) -> Result<Digest, StoreError> {
-        let record = self.finalize(None, CaptureStatus::Succeeded, Some(&keeper.dir.path))?;
+    /// keep it (a digest the keeper protects already costs no further write). Returns the
+    /// digest of the output (single output only).
+    pub(crate) fn finish_kept_by(self, keeper: &mut CaptureSession) -> Result<Digest, StoreError> {
+        let record = self.finalize(None, CaptureStatus::Succeeded, Some(keeper))?;
         Ok(record.output_uri().digest)
     }
 
@@ -710,14 +736,14 @@ impl CaptureSession {
         self.finalize(display, status, None)
     }
 
-    /// Publishes the output and writes the record, or with `keeper` (the directory of a live
-    /// capture whose record will keep the output) publishes under the keeper's protection and
-    /// writes no record.
+    /// Publishes the output and writes the record, or with `keeper` (a live capture whose
+    /// record will keep the output) publishes under the keeper's protection and writes no
+    /// record.
     fn finalize(
         mut self,
         display: Option<String>,
         status: CaptureStatus,
-        keeper: Option<&Path>,
+        keeper: Option<&mut CaptureSession>,
     ) -> Result<ResultRecord, StoreError> {
         // The pieces still in the hashers: accepted, or their fault recorded. Then the threads
         // stop, and the machine is this thread's alone.
@@ -734,6 +760,7 @@ impl CaptureSession {
             mut streams,
             run: run_info,
             keeps,
+            protected: _,
             dir,
         } = self;
         // A hasher that panicked may have left the machine half way through a piece: then
@@ -760,7 +787,11 @@ impl CaptureSession {
         let gc = GcLock::shared(layout)?;
         let mut digests: Vec<Digest> = summary.streams.iter().map(|s| s.digest).collect();
         digests.extend(manifest.as_ref().map(|(d, _, _)| *d));
-        protect(keeper.unwrap_or(&dir.path), &digests)?;
+        let kept_by_keeper = keeper.is_some();
+        match keeper {
+            Some(keeper) => keeper.protect_new(&digests)?,
+            None => protect(&dir.path, &digests)?,
+        }
         for ((files, index), s) in streams.iter().zip(&indexes).zip(&summary.streams) {
             publish_object(layout, &s.digest, &files.data_path, &index.path)?;
         }
@@ -772,7 +803,7 @@ impl CaptureSession {
         let mut record = ResultRecord::from_summary(run_id.clone(), &summary);
         record.run = run_info;
         record.keeps = keeps;
-        if keeper.is_some() {
+        if kept_by_keeper {
             drop(gc);
             drop((streams, indexes));
             drop(dir);

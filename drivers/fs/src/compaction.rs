@@ -4,7 +4,7 @@
 //! `read(filePath="artifact://…")`. A [`RetentionSession`] makes each such reference real, and
 //! keeps it, for one compaction:
 //!
-//! * [`RetentionSession::confirm`] checks an artifact the transcript names (a claim of
+//! * [`RetentionSession::confirm`] checks the artifacts the transcript names (the claims of
 //!   [`Action::Verify`](agentrun_core::compaction::Action::Verify)), so a wrong or stale
 //!   `artifacts` entry leads to the output being retained, never to a reference that reads
 //!   back something else;
@@ -19,7 +19,9 @@
 //!
 //! Until the record is written, the session's own live capture directory protects what it
 //! stored and what it is confirming from a concurrent GC, so the record never names an object
-//! that was removed in between.
+//! that was removed in between. Protection is written and synced once per call, for all the
+//! claims of a `confirm` or all the outputs of a `retain` together, not once per artifact:
+//! storing thousands of outputs is bound by `fsync`s.
 
 use std::collections::HashSet;
 
@@ -112,24 +114,32 @@ impl Store {
 }
 
 impl RetentionSession {
-    /// Checks a claim ([`Store::confirms`]). The record keeps every claimed artifact that is
-    /// readable, confirmed or not: a result whose content is a bounded preview of an artifact
-    /// (what `agentrun run` shows a model) fails the exact-output check, so its shown text is
-    /// retained for the reference, but the preview's own read hints point at the artifact,
-    /// which must stay readable as long as the compaction's references do.
+    /// Checks claims ([`Store::confirms`]) and returns those confirmed, in order. The record
+    /// keeps every claimed artifact that is readable, confirmed or not: a result whose content
+    /// is a bounded preview of an artifact (what `agentrun run` shows a model) fails the
+    /// exact-output check, so its shown text is retained for the reference, but the preview's
+    /// own read hints point at the artifact, which must stay readable as long as the
+    /// compaction's references do.
     /// Errs only when the protection cannot be written (the store is unusable).
-    pub fn confirm(&mut self, claim: &Claim) -> Result<bool, RetainError> {
-        // Protected before it is checked: a GC after the check cannot remove what was confirmed
-        // (for a stream, the manifest roots its streams).
-        self.keeper.protect_more(&[claim.uri.digest])?;
-        let confirmed = self.store.confirms(claim);
-        let readable = confirmed
-            || self.store.confirms(&Claim {
-                uri: claim.uri.clone(),
-                holds: Holds::Readable,
-            });
-        if readable && !self.confirmed.contains(&claim.uri) {
-            self.confirmed.push(claim.uri.clone());
+    pub fn confirm(&mut self, claims: Vec<Claim>) -> Result<Vec<Claim>, RetainError> {
+        // All protected before any is checked: a GC after a check cannot remove what was
+        // confirmed (for a stream, the manifest roots its streams).
+        let digests: Vec<Digest> = claims.iter().map(|c| c.uri.digest).collect();
+        self.keeper.protect_more(&digests)?;
+        let mut confirmed = Vec::new();
+        for claim in claims {
+            let holds = self.store.confirms(&claim);
+            let readable = holds
+                || self.store.confirms(&Claim {
+                    uri: claim.uri.clone(),
+                    holds: Holds::Readable,
+                });
+            if readable && !self.confirmed.contains(&claim.uri) {
+                self.confirmed.push(claim.uri.clone());
+            }
+            if holds {
+                confirmed.push(claim);
+            }
         }
         Ok(confirmed)
     }
@@ -139,6 +149,15 @@ impl RetentionSession {
     /// stored before it is kept only if the session is finished (otherwise it is unreferenced
     /// and GC removes it after the grace period).
     pub fn retain(&mut self, outputs: &[Retention]) -> Result<(), RetainError> {
+        // Every digest about to be stored, protected in one write before the first is
+        // published; publishing each then finds its digest protected and writes nothing more
+        // (an output whose bytes do not hash to its digest is protected on its own).
+        let digests: Vec<Digest> = outputs
+            .iter()
+            .map(|o| o.digest)
+            .filter(|d| !self.stored_set.contains(d))
+            .collect();
+        self.keeper.protect_more(&digests)?;
         for output in outputs {
             if !self.stored_set.insert(output.digest) {
                 continue;
@@ -148,7 +167,7 @@ impl RetentionSession {
                 .begin_capture(OutputDeclaration::Single, PreviewLimits::default())?;
             let stream = capture.resolve(&OutputChannel::Single)?;
             capture.write(stream, output.text.as_bytes())?;
-            let stored = capture.finish_kept_by(&self.keeper)?;
+            let stored = capture.finish_kept_by(&mut self.keeper)?;
             if stored != output.digest {
                 return Err(RetainError::DigestMismatch {
                     expected: output.digest,

@@ -216,10 +216,7 @@ fn named_result(output: &str, artifacts: &[ArtifactUri]) -> Transcript {
 /// returns the references and what the retention kept.
 fn prune_against(store: &Store, t: &Transcript) -> (Vec<(String, bool)>, Retained) {
     let mut session = store.begin_retention().unwrap();
-    let confirmed = claims(t)
-        .into_iter()
-        .filter(|c| session.confirm(c).unwrap())
-        .collect();
+    let confirmed = session.confirm(claims(t)).unwrap().into_iter().collect();
     let pruned = prune(t, &confirmed);
     session.retain(&pruned.retain).unwrap();
     let retained = session.finish().unwrap().expect("something is kept");
@@ -322,11 +319,8 @@ fn one_record_keeps_every_reference_and_they_expire_together() {
     let earlier = common::capture_single(&store, b"earlier output\n", 64);
     let existing = earlier.output_uri();
     let mut session = store.begin_retention().unwrap();
-    assert!(
-        session
-            .confirm(&claim(&existing, b"earlier output\n"))
-            .unwrap()
-    );
+    let confirming = vec![claim(&existing, b"earlier output\n")];
+    assert_eq!(session.confirm(confirming.clone()).unwrap(), confirming);
     let outputs: Vec<Retention> = (0..50)
         .map(|i| retention(&format!("output {i}\n")))
         .collect();
@@ -357,11 +351,8 @@ fn a_gc_during_the_retention_removes_nothing_it_stored_or_confirmed() {
     age_record(&store, &earlier.run_id, 2 * day);
     let mut session = store.begin_retention().unwrap();
     // Confirmed, then its own record expires in a GC with no grace: the session protects it.
-    assert!(
-        session
-            .confirm(&claim(&earlier.output_uri(), b"earlier output\n"))
-            .unwrap()
-    );
+    let confirming = vec![claim(&earlier.output_uri(), b"earlier output\n")];
+    assert_eq!(session.confirm(confirming.clone()).unwrap(), confirming);
     session
         .retain(&[retention("stored before the gc\n")])
         .unwrap();
@@ -381,4 +372,81 @@ fn a_gc_during_the_retention_removes_nothing_it_stored_or_confirmed() {
         store.records().unwrap(),
         std::slice::from_ref(&retained.run_id)
     );
+}
+
+#[test]
+fn every_claim_and_output_of_a_batch_is_protected_when_the_call_returns() {
+    let (_tmp, store) = common::store();
+    let day = Duration::from_secs(86_400);
+    // Several earlier runs, each the only keeper of its artifact, all about to expire.
+    let texts: Vec<String> = (0..5).map(|i| format!("earlier output {i}\n")).collect();
+    let earlier: Vec<_> = texts
+        .iter()
+        .map(|t| common::capture_single(&store, t.as_bytes(), 64))
+        .collect();
+    for record in &earlier {
+        age_record(&store, &record.run_id, 2 * day);
+    }
+    let mut session = store.begin_retention().unwrap();
+    // One call confirms them all, and one that names nothing in the store.
+    let mut claims: Vec<Claim> = earlier
+        .iter()
+        .zip(&texts)
+        .map(|(r, t)| claim(&r.output_uri(), t.as_bytes()))
+        .collect();
+    let absent = claim(&ArtifactUri::new(Digest::of(b"absent")), b"absent");
+    claims.insert(2, absent);
+    let confirmed = session.confirm(claims.clone()).unwrap();
+    claims.remove(2);
+    assert_eq!(
+        confirmed, claims,
+        "confirmed in order, the absent one left out"
+    );
+    // Several outputs in one call, one of them twice.
+    let outputs: Vec<Retention> = ["a\n", "b\n", "a\n", "c\n"]
+        .iter()
+        .map(|t| retention(t))
+        .collect();
+    session.retain(&outputs).unwrap();
+    // Every record of the earlier runs expires and no grace keeps young objects: only the
+    // session's protection keeps the confirmed artifacts (each claim of the batch, not only
+    // the first) and the stored outputs.
+    let report = gc_expiring(&store, day);
+    assert_eq!(report.records_expired, 5);
+    assert_eq!(report.objects_removed, 0, "{report:?}");
+    for claim in &claims {
+        assert!(!read_all(&store, &claim.uri).is_empty(), "{}", claim.uri);
+    }
+    for output in &outputs {
+        let uri = ArtifactUri::new(output.digest);
+        assert_eq!(read_all(&store, &uri), output.text.as_bytes());
+    }
+    // Then the record keeps them, in one record.
+    let retained = session.finish().unwrap().unwrap();
+    assert_eq!(retained.stored.len(), 3);
+    assert_eq!(retained.kept.len(), 8);
+    assert_eq!(gc_expiring(&store, day).objects_removed, 0);
+}
+
+#[test]
+fn an_output_whose_bytes_are_not_its_digest_is_refused_and_protected_like_the_others() {
+    let (_tmp, store) = common::store();
+    let mut session = store.begin_retention().unwrap();
+    let wrong = Retention {
+        digest: Digest::of(b"what the reference names"),
+        text: "what was handed over\n".to_owned(),
+    };
+    let error = session
+        .retain(&[retention("fine\n"), wrong.clone()])
+        .unwrap_err();
+    assert!(
+        matches!(error, agentrun_fs::RetainError::DigestMismatch { expected, .. } if expected == wrong.digest),
+        "{error}"
+    );
+    // What was published is protected while the session lives, the stray object included
+    // (its digest was not in the batch protected up front).
+    let stored = ArtifactUri::new(Digest::of(wrong.text.as_bytes()));
+    assert_eq!(gc_expiring(&store, Duration::ZERO).objects_removed, 0);
+    assert_eq!(read_all(&store, &stored), wrong.text.as_bytes());
+    drop(session);
 }
