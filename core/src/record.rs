@@ -17,8 +17,36 @@ use crate::process::{Exit, RunInfo, RunOutcome};
 use crate::stream::StreamName;
 use crate::uri::ArtifactUri;
 
-/// The format tag of records.
-pub const RECORD_FORMAT: &str = "agentrun.record.v1";
+/// The format tag of a record that references nothing but its output.
+pub const RECORD_FORMAT_V1: &str = "agentrun.record.v1";
+
+/// The format tag of a record that also keeps other artifacts ([`ResultRecord::keeps`]). A
+/// reader that knows only v1 would ignore `keeps`, and its GC would remove what the record
+/// keeps; the new tag makes such a reader refuse the record instead.
+pub const RECORD_FORMAT_V2: &str = "agentrun.record.v2";
+
+/// Every record format this version reads.
+pub const RECORD_FORMATS: [&str; 2] = [RECORD_FORMAT_V1, RECORD_FORMAT_V2];
+
+/// Why bytes are not a record this version can use ([`ResultRecord::from_json`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordParseError {
+    /// The record names a format this version does not know: a newer agentrun wrote it, and
+    /// it may reference artifacts in ways this version cannot see.
+    #[error(
+        "record format {format:?} is newer than this agentrun, which reads {}; use the agentrun \
+         that wrote it",
+        RECORD_FORMATS.join(" and ")
+    )]
+    UnknownFormat {
+        /// The format the record names.
+        format: String,
+    },
+    /// The bytes are not a record: not JSON, or a field is missing or malformed.
+    #[error("not a valid record: {0}")]
+    Invalid(#[from] serde_json::Error),
+}
 
 /// The head preview of one stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,7 +111,8 @@ pub enum RecordOutput {
 /// The terminal result of one invocation: what is persisted, replayed and rendered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResultRecord {
-    /// Always [`RECORD_FORMAT`].
+    /// [`RECORD_FORMAT_V1`], or [`RECORD_FORMAT_V2`] when the record [`keeps`](Self::keeps)
+    /// anything (set by [`set_keeps`](Self::set_keeps)).
     pub format: String,
     /// The invocation's identifier (unique within a store).
     pub run_id: String,
@@ -108,7 +137,8 @@ pub struct ResultRecord {
     pub run: Option<RunInfo>,
     /// Artifacts the record keeps besides its output, rooted by GC with it so they are kept,
     /// and expire, together: every artifact a compaction retry refers to, in the one record of
-    /// that compaction (empty in other records and absent from their JSON).
+    /// that compaction (empty in other records and absent from their JSON). Set it with
+    /// [`set_keeps`](Self::set_keeps), which also sets the format an older reader refuses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keeps: Vec<Digest>,
 }
@@ -163,7 +193,7 @@ impl ResultRecord {
             },
         };
         Self {
-            format: RECORD_FORMAT.to_owned(),
+            format: RECORD_FORMAT_V1.to_owned(),
             run_id,
             capture_status: summary.status,
             incomplete: summary.incomplete(),
@@ -174,6 +204,34 @@ impl ResultRecord {
             run: None,
             keeps: Vec::new(),
         }
+    }
+
+    /// Parses a record, refusing a format this version does not know before anything else
+    /// (a record of a newer format may not even parse, and when it does, fields this version
+    /// ignores may reference artifacts).
+    pub fn from_json(bytes: &[u8]) -> Result<Self, RecordParseError> {
+        #[derive(Deserialize)]
+        struct Format {
+            format: String,
+        }
+        let Format { format } = serde_json::from_slice(bytes)?;
+        if !RECORD_FORMATS.contains(&format.as_str()) {
+            return Err(RecordParseError::UnknownFormat { format });
+        }
+        Ok(serde_json::from_slice(bytes)?)
+    }
+
+    /// Makes the record keep `keeps` besides its output, and tags it with the format that says
+    /// so: [`RECORD_FORMAT_V2`] when `keeps` is not empty, else [`RECORD_FORMAT_V1`] (which
+    /// older readers still read).
+    pub fn set_keeps(&mut self, keeps: Vec<Digest>) {
+        self.format = if keeps.is_empty() {
+            RECORD_FORMAT_V1
+        } else {
+            RECORD_FORMAT_V2
+        }
+        .to_owned();
+        self.keeps = keeps;
     }
 
     /// Streams in rendering order.
@@ -456,6 +514,15 @@ mod tests {
         c.finish(None, status)
     }
 
+    /// The record of a single output of `bytes`, default limits.
+    fn single_record(bytes: &[u8]) -> ResultRecord {
+        run(
+            OutputDeclaration::Single,
+            PreviewLimits::default(),
+            &[("", bytes)],
+        )
+    }
+
     #[test]
     fn single_output_has_no_heading_and_a_bare_uri_hint() {
         let limits = PreviewLimits {
@@ -468,11 +535,7 @@ mod tests {
             r.render(),
             format!("a\nb\n[Truncated. Read more: read(filePath=\"artifact://{d}\", offset=2)]\n")
         );
-        let r = run(
-            OutputDeclaration::Single,
-            PreviewLimits::default(),
-            &[("", b"a\nb")],
-        );
+        let r = single_record(b"a\nb");
         assert_eq!(r.render(), "a\nb");
     }
 
@@ -571,9 +634,63 @@ mod tests {
             &[("stdout", b"x\xff\n")],
         );
         let json = serde_json::to_string(&r).unwrap();
-        let back: ResultRecord = serde_json::from_str(&json).unwrap();
+        let back = ResultRecord::from_json(json.as_bytes()).unwrap();
         assert_eq!(back, r);
         assert_eq!(back.render(), r.render());
+    }
+
+    #[test]
+    fn a_record_that_keeps_nothing_is_v1_and_one_that_keeps_artifacts_is_v2() {
+        let mut r = single_record(b"listing\n");
+        let v1 = serde_json::to_value(&r).unwrap();
+        assert_eq!(v1["format"], RECORD_FORMAT_V1);
+        assert!(v1.get("keeps").is_none(), "a v1 record has no keeps");
+        let back = ResultRecord::from_json(v1.to_string().as_bytes()).unwrap();
+        assert_eq!(back, r);
+
+        let kept = vec![Digest::of(b"a"), Digest::of(b"b")];
+        r.set_keeps(kept.clone());
+        let v2 = serde_json::to_value(&r).unwrap();
+        assert_eq!(v2["format"], RECORD_FORMAT_V2);
+        assert_eq!(v2["keeps"].as_array().map(Vec::len), Some(2));
+        let back = ResultRecord::from_json(v2.to_string().as_bytes()).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(back.keeps, kept);
+        assert!(back.artifacts().ends_with(&kept));
+
+        // A record the agentrun before v2 wrote may keep artifacts under v1: read with them.
+        let mut early = v2.clone();
+        early["format"] = RECORD_FORMAT_V1.into();
+        let back = ResultRecord::from_json(early.to_string().as_bytes()).unwrap();
+        assert_eq!(back.keeps, kept);
+
+        // Keeping nothing again goes back to v1.
+        r.set_keeps(Vec::new());
+        assert_eq!(r.format, RECORD_FORMAT_V1);
+    }
+
+    #[test]
+    fn a_record_of_an_unknown_format_is_refused_by_name_even_when_it_parses() {
+        let r = single_record(b"x");
+        let mut future = serde_json::to_value(&r).unwrap();
+        future["format"] = "agentrun.record.v3".into();
+        future["pins"] = serde_json::json!([Digest::of(b"p").to_string()]);
+        let err = ResultRecord::from_json(future.to_string().as_bytes()).unwrap_err();
+        assert!(
+            matches!(&err, RecordParseError::UnknownFormat { format } if format == "agentrun.record.v3"),
+            "{err:?}"
+        );
+        let message = err.to_string();
+        assert!(message.contains("agentrun.record.v3"), "{message}");
+        assert!(message.contains(RECORD_FORMAT_V2), "{message}");
+        // Unknown and unparseable as a record otherwise: still named for its format.
+        let err = ResultRecord::from_json(br#"{"format": "agentrun.record.v9", "x": 1}"#);
+        assert!(matches!(err, Err(RecordParseError::UnknownFormat { .. })));
+        // No format at all is not a record.
+        let mut none = serde_json::to_value(&r).unwrap();
+        none.as_object_mut().unwrap().remove("format");
+        let err = ResultRecord::from_json(none.to_string().as_bytes());
+        assert!(matches!(err, Err(RecordParseError::Invalid(_))), "{err:?}");
     }
 
     #[test]
@@ -621,11 +738,7 @@ mod tests {
 
     #[test]
     fn the_capture_status_is_named_for_what_it_is_and_old_records_still_load() {
-        let r = run(
-            OutputDeclaration::Single,
-            PreviewLimits::default(),
-            &[("", b"x")],
-        );
+        let r = single_record(b"x");
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["capture_status"], "succeeded");
         assert!(json.get("status").is_none());
@@ -636,7 +749,7 @@ mod tests {
             .remove("capture_status")
             .unwrap();
         old["status"] = status;
-        let back: ResultRecord = serde_json::from_value(old).unwrap();
+        let back = ResultRecord::from_json(old.to_string().as_bytes()).unwrap();
         assert_eq!(back, r);
     }
 }

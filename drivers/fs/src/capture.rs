@@ -802,7 +802,7 @@ impl CaptureSession {
         // written before the GC lock and the capture lock (the protection) are released.
         let mut record = ResultRecord::from_summary(run_id.clone(), &summary);
         record.run = run_info;
-        record.keeps = keeps;
+        record.set_keeps(keeps);
         if kept_by_keeper {
             drop(gc);
             drop((streams, indexes));

@@ -4,7 +4,9 @@
 //!
 //! * the digests in `protect` of every capture directory whose lock is held (a live run);
 //! * every artifact of every record in `records/`: its output and what it keeps (records
-//!   older than [`GcOptions::expire_records`], when set, are removed first and root nothing);
+//!   older than [`GcOptions::expire_records`], when set, are removed first and root nothing).
+//!   A record GC cannot read, or whose format it does not know (a newer agentrun's, which may
+//!   keep artifacts in fields this version ignores), stops GC before it removes anything;
 //! * every object younger than the grace period (a publisher between rename and record, or a
 //!   result a caller has not recorded yet, keeps its objects for that long).
 //!
@@ -22,6 +24,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use agentrun_core::record::RecordParseError;
 use agentrun_core::{Digest, Manifest, ResultRecord};
 use serde::Serialize;
 
@@ -287,8 +290,15 @@ impl Store {
                 }
             }
             let bytes = fs::read(&path).map_err(|e| refused(format!("cannot be read: {e}")))?;
-            let record: ResultRecord = serde_json::from_slice(&bytes)
-                .map_err(|e| refused(format!("does not parse as a record ({e})")))?;
+            // A format this version does not know may keep artifacts in fields it would
+            // ignore: GC removes nothing rather than guess.
+            let record = ResultRecord::from_json(&bytes).map_err(|e| match e {
+                RecordParseError::UnknownFormat { format } => StoreError::GcRecordFormatUnknown {
+                    path: path.clone(),
+                    format,
+                },
+                e => refused(format!("does not parse as a record ({e})")),
+            })?;
             roots.extend(record.artifacts());
             report.records += 1;
         }

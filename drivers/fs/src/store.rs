@@ -12,6 +12,7 @@ use std::sync::Arc;
 use agentrun_core::ResultRecord;
 use agentrun_core::capture::CaptureError;
 use agentrun_core::limits::LimitsError;
+use agentrun_core::record::{RECORD_FORMATS, RecordParseError};
 
 use crate::error::{IoContext, IoError};
 use crate::layout::{self, Layout, RECORD_SUFFIX};
@@ -102,6 +103,18 @@ pub enum StoreError {
         /// What is wrong with it.
         detail: String,
     },
+    /// A record names a format this version does not read: a newer agentrun wrote it.
+    #[error(
+        "record {} has format {format:?}, which this agentrun does not read (it reads {}); a \
+         newer agentrun wrote it: use that one",
+        .path.display(), RECORD_FORMATS.join(" and ")
+    )]
+    RecordFormatUnknown {
+        /// The record file.
+        path: PathBuf,
+        /// The format it names.
+        format: String,
+    },
     /// Something already exists at a caller-supplied result-sink path.
     #[error(
         "the result-sink path {} already exists; remove it or choose a new path (it is never \
@@ -125,6 +138,20 @@ pub enum StoreError {
         path: PathBuf,
         /// What is wrong with it.
         detail: String,
+    },
+    /// GC found a record of a format it does not know, and removed nothing: that record may
+    /// keep artifacts in ways this version cannot see.
+    #[error(
+        "gc removed nothing: record {} has format {format:?}, which this agentrun does not know \
+         (a newer agentrun wrote it), so it cannot tell which artifacts that record keeps; run \
+         gc with the agentrun that wrote it",
+        .path.display()
+    )]
+    GcRecordFormatUnknown {
+        /// The record file.
+        path: PathBuf,
+        /// The format it names.
+        format: String,
     },
     /// A captured stream's file does not hold the bytes that were accepted for it.
     #[error("capture file {} is shorter than the {expected} bytes accepted for it", .path.display())]
@@ -245,9 +272,15 @@ pub(crate) fn record_id(name: &std::ffi::OsStr) -> Option<String> {
 
 /// Parses a record file's bytes.
 pub(crate) fn parse_record(path: &Path, bytes: &[u8]) -> Result<ResultRecord, StoreError> {
-    serde_json::from_slice(bytes).map_err(|e| StoreError::CorruptRecord {
-        path: path.to_owned(),
-        detail: e.to_string(),
+    ResultRecord::from_json(bytes).map_err(|e| match e {
+        RecordParseError::UnknownFormat { format } => StoreError::RecordFormatUnknown {
+            path: path.to_owned(),
+            format,
+        },
+        e => StoreError::CorruptRecord {
+            path: path.to_owned(),
+            detail: e.to_string(),
+        },
     })
 }
 

@@ -450,3 +450,38 @@ fn an_output_whose_bytes_are_not_its_digest_is_refused_and_protected_like_the_ot
     assert_eq!(read_all(&store, &stored), wrong.text.as_bytes());
     drop(session);
 }
+
+#[test]
+fn the_record_that_keeps_artifacts_is_v2_and_gc_keeps_what_it_keeps() {
+    let (_tmp, store) = common::store();
+    let record_file = |run_id: &str| store.root().join("records").join(format!("{run_id}.json"));
+    let format_on_disk = |run_id: &str| {
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(record_file(run_id)).unwrap()).unwrap();
+        json["format"].as_str().unwrap().to_owned()
+    };
+    // An earlier run, whose record keeps only its output: v1, readable by older agentruns.
+    let earlier = common::capture_single(&store, b"earlier output\n", 64);
+    assert_eq!(format_on_disk(&earlier.run_id), "agentrun.record.v1");
+    let mut session = store.begin_retention().unwrap();
+    let confirming = vec![claim(&earlier.output_uri(), b"earlier output\n")];
+    assert_eq!(session.confirm(confirming.clone()).unwrap(), confirming);
+    let retained = session.finish().unwrap().unwrap();
+    // The compaction's record keeps the earlier artifact: v2, so an older agentrun refuses it
+    // rather than ignore what it keeps.
+    assert_eq!(format_on_disk(&retained.run_id), "agentrun.record.v2");
+    assert_eq!(
+        store.record(&retained.run_id).unwrap().keeps,
+        [earlier.output_uri().digest]
+    );
+    // The earlier record is gone: only the v2 record's keeps root the artifact.
+    std::fs::remove_file(record_file(&earlier.run_id)).unwrap();
+    let report = store
+        .gc(&GcOptions {
+            grace: Duration::ZERO,
+            ..GcOptions::default()
+        })
+        .unwrap();
+    assert_eq!(report.objects_removed, 0, "{report:?}");
+    assert_eq!(read_all(&store, &earlier.output_uri()), b"earlier output\n");
+}

@@ -229,6 +229,53 @@ fn a_corrupt_record_stops_gc_instead_of_losing_its_artifacts() {
 }
 
 #[test]
+fn a_record_of_an_unknown_format_stops_gc_and_is_named_for_its_format() {
+    let (_tmp, store) = store();
+    let kept = capture_single(&store, b"kept by a newer record\n", 100);
+    // An unreferenced object past its grace, which gc would otherwise remove.
+    let loose = capture_single(&store, b"unreferenced\n", 100);
+    let path = |r: &agentrun_core::ResultRecord| {
+        store
+            .root()
+            .join("records")
+            .join(format!("{}.json", r.run_id))
+    };
+    fs::remove_file(path(&loose)).unwrap();
+    // A newer agentrun's record: parses as a record, but names its format, and keeps something
+    // in a field this version does not know.
+    let mut future: serde_json::Value =
+        serde_json::from_slice(&fs::read(path(&kept)).unwrap()).unwrap();
+    future["format"] = "agentrun.record.v3".into();
+    future["pins"] = serde_json::json!([Digest::of(b"unreferenced\n").to_string()]);
+    fs::write(path(&kept), future.to_string()).unwrap();
+
+    let before = object_count(&store);
+    let err = store.gc(&later()).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::GcRecordFormatUnknown { format, .. } if format == "agentrun.record.v3"),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("{}.json", kept.run_id)),
+        "{message}"
+    );
+    assert!(message.contains("agentrun.record.v3"), "{message}");
+    assert!(message.contains("removed nothing"), "{message}");
+    assert_eq!(object_count(&store), before, "nothing removed");
+    assert!(object_path(&store, &Digest::of(b"unreferenced\n")).exists());
+    // Reading it is refused the same way, not read as something it is not.
+    let err = store.record(&kept.run_id).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::RecordFormatUnknown { format, .. } if format == "agentrun.record.v3"),
+        "{err:?}"
+    );
+    // Without it, gc collects again.
+    fs::remove_file(path(&kept)).unwrap();
+    assert_eq!(store.gc(&later()).unwrap().objects_removed, 2);
+}
+
+#[test]
 fn expired_records_stop_rooting_their_artifacts() {
     let (_tmp, store) = store();
     let mut s = store
