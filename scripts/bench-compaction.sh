@@ -4,10 +4,11 @@
 # reading the same file with `jq .`. Reports wall/user/sys time and peak RSS
 # (/usr/bin/time -f %M) for three alternating runs of each. Then three runs that also store the
 # 9 000 outputs the retry refers to in a fresh store (one retention, one record), as
-# `agentrun compact` does before the retry. With BASELINE=PATH (a prune_bench binary built from
-# another commit), each of those store runs is preceded by the same run of the baseline, so the
-# two are measured side by side under the same load.
-# Usage: [BASELINE=PATH] scripts/bench-compaction.sh [WORKDIR] (default /tmp/agentrun-bench-compaction)
+# `agentrun compact` does before the retry. With BASELINE_BIN=PATH (a prune_bench binary built
+# from another commit), each of those store runs is preceded by the same run of the baseline, so
+# the two are measured side by side under the same load.
+# Usage: [BASELINE_BIN=PATH] scripts/bench-compaction.sh [WORKDIR]
+# (WORKDIR defaults to /tmp/agentrun-bench-compaction)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-/tmp/agentrun-bench-compaction}
@@ -44,14 +45,16 @@ for i in 1 2 3; do
     /usr/bin/time -f "jq .  run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
         jq . "$file" > /dev/null
 done
+# Each store run gets a store directory of its own, all removed at the end: removing one
+# between runs would slow the next run's file creation on ext4 without a journal, whose inode
+# allocator skips inodes freed in the last minutes (a run creates and deletes ~18 000).
+rm -rf "$work"/store-*
 for i in 1 2 3; do
-    if [ -n "${BASELINE:-}" ]; then
-        rm -rf "$work/store"
+    if [ -n "${BASELINE_BIN:-}" ]; then
         /usr/bin/time -f "baseline prune+retain run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
-            "$BASELINE" "$file" "$work/store"
+            "$BASELINE_BIN" "$file" "$work/store-baseline-$i"
     fi
-    rm -rf "$work/store"
     /usr/bin/time -f "prune+retain run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
-        "$bin" "$file" "$work/store"
+        "$bin" "$file" "$work/store-$i"
 done
-rm -rf "$work/store"
+rm -rf "$work"/store-*
