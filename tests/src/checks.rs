@@ -13,7 +13,7 @@ use agentrun_core::index::{
 };
 use agentrun_core::manifest::{Manifest, ManifestEntry};
 use agentrun_core::page::{self, ByteRange, MAX_PAGE_BYTES, PageCursor, PageError, PageRequest};
-use agentrun_core::record::{RecordOutput, ResultRecord, StreamRecord};
+use agentrun_core::record::{RECORD_FORMATS, RecordOutput, ResultRecord, StreamRecord};
 use agentrun_core::stream::StreamIndex;
 use agentrun_core::{
     ArtifactUri, Capture, CaptureStatus, Digest, FullOutput, OutputChannel, OutputDeclaration,
@@ -97,6 +97,29 @@ pub fn check_uri(s: &str) {
         assert!(ArtifactUri::is_artifact_scheme(s));
         assert_eq!(uri.stream.is_some(), s.len() > "artifact://".len() + 64);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Record files
+// ---------------------------------------------------------------------------------------------
+
+/// A record file as read back from a store ([`ResultRecord::from_json`]): any bytes give a
+/// record or an error, never a panic. A record read names a format this version reads, and
+/// written again it reads back as the same record, which renders the same.
+pub fn check_record(bytes: &[u8]) {
+    let Ok(record) = ResultRecord::from_json(bytes) else {
+        return;
+    };
+    assert!(
+        RECORD_FORMATS.contains(&record.format.as_str()),
+        "read a record of format {:?}",
+        record.format
+    );
+    let json = serde_json::to_vec(&record).expect("a record read serializes");
+    let again = ResultRecord::from_json(&json).expect("a record written again reads back");
+    assert_eq!(again, record);
+    assert_eq!(again.render(), record.render());
+    assert_eq!(again.display(), record.display());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ pub type Body = fn(&[u8]);
 /// Every fuzz target's body by target name (the `[[bin]]` name in `fuzz/Cargo.toml`).
 pub const TARGETS: &[(&str, Body)] = &[
     ("uri", uri),
+    ("record", record),
     ("preview", preview),
     ("page", page),
     ("capture", capture),
@@ -98,6 +99,11 @@ impl<'a> Input<'a> {
 /// URI target: the input, lossily decoded, is a candidate `artifact://` URI.
 pub fn uri(data: &[u8]) {
     checks::check_uri(&String::from_utf8_lossy(data));
+}
+
+/// Record target: the input is the bytes of a record file.
+pub fn record(data: &[u8]) {
+    checks::check_record(data);
 }
 
 /// Preview target. Layout:
