@@ -211,8 +211,9 @@ impl TailCapture {
         if chunk.len() >= self.cap {
             // Only the chunk's own end can be in the window: drop the rest unseen, without
             // copying the chunk (time stays linear in the output whatever the window size).
+            // Newlines are not counted here: the block indexer counts every byte once, and
+            // `finish` takes the lines before the window from its total.
             let (dropped, kept) = chunk.split_at(chunk.len() - self.cap);
-            w.newlines_before += count_newlines(&w.bytes) + count_newlines(dropped);
             w.start += (w.bytes.len() + dropped.len()) as u64;
             w.bytes.clear();
             w.bytes.extend_from_slice(kept);
@@ -229,13 +230,15 @@ impl TailCapture {
     fn trim(&mut self) {
         let w = &mut self.window;
         let drop = w.bytes.len().saturating_sub(self.cap);
-        w.newlines_before += count_newlines(&w.bytes[..drop]);
         w.start += drop as u64;
         w.bytes.drain(..drop);
     }
 
-    fn finish(mut self) -> TailWindow {
+    /// The window, given the stream's newline count: the lines before the window are what
+    /// the window does not hold.
+    fn finish(mut self, newlines: u64) -> TailWindow {
         self.trim();
+        self.window.newlines_before = newlines - count_newlines(&self.window.bytes);
         self.window
     }
 }
@@ -580,6 +583,7 @@ impl Capture {
             .map(|(i, s)| {
                 let digest = s.digest.finish();
                 let lines = s.indexer.lines();
+                let newlines = s.indexer.newlines();
                 let (index_entries, index_header) = s.indexer.finish(digest);
                 StreamSummary {
                     name: declaration.name_at(i).cloned(),
@@ -587,7 +591,7 @@ impl Capture {
                     bytes: index_header.total_bytes,
                     lines,
                     head: s.head,
-                    tail: s.tail.map(TailCapture::finish),
+                    tail: s.tail.map(|tail| tail.finish(newlines)),
                     index_entries,
                     index_header,
                 }

@@ -15,12 +15,19 @@
 //! a large chunk (SHA-256, line index, preview) runs on a hasher thread per stream, up to
 //! [`PIPELINE_DEPTH`] pieces behind the writes. Reading the pipe and writing the file on one
 //! core and hashing on another overlap instead of adding up: hashing every byte is the largest
-//! cost of retaining output. Memory stays bounded: per stream at most `PIPELINE_DEPTH` pieces
-//! wait for the hasher; index entries go to the index file as soon as a block completes.
+//! cost of retaining output. Memory stays bounded: per stream at most [`PIPELINE_COPIES`]
+//! bytes of copies wait for the hasher; index entries go to the index file as soon as a block
+//! completes.
+//!
+//! A pipe can also be drained straight into a stream ([`CaptureSession::write_from_pipe`]):
+//! the kernel moves its bytes into the capture file (`splice`), and the hasher reads them
+//! where they lie, through a mapping of the file (see `mapped`), so they are copied once
+//! instead of three times.
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
@@ -40,6 +47,7 @@ use crate::atomic::{self, fsync_dir, publish_object, write_atomic};
 use crate::error::{IoContext, IoError};
 use crate::layout::{self, RECORD_SUFFIX};
 use crate::lock::GcLock;
+use crate::mapped::FileWindow;
 use crate::store::{Store, StoreError};
 
 /// Chunks at least this large are hashed on the stream's hasher thread (see
@@ -50,9 +58,17 @@ const PIPELINE_CHUNK: usize = 64 * 1024;
 /// Largest piece handed to a hasher thread at once: bounds each copy kept per stream.
 const PIPELINE_PIECE: usize = 1 << 20;
 
-/// Pieces a stream may have written but not yet hashed. Deep enough that the writes go on
-/// while the hasher works through a burst; the caller waits (backpressure) beyond it.
-const PIPELINE_DEPTH: usize = 4;
+/// Pieces a stream may have written but not yet hashed. Deep enough that the hasher always has
+/// work while the writing thread and the child share the other core (measured: 4 pieces cost
+/// ~5 % more wall time per GiB than 16); the caller waits (backpressure) beyond it.
+const PIPELINE_DEPTH: usize = 16;
+
+/// Bytes of copied pieces a stream may have waiting for its hasher: the memory a stream's
+/// pipeline holds. (A spliced piece waits in the page cache, not in memory of its own.)
+const PIPELINE_COPIES: usize = 4 << 20;
+
+/// Piece buffers a stream keeps for reuse.
+const SPARE_PIECES: usize = 2;
 
 /// A capture fault found while accepting bytes, possibly on a hasher thread: the kind and
 /// message of the error, kept to report it again for every later chunk of the stream.
@@ -112,15 +128,28 @@ fn lock(accepting: &Mutex<Accepting>) -> MutexGuard<'_, Accepting> {
     accepting.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// What a hasher is handed: bytes already written to the capture file, as a copy, or as where
+/// the file holds them (spliced there from a pipe).
+#[derive(Debug)]
+enum Piece {
+    Copied(Vec<u8>),
+    InFile { offset: u64, len: usize },
+}
+
+/// What a hasher hands back for a piece: a copied piece's buffer, for reuse, and the fault
+/// accepting the piece found.
+type Returned = (Option<Vec<u8>>, Option<StreamFault>);
+
 /// A stream's hasher thread: takes pieces already written to the capture file, in order, has
-/// the core machine accept them, and hands each back for reuse with the fault accepting it
-/// found.
+/// the core machine accept them, and hands each back with the fault accepting it found.
 #[derive(Debug)]
 struct Hasher {
-    pieces: Option<mpsc::SyncSender<Vec<u8>>>,
-    returned: mpsc::Receiver<(Vec<u8>, Option<StreamFault>)>,
+    pieces: Option<mpsc::SyncSender<Piece>>,
+    returned: mpsc::Receiver<Returned>,
     /// Pieces handed over and not yet handed back (at most `PIPELINE_DEPTH`).
     outstanding: usize,
+    /// Bytes of the copied pieces among them (at most `PIPELINE_COPIES`, or one piece).
+    copied: usize,
     thread: Option<thread::JoinHandle<()>>,
 }
 
@@ -131,15 +160,48 @@ fn hasher_gone() -> io::Error {
 }
 
 impl Hasher {
-    fn spawn(accepting: Arc<Mutex<Accepting>>, stream: StreamIndex) -> io::Result<Self> {
-        let (pieces, to_hash) = mpsc::sync_channel::<Vec<u8>>(PIPELINE_DEPTH);
+    /// Starts the hasher of `stream`, whose capture file is `file` (read only where it holds
+    /// spliced pieces).
+    fn spawn(
+        accepting: Arc<Mutex<Accepting>>,
+        stream: StreamIndex,
+        file: File,
+    ) -> io::Result<Self> {
+        let (pieces, to_hash) = mpsc::sync_channel::<Piece>(PIPELINE_DEPTH);
         let (done, returned) = mpsc::sync_channel(PIPELINE_DEPTH);
         let thread = thread::Builder::new()
             .name("agentrun-capture-hash".to_owned())
             .spawn(move || {
+                let mut window = None;
+                // Once a piece could not be read, no later one is accepted either: the machine
+                // must never skip bytes.
+                let mut stopped = false;
                 for piece in to_hash {
-                    let fault = lock(&accepting).accept(stream, &piece);
-                    if done.send((piece, fault)).is_err() {
+                    let returned = match piece {
+                        _ if stopped => (None, None),
+                        Piece::Copied(buf) => {
+                            let fault = lock(&accepting).accept(stream, &buf);
+                            (Some(buf), fault)
+                        }
+                        Piece::InFile { offset, len } => {
+                            let read = ReadBack {
+                                file: &file,
+                                window: &mut window,
+                            };
+                            match read.accept(&accepting, stream, offset, len) {
+                                Ok(fault) => (None, fault),
+                                Err(fault) => {
+                                    stopped = true;
+                                    let (_, message) = &fault;
+                                    lock(&accepting)
+                                        .capture
+                                        .handle_capture_error(Some(stream), message);
+                                    (None, Some(fault))
+                                }
+                            }
+                        }
+                    };
+                    if done.send(returned).is_err() {
                         break;
                     }
                 }
@@ -148,28 +210,96 @@ impl Hasher {
             pieces: Some(pieces),
             returned,
             outstanding: 0,
+            copied: 0,
             thread: Some(thread),
         })
     }
 
     /// Hands a written piece over; `Err` if the thread is gone.
-    fn send(&mut self, piece: Vec<u8>) -> io::Result<()> {
+    fn send(&mut self, piece: Piece) -> io::Result<()> {
+        let copied = match &piece {
+            Piece::Copied(buf) => buf.len(),
+            Piece::InFile { .. } => 0,
+        };
         let sent = self.pieces.as_ref().and_then(|p| p.send(piece).ok());
         sent.ok_or_else(hasher_gone)?;
         self.outstanding += 1;
+        self.copied += copied;
         Ok(())
     }
 
-    /// Waits for the oldest piece handed over: its buffer and the fault accepting it found.
-    /// `Err` if the thread is gone.
-    fn wait(&mut self) -> io::Result<(Vec<u8>, Option<StreamFault>)> {
+    /// Whether the pipeline is full for a piece of `copy` bytes copied (0 for a spliced one).
+    fn full(&self, copy: usize) -> bool {
+        self.outstanding >= PIPELINE_DEPTH
+            || (self.outstanding > 0 && self.copied + copy > PIPELINE_COPIES)
+    }
+
+    /// Waits for the oldest piece handed over: its buffer (if copied) and the fault accepting
+    /// it found. `Err` if the thread is gone.
+    fn wait(&mut self) -> io::Result<Returned> {
         let returned = self.returned.recv().map_err(|_| hasher_gone());
-        self.outstanding = if returned.is_ok() {
-            self.outstanding - 1
-        } else {
-            0
-        };
+        match &returned {
+            Ok((buf, _)) => {
+                self.outstanding -= 1;
+                self.copied -= buf.as_ref().map_or(0, Vec::len);
+            }
+            Err(_) => (self.outstanding, self.copied) = (0, 0),
+        }
         returned
+    }
+}
+
+/// A hasher's view of its capture file: where it reads spliced pieces back.
+struct ReadBack<'a> {
+    file: &'a File,
+    /// The mapped window last read, kept for the next piece (pieces arrive in file order).
+    window: &'a mut Option<FileWindow>,
+}
+
+impl ReadBack<'_> {
+    /// Has the machine accept the `len` bytes the capture file holds at `offset`, read through
+    /// a mapping (or, if mapping fails, copied out). Returns the fault accepting them found;
+    /// `Err` if they could not be read, and then the bytes from the failure on are not
+    /// accepted.
+    // Reading a mapping is `unsafe`; the safety argument is at the read and in `mapped`.
+    #[allow(unsafe_code)]
+    fn accept(
+        self,
+        accepting: &Mutex<Accepting>,
+        stream: StreamIndex,
+        mut offset: u64,
+        mut len: usize,
+    ) -> Result<Option<StreamFault>, StreamFault> {
+        let mut fault = None;
+        while len > 0 {
+            if !self.window.as_ref().is_some_and(|w| w.holds(offset)) {
+                // The old window goes first, so at most one is mapped.
+                *self.window = None;
+                *self.window = FileWindow::map(self.file, offset).ok();
+            }
+            let taken = match self.window.as_ref() {
+                Some(window) => {
+                    // SAFETY: the session wrote these bytes (the splice returned their count)
+                    // before handing them over, and never cuts the file below them while this
+                    // thread runs (see `mapped`).
+                    let bytes = unsafe { window.bytes(offset, len) };
+                    fault = fault.or(lock(accepting).accept(stream, bytes));
+                    bytes.len()
+                }
+                None => {
+                    let mut buf = vec![0; len.min(PIPELINE_PIECE)];
+                    if let Err(e) = self.file.read_exact_at(&mut buf, offset) {
+                        let message = format!("reading back the capture file failed: {e}");
+                        return Err((e.kind(), message));
+                    }
+                    fault = fault.or(lock(accepting).accept(stream, &buf));
+                    buf.len()
+                }
+            };
+            offset += taken as u64;
+            len -= taken;
+        }
+        Ok(fault)
     }
 }
 
@@ -328,6 +458,11 @@ struct StreamFiles {
     hasher: Option<Hasher>,
     /// Piece buffers handed back by the hasher, to reuse.
     spare: Vec<Vec<u8>>,
+    /// Whether pipes are spliced into the capture file; off once a splice failed (the copy
+    /// path takes over and tells a pipe error from a capture one).
+    splice: bool,
+    /// The buffer of `write_from_pipe`'s copy path.
+    scratch: Vec<u8>,
     /// The first fault, once the stream failed.
     failed: Option<StreamFault>,
 }
@@ -354,6 +489,8 @@ impl StreamFiles {
             writeback_started: 0,
             hasher: None,
             spare: Vec::new(),
+            splice: true,
+            scratch: Vec::new(),
             failed: None,
         };
         let index = IndexFile {
@@ -381,6 +518,11 @@ impl StreamFiles {
     /// Pieces written and not yet accepted.
     fn outstanding(&self) -> usize {
         self.hasher.as_ref().map_or(0, |h| h.outstanding)
+    }
+
+    /// Whether the hasher's pipeline has no room for a piece of `copy` bytes copied.
+    fn pipeline_full(&self, copy: usize) -> bool {
+        self.hasher.as_ref().is_some_and(|h| h.full(copy))
     }
 }
 
@@ -528,7 +670,7 @@ impl CaptureSession {
             return self.returned_fault(stream, fault);
         }
         for piece in bytes.chunks(PIPELINE_PIECE) {
-            let buf = self.free_piece(stream)?;
+            let buf = self.free_piece(stream, piece.len())?;
             self.write_file(stream, piece)?;
             self.hand_over(stream, piece, buf)?;
         }
@@ -549,10 +691,95 @@ impl CaptureSession {
         Ok(())
     }
 
-    /// A buffer for the next piece: a spare one, once fewer than `PIPELINE_DEPTH` pieces wait
-    /// for the hasher (waiting for it otherwise).
-    fn free_piece(&mut self, stream: StreamIndex) -> Result<Vec<u8>, CaptureWriteError> {
-        if self.streams[stream.get()].outstanding() >= PIPELINE_DEPTH {
+    /// Moves what `pipe` holds, at most `max` bytes, into `stream`: what a `read` of the pipe
+    /// and then [`write`](Self::write) would do, but where the kernel allows it the bytes go
+    /// from the pipe into the capture file without a copy through user space (`splice`), and
+    /// the stream's hasher reads them there.
+    ///
+    /// Returns what `read` would: the bytes taken (at most 1 MiB at once), `0` at end of file,
+    /// [`io::ErrorKind::WouldBlock`] when a non-blocking pipe is empty, or the pipe's error. A
+    /// fault on the capture side is recorded as by `write` (the stream fails, the record says
+    /// incomplete) and the bytes are still taken from the pipe, so the writer at its other end
+    /// never blocks on a stream no longer captured. A `stream` of another session is an
+    /// [`io::ErrorKind::InvalidInput`] error carrying the [`CaptureWriteError`], and nothing
+    /// is taken.
+    pub fn write_from_pipe(
+        &mut self,
+        stream: StreamIndex,
+        pipe: BorrowedFd<'_>,
+        max: usize,
+    ) -> io::Result<usize> {
+        self.check_stream(stream)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, CaptureWriteError::from(e)))?;
+        let max = max.clamp(1, PIPELINE_PIECE);
+        if let Some(taken) = self.splice_from(stream, pipe, max) {
+            return taken;
+        }
+        // The copy path: it tells a pipe error from a capture one, and drains a failed stream.
+        let mut buf = std::mem::take(&mut self.streams[stream.get()].scratch);
+        buf.resize(max, 0);
+        let read = rustix::io::read(pipe, &mut buf[..]).map_err(io::Error::from);
+        if let Ok(n @ 1..) = read {
+            // A capture fault is recorded by `write`; the bytes are taken either way.
+            let _ = self.write(stream, &buf[..n]);
+        }
+        self.streams[stream.get()].scratch = buf;
+        read
+    }
+
+    /// The splice path of [`write_from_pipe`](Self::write_from_pipe): `Some` with its result,
+    /// or `None` to take the copy path (the stream failed, its hasher could not start, or a
+    /// splice failed: the kernel cannot splice into this file system, or the pipe or the file
+    /// has an error that the copy path will tell apart).
+    fn splice_from(
+        &mut self,
+        stream: StreamIndex,
+        pipe: BorrowedFd<'_>,
+        max: usize,
+    ) -> Option<io::Result<usize>> {
+        let files = &self.streams[stream.get()];
+        if !files.splice || files.failed.is_some() {
+            return None;
+        }
+        // A place in the pipeline first, so the hasher never falls further behind.
+        if files.pipeline_full(0) && self.take_returned(stream).is_err() {
+            return None;
+        }
+        if self.start_hasher(stream).is_err() {
+            self.streams[stream.get()].splice = false;
+            return None;
+        }
+        let files = &mut self.streams[stream.get()];
+        let offset = files.written;
+        let flags = rustix::pipe::SpliceFlags::NONBLOCK;
+        // No offsets: the bytes go where the file position is, after every byte written, and
+        // the position moves past them, as for `write`.
+        match rustix::pipe::splice(pipe, None, &files.data, None, max, flags) {
+            Ok(0) => Some(Ok(0)),
+            Ok(len) => {
+                files.written += len as u64;
+                start_writeback(files);
+                // A hasher that is gone fails the stream; the bytes were taken all the same.
+                let _ = self.send_piece(stream, Piece::InFile { offset, len });
+                Some(Ok(len))
+            }
+            Err(rustix::io::Errno::AGAIN) => Some(Err(io::ErrorKind::WouldBlock.into())),
+            Err(rustix::io::Errno::INTR) => Some(Err(io::ErrorKind::Interrupted.into())),
+            Err(_) => {
+                files.splice = false;
+                None
+            }
+        }
+    }
+
+    /// A buffer for the next piece, of `len` bytes, once the pipeline has room for it
+    /// (waiting for the hasher otherwise).
+    fn free_piece(
+        &mut self,
+        stream: StreamIndex,
+        len: usize,
+    ) -> Result<Vec<u8>, CaptureWriteError> {
+        while self.streams[stream.get()].pipeline_full(len) {
             self.take_returned(stream)?;
         }
         Ok(self.streams[stream.get()].spare.pop().unwrap_or_default())
@@ -566,23 +793,35 @@ impl CaptureSession {
         piece: &[u8],
         mut buf: Vec<u8>,
     ) -> Result<(), CaptureWriteError> {
-        let files = &mut self.streams[stream.get()];
-        if files.hasher.is_none() {
-            match Hasher::spawn(Arc::clone(&self.accepting), stream) {
-                Ok(hasher) => files.hasher = Some(hasher),
-                Err(_) => {
-                    // No pieces are outstanding without a hasher: the order holds.
-                    let fault = self.accepting().accept(stream, piece);
-                    return self.returned_fault(stream, fault);
-                }
-            }
+        if self.start_hasher(stream).is_err() {
+            // No pieces are outstanding without a hasher: the order holds.
+            let fault = self.accepting().accept(stream, piece);
+            return self.returned_fault(stream, fault);
         }
         buf.clear();
         buf.extend_from_slice(piece);
+        self.send_piece(stream, Piece::Copied(buf))
+    }
+
+    /// Starts the stream's hasher thread if it is not running.
+    fn start_hasher(&mut self, stream: StreamIndex) -> io::Result<()> {
+        let files = &mut self.streams[stream.get()];
+        if files.hasher.is_none() {
+            let file = files.data.try_clone()?;
+            let accepting = Arc::clone(&self.accepting);
+            files.hasher = Some(Hasher::spawn(accepting, stream, file)?);
+        }
+        Ok(())
+    }
+
+    /// Hands a piece already on disk to the running hasher; a hasher that is gone fails the
+    /// stream.
+    fn send_piece(&mut self, stream: StreamIndex, piece: Piece) -> Result<(), CaptureWriteError> {
+        let files = &mut self.streams[stream.get()];
         let sent = files
             .hasher
             .as_mut()
-            .map_or_else(|| Err(hasher_gone()), |h| h.send(buf));
+            .map_or_else(|| Err(hasher_gone()), |h| h.send(piece));
         if let Err(e) = sent {
             files.hasher = None;
             return Err(self.fail(stream, "hashing the capture file", e));
@@ -598,8 +837,8 @@ impl CaptureSession {
         };
         match hasher.wait() {
             Ok((piece, fault)) => {
-                if files.spare.len() < PIPELINE_DEPTH {
-                    files.spare.push(piece);
+                if let Some(buf) = piece.filter(|_| files.spare.len() < SPARE_PIECES) {
+                    files.spare.push(buf);
                 }
                 self.returned_fault(stream, fault)
             }
@@ -1170,22 +1409,23 @@ mod tests {
         assert_only_kept(&store, &record, &kept);
     }
 
-    #[test]
-    fn the_writes_run_ahead_of_the_hasher_by_a_bounded_number_of_pieces() {
+    /// Writes `pieces` pieces of `len` bytes with the hasher held, then one more, which must
+    /// wait for the hasher; checks how many pieces were waiting before it.
+    fn writes_wait_for_the_hasher_after(pieces: usize, len: usize) {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open(tmp.path().join("s")).unwrap();
         let (mut s, ix) = single(&store);
         // Hold the machine: the hasher blocks on its first piece, and the writes go on only
-        // until PIPELINE_DEPTH pieces wait.
+        // while the pipeline has room.
         let accepting = Arc::clone(&s.accepting);
         let guard = lock(&accepting);
         let writer = thread::spawn(move || {
-            for _ in 0..PIPELINE_DEPTH {
-                s.write(ix, &vec![b'p'; PIPELINE_CHUNK]).unwrap();
+            for _ in 0..pieces {
+                s.write(ix, &vec![b'p'; len]).unwrap();
             }
             let waiting = s.streams[0].outstanding();
             // One more piece than the pipeline holds: this write waits for the hasher.
-            s.write(ix, &vec![b'q'; PIPELINE_CHUNK]).unwrap();
+            s.write(ix, &vec![b'q'; len]).unwrap();
             (s, waiting)
         });
         // The writer is blocked (the hasher cannot take the lock) until the guard goes.
@@ -1196,19 +1436,26 @@ mod tests {
         );
         drop(guard);
         let (s, waiting) = writer.join().unwrap();
-        assert_eq!(waiting, PIPELINE_DEPTH);
+        assert_eq!(waiting, pieces);
         drop(accepting);
         let record = s.finish(done()).unwrap();
         assert!(!record.incomplete);
-        assert_eq!(
-            record.streams()[0].bytes,
-            ((PIPELINE_DEPTH + 1) * PIPELINE_CHUNK) as u64
-        );
+        assert_eq!(record.streams()[0].bytes, ((pieces + 1) * len) as u64);
+    }
+
+    #[test]
+    fn the_writes_run_ahead_of_the_hasher_by_a_bounded_number_of_pieces() {
+        writes_wait_for_the_hasher_after(PIPELINE_DEPTH, PIPELINE_CHUNK);
+    }
+
+    #[test]
+    fn the_copies_waiting_for_the_hasher_are_bounded_in_bytes() {
+        writes_wait_for_the_hasher_after(PIPELINE_COPIES / PIPELINE_PIECE, PIPELINE_PIECE);
     }
 
     /// A hasher thread that takes one piece and stops, as if it had died.
     fn dying_hasher() -> Hasher {
-        let (pieces, to_hash) = mpsc::sync_channel::<Vec<u8>>(PIPELINE_DEPTH);
+        let (pieces, to_hash) = mpsc::sync_channel::<Piece>(PIPELINE_DEPTH);
         let (done, returned) = mpsc::sync_channel(PIPELINE_DEPTH);
         let thread = thread::spawn(move || {
             let _ = to_hash.recv();
@@ -1218,6 +1465,7 @@ mod tests {
             pieces: Some(pieces),
             returned,
             outstanding: 0,
+            copied: 0,
             thread: Some(thread),
         }
     }
@@ -1266,6 +1514,115 @@ mod tests {
             "{err}"
         );
         assert!(store.verify().unwrap().is_healthy());
+    }
+
+    /// Drains `read` (a pipe's read end, or any file) into stream `ix` through
+    /// `write_from_pipe` until end of file, polling while it is empty.
+    fn drain(s: &mut CaptureSession, ix: StreamIndex, read: &impl std::os::fd::AsFd) -> u64 {
+        let mut taken = 0u64;
+        loop {
+            match s.write_from_pipe(ix, read.as_fd(), 1 << 20) {
+                Ok(0) => return taken,
+                Ok(n) => taken += n as u64,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::yield_now(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    /// Bytes of many lines, `len` long, that differ from block to block.
+    fn lines_of(len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| {
+                if i % 97 == 96 {
+                    b'\n'
+                } else {
+                    b'0' + (i / 97 % 10) as u8
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pipe_spliced_into_a_stream_keeps_every_byte_across_mapped_windows() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (mut s, ix) = single(&store);
+        // More than two mapped windows, written in odd sizes, so pieces straddle windows.
+        let content = lines_of(2 * crate::mapped::WINDOW as usize + 777_777);
+        let (read, write) = rustix::pipe::pipe().unwrap();
+        rustix::fs::fcntl_setfl(&read, rustix::fs::OFlags::NONBLOCK).unwrap();
+        let sent = content.clone();
+        let writer = thread::spawn(move || {
+            for piece in sent.chunks(300_001) {
+                rustix::io::write(&write, piece).unwrap();
+            }
+        });
+        s.write(ix, b"before\n").unwrap();
+        let taken = drain(&mut s, ix, &read);
+        writer.join().unwrap();
+        s.write(ix, b"after\n").unwrap();
+        assert_eq!(taken, content.len() as u64);
+        assert!(
+            s.streams[0].splice,
+            "the kernel splices pipes into ext4/tmpfs files"
+        );
+        let all = [&b"before\n"[..], &content, b"after\n"].concat();
+        let record = s.finish(done()).unwrap();
+        assert!(!record.incomplete, "{:?}", record.faults);
+        assert_eq!(record.streams()[0].sha256, Digest::of(&all));
+        let mut stored = Vec::new();
+        store.copy_to(&record.output_uri(), &mut stored).unwrap();
+        assert_eq!(stored, all);
+        assert!(store.verify().unwrap().is_healthy());
+    }
+
+    #[test]
+    fn a_source_the_kernel_cannot_splice_is_read_and_written_instead() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (mut s, ix) = single(&store);
+        // A regular file is not a pipe: splice refuses it, the copy path takes over.
+        let content = lines_of(3 * PIPELINE_PIECE + 5);
+        let mut source = tempfile::tempfile().unwrap();
+        source.write_all(&content).unwrap();
+        source.seek(SeekFrom::Start(0)).unwrap();
+        assert_eq!(drain(&mut s, ix, &source), content.len() as u64);
+        assert!(!s.streams[0].splice);
+        let record = s.finish(done()).unwrap();
+        assert!(!record.incomplete);
+        assert_eq!(record.streams()[0].sha256, Digest::of(&content));
+    }
+
+    #[test]
+    fn a_failed_stream_still_drains_its_pipe() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let kept = b"kept\n".to_vec();
+        let (mut s, ix) = session_with_a_broken_file(&store, &kept);
+        let (read, write) = rustix::pipe::pipe().unwrap();
+        rustix::io::write(&write, &[b'x'; 60_000]).unwrap();
+        drop(write);
+        // Every byte is taken from the pipe (its writer never blocks), none is kept.
+        assert_eq!(drain(&mut s, ix, &read), 60_000);
+        let record = s.finish(done()).unwrap();
+        assert_only_kept(&store, &record, &kept);
+    }
+
+    #[test]
+    fn an_empty_pipe_would_block_and_a_closed_one_is_at_end_of_file() {
+        use std::os::fd::AsFd;
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (mut s, ix) = single(&store);
+        let (read, write) = rustix::pipe::pipe().unwrap();
+        rustix::fs::fcntl_setfl(&read, rustix::fs::OFlags::NONBLOCK).unwrap();
+        let err = s.write_from_pipe(ix, read.as_fd(), 1024).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+        drop(write);
+        assert_eq!(s.write_from_pipe(ix, read.as_fd(), 1024).unwrap(), 0);
+        let record = s.finish(done()).unwrap();
+        assert_eq!(record.streams()[0].bytes, 0);
     }
 
     #[test]

@@ -246,10 +246,7 @@ impl LiveRun {
             let (session, activity) = (self.session.clone(), self.activity.clone());
             let (ends, stop) = (self.ends.clone(), self.stopped.clone());
             jobs.push(Box::new(move || {
-                let observer: &mut dyn FnMut(&[u8]) = match observer.as_mut() {
-                    Some(observer) => observer,
-                    None => &mut |_: &[u8]| {},
-                };
+                let observer = observer.as_mut().map(|o| o as &mut os::Tap<'_>);
                 let end = os::pump(&session, stream, file, &activity, observer, &stop);
                 ends[i].store(end as u8, Ordering::Release);
             }));

@@ -314,9 +314,14 @@ pub(crate) enum PumpEnd {
     Failed,
 }
 
+/// A live tap: sees each chunk of a pipe right after it was captured.
+pub(crate) type Tap<'a> = dyn FnMut(&[u8]) + 'a;
+
 /// Copies `pipe` (non-blocking, see [`nonblocking_pipe`]) into stream `stream` of the session
-/// until end of file, recording activity and handing each chunk to `observer` right after it
-/// was written to the capture (the session lock is released first). Backpressure, not
+/// until end of file, recording activity and handing each chunk to `observer`, if any, right
+/// after it was written to the capture (the session lock is released first). Without an
+/// observer the session takes the bytes from the pipe itself
+/// ([`CaptureSession::write_from_pipe`]: no copy through this thread). Backpressure, not
 /// dropping: the child blocks on a full pipe while a chunk is written or observed. Ends early
 /// once the session was finalized or `stop` fired (the run is over), even while a process
 /// outside the group keeps the pipe open, so no pump outlives its run.
@@ -330,10 +335,16 @@ pub(crate) fn pump(
     stream: StreamIndex,
     mut pipe: File,
     activity: &Activity,
-    observer: &mut dyn FnMut(&[u8]),
+    mut observer: Option<&mut Tap<'_>>,
     stop: &LatchWatch,
 ) -> PumpEnd {
-    let mut buf = vec![0u8; READ_BUF];
+    // With a live tap the bytes must pass through this thread: read, then write. Without one
+    // the session moves them from the pipe into the capture file itself (splice where the
+    // kernel allows it), at most a pipe's worth at a time.
+    let (mut buf, most) = match observer {
+        Some(_) => (vec![0u8; READ_BUF], READ_BUF),
+        None => (Vec::new(), PIPE_SIZE),
+    };
     // Bytes still to take after `stop` fired: what the pipe held at that moment. Once they
     // are taken, one last read tells end of file (every writer gone) from a pipe still held.
     let mut after_stop: Option<u64> = None;
@@ -348,12 +359,25 @@ pub(crate) fn pump(
         let want = match after_stop {
             Some(0) => {
                 last_read = true;
-                buf.len()
+                most
             }
-            Some(left) => buf.len().min(usize::try_from(left).unwrap_or(usize::MAX)),
-            None => buf.len(),
+            Some(left) => most.min(usize::try_from(left).unwrap_or(usize::MAX)),
+            None => most,
         };
-        let n = match pipe.read(&mut buf[..want]) {
+        let taken = match observer {
+            Some(_) => pipe.read(&mut buf[..want]),
+            None => {
+                let mut guard = session.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(session) = guard.as_mut() else {
+                    return PumpEnd::Stopped;
+                };
+                // A capture fault is recorded in the session (the output becomes
+                // incomplete) and the bytes are still taken, so the child never blocks on a
+                // full pipe.
+                session.write_from_pipe(stream, pipe.as_fd(), want)
+            }
+        };
+        let n = match taken {
             Ok(0) => return PumpEnd::EndOfFile,
             Ok(n) => {
                 if let Some(left) = after_stop.as_mut() {
@@ -375,15 +399,17 @@ pub(crate) fn pump(
             Err(e) => return read_failed(session, stream, &e),
         };
         activity.touch();
-        let mut guard = session.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(session) = guard.as_mut() else {
-            return PumpEnd::Stopped;
-        };
-        // A write error is recorded in the session (the output becomes incomplete); keep
-        // draining the pipe so the child is not blocked forever on a full pipe.
-        let _ = session.write(stream, &buf[..n]);
-        drop(guard);
-        observer(&buf[..n]);
+        if let Some(observer) = observer.as_mut() {
+            let mut guard = session.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(session) = guard.as_mut() else {
+                return PumpEnd::Stopped;
+            };
+            // A write error is recorded in the session (the output becomes incomplete); keep
+            // draining the pipe so the child is not blocked forever on a full pipe.
+            let _ = session.write(stream, &buf[..n]);
+            drop(guard);
+            observer(&buf[..n]);
+        }
     }
 }
 
@@ -484,8 +510,7 @@ mod tests {
     /// A pump on a pipe whose write end stays open (as when a process that left the group
     /// holds it) ends as soon as its run's latch trips, having captured what came before; a
     /// blocked pump would otherwise outlive its run and pile up in a long-lived server.
-    #[test]
-    fn a_pump_stops_when_its_run_ends_though_the_pipe_stays_open() {
+    fn a_pump_stops_when_its_run_ends(observed: bool) {
         let tmp = tempfile::tempdir().unwrap();
         let store = agentrun_fs::Store::open(tmp.path().join("store")).unwrap();
         let session = store
@@ -499,23 +524,21 @@ mod tests {
         let (ended, end) = mpsc::channel();
         let pumped = shared.clone();
         let (seen, first_chunk) = mpsc::channel();
+        rustix::io::write(&write, b"early\n").unwrap();
         std::thread::spawn(move || {
             let activity = Activity::new(Instant::now());
             let mut observer = |_: &[u8]| {
                 let _ = seen.send(());
             };
-            let _ = ended.send(pump(
-                &pumped,
-                stream,
-                pipe,
-                &activity,
-                &mut observer,
-                &stopped,
-            ));
+            let observer = observed.then_some(&mut observer as &mut Tap<'_>);
+            let _ = ended.send(pump(&pumped, stream, pipe, &activity, observer, &stopped));
         });
-        rustix::io::write(&write, b"early\n").unwrap();
-        first_chunk.recv().unwrap();
-        assert!(end.try_recv().is_err(), "the pump waits for more");
+        if observed {
+            first_chunk.recv().unwrap();
+            assert!(end.try_recv().is_err(), "the pump waits for more");
+        }
+        // Unobserved, the stop may come before the pump took anything: what the pipe held
+        // then is still taken.
         drop(stop);
         let end = end.recv_timeout(Duration::from_secs(60));
         assert_eq!(end, Ok(PumpEnd::Stopped), "the pump ended with its run");
@@ -531,6 +554,16 @@ mod tests {
             .unwrap();
         assert!(record.render().contains("early"), "{}", record.render());
         drop(write);
+    }
+
+    #[test]
+    fn a_pump_with_a_tap_stops_when_its_run_ends_though_the_pipe_stays_open() {
+        a_pump_stops_when_its_run_ends(true);
+    }
+
+    #[test]
+    fn a_splicing_pump_stops_when_its_run_ends_though_the_pipe_stays_open() {
+        a_pump_stops_when_its_run_ends(false);
     }
 
     /// The stdin writer stops with its run too, when nothing reads the pipe.
