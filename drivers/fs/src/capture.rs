@@ -49,6 +49,7 @@ use crate::layout::{self, RECORD_SUFFIX};
 use crate::lock::GcLock;
 use crate::mapped::FileWindow;
 use crate::store::{Store, StoreError};
+use rustix::fs::OFlags;
 
 /// Chunks at least this large are hashed on the stream's hasher thread (see
 /// `CaptureSession::write`); below it a thread hand-off costs more than the overlap saves, and
@@ -136,9 +137,9 @@ enum Piece {
     InFile { offset: u64, len: usize },
 }
 
-/// What a hasher hands back for a piece: a copied piece's buffer, for reuse, and the fault
-/// accepting the piece found.
-type Returned = (Option<Vec<u8>>, Option<StreamFault>);
+/// What a hasher hands back for a piece: its length, a copied piece's buffer for reuse, and
+/// the fault accepting the piece found.
+type Returned = (usize, Option<Vec<u8>>, Option<StreamFault>);
 
 /// A stream's hasher thread: takes pieces already written to the capture file, in order, has
 /// the core machine accept them, and hands each back with the fault accepting it found.
@@ -150,6 +151,8 @@ struct Hasher {
     outstanding: usize,
     /// Bytes of the copied pieces among them (at most `PIPELINE_COPIES`, or one piece).
     copied: usize,
+    /// Bytes of all of them: written, not yet accepted.
+    pending: u64,
     thread: Option<thread::JoinHandle<()>>,
 }
 
@@ -161,11 +164,12 @@ fn hasher_gone() -> io::Error {
 
 impl Hasher {
     /// Starts the hasher of `stream`, whose capture file is `file` (read only where it holds
-    /// spliced pieces).
+    /// spliced pieces: through a mapping if `map`, else copied out).
     fn spawn(
         accepting: Arc<Mutex<Accepting>>,
         stream: StreamIndex,
         file: File,
+        map: bool,
     ) -> io::Result<Self> {
         let (pieces, to_hash) = mpsc::sync_channel::<Piece>(PIPELINE_DEPTH);
         let (done, returned) = mpsc::sync_channel(PIPELINE_DEPTH);
@@ -178,25 +182,26 @@ impl Hasher {
                 let mut stopped = false;
                 for piece in to_hash {
                     let returned = match piece {
-                        _ if stopped => (None, None),
+                        Piece::Copied(buf) if stopped => (buf.len(), Some(buf), None),
+                        Piece::InFile { len, .. } if stopped => (len, None, None),
                         Piece::Copied(buf) => {
                             let fault = lock(&accepting).accept(stream, &buf);
-                            (Some(buf), fault)
+                            (buf.len(), Some(buf), fault)
                         }
                         Piece::InFile { offset, len } => {
                             let read = ReadBack {
                                 file: &file,
-                                window: &mut window,
+                                window: map.then_some(&mut window),
                             };
                             match read.accept(&accepting, stream, offset, len) {
-                                Ok(fault) => (None, fault),
+                                Ok(fault) => (len, None, fault),
                                 Err(fault) => {
                                     stopped = true;
                                     let (_, message) = &fault;
                                     lock(&accepting)
                                         .capture
                                         .handle_capture_error(Some(stream), message);
-                                    (None, Some(fault))
+                                    (len, None, Some(fault))
                                 }
                             }
                         }
@@ -211,20 +216,22 @@ impl Hasher {
             returned,
             outstanding: 0,
             copied: 0,
+            pending: 0,
             thread: Some(thread),
         })
     }
 
     /// Hands a written piece over; `Err` if the thread is gone.
     fn send(&mut self, piece: Piece) -> io::Result<()> {
-        let copied = match &piece {
-            Piece::Copied(buf) => buf.len(),
-            Piece::InFile { .. } => 0,
+        let (copied, len) = match &piece {
+            Piece::Copied(buf) => (buf.len(), buf.len()),
+            Piece::InFile { len, .. } => (0, *len),
         };
         let sent = self.pieces.as_ref().and_then(|p| p.send(piece).ok());
         sent.ok_or_else(hasher_gone)?;
         self.outstanding += 1;
         self.copied += copied;
+        self.pending += len as u64;
         Ok(())
     }
 
@@ -236,24 +243,26 @@ impl Hasher {
 
     /// Waits for the oldest piece handed over: its buffer (if copied) and the fault accepting
     /// it found. `Err` if the thread is gone.
-    fn wait(&mut self) -> io::Result<Returned> {
+    fn wait(&mut self) -> io::Result<(Option<Vec<u8>>, Option<StreamFault>)> {
         let returned = self.returned.recv().map_err(|_| hasher_gone());
         match &returned {
-            Ok((buf, _)) => {
+            Ok((len, buf, _)) => {
                 self.outstanding -= 1;
                 self.copied -= buf.as_ref().map_or(0, Vec::len);
+                self.pending -= *len as u64;
             }
-            Err(_) => (self.outstanding, self.copied) = (0, 0),
+            Err(_) => (self.outstanding, self.copied, self.pending) = (0, 0, 0),
         }
-        returned
+        returned.map(|(_, buf, fault)| (buf, fault))
     }
 }
 
 /// A hasher's view of its capture file: where it reads spliced pieces back.
 struct ReadBack<'a> {
     file: &'a File,
-    /// The mapped window last read, kept for the next piece (pieces arrive in file order).
-    window: &'a mut Option<FileWindow>,
+    /// The mapped window last read, kept for the next piece (pieces arrive in file order);
+    /// `None` where the file is not to be mapped (see `mapped::maps_safely`).
+    window: Option<&'a mut Option<FileWindow>>,
 }
 
 impl ReadBack<'_> {
@@ -271,13 +280,16 @@ impl ReadBack<'_> {
         mut len: usize,
     ) -> Result<Option<StreamFault>, StreamFault> {
         let mut fault = None;
+        let map = self.window.is_some();
+        let mut unmapped = None;
+        let window = self.window.unwrap_or(&mut unmapped);
         while len > 0 {
-            if !self.window.as_ref().is_some_and(|w| w.holds(offset)) {
+            if map && !window.as_ref().is_some_and(|w| w.holds(offset)) {
                 // The old window goes first, so at most one is mapped.
-                *self.window = None;
-                *self.window = FileWindow::map(self.file, offset).ok();
+                *window = None;
+                *window = FileWindow::map(self.file, offset).ok();
             }
-            let taken = match self.window.as_ref() {
+            let taken = match window.as_ref() {
                 Some(window) => {
                     // SAFETY: the session wrote these bytes (the splice returned their count)
                     // before handing them over, and never cuts the file below them while this
@@ -315,12 +327,15 @@ impl Drop for Hasher {
 /// Dirty capture bytes after which write-back to disk is started (see `start_writeback`).
 const WRITEBACK_STEP: u64 = 16 << 20;
 
-/// Starts the kernel's write-back of the capture file up to what is written, in steps, so the
-/// `fsync` before publication finds little left to write instead of the whole output.
+/// Starts the kernel's write-back of the capture file up to what is accepted, in steps, so
+/// the `fsync` before publication finds little left to write instead of the whole output.
 /// `DONTNEED` starts asynchronous write-back of dirty pages (and drops pages already clean);
 /// it never blocks on the disk. Best effort: a failure only makes the final `fsync` longer.
+/// Bytes still waiting for the hasher are left alone: dropped from the page cache, they would
+/// have to be read back from the disk.
 fn start_writeback(files: &mut StreamFiles) {
-    let pending = files.written - files.writeback_started;
+    let accepted = files.written - files.hasher.as_ref().map_or(0, |h| h.pending);
+    let pending = accepted.saturating_sub(files.writeback_started);
     if pending < WRITEBACK_STEP {
         return;
     }
@@ -330,7 +345,7 @@ fn start_writeback(files: &mut StreamFiles) {
         std::num::NonZeroU64::new(pending),
         rustix::fs::Advice::DontNeed,
     );
-    files.writeback_started = files.written;
+    files.writeback_started = accepted;
 }
 
 /// How many fresh run ids to try when a capture directory name is already taken.
@@ -751,7 +766,13 @@ impl CaptureSession {
         }
         let files = &mut self.streams[stream.get()];
         let offset = files.written;
-        let flags = rustix::pipe::SpliceFlags::NONBLOCK;
+        // Non-blocking only if the pipe is: a blocking pipe waits, as `read` would.
+        let nonblocking = rustix::fs::fcntl_getfl(pipe).is_ok_and(|f| f.contains(OFlags::NONBLOCK));
+        let flags = if nonblocking {
+            rustix::pipe::SpliceFlags::NONBLOCK
+        } else {
+            rustix::pipe::SpliceFlags::empty()
+        };
         // No offsets: the bytes go where the file position is, after every byte written, and
         // the position moves past them, as for `write`.
         match rustix::pipe::splice(pipe, None, &files.data, None, max, flags) {
@@ -808,8 +829,9 @@ impl CaptureSession {
         let files = &mut self.streams[stream.get()];
         if files.hasher.is_none() {
             let file = files.data.try_clone()?;
+            let map = crate::mapped::maps_safely(&file);
             let accepting = Arc::clone(&self.accepting);
-            files.hasher = Some(Hasher::spawn(accepting, stream, file)?);
+            files.hasher = Some(Hasher::spawn(accepting, stream, file, map)?);
         }
         Ok(())
     }
@@ -1466,6 +1488,7 @@ mod tests {
             returned,
             outstanding: 0,
             copied: 0,
+            pending: 0,
             thread: Some(thread),
         }
     }
@@ -1623,6 +1646,45 @@ mod tests {
         assert_eq!(s.write_from_pipe(ix, read.as_fd(), 1024).unwrap(), 0);
         let record = s.finish(done()).unwrap();
         assert_eq!(record.streams()[0].bytes, 0);
+    }
+
+    #[test]
+    fn spliced_pieces_are_copied_back_where_the_file_is_not_mapped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (mut s, ix) = single(&store);
+        // The hasher of a file system that is not mapped (see `mapped::maps_safely`).
+        let file = s.streams[0].data.try_clone().unwrap();
+        let hasher = Hasher::spawn(Arc::clone(&s.accepting), ix, file, false).unwrap();
+        s.streams[0].hasher = Some(hasher);
+        let content = lines_of(3 * PIPELINE_PIECE + 11);
+        let (read, write) = rustix::pipe::pipe().unwrap();
+        let sent = content.clone();
+        let writer = thread::spawn(move || rustix::io::write(&write, &sent).map(drop));
+        assert_eq!(drain(&mut s, ix, &read), content.len() as u64);
+        writer.join().unwrap().unwrap();
+        assert!(s.streams[0].splice);
+        let record = s.finish(done()).unwrap();
+        assert!(!record.incomplete);
+        assert_eq!(record.streams()[0].sha256, Digest::of(&content));
+    }
+
+    #[test]
+    fn a_blocking_pipe_is_waited_for_as_read_would() {
+        use std::os::fd::AsFd;
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (mut s, ix) = single(&store);
+        let (read, write) = rustix::pipe::pipe().unwrap();
+        let writer = thread::spawn(move || {
+            thread::sleep(std::time::Duration::from_millis(20));
+            rustix::io::write(&write, b"late\n").unwrap();
+        });
+        // Empty and blocking: the call waits for the bytes instead of `WouldBlock`.
+        assert_eq!(s.write_from_pipe(ix, read.as_fd(), 1024).unwrap(), 5);
+        writer.join().unwrap();
+        let record = s.finish(done()).unwrap();
+        assert_eq!(record.streams()[0].bytes, 5);
     }
 
     #[test]

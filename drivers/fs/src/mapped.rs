@@ -12,13 +12,29 @@
 //! is cut back to the bytes written before it, which the hasher may still read, never below),
 //! and they are cut to the accepted length only after the hasher thread has stopped. Another
 //! process of the same user that truncates a live capture file can crash the capturing
-//! process; it could as well kill it.
+//! process; it could as well kill it. A page that cannot be read back also raises `SIGBUS`:
+//! mappings are used only on local file systems ([`maps_safely`]), and the capture never
+//! drops a page from the cache before the hasher has read it.
 
 use std::ffi::c_void;
 use std::fs::File;
 use std::io;
 
 use rustix::mm::{MapFlags, ProtFlags};
+
+/// Whether `file` lies on a local file system whose pages can be mapped without the risk that
+/// reading one fails for reasons other than a damaged disk: ext4, XFS, Btrfs, F2FS, tmpfs. On
+/// a network or FUSE file system a page the kernel cannot read back raises `SIGBUS` in the
+/// reader, where a `read` would return an error; there the hasher copies instead.
+pub(crate) fn maps_safely(file: &File) -> bool {
+    const EXT4: i128 = 0xEF53;
+    const XFS: i128 = 0x5846_5342;
+    const BTRFS: i128 = 0x9123_683E;
+    const F2FS: i128 = 0xF2F5_2010;
+    const TMPFS: i128 = 0x0102_1994;
+    rustix::fs::fstatfs(file)
+        .is_ok_and(|fs| matches!(i128::from(fs.f_type), EXT4 | XFS | BTRFS | F2FS | TMPFS))
+}
 
 /// Bytes mapped at once. A window's pages count in the process's resident memory while it is
 /// mapped, so it stays small; the cost of a new mapping every 4 MiB is negligible.
