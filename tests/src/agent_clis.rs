@@ -274,10 +274,14 @@ pub fn opencode_env(home: &Path, server: &ModelServer) -> io::Result<Vec<(String
         url = server.url()
     );
     std::fs::write(config_dir.join("opencode.json"), config)?;
+    // OpenCode's runtime unpacks a native library (5 MiB) into the temporary directory on
+    // every start and leaves it there: keep it inside the test's home, which the test removes.
+    std::fs::create_dir_all(home.join("tmp"))?;
     let dir = |sub: &str| home.join(sub).display().to_string();
     let vars = [
         ("PATH", path_with(&[bin_dir(AgentCli::OpenCode)])),
         ("HOME", home.display().to_string()),
+        ("TMPDIR", dir("tmp")),
         ("XDG_CONFIG_HOME", dir(".config")),
         ("XDG_DATA_HOME", dir(".local/share")),
         ("XDG_CACHE_HOME", dir(".cache")),
