@@ -13,6 +13,10 @@
 # (default 7) and the ratios, then the peak RSS of agentrun for 1 MiB and 1 GiB.
 # BASELINE_BIN=PATH adds a fourth command to every round, `PATH run -- cat FILE` (another
 # build of agentrun, e.g. an older commit's), for an A/B comparison in the same run.
+# PAIR_ONLY=1 runs only agentrun and `cat FILE | cat > OUT` (and the baseline), so no
+# command's gigabyte of dirty pages is written back during the next one's turn.
+# DROP_CACHES=1 (root) empties the page cache first: on a machine whose memory is full of
+# cache, reclaim during the rounds makes every time move.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -39,6 +43,11 @@ median() {
     printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {printf "%.3f", a[int((NR+1)/2)]}'
 }
 
+if [ -n "${DROP_CACHES:-}" ]; then
+    sync
+    echo 1 > /proc/sys/vm/drop_caches
+    cat "$text" > /dev/null
+fi
 machine_line
 echo "filesystem of $work: $(df -T "$work" | awk 'NR==2 {print $2}')"
 echo "rounds: $RUNS (median of each)"
@@ -53,23 +62,34 @@ for _ in $(seq "$RUNS"); do
     rm -rf "$work/store"
     pipes+=("$(seconds "cat '$text' | cat > '$work/out'")")
     rm -f "$work/out"
-    tees+=("$(seconds "cat '$text' | tee '$work/out' | sha256sum")")
-    rm -f "$work/out"
+    if [ -z "${PAIR_ONLY:-}" ]; then
+        tees+=("$(seconds "cat '$text' | tee '$work/out' | sha256sum")")
+        rm -f "$work/out"
+    fi
 done
 t_run=$(median "${runs[@]}")
 t_pipe=$(median "${pipes[@]}")
-t_tee=$(median "${tees[@]}")
+line() { # LABEL SECONDS ROUNDS...
+    local label=$1 t=$2
+    shift 2
+    printf '%-31s %s s  %.0f MiB/s   (%s)\n' "$label" "$t" "$(echo "1024 / $t" | bc -l)" "$*"
+}
 echo
-echo "agentrun run -- cat FILE        $t_run s  $(echo "1024 / $t_run" | bc -l | xargs printf '%.0f') MiB/s   (${runs[*]})"
-echo "cat FILE | cat > OUT            $t_pipe s  $(echo "1024 / $t_pipe" | bc -l | xargs printf '%.0f') MiB/s   (${pipes[*]})"
-echo "cat FILE | tee OUT | sha256sum  $t_tee s  $(echo "1024 / $t_tee" | bc -l | xargs printf '%.0f') MiB/s   (${tees[*]})"
+line "agentrun run -- cat FILE" "$t_run" "${runs[@]}"
+line "cat FILE | cat > OUT" "$t_pipe" "${pipes[@]}"
+if [ -z "${PAIR_ONLY:-}" ]; then
+    t_tee=$(median "${tees[@]}")
+    line "cat FILE | tee OUT | sha256sum" "$t_tee" "${tees[@]}"
+fi
 if [ -n "${BASELINE_BIN:-}" ]; then
     t_base=$(median "${bases[@]}")
-    echo "baseline run -- cat FILE        $t_base s  $(echo "1024 / $t_base" | bc -l | xargs printf '%.0f') MiB/s   (${bases[*]})"
+    line "baseline run -- cat FILE" "$t_base" "${bases[@]}"
     printf 'agentrun vs baseline: %.2fx\n' "$(echo "$t_base / $t_run" | bc -l)"
 fi
-printf 'agentrun vs cat > OUT: %.2fx   vs tee | sha256sum: %.2fx\n' \
-    "$(echo "$t_pipe / $t_run" | bc -l)" "$(echo "$t_tee / $t_run" | bc -l)"
+printf 'agentrun vs cat > OUT: %.2fx\n' "$(echo "$t_pipe / $t_run" | bc -l)"
+if [ -z "${PAIR_ONLY:-}" ]; then
+    printf 'agentrun vs tee | sha256sum: %.2fx\n' "$(echo "$t_tee / $t_run" | bc -l)"
+fi
 echo
 for case in "head -c 1048576 /dev/zero" "cat $text"; do
     rm -rf "$work/store"
