@@ -176,7 +176,12 @@ impl Hasher {
         let thread = thread::Builder::new()
             .name("agentrun-capture-hash".to_owned())
             .spawn(move || {
-                let mut window = None;
+                let mut read_back = ReadBack {
+                    file,
+                    map,
+                    window: None,
+                    copy: Vec::new(),
+                };
                 // Once a piece could not be read, no later one is accepted either: the machine
                 // must never skip bytes.
                 let mut stopped = false;
@@ -189,11 +194,7 @@ impl Hasher {
                             (buf.len(), Some(buf), fault)
                         }
                         Piece::InFile { offset, len } => {
-                            let read = ReadBack {
-                                file: &file,
-                                window: map.then_some(&mut window),
-                            };
-                            match read.accept(&accepting, stream, offset, len) {
+                            match read_back.accept(&accepting, stream, offset, len) {
                                 Ok(fault) => (len, None, fault),
                                 Err(fault) => {
                                     stopped = true;
@@ -258,14 +259,17 @@ impl Hasher {
 }
 
 /// A hasher's view of its capture file: where it reads spliced pieces back.
-struct ReadBack<'a> {
-    file: &'a File,
-    /// The mapped window last read, kept for the next piece (pieces arrive in file order);
-    /// `None` where the file is not to be mapped (see `mapped::maps_safely`).
-    window: Option<&'a mut Option<FileWindow>>,
+struct ReadBack {
+    file: File,
+    /// Whether the file may be mapped (see `mapped::maps_safely`); else bytes are copied out.
+    map: bool,
+    /// The mapped window last read, kept for the next piece (pieces arrive in file order).
+    window: Option<FileWindow>,
+    /// Where bytes are copied out when the file is not mapped.
+    copy: Vec<u8>,
 }
 
-impl ReadBack<'_> {
+impl ReadBack {
     /// Has the machine accept the `len` bytes the capture file holds at `offset`, read through
     /// a mapping (or, if mapping fails, copied out). Returns the fault accepting them found;
     /// `Err` if they could not be read, and then the bytes from the failure on are not
@@ -273,43 +277,36 @@ impl ReadBack<'_> {
     // Reading a mapping is `unsafe`; the safety argument is at the read and in `mapped`.
     #[allow(unsafe_code)]
     fn accept(
-        self,
+        &mut self,
         accepting: &Mutex<Accepting>,
         stream: StreamIndex,
         mut offset: u64,
         mut len: usize,
     ) -> Result<Option<StreamFault>, StreamFault> {
         let mut fault = None;
-        let map = self.window.is_some();
-        let mut unmapped = None;
-        let window = self.window.unwrap_or(&mut unmapped);
         while len > 0 {
-            if map && !window.as_ref().is_some_and(|w| w.holds(offset)) {
+            if self.map && !self.window.as_ref().is_some_and(|w| w.holds(offset)) {
                 // The old window goes first, so at most one is mapped.
-                *window = None;
-                *window = FileWindow::map(self.file, offset).ok();
+                self.window = None;
+                self.window = FileWindow::map(&self.file, offset).ok();
             }
-            let taken = match window.as_ref() {
-                Some(window) => {
-                    // SAFETY: the session wrote these bytes (the splice returned their count)
-                    // before handing them over, and never cuts the file below them while this
-                    // thread runs (see `mapped`).
-                    let bytes = unsafe { window.bytes(offset, len) };
-                    fault = fault.or(lock(accepting).accept(stream, bytes));
-                    bytes.len()
-                }
+            let bytes: &[u8] = match &self.window {
+                // SAFETY: the session wrote these bytes (the splice returned their count)
+                // before handing them over, and never cuts the file below them while this
+                // thread runs (see `mapped`).
+                Some(window) => unsafe { window.bytes(offset, len) },
                 None => {
-                    let mut buf = vec![0; len.min(PIPELINE_PIECE)];
-                    if let Err(e) = self.file.read_exact_at(&mut buf, offset) {
+                    self.copy.resize(len.min(PIPELINE_PIECE), 0);
+                    if let Err(e) = self.file.read_exact_at(&mut self.copy, offset) {
                         let message = format!("reading back the capture file failed: {e}");
                         return Err((e.kind(), message));
                     }
-                    fault = fault.or(lock(accepting).accept(stream, &buf));
-                    buf.len()
+                    &self.copy
                 }
             };
-            offset += taken as u64;
-            len -= taken;
+            fault = fault.or(lock(accepting).accept(stream, bytes));
+            offset += bytes.len() as u64;
+            len -= bytes.len();
         }
         Ok(fault)
     }
@@ -1219,6 +1216,13 @@ mod tests {
         }
     }
 
+    /// A store in a fresh temporary directory (kept while the directory lives).
+    fn temp_store() -> (tempfile::TempDir, Store) {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        (tmp, store)
+    }
+
     /// A fresh single-output capture and its stream.
     fn single(store: &Store) -> (CaptureSession, StreamIndex) {
         let s = store
@@ -1235,8 +1239,7 @@ mod tests {
 
     #[test]
     fn a_stream_index_of_another_session_is_a_typed_error_not_a_panic() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (_tmp, store) = temp_store();
         let other = store
             .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
             .unwrap();
@@ -1291,8 +1294,7 @@ mod tests {
 
     #[test]
     fn a_fault_recorded_by_the_caller_marks_the_record_and_keeps_the_bytes() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (_tmp, store) = temp_store();
         let mut s = store
             .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
             .unwrap();
@@ -1323,8 +1325,7 @@ mod tests {
 
     #[test]
     fn a_write_fault_is_reported_recorded_and_the_accepted_bytes_are_kept() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (_tmp, store) = temp_store();
         let mut s = store
             .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
             .unwrap();
@@ -1390,8 +1391,7 @@ mod tests {
     fn a_failed_large_write_is_reported_and_never_hashed() {
         // A failed write must leave the digest, counts and preview describing only the bytes
         // on disk, however large the chunk.
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (_tmp, store) = temp_store();
         let kept = vec![b'k'; PIPELINE_CHUNK + 1];
         let (mut s, ix) = session_with_a_broken_file(&store, &kept);
         let lost = vec![b'x'; 2 * PIPELINE_CHUNK];
@@ -1412,8 +1412,7 @@ mod tests {
 
     #[test]
     fn pieces_waiting_for_the_hasher_are_kept_when_a_later_write_fails() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (_tmp, store) = temp_store();
         let (mut s, ix) = single(&store);
         let kept: Vec<u8> = (0..PIPELINE_PIECE * 3 + 5)
             .map(|i| {
@@ -1434,8 +1433,7 @@ mod tests {
     /// Writes `pieces` pieces of `len` bytes with the hasher held, then one more, which must
     /// wait for the hasher; checks how many pieces were waiting before it.
     fn writes_wait_for_the_hasher_after(pieces: usize, len: usize) {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (_tmp, store) = temp_store();
         let (mut s, ix) = single(&store);
         // Hold the machine: the hasher blocks on its first piece, and the writes go on only
         // while the pipeline has room.
@@ -1495,8 +1493,7 @@ mod tests {
 
     #[test]
     fn a_hasher_that_stops_is_a_fault_and_its_pieces_are_cut_off() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (_tmp, store) = temp_store();
         let (mut s, ix) = single(&store);
         let kept = b"kept\n".to_vec();
         s.write(ix, &kept).unwrap();
@@ -1514,8 +1511,7 @@ mod tests {
 
     #[test]
     fn a_hasher_that_panics_half_way_never_gets_a_wrong_digest_published() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (_tmp, store) = temp_store();
         let (mut s, ix) = single(&store);
         s.write(ix, b"on disk\n").unwrap();
         // The file gets bytes the machine never sees, and the machine takes as many other
@@ -1553,6 +1549,22 @@ mod tests {
         }
     }
 
+    /// Sends `content` through a non-blocking pipe, written in odd sizes by another thread,
+    /// into stream `ix` with `write_from_pipe`; returns the bytes taken.
+    fn pipe_through(s: &mut CaptureSession, ix: StreamIndex, content: &[u8]) -> u64 {
+        let (read, write) = rustix::pipe::pipe().unwrap();
+        rustix::fs::fcntl_setfl(&read, rustix::fs::OFlags::NONBLOCK).unwrap();
+        let sent = content.to_vec();
+        let writer = thread::spawn(move || {
+            for piece in sent.chunks(300_001) {
+                rustix::io::write(&write, piece).unwrap();
+            }
+        });
+        let taken = drain(s, ix, &read);
+        writer.join().unwrap();
+        taken
+    }
+
     /// Bytes of many lines, `len` long, that differ from block to block.
     fn lines_of(len: usize) -> Vec<u8> {
         (0..len)
@@ -1568,24 +1580,13 @@ mod tests {
 
     #[test]
     fn a_pipe_spliced_into_a_stream_keeps_every_byte_across_mapped_windows() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (_tmp, store) = temp_store();
         let (mut s, ix) = single(&store);
         // More than two mapped windows, written in odd sizes, so pieces straddle windows.
         let content = lines_of(2 * crate::mapped::WINDOW as usize + 777_777);
-        let (read, write) = rustix::pipe::pipe().unwrap();
-        rustix::fs::fcntl_setfl(&read, rustix::fs::OFlags::NONBLOCK).unwrap();
-        let sent = content.clone();
-        let writer = thread::spawn(move || {
-            for piece in sent.chunks(300_001) {
-                rustix::io::write(&write, piece).unwrap();
-            }
-        });
         s.write(ix, b"before\n").unwrap();
-        let taken = drain(&mut s, ix, &read);
-        writer.join().unwrap();
+        assert_eq!(pipe_through(&mut s, ix, &content), content.len() as u64);
         s.write(ix, b"after\n").unwrap();
-        assert_eq!(taken, content.len() as u64);
         assert!(
             s.streams[0].splice,
             "the kernel splices pipes into ext4/tmpfs files"
@@ -1602,8 +1603,7 @@ mod tests {
 
     #[test]
     fn a_source_the_kernel_cannot_splice_is_read_and_written_instead() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (_tmp, store) = temp_store();
         let (mut s, ix) = single(&store);
         // A regular file is not a pipe: splice refuses it, the copy path takes over.
         let content = lines_of(3 * PIPELINE_PIECE + 5);
@@ -1619,8 +1619,7 @@ mod tests {
 
     #[test]
     fn a_failed_stream_still_drains_its_pipe() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (_tmp, store) = temp_store();
         let kept = b"kept\n".to_vec();
         let (mut s, ix) = session_with_a_broken_file(&store, &kept);
         let (read, write) = rustix::pipe::pipe().unwrap();
@@ -1635,8 +1634,7 @@ mod tests {
     #[test]
     fn an_empty_pipe_would_block_and_a_closed_one_is_at_end_of_file() {
         use std::os::fd::AsFd;
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (_tmp, store) = temp_store();
         let (mut s, ix) = single(&store);
         let (read, write) = rustix::pipe::pipe().unwrap();
         rustix::fs::fcntl_setfl(&read, rustix::fs::OFlags::NONBLOCK).unwrap();
@@ -1650,19 +1648,14 @@ mod tests {
 
     #[test]
     fn spliced_pieces_are_copied_back_where_the_file_is_not_mapped() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (_tmp, store) = temp_store();
         let (mut s, ix) = single(&store);
         // The hasher of a file system that is not mapped (see `mapped::maps_safely`).
         let file = s.streams[0].data.try_clone().unwrap();
         let hasher = Hasher::spawn(Arc::clone(&s.accepting), ix, file, false).unwrap();
         s.streams[0].hasher = Some(hasher);
         let content = lines_of(3 * PIPELINE_PIECE + 11);
-        let (read, write) = rustix::pipe::pipe().unwrap();
-        let sent = content.clone();
-        let writer = thread::spawn(move || rustix::io::write(&write, &sent).map(drop));
-        assert_eq!(drain(&mut s, ix, &read), content.len() as u64);
-        writer.join().unwrap().unwrap();
+        assert_eq!(pipe_through(&mut s, ix, &content), content.len() as u64);
         assert!(s.streams[0].splice);
         let record = s.finish(done()).unwrap();
         assert!(!record.incomplete);
@@ -1672,8 +1665,7 @@ mod tests {
     #[test]
     fn a_blocking_pipe_is_waited_for_as_read_would() {
         use std::os::fd::AsFd;
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (_tmp, store) = temp_store();
         let (mut s, ix) = single(&store);
         let (read, write) = rustix::pipe::pipe().unwrap();
         let writer = thread::spawn(move || {
@@ -1689,8 +1681,7 @@ mod tests {
 
     #[test]
     fn pieces_large_and_small_arrive_in_order() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (_tmp, store) = temp_store();
         let (mut s, ix) = single(&store);
         let mut all = Vec::new();
         for (i, len) in [
@@ -1717,8 +1708,7 @@ mod tests {
 
     #[test]
     fn a_lost_index_is_rebuilt_from_the_capture_file() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path().join("s")).unwrap();
+        let (_tmp, store) = temp_store();
         let mut s = store
             .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
             .unwrap();
