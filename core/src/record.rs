@@ -206,19 +206,31 @@ impl ResultRecord {
         }
     }
 
-    /// Parses a record, refusing a format this version does not know before anything else
-    /// (a record of a newer format may not even parse, and when it does, fields this version
+    /// Parses a record, refusing a format this version does not know: a record of a newer
+    /// format is reported as such whether or not it parses (when it does, fields this version
     /// ignores may reference artifacts).
     pub fn from_json(bytes: &[u8]) -> Result<Self, RecordParseError> {
         #[derive(Deserialize)]
         struct Format {
             format: String,
         }
-        let Format { format } = serde_json::from_slice(bytes)?;
-        if !RECORD_FORMATS.contains(&format.as_str()) {
-            return Err(RecordParseError::UnknownFormat { format });
+        let known = |format: &str| RECORD_FORMATS.contains(&format);
+        // One parse for a record that parses (every record GC reads, in the common case); the
+        // format alone is looked at only to say why one does not.
+        match serde_json::from_slice::<Self>(bytes) {
+            Ok(record) if known(&record.format) => Ok(record),
+            Ok(record) => Err(RecordParseError::UnknownFormat {
+                format: record.format,
+            }),
+            Err(e) => {
+                let Format { format } = serde_json::from_slice(bytes)?;
+                if known(&format) {
+                    Err(e.into())
+                } else {
+                    Err(RecordParseError::UnknownFormat { format })
+                }
+            }
         }
-        Ok(serde_json::from_slice(bytes)?)
     }
 
     /// Makes the record keep `keeps` besides its output, and tags it with the format that says
