@@ -9,8 +9,10 @@
 #   agentrun run -- cat FILE          (fresh store each time, so no run is a dedupe hit)
 #   cat FILE | cat > OUT              (the limit of retaining every byte on that disk)
 #   cat FILE | tee OUT | sha256sum    (the shell pipeline that keeps and hashes the bytes)
-# so machine load drifts over all three alike; prints each one's median over RUNS rounds
-# (default 7) and the ratios, then the peak RSS of agentrun for 1 MiB and 1 GiB.
+# so machine load drifts over all three alike; a `sync`, untimed, follows the deletion of
+# each command's files, so no command pays for another's write-back. Prints each one's
+# median over RUNS rounds (default 7) and the ratios, then the peak RSS of agentrun for
+# 1 MiB and 1 GiB.
 # BASELINE_BIN=PATH adds a fourth command to every round, `PATH run -- cat FILE` (another
 # build of agentrun, e.g. an older commit's), for an A/B comparison in the same run.
 # PAIR_ONLY=1 runs only agentrun and `cat FILE | cat > OUT` (and the baseline), so no
@@ -39,6 +41,13 @@ seconds() {
     echo "$t1 - $t0" | bc -l
 }
 
+# Untimed, between commands: writes the file system still owes for the last command (a
+# deleted file's freed blocks, journal commits, another command's dirty pages) finish now,
+# not during the next command's turn.
+settle() {
+    sync
+}
+
 median() {
     printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {printf "%.3f", a[int((NR+1)/2)]}'
 }
@@ -54,17 +63,22 @@ echo "rounds: $RUNS (median of each)"
 runs=() pipes=() tees=() bases=()
 for _ in $(seq "$RUNS"); do
     rm -rf "$work/store" "$work/out"
+    settle
     if [ -n "${BASELINE_BIN:-}" ]; then
         bases+=("$(seconds "AGENTRUN_HOME='$work/store' '$BASELINE_BIN' run -- cat '$text'")")
         rm -rf "$work/store"
+        settle
     fi
     runs+=("$(seconds "AGENTRUN_HOME='$work/store' '$bin' run -- cat '$text'")")
     rm -rf "$work/store"
+    settle
     pipes+=("$(seconds "cat '$text' | cat > '$work/out'")")
     rm -f "$work/out"
+    settle
     if [ -z "${PAIR_ONLY:-}" ]; then
         tees+=("$(seconds "cat '$text' | tee '$work/out' | sha256sum")")
         rm -f "$work/out"
+        settle
     fi
 done
 t_run=$(median "${runs[@]}")
