@@ -1096,17 +1096,22 @@ fn a_sink_directory_that_cannot_be_removed_is_reported_with_the_result<D: Driver
 
 /// When the runner itself is SIGKILLed (no chance to clean up), its watchdog stops the
 /// child's whole group: the child and a grandchild in its group end, long before their own
-/// sleeps would. The runner is this test binary, re-run with a marker variable.
+/// sleeps would. The runner is this test binary, re-run with a marker variable; it captures
+/// into a store in this test's temporary directory, where the killed run leaves its
+/// unfinished capture directory (and no record): GC removes it, since no live process holds
+/// its lock any more.
 fn the_group_is_stopped_when_the_runner_is_killed<D: Driver>(test_name: &str) {
     const PIDS: &str = "AGENTRUN_CONFORMANCE_RUNNER_PIDS";
     if let Some(pids) = std::env::var_os(PIDS) {
-        // The runner: a run that would last a minute, killed from outside.
-        let env = Env::new();
+        // The runner: a run that would last a minute, killed from outside. Its store is the
+        // outer test's, beside the pid file, so the outer test cleans up after it.
+        let pids = PathBuf::from(pids);
+        let store = Store::open(pids.with_file_name("store")).unwrap();
         let script = format!(
             "sleep 60 & echo $! > '{p}.tmp'; echo $$ >> '{p}.tmp'; mv '{p}.tmp' '{p}'; sleep 60",
-            p = Path::new(&pids).display()
+            p = pids.display()
         );
-        let _ = D::run(&env.store, sh(&script).kill_grace(Duration::from_secs(1)));
+        let _ = D::run(&store, sh(&script).kill_grace(Duration::from_secs(1)));
         return;
     }
     let env = Env::new();
@@ -1133,6 +1138,14 @@ fn the_group_is_stopped_when_the_runner_is_killed<D: Driver>(test_name: &str) {
             "{pid} was stopped after the runner died"
         );
     }
+    // The killed run never finished: its capture directory is left, without a record.
+    let captures = env.path("store/captures");
+    let left = || fs::read_dir(&captures).unwrap().count();
+    assert_eq!(left(), 1, "the killed run left its capture directory");
+    assert!(env.store.records().unwrap().is_empty());
+    let report = env.store.gc(&agentrun_fs::GcOptions::default()).unwrap();
+    assert_eq!(report.captures_removed, 1, "{report:?}");
+    assert_eq!(left(), 0, "GC removed the abandoned capture");
 }
 
 /// A second stop request while the child ignores SIGTERM sends SIGKILL at once, without
