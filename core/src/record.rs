@@ -28,6 +28,16 @@ pub const RECORD_FORMAT_V2: &str = "agentrun.record.v2";
 /// Every record format this version reads.
 pub const RECORD_FORMATS: [&str; 2] = [RECORD_FORMAT_V1, RECORD_FORMAT_V2];
 
+/// Largest record file agentrun writes, and the largest it reads: 128 MiB. A larger file in
+/// `records/` is damaged or not agentrun's, and is refused by size before it is read.
+///
+/// Every field of a record is bounded where it enters, so every record the store writes fits:
+/// the previews of all streams together render to at most
+/// [`MAX_PAYLOAD_BYTES`](crate::limits::MAX_PAYLOAD_BYTES) (16 MiB), which JSON escaping can
+/// make six times longer (a control byte becomes `\u0001`), 96 MiB; the rest (display, faults,
+/// command, kept artifacts, stream metadata) is bounded far below the remaining 32 MiB.
+pub const MAX_RECORD_BYTES: u64 = 128 << 20;
+
 /// Why bytes are not a record this version can use ([`ResultRecord::from_json`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

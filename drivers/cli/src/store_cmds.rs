@@ -7,11 +7,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentrun_core::ResultRecord;
 use agentrun_fs::config::{format_duration, parse_retention};
-use agentrun_fs::{GcOptions, GcReport};
+use agentrun_fs::{GcOptions, GcReport, RunListing};
 use clap::Args;
 
 use crate::duration;
-use crate::failure::{Failure, plural, write_or_quiet};
+use crate::failure::{FAILED, Failure, plural, write_or_quiet};
 use crate::settings::{Settings, Source};
 
 /// Arguments of `agentrun show`.
@@ -135,7 +135,8 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let runs = store.recent_runs(args.limit).map_err(Failure::runtime)?;
+    let listing = store.recent_runs(args.limit).map_err(Failure::runtime)?;
+    let runs = &listing.runs;
     if args.json {
         let list: Vec<serde_json::Value> = runs
             .iter()
@@ -170,11 +171,13 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
             .collect();
         let json = serde_json::Value::from(list);
         write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(report_unreadable(&listing));
     }
     if runs.is_empty() {
-        eprintln!("agentrun: no runs recorded in {}", store.root().display());
-        return Ok(ExitCode::SUCCESS);
+        if listing.is_complete() {
+            eprintln!("agentrun: no runs recorded in {}", store.root().display());
+        }
+        return Ok(report_unreadable(&listing));
     }
     let mut rows = vec![[
         "RUN ID".to_owned(),
@@ -183,7 +186,7 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
         "OUTPUT".to_owned(),
         "COMMAND".to_owned(),
     ]];
-    for r in &runs {
+    for r in runs {
         let sizes: Vec<String> = r
             .record
             .streams()
@@ -240,7 +243,24 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
     }
     write_or_quiet(&mut out, text.as_bytes())?;
     eprintln!("agentrun: `agentrun show RUN_ID` shows a run again; * marks incomplete output");
-    Ok(ExitCode::SUCCESS)
+    Ok(report_unreadable(&listing))
+}
+
+/// One line on stderr per record `runs` could not read, naming the run and why; the exit code
+/// is then [`FAILED`], so a script notices that the list is not complete.
+fn report_unreadable(listing: &RunListing) -> ExitCode {
+    if listing.is_complete() {
+        return ExitCode::SUCCESS;
+    }
+    let mut err = io::stderr().lock();
+    for bad in &listing.unreadable {
+        let _ = writeln!(
+            err,
+            "agentrun: error: cannot list run {}: {}",
+            bad.run_id, bad.error
+        );
+    }
+    ExitCode::from(FAILED)
 }
 
 fn unix_ms(t: SystemTime) -> u64 {

@@ -1,6 +1,7 @@
-//! Commands on a closed or failing stdout: a closed pipe ends the output quietly with the
-//! command's own exit code, a write error is a message on stderr (also under `--json`) and a
-//! non-zero exit, never a panic (exit 101).
+//! The store commands. On a closed or failing stdout: a closed pipe ends the output quietly
+//! with the command's own exit code, a write error is a message on stderr (also under
+//! `--json`) and a non-zero exit, never a panic (exit 101). On a damaged record: `runs` lists
+//! the others and names the damaged one.
 
 use std::fs::File;
 use std::process::{Output, Stdio};
@@ -97,4 +98,79 @@ fn a_closed_pipe_ends_the_output_quietly() {
         assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
         assert_eq!(err, "", "{args:?}");
     }
+}
+
+#[test]
+fn runs_lists_the_readable_runs_and_names_each_damaged_record() {
+    let env = with_a_run();
+    let records = env.store.join("records");
+    let good = std::fs::read_dir(&records)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let good_id = good.file_stem().unwrap().to_str().unwrap().to_owned();
+    // Newer run ids than the good one: a record cut short, and one of a newer format.
+    let truncated = format!("{good_id}-1");
+    let bytes = std::fs::read(&good).unwrap();
+    std::fs::write(
+        records.join(format!("{truncated}.json")),
+        &bytes[..bytes.len() / 2],
+    )
+    .unwrap();
+    let future = format!("{good_id}-2");
+    std::fs::write(
+        records.join(format!("{future}.json")),
+        br#"{"format": "agentrun.record.v9"}"#,
+    )
+    .unwrap();
+
+    for json in [false, true] {
+        let args: &[&str] = if json { &["runs", "--json"] } else { &["runs"] };
+        let o = output(&env, args, Stdio::piped());
+        let stdout = String::from_utf8(o.stdout).unwrap();
+        let stderr = String::from_utf8(o.stderr).unwrap();
+        assert_eq!(o.status.code(), Some(125), "{stdout}\n{stderr}");
+        if json {
+            let list: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+            let ids: Vec<&str> = list
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["run_id"].as_str().unwrap())
+                .collect();
+            assert_eq!(ids, [good_id.as_str()], "{stdout}");
+            assert_eq!(list[0]["command"][0], "echo");
+        } else {
+            assert_eq!(stdout.lines().count(), 2, "{stdout}");
+            assert!(
+                stdout.lines().nth(1).unwrap().starts_with(&good_id),
+                "{stdout}"
+            );
+            assert!(stdout.contains("echo hello"), "{stdout}");
+        }
+        let errors: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("agentrun: error:"))
+            .collect();
+        assert_eq!(errors.len(), 2, "{stderr}");
+        assert!(
+            errors[0].starts_with(&format!("agentrun: error: cannot list run {future}: "))
+                && errors[0].contains("agentrun.record.v9"),
+            "{stderr}"
+        );
+        assert!(
+            errors[1].starts_with(&format!("agentrun: error: cannot list run {truncated}: "))
+                && errors[1].contains("is corrupt"),
+            "{stderr}"
+        );
+    }
+
+    // Without the damaged records, the same listing succeeds.
+    for bad in [&truncated, &future] {
+        std::fs::remove_file(records.join(format!("{bad}.json"))).unwrap();
+    }
+    let o = output(&env, &["runs"], Stdio::piped());
+    assert!(o.status.success(), "{o:?}");
 }

@@ -5,8 +5,9 @@
 //! * the digests in `protect` of every capture directory whose lock is held (a live run);
 //! * every artifact of every record in `records/`: its output and what it keeps (records
 //!   older than [`GcOptions::expire_records`], when set, are removed first and root nothing).
-//!   A record GC cannot read, or whose format it does not know (a newer agentrun's, which may
-//!   keep artifacts in fields this version ignores), stops GC before it removes anything;
+//!   A record GC cannot read (larger than any record is, or unparseable), or whose format it
+//!   does not know (a newer agentrun's, which may keep artifacts in fields this version
+//!   ignores), stops GC before it removes anything;
 //! * every object younger than the grace period (a publisher between rename and record, or a
 //!   result a caller has not recorded yet, keeps its objects for that long).
 //!
@@ -32,6 +33,7 @@ use crate::error::{IoContext, IoError};
 use crate::layout::{self, INDEX_SUFFIX, Layout, TEMP_SUFFIX};
 use crate::lock::GcLock;
 use crate::read::read_small;
+use crate::record_file;
 use crate::store::{Store, StoreError, record_id};
 
 /// How a GC runs.
@@ -289,7 +291,19 @@ impl Store {
                     continue;
                 }
             }
-            let bytes = fs::read(&path).map_err(|e| refused(format!("cannot be read: {e}")))?;
+            let bytes = match record_file::read(&path) {
+                Ok(file) => file.bytes,
+                Err(StoreError::RecordTooLarge { size, limit, .. }) => {
+                    return Err(refused(format!(
+                        "is {size} bytes, more than the {limit} bytes a record can be (it is \
+                         damaged or not agentrun's)"
+                    )));
+                }
+                Err(StoreError::Io(e)) => {
+                    return Err(refused(format!("cannot be read: {}", e.source)));
+                }
+                Err(e) => return Err(refused(format!("cannot be read: {e}"))),
+            };
             // A format this version does not know may keep artifacts in fields it would
             // ignore: GC removes nothing rather than guess.
             let record = ResultRecord::from_json(&bytes).map_err(|e| match e {

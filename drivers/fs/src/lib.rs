@@ -24,7 +24,8 @@
 //!     m, m.idx                       the manifest of named output (at finish)
 //!     protect                        digests being published
 //!   records/<run_id>.json          terminal result records (JSON of ResultRecord): GC roots
-//!                                  (a record's output, and the artifacts it `keeps`)
+//!                                  (a record's output, and the artifacts it `keeps`); at
+//!                                  most MAX_RECORD_BYTES, a larger file is refused unread
 //!   sessions/<session_id>/         auto-mode sessions (see [`auto_session`])
 //!   runtime/<run_id>/              0700 runtime directory of a run's result sink
 //!     result                         the sink file the child writes (removed after the run)
@@ -92,6 +93,7 @@ mod lock;
 #[allow(unsafe_code)]
 mod mapped;
 mod read;
+mod record_file;
 pub mod runs;
 pub mod sink;
 mod store;
@@ -103,6 +105,7 @@ pub use compaction::{RETAINED_DISPLAY, RetainError, Retained, RetentionSession};
 pub use error::IoError;
 pub use gc::{GcOptions, GcReport};
 pub use read::{MAX_MANIFEST_BYTES, ReadError};
+pub use runs::{RunEntry, RunListing, UnreadableRun};
 pub use sink::{PreparedSink, read_sink};
 pub use store::{Store, StoreError};
 pub use verify::VerifyReport;

@@ -5,7 +5,6 @@
 //! [`crate::verify`].
 
 use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -16,6 +15,7 @@ use agentrun_core::record::{RECORD_FORMATS, RecordParseError};
 
 use crate::error::{IoContext, IoError};
 use crate::layout::{self, Layout, RECORD_SUFFIX};
+use crate::record_file;
 
 /// Why a store operation (other than a read) failed.
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +114,24 @@ pub enum StoreError {
         path: PathBuf,
         /// The format it names.
         format: String,
+    },
+    /// A record file is larger than any record agentrun writes
+    /// ([`MAX_RECORD_BYTES`](agentrun_core::record::MAX_RECORD_BYTES)): it is damaged or not
+    /// agentrun's. It is refused by its size (or, if it grew while being read, after
+    /// `limit + 1` bytes), never read whole.
+    #[error(
+        "record {} is {size} bytes, more than the {limit} bytes a record can be: it is damaged \
+         or was not written by agentrun; run `agentrun verify`, and move it out of {} (keep it \
+         if it may hold a record you need)",
+        .path.display(), .path.parent().map_or_else(String::new, |p| p.display().to_string())
+    )]
+    RecordTooLarge {
+        /// The record file.
+        path: PathBuf,
+        /// Its size (for a file that grew while being read: the bytes read before stopping).
+        size: u64,
+        /// The largest record size.
+        limit: u64,
     },
     /// Something already exists at a caller-supplied result-sink path.
     #[error(
@@ -222,12 +240,12 @@ impl Store {
             return Err(StoreError::InvalidRunId(run_id.to_owned()));
         }
         let path = self.layout.record(run_id);
-        match fs::read(&path) {
-            Ok(bytes) => parse_record(&path, &bytes),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+        match record_file::read(&path) {
+            Ok(file) => parse_record(&path, &file.bytes),
+            Err(e) if record_file::is_not_found(&e) => {
                 Err(StoreError::UnknownRun(run_id.to_owned()))
             }
-            Err(e) => Err(IoError::at("read", &path, e).into()),
+            Err(e) => Err(e),
         }
     }
 

@@ -16,6 +16,7 @@ use crate::gc::{ObjectEntry, describe_type, scan_objects};
 use crate::layout::{self, Layout, TEMP_SUFFIX};
 use crate::lock::GcLock;
 use crate::read::{Object, ReadError};
+use crate::record_file;
 use crate::store::{Store, StoreError, parse_record, record_id};
 
 /// Most block-checksum mismatches reported per object (the rest are counted).
@@ -117,8 +118,8 @@ fn read_record(path: &Path) -> Result<(ResultRecord, Option<String>), String> {
         ));
     }
     let mode = meta.permissions().mode() & 0o7777;
-    let bytes = fs::read(path).map_err(|e| format!("record {}: {e}", path.display()))?;
-    let record = parse_record(path, &bytes).map_err(|e| e.to_string())?;
+    let file = record_file::read(path).map_err(|e| e.to_string())?;
+    let record = parse_record(path, &file.bytes).map_err(|e| e.to_string())?;
     let problem = (mode & 0o077 != 0).then(|| {
         format!(
             "{} has mode {mode:04o}; store files must be owner-only: run chmod 600 {}",

@@ -229,6 +229,36 @@ fn a_corrupt_record_stops_gc_instead_of_losing_its_artifacts() {
 }
 
 #[test]
+fn an_oversized_record_stops_gc_and_is_named_with_its_size() {
+    let (_tmp, store) = store();
+    capture_single(&store, b"precious\n", 100);
+    // An unreferenced object past its grace, which gc would otherwise remove.
+    let loose = capture_single(&store, b"unreferenced\n", 100);
+    let records = store.root().join("records");
+    fs::remove_file(records.join(format!("{}.json", loose.run_id))).unwrap();
+    // Sparse: one byte past the largest record, without using the disk space.
+    let huge = records.join("1-1-1.json");
+    let size = agentrun_core::record::MAX_RECORD_BYTES + 1;
+    fs::File::create(&huge).unwrap().set_len(size).unwrap();
+
+    let before = object_count(&store);
+    let err = store.gc(&later()).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::GcRefused { path, .. } if *path == huge),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(message.contains("removed nothing"), "{message}");
+    assert!(message.contains(&format!("is {size} bytes")), "{message}");
+    assert_eq!(object_count(&store), before, "nothing removed");
+    assert!(object_path(&store, &Digest::of(b"unreferenced\n")).exists());
+    assert!(huge.exists());
+    // Without it, gc collects again.
+    fs::remove_file(&huge).unwrap();
+    assert_eq!(store.gc(&later()).unwrap().objects_removed, 1);
+}
+
+#[test]
 fn a_record_of_an_unknown_format_stops_gc_and_is_named_for_its_format() {
     let (_tmp, store) = store();
     let kept = capture_single(&store, b"kept by a newer record\n", 100);

@@ -61,3 +61,30 @@ fn damage_is_reported_per_object_and_record() {
     assert!(!report.is_healthy());
     drop(small);
 }
+
+#[test]
+fn an_oversized_record_is_a_problem_and_the_other_records_are_still_checked() {
+    let (_tmp, store) = store();
+    let good = capture_single(&store, b"good\n", 1);
+    let huge = store.root().join("records").join("1-1-1.json");
+    // Sparse: one byte past the largest record, without using the disk space.
+    fs::File::create(&huge)
+        .unwrap()
+        .set_len(agentrun_core::record::MAX_RECORD_BYTES + 1)
+        .unwrap();
+    // The good record's artifact is gone: verify must still check it after the bad one.
+    fs::remove_file(object_path(&store, &Digest::of(b"good\n"))).unwrap();
+
+    let report = store.verify().unwrap();
+    assert_eq!(report.records_checked, 2);
+    let problems = report.problems.join("\n");
+    let size = agentrun_core::record::MAX_RECORD_BYTES + 1;
+    assert!(
+        problems.contains(&format!("record {} is {size} bytes", huge.display())),
+        "{problems}"
+    );
+    assert!(
+        problems.contains(&format!("{}.json references artifact", good.run_id)),
+        "{problems}"
+    );
+}
