@@ -9,6 +9,7 @@ use agentrun_core::auto_mode::{
     Action, AppendedFile, AutoMode, AutoModeError, AutoModeState, Phase, SessionStatus, Settings,
     VerificationResult,
 };
+use agentrun_core::harness::{Usage, UsageScope};
 use agentrun_core::turn::{
     AgentSession, Channel, ChannelError, NextPrompt, TurnError, TurnOutput, run_session_loop,
 };
@@ -655,4 +656,73 @@ fn a_session_interrupted_during_verification_verifies_again() {
     assert_eq!(block_on(c2.next_prompt()).unwrap(), NextPrompt::Closed);
     assert_eq!(c2.machine.status(), SessionStatus::Completed);
     assert_eq!(c2.machine.state().verified, Some(true));
+}
+
+/// A Claude Code-like report: the run's own tokens, the session's running-total cost.
+fn claude_usage(cost: Option<f64>, first: bool) -> Usage {
+    Usage {
+        input_tokens: 100,
+        output_tokens: 10,
+        cost_usd: cost,
+        cost_scope: if first {
+            UsageScope::Run
+        } else {
+            UsageScope::Session
+        },
+        turns: Some(1),
+        ..Usage::default()
+    }
+}
+
+#[test]
+fn turn_usage_is_each_turns_own_and_the_total_is_the_real_spend_across_a_continue() {
+    let machine = AutoMode::new("auto-1", settings(3, None), t(0)).unwrap();
+    let mut c = MemoryChannel::new(machine);
+    let turn = |c: &mut MemoryChannel, usage: Usage| {
+        block_on(c.next_prompt()).unwrap();
+        let out = TurnOutput::from_text("answer")
+            .with_exit_code(0)
+            .with_harness_session_id("h-1")
+            .with_usage(usage);
+        block_on(c.publish_output(&out)).unwrap();
+    };
+    turn(&mut c, claude_usage(Some(0.1), true));
+    turn(&mut c, claude_usage(Some(0.3), false));
+    // Continued from state.json after a crash: the running total survives.
+    let json = serde_json::to_string(c.machine.state()).unwrap();
+    let restored: AutoModeState = serde_json::from_str(&json).unwrap();
+    let mut c = MemoryChannel::new(AutoMode::resume(restored, t(100)).unwrap());
+    turn(&mut c, claude_usage(Some(0.6), false));
+    // A turn killed before its result reported no cost; the next running total counts it.
+    turn(&mut c, claude_usage(None, false));
+    let state = c.machine.state();
+    let costs: Vec<Option<f64>> = state
+        .turns
+        .iter()
+        .map(|t| t.usage.as_ref().unwrap().cost_usd)
+        .collect();
+    let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-12);
+    assert!(close(costs[0], 0.1) && close(costs[1], 0.2), "{costs:?}");
+    assert!(close(costs[2], 0.3) && costs[3].is_none(), "{costs:?}");
+    let total = state.usage.total().unwrap();
+    // The last running total, not 0.1 + 0.3 + 0.6.
+    assert!(close(total.cost_usd, 0.6), "{total:?}");
+    assert_eq!(total.input_tokens, 400, "the run's own tokens add up");
+    assert_eq!(total.cost_scope, UsageScope::Run);
+    assert!(
+        c.log
+            .iter()
+            .any(|l| l.contains("100 input tokens, 10 output tokens, $0.3)")),
+        "{:?}",
+        c.log
+    );
+}
+
+#[test]
+fn a_state_without_usage_still_continues() {
+    let machine = AutoMode::new("auto-1", settings(3, None), t(0)).unwrap();
+    let mut json = serde_json::to_value(machine.state()).unwrap();
+    json.as_object_mut().unwrap().remove("usage");
+    let restored: AutoModeState = serde_json::from_value(json).unwrap();
+    assert!(restored.usage.total().is_none());
 }

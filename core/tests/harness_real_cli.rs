@@ -19,7 +19,8 @@ use agentrun_core::harness::retained::{
     codex_token_total, parse_codex_session, parse_opencode_export,
 };
 use agentrun_core::harness::{
-    Completion, FailureKind, Harness, HarnessExit, OutcomeStatus, RetainedRecord,
+    Completion, FailureKind, Harness, HarnessExit, Interpretation, OutcomeStatus, RetainedRecord,
+    UsageScope,
 };
 use harness_common::*;
 
@@ -194,12 +195,39 @@ fn claude_code() {
         c.outcome.final_message
     );
     // The resumed run keeps the session and reports its own tokens, but Claude Code's
-    // `total_cost_usd` is the session's running total (a known limit).
+    // `total_cost_usd` is the session's running total: the usage says so, and less the
+    // previous run's report it is the run's own.
     let (_, c) = CLAUDE.run("resume");
     CLAUDE.succeeded(&c, 5, "second answer", 1);
     let (_, first) = CLAUDE.run("resume-first");
-    let cost = |c: &Completion| c.report.usage.as_ref().and_then(|u| u.cost_usd).unwrap();
-    assert!((cost(&c) - 2.0 * cost(&first)).abs() < 1e-9, "{}", cost(&c));
+    let usage = |c: &Completion| c.report.usage.clone().unwrap();
+    let (resumed, first) = (usage(&c), usage(&first));
+    assert_eq!(
+        (resumed.tokens_scope, resumed.cost_scope),
+        (UsageScope::Run, UsageScope::Session)
+    );
+    let (one, both) = (first.cost_usd.unwrap(), resumed.cost_usd.unwrap());
+    assert!(one > 0.0 && (both - 2.0 * one).abs() < 1e-9, "{one} {both}");
+    let own = resumed.since(&first);
+    assert_eq!(own.cost_scope, UsageScope::Run);
+    assert!(
+        (own.cost_usd.unwrap() - one).abs() < 1e-9,
+        "{:?}",
+        own.cost_usd
+    );
+    assert_eq!(
+        own.input_tokens, resumed.input_tokens,
+        "the tokens were the run's own"
+    );
+    // Told that the first run started its session, the interpretation calls its cost its own.
+    let mut interp = Interpretation::new(Harness::Claude);
+    interp.started_new_session();
+    for line in CLAUDE.file("resume-first", ".jsonl").split(|b| *b == b'\n') {
+        interp.handle_line(line);
+    }
+    let fresh = interp.finish(HarnessExit::Success).complete(None);
+    assert_eq!(usage(&fresh).cost_scope, UsageScope::Run);
+    assert_eq!(usage(&fresh).cost_usd, Some(one));
 }
 
 #[test]
@@ -220,10 +248,12 @@ fn codex() {
     // file held before the run is subtracted.
     let (_, c) = CODEX.decode("resume", None);
     CODEX.usage(&c, 2);
+    assert_eq!(c.report.usage.unwrap().tokens_scope, UsageScope::Session);
     let mut record = CODEX.retained("resume").unwrap();
     record.usage_baseline = codex_token_total(&CODEX.file("resume-first", "-session.jsonl"));
     let (_, c) = CODEX.decode("resume", Some(record));
     CODEX.succeeded(&c, 5, "second answer", 1);
+    assert_eq!(c.report.usage.unwrap().tokens_scope, UsageScope::Run);
 }
 
 #[test]
@@ -242,4 +272,9 @@ fn opencode() {
     // The resumed session's export holds both runs: only this run's messages count.
     let (_, c) = OPENCODE.run("resume");
     OPENCODE.succeeded(&c, 5, "second answer", 1);
+    let usage = c.report.usage.unwrap();
+    assert_eq!(
+        (usage.tokens_scope, usage.cost_scope),
+        (UsageScope::Run, UsageScope::Run)
+    );
 }

@@ -261,7 +261,7 @@ pub fn opencode_env(home: &Path, server: &ModelServer) -> io::Result<Vec<(String
       "npm": "@ai-sdk/openai-compatible",
       "name": "agentrun test server",
       "options": {{ "baseURL": "{url}/v1", "apiKey": "sk-offline-test" }},
-      "models": {{ "test-model": {{ "name": "test model" }} }}
+      "models": {{ "test-model": {{ "name": "test model", "cost": {{ "input": 10, "output": 20 }} }} }}
     }}
   }},
   "model": "{OPENCODE_TEST_MODEL}",

@@ -55,6 +55,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::harness::UsageLedger;
 use crate::turn::TurnOutput;
 use prompt::PromptContext;
 pub use sanitize::sanitize_instruction;
@@ -270,6 +271,7 @@ impl AutoMode {
             turns: Vec::new(),
             turns_dropped: 0,
             harness_turns: 0,
+            usage: UsageLedger::default(),
             instructions: Vec::new(),
             instructions_delivered: 0,
             created_unix_ms: now_ms,
@@ -422,12 +424,17 @@ impl AutoMode {
         let phase = self.state.phase;
         let code = output.exit_code();
         let failed = code != Some(0);
-        if let Some(id) = output.harness_session_id()
-            && !id.is_empty()
-            && id.len() <= MAX_HARNESS_SESSION_ID_BYTES
-        {
+        let harness_session = output
+            .harness_session_id()
+            .filter(|id| !id.is_empty() && id.len() <= MAX_HARNESS_SESSION_ID_BYTES);
+        if let Some(id) = harness_session {
             self.state.harness_session_id = Some(id.to_owned());
         }
+        // Later turns resume the harness session, whose reports may be running totals: the
+        // ledger keeps each turn's own usage and a total that is the real spend.
+        let usage = output
+            .usage()
+            .map(|reported| self.state.usage.record(harness_session, reported));
         self.state.harness_turns += 1;
         let verdict = (phase == Phase::Evaluate && !failed).then(|| evaluation_verdict(output));
         let verdict = verdict.flatten();
@@ -438,13 +445,18 @@ impl AutoMode {
             verdict,
             artifacts: output.artifacts().to_vec(),
             models: output.models().to_vec(),
+            usage: usage.clone(),
         });
-        let msg = format!(
-            "{} turn exited with {} (answer {} chars)",
+        let mut msg = format!(
+            "{} turn exited with {} (answer {} chars",
             phase.as_str(),
             code.map_or_else(|| "no exit code".to_owned(), |c| format!("code {c}")),
             output.text().chars().count()
         );
+        if let Some(usage) = &usage {
+            msg.push_str(&format!("; {}", usage.line()));
+        }
+        msg.push(')');
         self.log(now, &msg);
         self.waiting = Waiting::Listen;
 

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Phase;
 use super::verdict::Verdict;
+use crate::harness::{Usage, UsageLedger};
 
 /// The `format` written by this version; a state with another format is refused on continue.
 pub const STATE_FORMAT: u32 = 1;
@@ -75,7 +76,7 @@ pub struct Settings {
 }
 
 /// One turn that ran.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnRecord {
     /// The turn number (Execute, Evaluate and Adjust of one iteration share it).
     pub turn: u32,
@@ -89,6 +90,10 @@ pub struct TurnRecord {
     pub artifacts: Vec<String>,
     /// Models observed answering.
     pub models: Vec<String>,
+    /// This turn's own usage (a resumed harness session's running totals less the previous
+    /// turn's), when the harness reported usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 /// One run of the verification command.
@@ -124,7 +129,7 @@ pub struct Instruction {
 }
 
 /// The whole persisted state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AutoModeState {
     /// [`STATE_FORMAT`].
     pub format: u32,
@@ -162,6 +167,10 @@ pub struct AutoModeState {
     pub turns_dropped: u64,
     /// How many harness turns ran in total.
     pub harness_turns: u64,
+    /// The usage of every harness turn, each turn's own, summed (`usage.total`; absent until
+    /// a turn reports usage), and the harness session's running totals it was computed from.
+    #[serde(default)]
+    pub usage: UsageLedger,
     /// Appended instructions embedded in the Execute prompt of the current turn (kept until
     /// it finishes so a continued session delivers them again rather than losing them).
     pub instructions: Vec<Instruction>,

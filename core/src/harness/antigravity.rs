@@ -137,6 +137,7 @@ impl AgyDecoder {
                 reasoning_tokens: thinking,
                 cost_usd: None,
                 turns: json::u64(result, "num_turns"),
+                ..Usage::default()
             });
         } else if let Some(turns) = json::u64(result, "num_turns") {
             self.usage.get_or_insert_with(Usage::default).turns = Some(turns);

@@ -453,6 +453,7 @@ fn token_usage(u: &Value) -> Usage {
         reasoning_tokens: reasoning,
         cost_usd: None,
         turns: None,
+        ..Usage::default()
     }
 }
 

@@ -34,6 +34,7 @@ use serde::Serialize;
 use super::retained::{RetainedRecord, RetainedRequest};
 use super::{
     Evidence, Facts, FailureKind, Harness, ModelScope, RefusalCategory, StreamDecoder, Usage,
+    UsageScope,
 };
 
 /// Most line numbers of oversized lines remembered (the count goes on).
@@ -111,6 +112,7 @@ pub struct Interpretation {
     security: Option<Security>,
     lines: u64,
     oversized: Option<OversizedLines>,
+    new_session: bool,
 }
 
 impl std::fmt::Debug for Interpretation {
@@ -121,6 +123,7 @@ impl std::fmt::Debug for Interpretation {
             .field("security", &self.security)
             .field("lines", &self.lines)
             .field("oversized", &self.oversized)
+            .field("new_session", &self.new_session)
             .finish_non_exhaustive()
     }
 }
@@ -135,7 +138,16 @@ impl Interpretation {
             security: None,
             lines: 0,
             oversized: None,
+            new_session: false,
         }
+    }
+
+    /// The run started a new harness session (it resumed none), so every figure the harness
+    /// reports is this run's own. Without this call the completion's usage says, per the
+    /// harness, which figures may be the resumed session's running totals
+    /// ([`Harness::usage_scopes_after_resume`](super::Harness::usage_scopes_after_resume)).
+    pub fn started_new_session(&mut self) {
+        self.new_session = true;
     }
 
     /// The harness being interpreted.
@@ -266,6 +278,7 @@ impl Interpretation {
             models: self.models,
             refusal,
             exit,
+            new_session: self.new_session,
         }
     }
 
@@ -310,6 +323,7 @@ pub struct Finished {
     models: Vec<String>,
     refusal: Option<RefusalCategory>,
     exit: HarnessExit,
+    new_session: bool,
 }
 
 impl Finished {
@@ -341,7 +355,20 @@ impl Finished {
             models,
             refusal,
             exit,
+            new_session,
         } = self;
+        // What the figures count: a new session's are the run's own; a resumed one's are what
+        // the harness reports after a resume.
+        let (tokens_scope, cost_scope) = if new_session {
+            (UsageScope::Run, UsageScope::Run)
+        } else {
+            harness.usage_scopes_after_resume()
+        };
+        let scoped = |mut u: Usage| {
+            u.tokens_scope = tokens_scope;
+            u.cost_scope = cost_scope;
+            u
+        };
         let mut warnings = Vec::new();
         if facts.unrecognized_lines > 0 {
             let mut w = format!(
@@ -371,7 +398,7 @@ impl Finished {
             diagnostics: facts.diagnostics,
             summary: facts.summary,
             models,
-            usage: facts.usage,
+            usage: facts.usage.map(scoped),
             retained: false,
         };
         let mut final_message = facts.final_message;
@@ -383,10 +410,14 @@ impl Finished {
                     report.models = record.models;
                     let recounted = record.usage.is_some() || record.usage_baseline.is_some();
                     if let Some(usage) = record.usage {
-                        report.usage = Some(usage);
+                        report.usage = Some(scoped(usage));
                     }
-                    if let (Some(before), Some(usage)) = (&record.usage_baseline, &report.usage) {
-                        report.usage = Some(usage.since(before));
+                    // The baseline is the running total before this run: the tokens are a
+                    // running total whatever the session.
+                    if let (Some(before), Some(usage)) = (&record.usage_baseline, &mut report.usage)
+                    {
+                        usage.tokens_scope = UsageScope::Session;
+                        *usage = usage.since(before);
                     }
                     if recounted {
                         report.summary = report.usage.as_ref().map(Usage::summary);

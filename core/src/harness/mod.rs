@@ -30,12 +30,14 @@ mod muse;
 mod opencode;
 pub mod progress;
 pub mod retained;
+mod usage;
 
 pub use interpretation::{
     Completion, Finished, HarnessExit, Interrupted, Outcome, OutcomeStatus, OversizedLines, Report,
     TurnSummary,
 };
 pub use retained::{RetainedError, RetainedKind, RetainedRecord, RetainedRequest};
+pub use usage::{Usage, UsageLedger, UsageScope};
 
 /// The one interface callers use; see [`interpretation::Interpretation`].
 pub use interpretation::Interpretation;
@@ -505,97 +507,6 @@ impl StreamUpdate {
     /// True when the update carries nothing.
     pub fn is_empty(&self) -> bool {
         self.progress.is_empty() && self.evidence.is_empty()
-    }
-}
-
-/// Token and cost usage of a session, in one convention for every harness: `input_tokens`
-/// includes the cached ones (`cached_input_tokens` is the part read from a prompt cache), and
-/// `output_tokens` includes the reasoning ones (`reasoning_tokens` is that part). Each decoder
-/// converts its harness's own counting to this.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
-pub struct Usage {
-    /// Input tokens, cached ones included.
-    pub input_tokens: u64,
-    /// The part of the input read from a prompt cache.
-    pub cached_input_tokens: u64,
-    /// Output tokens, reasoning included.
-    pub output_tokens: u64,
-    /// The part of the output spent on reasoning/thinking.
-    pub reasoning_tokens: u64,
-    /// Cost in US dollars, when reported.
-    pub cost_usd: Option<f64>,
-    /// Turns, when reported.
-    pub turns: Option<u64>,
-}
-
-impl Usage {
-    /// Adds the token counts of `v` at `keys` — input, cached input, output, reasoning; `a.b`
-    /// reads key `b` of object `a`. An absent or non-numeric count adds nothing, and sums
-    /// saturate, so a hostile count cannot overflow.
-    pub(crate) fn add_tokens(&mut self, v: &serde_json::Value, keys: [&str; 4]) {
-        let count = |path: &str| {
-            let (parent, key) = match path.split_once('.') {
-                Some((object, key)) => (v.get(object), key),
-                None => (Some(v), path),
-            };
-            parent.and_then(|p| json::u64(p, key)).unwrap_or(0)
-        };
-        let [input, cached, output, reasoning] = keys;
-        self.input_tokens = self.input_tokens.saturating_add(count(input));
-        self.cached_input_tokens = self.cached_input_tokens.saturating_add(count(cached));
-        self.output_tokens = self.output_tokens.saturating_add(count(output));
-        self.reasoning_tokens = self.reasoning_tokens.saturating_add(count(reasoning));
-    }
-
-    /// The usage of this run when `self` is a running total that already counted `before`:
-    /// each count less `before`'s. When some count is below `before`'s, `self` was not a
-    /// running total after all and is returned unchanged.
-    pub fn since(&self, before: &Usage) -> Usage {
-        let counts = |u: &Usage| {
-            [
-                u.input_tokens,
-                u.cached_input_tokens,
-                u.output_tokens,
-                u.reasoning_tokens,
-            ]
-        };
-        let (now, then) = (counts(self), counts(before));
-        if now.iter().zip(then).any(|(n, t)| *n < t) {
-            return self.clone();
-        }
-        Usage {
-            input_tokens: now[0] - then[0],
-            cached_input_tokens: now[1] - then[1],
-            output_tokens: now[2] - then[2],
-            reasoning_tokens: now[3] - then[3],
-            cost_usd: self.cost_usd,
-            turns: self.turns,
-        }
-    }
-
-    /// Adds a reported cost.
-    pub(crate) fn add_cost(&mut self, cost: f64) {
-        self.cost_usd = Some(self.cost_usd.unwrap_or(0.0) + cost);
-    }
-
-    /// `N turns, $X.XX` when turns or cost are known, else token counts.
-    pub fn summary(&self) -> String {
-        match (self.turns, self.cost_usd) {
-            (Some(t), Some(c)) if c > 0.0 => format!("{t} turns, ${c:.2}"),
-            _ => {
-                let mut s = format!(
-                    "{} input tokens, {} output tokens",
-                    self.input_tokens, self.output_tokens
-                );
-                if self.cached_input_tokens > 0 {
-                    s.push_str(&format!(", {} cached", self.cached_input_tokens));
-                }
-                if self.reasoning_tokens > 0 {
-                    s.push_str(&format!(", {} reasoning", self.reasoning_tokens));
-                }
-                s
-            }
-        }
     }
 }
 

@@ -254,7 +254,7 @@ fn report(
     if args.json {
         out.line(&turn_json(turn)?)?;
     } else {
-        out.line(&human(&turn.observed_models, completion))?;
+        out.line(&human(&turn.observed_models, completion, true))?;
     }
     out.flush()?;
     let mut code = exit_code(completion);

@@ -253,8 +253,12 @@ pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
         _ if state.settings.verify.is_some() => "never run (no completion claimed)".to_owned(),
         _ => "none configured".to_owned(),
     };
+    let usage = state
+        .usage
+        .total()
+        .map_or_else(String::new, |u| format!("; usage: {}", u.line()));
     say(&format!(
-        "agentrun: session {}: status {}, {} of at most {} turns, {} harness runs; verification: {verification}",
+        "agentrun: session {}: status {}, {} of at most {} turns, {} harness runs; verification: {verification}{usage}",
         state.session_id,
         state.status.as_str(),
         state.turn,

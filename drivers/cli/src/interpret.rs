@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use agentrun_core::harness::{
-    Completion, Harness, HarnessExit, Interpretation, OutcomeStatus, TurnSummary,
+    Completion, Harness, HarnessExit, Interpretation, OutcomeStatus, TurnSummary, UsageScope,
 };
 use agentrun_core::lines::{Line, LineSplitter};
 use clap::Args;
@@ -116,7 +116,7 @@ pub(crate) fn run(args: InterpretArgs) -> Result<ExitCode, Failure> {
         let summary = TurnSummary::new(args.harness, &models, Some(&completion));
         out.line(&serde_json::to_string(&summary).map_err(Failure::runtime)?)?;
     } else {
-        out.line(&human(&models, &completion))?;
+        out.line(&human(&models, &completion, false))?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
@@ -145,8 +145,10 @@ fn feed<W: Write>(
 }
 
 /// The human completion: observed models, status, session, summary, killed work,
-/// diagnostics, warnings, then the final message (no trailing newline).
-pub(crate) fn human(models: &[String], c: &Completion) -> String {
+/// diagnostics, warnings, then the final message (no trailing newline). With `resumable`
+/// (a run that knows whether it resumed a session), a usage that is not all the run's own —
+/// a resumed session's running totals — gets a `usage:` line saying so.
+pub(crate) fn human(models: &[String], c: &Completion, resumable: bool) -> String {
     let mut s = String::new();
     let list = |m: &[String]| {
         if m.is_empty() {
@@ -181,6 +183,13 @@ pub(crate) fn human(models: &[String], c: &Completion) -> String {
     }
     if let Some(summary) = &c.report.summary {
         s.push_str(&format!("summary: {summary}\n"));
+    }
+    if let Some(u) = &c.report.usage
+        && resumable
+        && (u.tokens_scope != UsageScope::Run
+            || (u.cost_usd.is_some() && u.cost_scope != UsageScope::Run))
+    {
+        s.push_str(&format!("usage: {}\n", u.line()));
     }
     for k in &c.outcome.killed_work {
         s.push_str(&format!("killed: {k}\n"));

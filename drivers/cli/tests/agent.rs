@@ -192,7 +192,19 @@ fn each_harness_prints_its_final_message_and_models() {
             case.harness
         );
         assert!(!err.contains("warning"), "{}: {err}", case.harness);
-        // Exactly what `agentrun interpret` prints for the same stream (and record).
+        // A resumed run says when its usage is the session's running total, which
+        // `agentrun interpret` (not knowing whether the stream was a resume) cannot.
+        let (usage, out): (Vec<&str>, Vec<&str>) = out
+            .split_inclusive('\n')
+            .partition(|l| l.starts_with("usage: "));
+        let out = out.concat();
+        if case.harness == "claude" {
+            assert_eq!(
+                usage,
+                ["usage: 10 input tokens, 20 output tokens, $0.1234 (session running total)\n"]
+            );
+        }
+        // Otherwise exactly what `agentrun interpret` prints for the same stream (and record).
         let retained = match case.harness {
             "muse" => vec!["--retained", muse_log.to_str().unwrap()],
             "opencode" => vec!["--retained", export.to_str().unwrap()],

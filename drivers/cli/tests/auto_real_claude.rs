@@ -228,3 +228,77 @@ fn an_appended_instruction_reaches_the_next_execute_prompt_sanitized_once() {
     assert!(!executes[1].contains("Name the file"), "delivered once");
     assert!(Path::new(&session).join("appended/note.md").exists());
 }
+
+/// The `total_cost_usd` of the root `result` event in the stream behind one of `turn`'s
+/// artifacts, read back with `agentrun read`: what Claude Code itself reported.
+fn reported_cost(env: &Env, turn: &Value) -> f64 {
+    turn["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|uri| {
+            let o = env.sandbox.run(&["read", uri.as_str().unwrap(), "--all"]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter(|v| v["type"] == "result" && v["parent_tool_use_id"].is_null())
+                .filter_map(|v| v["total_cost_usd"].as_f64())
+                .collect::<Vec<_>>()
+        })
+        .next_back()
+        .expect("a result with total_cost_usd")
+}
+
+#[test]
+fn the_session_cost_is_the_real_spend_across_resumed_turns() {
+    let env = env();
+    // Four harness turns of one model request each, every request the same size: each
+    // turn's own cost is the same, and Claude Code reports the session's running total.
+    let server = ModelServer::start(
+        Api::AnthropicMessages,
+        replies([
+            Reply::text("criteria"),
+            Reply::text("plan"),
+            Reply::text("worked"),
+            Reply::text("IN PROGRESS"),
+        ]),
+    )
+    .unwrap();
+    let o = auto(&env, &server, &["--max-turns", "3", "--", "work"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let s = state(&o);
+    let turns = s["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 4, "{s:#}");
+    let running: Vec<f64> = turns.iter().map(|t| reported_cost(&env, t)).collect();
+    let own: Vec<f64> = turns
+        .iter()
+        .map(|t| {
+            assert_eq!(t["usage"]["cost_scope"], "run", "{t:#}");
+            // The tokens were the run's own all along: one request's worth each.
+            assert_eq!(t["usage"]["input_tokens"], 100, "{t:#}");
+            t["usage"]["cost_usd"].as_f64().unwrap()
+        })
+        .collect();
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    assert!(own[0] > 0.0);
+    // Claude Code's figures after a resume are running totals …
+    for (n, total) in running.iter().enumerate() {
+        assert!(close(*total, own[0] * (n + 1) as f64), "{running:?}");
+    }
+    // … and each turn's own cost is the difference.
+    assert!(own.iter().all(|c| close(*c, own[0])), "{own:?}");
+    let total = &s["usage"]["total"];
+    let total_cost = total["cost_usd"].as_f64().unwrap();
+    assert!(close(total_cost, *running.last().unwrap()), "{total:#}");
+    assert!(close(total_cost, own.iter().sum()), "{total:#}");
+    assert!(total_cost < running.iter().sum::<f64>() - own[0]);
+    assert_eq!(total["input_tokens"], 4 * 100);
+    assert_eq!(total["cost_scope"], "run");
+    // The summary line says the same.
+    let cost = format!("{total_cost:.6}");
+    let cost = cost.trim_end_matches('0');
+    assert!(err.contains("usage: 400 input tokens"), "{err}");
+    assert!(err.contains(&format!(", ${cost}\n")), "{err}");
+}

@@ -277,6 +277,7 @@ fn resume(cli: Cli) -> (Value, Value, ModelServer) {
         vec![
             Reply::text("first answer").with_usage(usage),
             Reply::text("second answer").with_usage(usage),
+            Reply::text("third answer").with_usage(usage),
         ],
     );
     let sandbox = Sandbox::new(cli, &server);
@@ -300,10 +301,39 @@ fn resume(cli: Cli) -> (Value, Value, ModelServer) {
         "{:?}",
         requests.last().unwrap().user_texts()
     );
-    // Each run reports its own usage, not the thread's running total.
+    // Each run reports its own tokens, not the thread's running total.
     for run in [&first, &second] {
         assert_eq!(run["report"]["usage"]["input_tokens"], 100, "{run:#}");
         assert_eq!(run["report"]["usage"]["output_tokens"], 10, "{run:#}");
+        assert_eq!(run["report"]["usage"]["tokens_scope"], "run", "{run:#}");
+    }
+    // The first run started the session: its cost is its own.
+    assert_eq!(first["report"]["usage"]["cost_scope"], "run", "{first:#}");
+    let cost = |run: &Value| run["report"]["usage"]["cost_usd"].as_f64();
+    match cli {
+        // Claude Code's `total_cost_usd` is the session's running total, and a one-off resume
+        // does not know the total before it: the report says so rather than claim it.
+        Cli::Claude => {
+            assert_eq!(
+                second["report"]["usage"]["cost_scope"], "session",
+                "{second:#}"
+            );
+            let (one, both) = (cost(&first).unwrap(), cost(&second).unwrap());
+            assert!(one > 0.0 && (both - 2.0 * one).abs() < 1e-9, "{one} {both}");
+            let o = sandbox.agent(cli, &["--resume", &session], "and now?");
+            assert!(
+                text(&o.stdout).contains(" (session running total)\n"),
+                "{}",
+                describe(&o)
+            );
+        }
+        // Codex reports no cost; OpenCode's is per message, from the test model's price.
+        Cli::Codex => assert_eq!(cost(&second), None, "{second:#}"),
+        Cli::OpenCode => {
+            assert_eq!(second["report"]["usage"]["cost_scope"], "run", "{second:#}");
+            let (one, two) = (cost(&first).unwrap(), cost(&second).unwrap());
+            assert!(one > 0.0 && (two - one).abs() < 1e-9, "{one} {two}");
+        }
     }
     (first, second, server)
 }

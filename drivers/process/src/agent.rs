@@ -490,6 +490,10 @@ async fn run_turn<R: Runtime>(
     };
 
     let mut interp = Interpretation::new(harness);
+    // A run that resumes nothing starts a session: its running totals are its own.
+    if options.request.resume.is_none() {
+        interp.started_new_session();
+    }
     if options.security {
         interp.for_security(options.request.model.as_deref());
     }
