@@ -1283,6 +1283,72 @@ fn a_slow_tap_delays_the_end_and_loses_nothing<D: Driver>() {
     assert_eq!(env.bytes(&result.record, "stdout"), expected);
 }
 
+/// A live tap that panics neither hangs the run, nor leaks its child, nor loses what was
+/// captured: its panic counts as a stop request, the child is stopped and reaped, the record is
+/// published (cancelled, with a fault on the tapped stream) holding the chunk the tap panicked
+/// on, and then the panic reaches the caller. The child says its pid, then runs `then` (a
+/// minute's sleep, or a flood on the pipe the tap no longer drains).
+fn a_panicking_tap_stops_the_run_and_keeps_what_was_captured<D: Driver + 'static>(
+    pipe: Tap,
+    then: &str,
+) {
+    use std::panic::AssertUnwindSafe;
+    use std::sync::mpsc;
+    let env = Env::new();
+    let script = format!("{}echo $$; exec {then}", pipe.redirect());
+    let options = sh(&script).kill_grace(Duration::from_secs(1));
+    let (seen, chunks) = mpsc::channel::<Vec<u8>>();
+    let observer = move |chunk: &[u8]| {
+        let _ = seen.send(chunk.to_vec());
+        std::panic::panic_any("the tap broke");
+    };
+    let (store, (ended_tx, ended_rx)) = (env.store.clone(), mpsc::channel());
+    std::thread::spawn(move || {
+        let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            D::run_observed(&store, options, pipe, observer)
+        }));
+        let _ = ended_tx.send(
+            run.map(|r| r.is_ok())
+                .map_err(|panic| panic.downcast_ref::<&str>().copied()),
+        );
+    });
+    // A hang guard, not a timing assertion.
+    let run = ended_rx.recv_timeout(WIRING_BOUND).expect("the run ended");
+    assert_eq!(
+        run,
+        Err(Some("the tap broke")),
+        "the panic reached the caller"
+    );
+    let chunk = chunks.try_recv().expect("the tap saw a chunk");
+    assert!(chunks.try_recv().is_err(), "the tap was not called again");
+    let pid: i32 = String::from_utf8_lossy(&chunk)
+        .lines()
+        .next()
+        .and_then(|line| line.parse().ok())
+        .expect("the chunk starts with the child's pid");
+    assert!(ended(pid), "the child {pid} was stopped and reaped");
+    let runs = env.store.records().unwrap();
+    assert_eq!(runs.len(), 1, "the run's record was published");
+    let record = env.store.record(&runs[0]).unwrap();
+    assert_eq!(record.capture_status, CaptureStatus::Cancelled);
+    assert!(record.incomplete);
+    assert!(
+        record.faults.iter().any(|f| {
+            f.stream
+                .as_ref()
+                .is_some_and(|s| s.as_str() == pipe.stream())
+                && f.message.contains("live tap")
+        }),
+        "{:?}",
+        record.faults
+    );
+    assert_eq!(
+        env.bytes(&record, pipe.stream()),
+        chunk,
+        "the chunk the tap panicked on was captured, and nothing after it"
+    );
+}
+
 /// The live stdout tap (`RunBuilder::observe_stdout`): chunks reach the observer while the child
 /// runs (the child waits for a marker the observer creates on seeing its first line, so a tap
 /// that only delivered after the exit would make the child fail), lines reassembled by the
@@ -1503,6 +1569,21 @@ macro_rules! conformance {
             fn the_stderr_tap_sees_chunks_live_and_the_artifact_is_identical() {
                 super::the_tap_sees_chunks_live_and_the_artifact_is_identical::<$driver>(
                     super::Tap::Stderr,
+                );
+            }
+            #[test]
+            fn a_stdout_tap_that_panics_stops_the_run_and_keeps_what_was_captured() {
+                super::a_panicking_tap_stops_the_run_and_keeps_what_was_captured::<$driver>(
+                    super::Tap::Stdout,
+                    "sleep 60",
+                );
+            }
+            #[test]
+            fn a_stderr_tap_that_panics_under_a_flood_stops_the_run_and_keeps_what_was_captured()
+            {
+                super::a_panicking_tap_stops_the_run_and_keeps_what_was_captured::<$driver>(
+                    super::Tap::Stderr,
+                    "yes",
                 );
             }
             #[test]

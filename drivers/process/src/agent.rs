@@ -382,6 +382,9 @@ impl<'a, R: Runtime> AgentRunBuilder<'a, R> {
     /// Calls `progress` with each progress line (`session started`, `$ cargo test`,
     /// `Model: …`) as soon as its stdout line is decoded, on the thread that pumps the pipe.
     /// Each call is one line without a newline; it must not block for long (backpressure).
+    /// A panic in `progress` stops the harness, and is resumed in the task awaiting the turn
+    /// once the run's record is published (as for
+    /// [`RunBuilder::observe_stdout`](crate::RunBuilder::observe_stdout)).
     pub fn on_progress(mut self, progress: impl FnMut(&str) + Send + 'static) -> Self {
         self.progress = Some(Box::new(progress));
         self

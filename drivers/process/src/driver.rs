@@ -38,7 +38,7 @@ use agentrun_fs::{ReadError, Store, StoreError};
 use futures_lite::Stream;
 use rustix::process::{Pid, Signal};
 
-use crate::live::{Ending, LiveRun, Prepared, RunError, prepare};
+use crate::live::{Ending, LiveRun, Prepared, RunError, TapPanics, prepare};
 use crate::os::{self, Delivery, LatchWatch, StdoutObserver, Watchdog};
 
 /// What a process driver needs from an async runtime. agentrun-smol and agentrun-tokio
@@ -181,7 +181,15 @@ impl<'a, R: Runtime> RunBuilder<'a, R> {
     /// the child runs (cut anywhere; `agentrun_core::lines::LineSplitter` reassembles lines),
     /// on the blocking thread that pumps the pipe, right after the chunk was captured. The
     /// retained stdout artifact is byte-identical to the concatenated chunks. A slow observer
-    /// slows the child down (backpressure); it must not panic.
+    /// slows the child down (backpressure).
+    ///
+    /// An observer that panics is not called again, and its panic counts as a stop request
+    /// ([`RunBuilder::stop_on`]): the child's group gets its stop signals (SIGKILL after the
+    /// grace) and is waited for, the output captured so far (up to and including the chunk the
+    /// observer panicked on) is kept, and the record is published, cancelled and incomplete,
+    /// with a fault on the stream saying that what came after was not captured (the store
+    /// lists it among its records). Then the panic is resumed in the task awaiting the run,
+    /// as if the observer had been called there.
     pub fn observe_stdout(mut self, observer: impl FnMut(&[u8]) + Send + 'static) -> Self {
         self.observers[0] = Some(Box::new(observer));
         self
@@ -230,11 +238,13 @@ impl<'a, R: Runtime> IntoFuture for RunBuilder<'a, R> {
 enum Event {
     Exit(io::Result<ExitStatus>),
     PipesClosed,
+    TapPanicked,
     Cancel,
     Wake,
 }
 
-type Pumps = Pin<Box<dyn Future<Output = ()> + Send>>;
+/// A pump job running on the blocking pool; it resolves to whether its live tap panicked.
+type Pump = Pin<Box<dyn Future<Output = io::Result<bool>> + Send>>;
 
 async fn run<R: Runtime>(
     rt: R,
@@ -283,25 +293,24 @@ async fn run<R: Runtime>(
     let [stdin, stdout, stderr] = state.child.take_pipes()?;
     let jobs = state.run.output_jobs(stdout, stderr, observers)?;
     let stdin_job = state.run.stdin_job(stdin)?;
-    let pumps: Vec<_> = jobs
-        .into_iter()
-        .map(|job| {
-            let running = pumps_running.clone();
-            rt.spawn_blocking(move || {
-                job();
-                drop(running);
+    // Each pump is awaited on its own, so a tap's panic is seen while the other pipe runs.
+    let mut pipes: Option<Vec<Pump>> = Some(
+        jobs.into_iter()
+            .map(|job| {
+                let running = pumps_running.clone();
+                Box::pin(rt.spawn_blocking(move || {
+                    let tap_panicked = job();
+                    drop(running);
+                    tap_panicked
+                })) as Pump
             })
-        })
-        .collect();
+            .collect(),
+    );
     drop(pumps_running);
     if let Some(job) = stdin_job {
         drop(rt.spawn_blocking(job)); // runs to its end (or the run's) on its own
     }
-    let mut pipes: Option<Pumps> = Some(Box::pin(async move {
-        for pump in pumps {
-            let _ = pump.await;
-        }
-    }));
+    let mut tap_panicked = false;
     loop {
         let state = guard.state();
         let now = Instant::now();
@@ -312,14 +321,22 @@ async fn run<R: Runtime>(
                 pumps_done,
                 ..
             } = guard.disarm();
-            return rt
+            let (result, tap_panic) = rt
                 .spawn_blocking(move || {
                     if let Some(watchdog) = watchdog {
                         watchdog.stand_down();
                     }
-                    run.finish(ending, Some(&pumps_done))
+                    let tap_panics = run.tap_panics();
+                    let result = run.finish(ending, Some(&pumps_done));
+                    (result, TapPanics::take(&tap_panics))
                 })
                 .await?;
+            // The run is over and its record published: a tap's panic goes on here, as if
+            // the tap had been called by the caller.
+            if let Some(panic) = tap_panic {
+                std::panic::resume_unwind(panic);
+            }
+            return result;
         }
         let wake = state.lifecycle.poll_timeout();
         let exited = state.exited;
@@ -332,11 +349,22 @@ async fn run<R: Runtime>(
                 {
                     return Poll::Ready(Event::Exit(status));
                 }
-                if let Some(p) = pipes.as_mut()
-                    && p.as_mut().poll(cx).is_ready()
-                {
-                    pipes = None;
-                    return Poll::Ready(Event::PipesClosed);
+                if let Some(running) = pipes.as_mut() {
+                    let mut panicked = false;
+                    running.retain_mut(|pump| match pump.as_mut().poll(cx) {
+                        Poll::Ready(ended) => {
+                            panicked |= matches!(ended, Ok(true));
+                            false
+                        }
+                        Poll::Pending => true,
+                    });
+                    if panicked {
+                        return Poll::Ready(Event::TapPanicked);
+                    }
+                    if running.is_empty() {
+                        pipes = None;
+                        return Poll::Ready(Event::PipesClosed);
+                    }
                 }
                 if let Some(requests) = cancel.as_mut() {
                     match requests.as_mut().poll_next(cx) {
@@ -359,6 +387,12 @@ async fn run<R: Runtime>(
         match event {
             Event::Exit(status) => state.exit(now, status.ok()),
             Event::PipesClosed => state.lifecycle.handle_pipes_closed(now),
+            // One stop request however many taps panic: a second would mean SIGKILL at once.
+            Event::TapPanicked if !tap_panicked => {
+                tap_panicked = true;
+                state.lifecycle.handle_cancel(now);
+            }
+            Event::TapPanicked => {}
             Event::Cancel => state.lifecycle.handle_cancel(now),
             Event::Wake => {
                 state.lifecycle.handle_output(state.run.last_output());

@@ -3,6 +3,7 @@
 //! assembly).
 
 use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::io::{self, IsTerminal};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -20,7 +21,9 @@ use agentrun_core::stream::StreamIndex;
 use agentrun_core::{CaptureCompletion, CaptureStatus};
 use agentrun_fs::{CaptureSession, PreparedSink, Store, StoreError};
 
-use crate::os::{self, Activity, Latch, LatchWatch, PumpEnd, SharedSession, StdoutObserver};
+use crate::os::{
+    self, Activity, Latch, LatchWatch, PumpEnd, SharedSession, StdoutObserver, TapPanic,
+};
 
 /// Why a run could not be carried out (a child that runs and fails is not an error).
 /// Re-exported as `agentrun_smol::RunError` and `agentrun_tokio::RunError`.
@@ -87,6 +90,30 @@ fn spawn_hint(program: &OsStr, e: &io::Error) -> &'static str {
 /// when the run finishes, whichever comes first, and reports its own failures in the capture.
 pub(crate) type Job = Box<dyn FnOnce() + Send + 'static>;
 
+/// A pump's [`Job`]; it returns whether its live tap panicked (the run must then be stopped).
+pub(crate) type PumpJob = Box<dyn FnOnce() -> bool + Send + 'static>;
+
+/// The live taps of a run that panicked: the first panic, resumed in the caller once the run
+/// is over, and their pipes, held open until then so that the child blocks on a full pipe
+/// rather than dying of SIGPIPE before the run's stop signals reach it.
+#[derive(Default)]
+pub(crate) struct TapPanics {
+    first: Option<TapPanic>,
+    pipes: Vec<File>,
+}
+
+/// [`TapPanics`], shared by a run and its pumps.
+pub(crate) type SharedTapPanics = Arc<Mutex<TapPanics>>;
+
+impl TapPanics {
+    /// The first panic, if a tap panicked; the held pipes are closed.
+    pub(crate) fn take(shared: &SharedTapPanics) -> Option<TapPanic> {
+        let mut panics = shared.lock().unwrap_or_else(|p| p.into_inner());
+        panics.pipes.clear();
+        panics.first.take()
+    }
+}
+
 /// How a run ended, as the run lifecycle said ([`agentrun_core::lifecycle::RunAction::Finish`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ending {
@@ -105,9 +132,14 @@ const PIPE_HELD_OPEN: &str = "output may be missing: a process outside the run's
     group (started with setsid?) kept this pipe open after the run ended; what it wrote after \
     that was not captured";
 
-/// The capture fault of a stream whose pump never returned (its live tap panicked).
-const PUMP_DIED: &str = "output may be missing: capturing this stream stopped early because \
-    its live tap (observer) panicked; what came after was not captured";
+/// The capture fault of a stream whose live tap panicked (the run was stopped for it).
+const TAP_PANICKED: &str = "output may be missing: the live tap (observer) of this stream \
+    panicked, so the run was stopped; what the program wrote after the chunk the tap panicked \
+    on was not captured";
+
+/// The capture fault of a stream whose pump never returned (it panicked outside its tap).
+const PUMP_DIED: &str = "output may be missing: capturing this stream stopped early (its pump \
+    panicked); what came after was not captured";
 
 /// `ends` of a pump that has not returned.
 const NOT_ENDED: u8 = u8::MAX;
@@ -172,6 +204,7 @@ pub(crate) fn prepare(store: &Store, options: RunOptions) -> Result<Prepared, Ru
             activity: Arc::new(Activity::new(started)),
             streams: [stdout, stderr],
             ends: Arc::new([AtomicU8::new(NOT_ENDED), AtomicU8::new(NOT_ENDED)]),
+            tap_panics: SharedTapPanics::default(),
             stop: Some(stop),
             stopped,
             stdin,
@@ -191,8 +224,10 @@ pub(crate) struct LiveRun {
     activity: Arc<Activity>,
     streams: [Option<StreamIndex>; 2],
     /// Per pipe (stdout, stderr): how its pump ended ([`NOT_ENDED`] while it runs, and when
-    /// it never returned: a live tap that panicked).
+    /// it never returned: a pump that panicked outside its tap).
     ends: Arc<[AtomicU8; 2]>,
+    /// What the live taps left when they panicked.
+    tap_panics: SharedTapPanics,
     /// Held until the run finishes; dropping it stops the pumps and the stdin writer.
     stop: Option<Latch>,
     stopped: LatchWatch,
@@ -205,6 +240,11 @@ pub(crate) struct LiveRun {
 impl LiveRun {
     pub(crate) fn options(&self) -> &RunOptions {
         &self.options
+    }
+
+    /// What the run's live taps leave when they panic ([`TapPanics::take`]).
+    pub(crate) fn tap_panics(&self) -> SharedTapPanics {
+        self.tap_panics.clone()
     }
 
     /// When output last arrived (or the spawn).
@@ -228,15 +268,15 @@ impl LiveRun {
     }
 
     /// The pump jobs for the child's stdout and stderr pipes (none for a pipe that is not
-    /// captured). Each runs until its pipe is at end of file or the run finishes, and carries
-    /// its pipe's tap, if any.
+    /// captured). Each runs until its pipe is at end of file or the run finishes, or its tap
+    /// panics, and carries its pipe's tap, if any.
     pub(crate) fn output_jobs(
         &mut self,
         stdout: Option<OwnedFd>,
         stderr: Option<OwnedFd>,
         observers: [Option<StdoutObserver>; 2],
-    ) -> io::Result<Vec<Job>> {
-        let mut jobs: Vec<Job> = Vec::new();
+    ) -> io::Result<Vec<PumpJob>> {
+        let mut jobs: Vec<PumpJob> = Vec::new();
         let pipes = [stdout, stderr].into_iter().zip(self.streams);
         for (i, ((pipe, stream), mut observer)) in pipes.zip(observers).enumerate() {
             let (Some(pipe), Some(stream)) = (pipe, stream) else {
@@ -245,10 +285,20 @@ impl LiveRun {
             let file = os::nonblocking_pipe(pipe)?;
             let (session, activity) = (self.session.clone(), self.activity.clone());
             let (ends, stop) = (self.ends.clone(), self.stopped.clone());
+            let panics = self.tap_panics.clone();
             jobs.push(Box::new(move || {
                 let observer = observer.as_mut().map(|o| o as &mut os::Tap<'_>);
-                let end = os::pump(&session, stream, file, &activity, observer, &stop);
+                let end = match os::pump(&session, stream, &file, &activity, observer, &stop) {
+                    Ok(end) => end,
+                    Err(panic) => {
+                        let mut panics = panics.lock().unwrap_or_else(|p| p.into_inner());
+                        panics.first.get_or_insert(panic);
+                        panics.pipes.push(file);
+                        PumpEnd::TapPanicked
+                    }
+                };
                 ends[i].store(end as u8, Ordering::Release);
+                end == PumpEnd::TapPanicked
             }));
         }
         Ok(jobs)
@@ -293,6 +343,8 @@ impl LiveRun {
             let end = end.load(Ordering::Acquire);
             let fault = if end == PumpEnd::Stopped as u8 && ending.pipes_open {
                 Some(PIPE_HELD_OPEN)
+            } else if end == PumpEnd::TapPanicked as u8 {
+                Some(TAP_PANICKED)
             } else if end == NOT_ENDED && pumps_done.is_some() {
                 Some(PUMP_DIED)
             } else {

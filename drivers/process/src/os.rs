@@ -305,6 +305,9 @@ pub type StdoutObserver = Box<dyn FnMut(&[u8]) + Send + 'static>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub(crate) enum PumpEnd {
+    /// Its live tap panicked (the panic is the pump's error, [`TapPanic`]): the chunk it was
+    /// given is captured, nothing after it is read.
+    TapPanicked,
     /// The pipe reached end of file and every byte of it was captured.
     EndOfFile,
     /// The run finished (the session was finalized, or its stop [`Latch`] tripped) while the
@@ -316,6 +319,10 @@ pub(crate) enum PumpEnd {
 
 /// A live tap: sees each chunk of a pipe right after it was captured.
 pub(crate) type Tap<'a> = dyn FnMut(&[u8]) + 'a;
+
+/// The panic of a live tap, caught so the run can be stopped and its record published before
+/// the panic is resumed in the caller.
+pub(crate) type TapPanic = Box<dyn std::any::Any + Send + 'static>;
 
 /// Copies `pipe` (non-blocking, see [`nonblocking_pipe`]) into stream `stream` of the session
 /// until end of file, recording activity and handing each chunk to `observer`, if any, right
@@ -330,14 +337,18 @@ pub(crate) type Tap<'a> = dyn FnMut(&[u8]) + 'a;
 /// the bytes already in the pipe at that moment are still captured and observed, so nothing
 /// the run's own processes wrote is lost to backpressure; only what arrives after that (from a
 /// process outside the group) is left uncaptured.
+///
+/// A tap that panics ends the pump with its panic as the error, after the chunk it was given
+/// was captured; the pipe is not read any more (the caller decides what becomes of it).
 pub(crate) fn pump(
     session: &SharedSession,
     stream: StreamIndex,
-    mut pipe: File,
+    pipe: &File,
     activity: &Activity,
     mut observer: Option<&mut Tap<'_>>,
     stop: &LatchWatch,
-) -> PumpEnd {
+) -> Result<PumpEnd, TapPanic> {
+    let mut reader = pipe;
     // With a live tap the bytes must pass through this thread: read, then write. Without one
     // the session moves them from the pipe into the capture file itself (splice where the
     // kernel allows it), at most a pipe's worth at a time.
@@ -351,10 +362,10 @@ pub(crate) fn pump(
     let mut last_read = false;
     loop {
         if after_stop.is_none() && stop.tripped() {
-            after_stop = Some(rustix::io::ioctl_fionread(&pipe).unwrap_or(0));
+            after_stop = Some(rustix::io::ioctl_fionread(pipe).unwrap_or(0));
         }
         if last_read {
-            return PumpEnd::Stopped;
+            return Ok(PumpEnd::Stopped);
         }
         let want = match after_stop {
             Some(0) => {
@@ -365,11 +376,11 @@ pub(crate) fn pump(
             None => most,
         };
         let taken = match observer {
-            Some(_) => pipe.read(&mut buf[..want]),
+            Some(_) => reader.read(&mut buf[..want]),
             None => {
                 let mut guard = session.lock().unwrap_or_else(|p| p.into_inner());
                 let Some(session) = guard.as_mut() else {
-                    return PumpEnd::Stopped;
+                    return Ok(PumpEnd::Stopped);
                 };
                 // A capture fault is recorded in the session (the output becomes
                 // incomplete) and the bytes are still taken, so the child never blocks on a
@@ -378,7 +389,7 @@ pub(crate) fn pump(
             }
         };
         let n = match taken {
-            Ok(0) => return PumpEnd::EndOfFile,
+            Ok(0) => return Ok(PumpEnd::EndOfFile),
             Ok(n) => {
                 if let Some(left) = after_stop.as_mut() {
                     *left = left.saturating_sub(n as u64);
@@ -387,28 +398,30 @@ pub(crate) fn pump(
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if after_stop.is_some() {
-                    return PumpEnd::Stopped;
+                    return Ok(PumpEnd::Stopped);
                 }
-                match wait_ready(&pipe, rustix::event::PollFlags::IN, stop) {
+                match wait_ready(pipe, rustix::event::PollFlags::IN, stop) {
                     // Readable, or stopped: the loop's top takes what the pipe holds.
                     Ok(_) => continue,
-                    Err(e) => return read_failed(session, stream, &e),
+                    Err(e) => return Ok(read_failed(session, stream, &e)),
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return read_failed(session, stream, &e),
+            Err(e) => return Ok(read_failed(session, stream, &e)),
         };
         activity.touch();
         if let Some(observer) = observer.as_mut() {
             let mut guard = session.lock().unwrap_or_else(|p| p.into_inner());
             let Some(session) = guard.as_mut() else {
-                return PumpEnd::Stopped;
+                return Ok(PumpEnd::Stopped);
             };
             // A write error is recorded in the session (the output becomes incomplete); keep
             // draining the pipe so the child is not blocked forever on a full pipe.
             let _ = session.write(stream, &buf[..n]);
             drop(guard);
-            observer(&buf[..n]);
+            // The tap holds no lock of ours while it runs: its panic poisons nothing here.
+            let chunk = &buf[..n];
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| observer(chunk)))?;
         }
     }
 }
@@ -507,17 +520,35 @@ mod tests {
     use agentrun_core::stream::OutputDeclaration;
     use std::sync::mpsc;
 
+    /// A capture of single output in a new store under `dir`, shared as a run's pumps share
+    /// it, and its stream.
+    fn shared_capture(dir: &Path) -> (SharedSession, StreamIndex) {
+        let store = agentrun_fs::Store::open(dir.join("store")).unwrap();
+        let session = store
+            .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+            .unwrap();
+        let stream = session.resolve(&OutputChannel::Single).unwrap();
+        (Arc::new(Mutex::new(Some(session))), stream)
+    }
+
+    /// Finalizes the shared capture; its record rendered.
+    fn finish_rendered(shared: &SharedSession) -> String {
+        let session = shared.lock().unwrap().take().unwrap();
+        let record = session
+            .finish(agentrun_core::CaptureCompletion::Streamed {
+                display: None,
+                status: agentrun_core::CaptureStatus::Succeeded,
+            })
+            .unwrap();
+        record.render()
+    }
+
     /// A pump on a pipe whose write end stays open (as when a process that left the group
     /// holds it) ends as soon as its run's latch trips, having captured what came before; a
     /// blocked pump would otherwise outlive its run and pile up in a long-lived server.
     fn a_pump_stops_when_its_run_ends(observed: bool) {
         let tmp = tempfile::tempdir().unwrap();
-        let store = agentrun_fs::Store::open(tmp.path().join("store")).unwrap();
-        let session = store
-            .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
-            .unwrap();
-        let stream = session.resolve(&OutputChannel::Single).unwrap();
-        let shared: SharedSession = Arc::new(Mutex::new(Some(session)));
+        let (shared, stream) = shared_capture(tmp.path());
         let (read, write) = rustix::pipe::pipe().unwrap();
         let pipe = nonblocking_pipe(read).unwrap();
         let (stop, stopped) = latch().unwrap();
@@ -531,7 +562,8 @@ mod tests {
                 let _ = seen.send(());
             };
             let observer = observed.then_some(&mut observer as &mut Tap<'_>);
-            let _ = ended.send(pump(&pumped, stream, pipe, &activity, observer, &stopped));
+            let end = pump(&pumped, stream, &pipe, &activity, observer, &stopped);
+            let _ = ended.send(end.ok());
         });
         if observed {
             first_chunk.recv().unwrap();
@@ -541,18 +573,13 @@ mod tests {
         // then is still taken.
         drop(stop);
         let end = end.recv_timeout(Duration::from_secs(60));
-        assert_eq!(end, Ok(PumpEnd::Stopped), "the pump ended with its run");
-        let record = shared
-            .lock()
-            .unwrap()
-            .take()
-            .unwrap()
-            .finish(agentrun_core::CaptureCompletion::Streamed {
-                display: None,
-                status: agentrun_core::CaptureStatus::Succeeded,
-            })
-            .unwrap();
-        assert!(record.render().contains("early"), "{}", record.render());
+        assert_eq!(
+            end,
+            Ok(Some(PumpEnd::Stopped)),
+            "the pump ended with its run"
+        );
+        let rendered = finish_rendered(&shared);
+        assert!(rendered.contains("early"), "{rendered}");
         drop(write);
     }
 
@@ -564,6 +591,40 @@ mod tests {
     #[test]
     fn a_splicing_pump_stops_when_its_run_ends_though_the_pipe_stays_open() {
         a_pump_stops_when_its_run_ends(false);
+    }
+
+    /// A tap that panics ends its pump with the panic, after the chunk it was given was
+    /// captured, and the pump reads no more of the pipe.
+    #[test]
+    fn a_panicking_tap_ends_its_pump_with_the_panic_after_the_chunk_was_captured() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (shared, stream) = shared_capture(tmp.path());
+        let (read, write) = rustix::pipe::pipe().unwrap();
+        let pipe = nonblocking_pipe(read).unwrap();
+        let (_stop, stopped) = latch().unwrap();
+        rustix::io::write(&write, b"first\n").unwrap();
+        let mut calls = 0;
+        let mut observer = |_: &[u8]| {
+            calls += 1;
+            std::panic::panic_any("the tap broke");
+        };
+        let activity = Activity::new(Instant::now());
+        let panic = pump(
+            &shared,
+            stream,
+            &pipe,
+            &activity,
+            Some(&mut observer),
+            &stopped,
+        )
+        .expect_err("the tap's panic ends the pump");
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&"the tap broke"));
+        assert_eq!(calls, 1);
+        // Written after the panic: left in the pipe, not captured.
+        rustix::io::write(&write, b"second\n").unwrap();
+        assert_eq!(rustix::io::ioctl_fionread(&pipe).unwrap(), 7);
+        let rendered = finish_rendered(&shared);
+        assert_eq!(rendered, "first\n", "the observed chunk was captured");
     }
 
     /// The stdin writer stops with its run too, when nothing reads the pipe.
