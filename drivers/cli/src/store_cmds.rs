@@ -42,9 +42,9 @@ pub(crate) struct RunsArgs {
 pub(crate) struct GcArgs {
     /// Forget the records of runs older than this (e.g. 7d, 12h), or `never` to keep every
     /// record [default: 30d, or `[retention] records` in the config file].
-    #[arg(long, value_name = "DURATION|never", value_parser = parse_retention,
+    #[arg(long, value_name = "DURATION|never", value_parser = parse_retention_arg,
           visible_alias = "expire-records")]
-    retention: Option<Option<Duration>>,
+    retention: Option<Retention>,
     /// Keep unreferenced objects younger than this [default: 1h, or `[retention] grace`].
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     grace: Option<Duration>,
@@ -54,6 +54,16 @@ pub(crate) struct GcArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// A `--retention` value: a period, or `None` for `never`. A type of its own because clap
+/// reads a field `Option<Option<T>>` as a flag whose value may be left out, and then refuses
+/// the parser's `Option` at run time.
+#[derive(Debug, Clone, Copy)]
+struct Retention(Option<Duration>);
+
+fn parse_retention_arg(s: &str) -> Result<Retention, String> {
+    parse_retention(s).map(Retention)
 }
 
 /// Arguments of `agentrun verify`.
@@ -312,7 +322,7 @@ fn human_bytes(n: u64) -> String {
 
 /// `agentrun gc`: apply the retention period and remove what nothing references.
 pub(crate) fn gc(settings: &Settings, args: GcArgs) -> Result<ExitCode, Failure> {
-    let retention = settings.retention(args.retention);
+    let retention = settings.retention(args.retention.map(|r| r.0));
     let grace = settings.grace(args.grace);
     let Some(store) = settings.existing_store()? else {
         let root = settings.store_root()?.value;

@@ -386,6 +386,26 @@ fn gc_expires_old_records_by_default_and_says_what_it_kept() {
     h.config("[retention]\nrecords = \"never\"\n");
     let o = h.run(&["gc", "--dry-run"]);
     assert!(out(&o).contains("records are kept forever"), "{}", out(&o));
+    // The flag overrides the file, in both spellings and both forms.
+    for args in [
+        &["gc", "--dry-run", "--retention", "12h"][..],
+        &["gc", "--dry-run", "--expire-records=12h"],
+    ] {
+        let o = h.run(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", err(&o));
+        assert!(
+            out(&o).contains("younger than the 12h retention period (flag --retention)"),
+            "{args:?}: {}",
+            out(&o)
+        );
+    }
+    let o = h.run(&["gc", "--json", "--dry-run", "--retention", "never"]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let report: serde_json::Value = serde_json::from_str(&out(&o)).unwrap();
+    assert!(report["retention"].is_null(), "{report}");
+    let o = h.run(&["gc", "--retention", "soon"]);
+    assert_eq!(o.status.code(), Some(125), "{}", err(&o));
+    assert!(err(&o).contains("\"never\""), "{}", err(&o));
 }
 
 #[test]
