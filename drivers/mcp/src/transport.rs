@@ -105,7 +105,12 @@ where
         write: &Mutex<Option<W>>,
         message: &TxJsonRpcMessage<RoleServer>,
     ) -> io::Result<()> {
-        let mut bytes = serde_json::to_vec(message).map_err(io::Error::other)?;
+        let bytes = serde_json::to_vec(message).map_err(io::Error::other)?;
+        Self::write_line(write, bytes).await
+    }
+
+    /// Writes one serialized message and the newline after it.
+    async fn write_line(write: &Mutex<Option<W>>, mut bytes: Vec<u8>) -> io::Result<()> {
         bytes.push(b'\n');
         let mut guard = write.lock().await;
         let Some(w) = guard.as_mut() else {
@@ -127,7 +132,17 @@ where
     ) -> impl Future<Output = io::Result<()>> + Send + 'static {
         let write = self.write.clone();
         async move {
-            Self::write_message(&write, &TxJsonRpcMessage::<RoleServer>::error(error, id)).await
+            let message = TxJsonRpcMessage::<RoleServer>::error(error, id);
+            let mut value = serde_json::to_value(&message).map_err(io::Error::other)?;
+            // The SDK leaves an unknown id out; JSON-RPC 2.0 wants the member, as null.
+            if let Some(object) = value.as_object_mut() {
+                object.entry("id").or_insert(serde_json::Value::Null);
+            }
+            Self::write_line(
+                &write,
+                serde_json::to_vec(&value).map_err(io::Error::other)?,
+            )
+            .await
         }
     }
 }
@@ -373,7 +388,13 @@ mod tests {
             .collect();
         assert_eq!(replies.len(), 3, "{written}");
         assert_eq!(replies[0]["error"]["code"], -32700);
-        assert!(replies[0].get("id").is_none_or(|id| id.is_null()));
+        let null = Some(&serde_json::Value::Null);
+        assert_eq!(
+            replies[0].get("id"),
+            null,
+            "an unknown id is null, not left out"
+        );
+        assert_eq!(replies[1].get("id"), null);
         assert_eq!(replies[1]["error"]["code"], -32600);
         assert_eq!(replies[2]["error"]["code"], -32600);
         assert_eq!(replies[2]["id"], 7, "the id of a bad request is echoed");
@@ -403,7 +424,11 @@ mod tests {
             replies[1]["id"], "req-7",
             "nested ids and strings are skipped"
         );
-        assert!(replies[2]["id"].is_null(), "an id after the cut is unknown");
+        assert_eq!(
+            replies[2].get("id"),
+            Some(&serde_json::Value::Null),
+            "an id after the cut is unknown"
+        );
     }
 
     #[test]
