@@ -76,7 +76,8 @@ fn codex_context_window_turn_failure_is_classified() {
     let other = r#"{"type":"turn.failed","error":{"message":"You've hit your usage limit."}}"#;
     assert_eq!(kind(Harness::Codex, other).1, None);
     // A top-level `error` event is a diagnostic, never a turn failure of any kind.
-    let diagnostic = r#"{"type":"error","message":"context window exceeded"}"#;
+    let diagnostic = r#"{"type":"error","message":"context window exceeded"}
+{"type":"turn.completed","usage":{"input_tokens":1,"output_tokens":1}}"#;
     assert_eq!(
         kind(Harness::Codex, diagnostic),
         (OutcomeStatus::Succeeded, None)

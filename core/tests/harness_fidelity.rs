@@ -425,7 +425,8 @@ fn the_opencode_export_gives_the_answer_and_its_failure() {
         .unwrap();
     let (_, interp) = feed_str(
         Harness::OpenCode,
-        r#"{"type":"text","sessionID":"ses_1","part":{"text":"stream text"}}"#,
+        r#"{"type":"text","sessionID":"ses_1","part":{"text":"stream text"}}
+{"type":"step_finish","sessionID":"ses_1","part":{"reason":"stop"}}"#,
     );
     let c = complete_with(interp, Some(bare));
     assert!(c.report.retained);

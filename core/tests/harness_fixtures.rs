@@ -297,7 +297,11 @@ fn codex_every_recorded_stream() {
             session: "019f61b1-0000-7000-8000-000000000002",
             final_starts: "",
             summary: "",
-            failed: Some("{\"type\":\"error\",\"status\":400"),
+            // The provider's JSON body, unwrapped to its message.
+            failed: Some(
+                "The 'gpt-5.6-sol' model requires a newer version of Codex. Please upgrade to the \
+                 latest app or CLI and try again. (invalid_request_error, HTTP 400)",
+            ),
         },
         Case {
             file: "takopi-codex_exec_json_all_formats-synthetic.jsonl",
@@ -461,7 +465,7 @@ fn muse_streams() {
 }
 
 #[test]
-fn streams_without_a_terminal_event_are_accepted() {
+fn streams_without_a_terminal_event_are_decoded_but_not_successes() {
     for (h, path, keep) in [
         (Harness::Claude, "claude/morpheus-claude_stream.jsonl", 7),
         (Harness::Codex, "codex/claude-codes-multi_command.jsonl", 9),
@@ -487,7 +491,13 @@ fn streams_without_a_terminal_event_are_accepted() {
         let (_, interp) = interpret(h, None, &cut);
         let c = complete(interp);
         assert!(!c.outcome.terminal_seen, "{path}");
-        assert_eq!(c.outcome.status, OutcomeStatus::Succeeded, "{path}");
+        assert_eq!(
+            c.outcome.status,
+            OutcomeStatus::TurnFailed {
+                diagnostic: agentrun_core::harness::UNFINISHED.to_owned()
+            },
+            "{path}"
+        );
         assert!(
             c.outcome.session_id.is_some() || h == Harness::Grok,
             "{path}"

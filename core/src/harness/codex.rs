@@ -92,6 +92,30 @@ impl CodexDecoder {
     }
 }
 
+/// The text a user can act on in an error Codex passes through as the provider's JSON body
+/// (`{"type":"error","status":400,"error":{"type":…,"message":…}}`): the inner message, then
+/// the error type and HTTP status. `None` when `message` is not such a body.
+fn provider_error_text(message: &str) -> Option<String> {
+    if !message.starts_with('{') {
+        return None;
+    }
+    let body: Value = serde_json::from_str(message).ok()?;
+    let error = body.get("error")?;
+    let text = json::nonempty(error, "message")?;
+    let details: Vec<String> = [
+        json::nonempty(error, "type").map(str::to_owned),
+        json::u64(&body, "status").map(|s| format!("HTTP {s}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    Some(if details.is_empty() {
+        text.to_owned()
+    } else {
+        format!("{text} ({})", details.join(", "))
+    })
+}
+
 fn render_item(kind: &str, item: &Value) -> Option<String> {
     match kind {
         "command_execution" => {
@@ -188,12 +212,18 @@ impl StreamDecoder for CodexDecoder {
                 self.failure_kind = (lower.contains("context window")
                     || lower.contains("context_length_exceeded"))
                 .then_some(FailureKind::ContextLength);
-                self.failure = Some(message.unwrap_or("turn failed").to_owned());
+                self.failure = Some(match message {
+                    Some(m) => provider_error_text(m).unwrap_or_else(|| m.to_owned()),
+                    None => "turn failed".to_owned(),
+                });
             }
             // A diagnostic only: `Reconnecting... 1/5` must not fail the turn.
             "error" => {
                 if let Some(m) = json::nonempty(&v, "message") {
-                    self.diagnostic(m);
+                    match provider_error_text(m) {
+                        Some(text) => self.diagnostic(&text),
+                        None => self.diagnostic(m),
+                    }
                 }
             }
             other => self.drift.unknown(other),
@@ -217,5 +247,32 @@ impl StreamDecoder for CodexDecoder {
         };
         this.drift.into_facts(&mut facts);
         facts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::provider_error_text;
+
+    #[test]
+    fn a_provider_body_is_unwrapped_to_its_message() {
+        let body =
+            r#"{"type":"error","status":429,"error":{"type":"rate_limit","message":"slow down"}}"#;
+        assert_eq!(
+            provider_error_text(body).as_deref(),
+            Some("slow down (rate_limit, HTTP 429)")
+        );
+        let bare = r#"{"error":{"message":"no details"}}"#;
+        assert_eq!(provider_error_text(bare).as_deref(), Some("no details"));
+        // Anything else stays as Codex wrote it.
+        for other in [
+            "stream disconnected before completion",
+            r#"{"error":{"message":""}}"#,
+            r#"{"error":"flat"}"#,
+            r#"{"type":"error""#,
+            r#" {"error":{"message":"leading space"}}"#,
+        ] {
+            assert_eq!(provider_error_text(other), None, "{other}");
+        }
     }
 }

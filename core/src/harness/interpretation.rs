@@ -444,6 +444,12 @@ impl Finished {
             OutcomeStatus::TurnFailed { diagnostic }
         } else if let HarnessExit::Failed { diagnostic } = exit {
             OutcomeStatus::ExecutionFailed { diagnostic }
+        } else if !facts.terminal_seen {
+            // Every dialect ends a finished session with a terminal event; a stream cut off
+            // before it (a crash, a killed pipe, a partial log) is not a verified success.
+            OutcomeStatus::TurnFailed {
+                diagnostic: UNFINISHED.to_owned(),
+            }
         } else {
             OutcomeStatus::Succeeded
         };
@@ -500,6 +506,10 @@ fn harness_name<S: serde::Serializer>(harness: &Harness, s: S) -> Result<S::Ok, 
     s.serialize_str(harness.name())
 }
 
+/// The diagnostic of a session whose stream ended without its terminal event, while nothing
+/// else failed.
+pub const UNFINISHED: &str = "the stream ended without a final result: the session did not finish";
+
 /// The completion of an interpretation: what to report, separate from how the session ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Completion {
@@ -538,7 +548,9 @@ pub struct Outcome {
     pub final_message: Option<String>,
     /// Work killed or left unfinished.
     pub killed_work: Vec<String>,
-    /// Whether the stream had a terminal event (a stream without one is still accepted).
+    /// Whether the stream had a terminal event. A stream without one is still decoded (its
+    /// session id, final message so far, usage), but unless something else failed first its
+    /// status is [`OutcomeStatus::TurnFailed`] with the diagnostic [`UNFINISHED`].
     pub terminal_seen: bool,
     /// How the session ended.
     pub status: OutcomeStatus,

@@ -34,7 +34,7 @@ mod usage;
 
 pub use interpretation::{
     Completion, Finished, HarnessExit, Interrupted, Outcome, OutcomeStatus, OversizedLines, Report,
-    TurnSummary,
+    TurnSummary, UNFINISHED,
 };
 pub use retained::{RetainedError, RetainedKind, RetainedRecord, RetainedRequest};
 pub use usage::{Usage, UsageLedger, UsageScope};

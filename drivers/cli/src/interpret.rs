@@ -166,10 +166,6 @@ pub(crate) fn human(models: &[String], c: &Completion, resumable: bool) -> Strin
         ));
     }
     let status = match &c.outcome.status {
-        // Nothing failed, but nothing said the session finished either (a cut-off stream).
-        OutcomeStatus::Succeeded if !c.outcome.terminal_seen => {
-            "no terminal event (the stream ended without a final result)".to_owned()
-        }
         OutcomeStatus::Succeeded => "succeeded".to_owned(),
         OutcomeStatus::TurnFailed { diagnostic } => format!("turn failed: {diagnostic}"),
         OutcomeStatus::ExecutionFailed { diagnostic } => {

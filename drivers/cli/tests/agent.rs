@@ -331,6 +331,34 @@ fn a_failed_turn_or_a_failing_harness_exits_1() {
     );
 }
 
+/// A harness that exits 0 before its stream's final result did not finish its session: no
+/// exit 0, no "succeeded" in the JSON.
+#[test]
+fn a_session_cut_off_before_its_final_result_exits_1() {
+    let env = Env::new();
+    let full = std::fs::read(fixture("claude/morpheus-claude_stream.jsonl")).unwrap();
+    let cut: Vec<&[u8]> = full.split_inclusive(|b| *b == b'\n').take(3).collect();
+    let path = env.path("cut.jsonl");
+    std::fs::write(&path, cut.concat()).unwrap();
+    for json in [false, true] {
+        let flags: &[&str] = if json { &["--json"] } else { &[] };
+        let mut c = env.agent("claude", flags, "claude/morpheus-claude_stream.jsonl");
+        let o = c.env("FAKE_FIXTURE", &path).output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let text = stdout(&o);
+        if json {
+            let v: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+            assert_eq!(v["outcome"]["terminal_seen"], false, "{v}");
+            assert_eq!(v["outcome"]["status"]["status"], "turn_failed", "{v}");
+        } else {
+            assert!(
+                text.contains("status: turn failed: the stream ended without a final result"),
+                "{text}"
+            );
+        }
+    }
+}
+
 #[test]
 fn the_fake_fails_loudly_when_the_launch_differs() {
     let env = Env::new();

@@ -554,7 +554,11 @@ fn status_words_agree_across_preview_footer_and_json() {
         .write_all(b"{\"type\":\"system\",\"subtype\":\"init\",\"model\":\"m\"}\n")
         .unwrap();
     let o = child.wait_with_output().unwrap();
-    assert!(out(&o).contains("status: no terminal event"), "{}", out(&o));
+    assert!(
+        out(&o).contains("status: turn failed: the stream ended without a final result"),
+        "{}",
+        out(&o)
+    );
 }
 
 #[test]
