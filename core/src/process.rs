@@ -346,7 +346,8 @@ pub struct RunInfo {
     pub command: Vec<String>,
     /// How the run ended.
     pub outcome: RunOutcome,
-    /// How the child ended (`None` when it was stopped before it exited by itself).
+    /// How the child ended: its exit code, or the signal it died of (a child agentrun stopped
+    /// shows the stop signal); `None` when its status could not be read.
     pub exit: Option<Exit>,
     /// When the run started, in milliseconds since the Unix epoch.
     pub started_unix_ms: u64,
@@ -459,7 +460,8 @@ impl std::fmt::Display for RunStatus {
 pub struct ProcessResult {
     /// How the run ended.
     pub outcome: RunOutcome,
-    /// How the child ended (`None` if it never exited by itself and was not reaped as such).
+    /// How the child ended: its exit code, or the signal it died of (a child agentrun stopped
+    /// shows the stop signal); `None` when its status could not be read.
     pub exit: Option<Exit>,
     /// Wall-clock duration of the run (serialized as `duration_ms`).
     pub duration: Duration,

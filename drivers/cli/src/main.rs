@@ -37,7 +37,8 @@ macro_rules! exit_codes {
     () => {
         "Exit codes:
   0        success (for `run`: the program exited 0)
-  1-123    `run`: the program's own exit code, passed through
+  1-255    `run`: the program's own exit code, passed through (some collide with
+           the codes below; --json tells them apart)
   1        `agent`: the session did not succeed; `verify`: problems were found
   124      the program was stopped by --timeout or --idle-timeout
   125      agentrun itself failed (bad usage, missing artifact, store error)
@@ -132,8 +133,8 @@ enum Command {
     Read(read::ReadArgs),
     /// Show a recorded run again: its preview and read commands, without rerunning it.
     #[command(after_help = "Examples:
-  agentrun show 1764512345123-4821-0        the run id printed on stderr by `run`
-  agentrun show --json 1764512345123-4821-0")]
+  agentrun show 1764512345123-0004821-000000   the run id printed on stderr by `run`
+  agentrun show --json 1764512345123-0004821-000000")]
     Show(store_cmds::ShowArgs),
     /// List recent runs: id, time, how each ended, the size of each stream, the command.
     #[command(after_help = "Examples:

@@ -408,10 +408,12 @@ fn gc_text(
     };
     let referenced = report.objects_kept - report.objects_in_grace;
     let mut text = format!(
-        "{verb} {}\nkept {} ({why_records}) and the {} they reference",
+        "{verb} {}\nkept {} ({why_records}) and the {} {} reference{}",
         removed.join(", "),
         plural(report.records, "record", "records"),
         plural(referenced, "object", "objects"),
+        if report.records == 1 { "it" } else { "they" },
+        if report.records == 1 { "s" } else { "" },
     );
     if report.objects_in_grace > 0 {
         text.push_str(&format!(
@@ -500,7 +502,7 @@ mod tests {
         assert_eq!(
             text,
             "removed 0 objects (0 bytes)\nkept 1 record (younger than the 30d retention period \
-             (default)) and the 3 objects they reference, and 2 objects no record references \
+             (default)) and the 3 objects it references, and 2 objects no record references \
              yet, younger than the 1h grace period\n"
         );
     }

@@ -613,4 +613,9 @@ fn a_program_whose_interpreter_is_missing_is_named_as_such() {
     assert_exit_says(&o, 127, "its interpreter");
     let o = env.run(&["run", "--", "no-such-program-xyz"]);
     assert_exit_says(&o, 127, "no such program");
+    // A directory is not a program; chmod would not help.
+    let dir = env.store.with_file_name("a-directory");
+    fs::create_dir(&dir).unwrap();
+    let o = env.run(&["run", "--", dir.to_str().unwrap()]);
+    assert_exit_says(&o, 126, "it is a directory, not a program");
 }

@@ -221,7 +221,8 @@ pub fn format_duration(d: Duration) -> String {
         ("m", 60_000),
         ("s", 1000),
     ] {
-        if ms >= size && ms.is_multiple_of(size) {
+        // Zero is written in seconds, the unit a user would write it in.
+        if (ms >= size || (ms == 0 && unit == "s")) && ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
     }
@@ -318,5 +319,6 @@ mod tests {
             assert_eq!(format_duration(parse_duration(s).unwrap()), s);
         }
         assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+        assert_eq!(format_duration(Duration::ZERO), "0s");
     }
 }

@@ -6,7 +6,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, IsTerminal};
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -80,6 +80,11 @@ fn spawn_hint(program: &OsStr, e: &io::Error) -> &'static str {
         }
         io::ErrorKind::NotFound => {
             " (no such program; a name without '/' is looked up in PATH, never run by a shell)"
+        }
+        io::ErrorKind::PermissionDenied
+            if program.as_encoded_bytes().contains(&b'/') && Path::new(program).is_dir() =>
+        {
+            " (it is a directory, not a program)"
         }
         io::ErrorKind::PermissionDenied => " (is the file executable? chmod +x)",
         _ => "",
