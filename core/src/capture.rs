@@ -41,8 +41,17 @@ use crate::stream::{
 /// Default bound of the live display, in bytes.
 pub const DEFAULT_DISPLAY_BYTES: usize = 64 * 1024;
 
+/// Longest final display a completion may give, in bytes: 1 MiB. The display is a short
+/// summary for a UI (the output itself is kept in full), and it goes into the record, whose
+/// size is bounded ([`MAX_RECORD_BYTES`](crate::record::MAX_RECORD_BYTES)).
+pub const MAX_DISPLAY_BYTES: usize = 1 << 20;
+
 /// Longest capture-fault message kept, in bytes.
 pub const MAX_FAULT_BYTES: usize = 256;
+
+/// Most capture faults a capture keeps. Later ones still mark the output incomplete and end
+/// their stream; they are counted, and one last fault says how many were not kept.
+pub const MAX_FAULTS: usize = 32;
 
 /// Terminal status of a tool invocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -114,6 +123,15 @@ pub enum CaptureError {
     /// A second full completion, or a chunk after a full completion.
     #[error("the full output was already supplied; a completion supplies it exactly once")]
     FullSuppliedTwice,
+    /// The final display of a completion is longer than [`MAX_DISPLAY_BYTES`].
+    #[error(
+        "the final display is {bytes} bytes; it may be at most {MAX_DISPLAY_BYTES} (1 MiB): \
+         give a short summary, the output itself is kept in full"
+    )]
+    DisplayTooLong {
+        /// Its length in bytes.
+        bytes: usize,
+    },
     /// A full completion names a stream twice.
     #[error("full output supplies stream \"{0}\" twice")]
     DuplicateFullOutput(StreamName),
@@ -341,7 +359,8 @@ pub struct CaptureSummary {
     pub status: CaptureStatus,
     /// Final display (the final display given at completion, else the live display).
     pub display: String,
-    /// Capture faults, in the order they happened.
+    /// Capture faults, in the order they happened: at most [`MAX_FAULTS`], then one saying
+    /// how many more were not kept.
     pub faults: Vec<CaptureFault>,
     /// Streams in declaration order.
     pub streams: Vec<StreamSummary>,
@@ -384,6 +403,8 @@ pub struct Capture {
     failed: Vec<bool>,
     display: LiveDisplay,
     faults: Vec<CaptureFault>,
+    /// Faults past [`MAX_FAULTS`]: counted, not kept.
+    faults_not_kept: u64,
     accepted_chunk: bool,
     full_started: bool,
 }
@@ -409,6 +430,7 @@ impl Capture {
             limits,
             display: LiveDisplay::new(display_bytes),
             faults: Vec::new(),
+            faults_not_kept: 0,
             accepted_chunk: false,
             full_started: false,
         })
@@ -492,7 +514,9 @@ impl Capture {
     }
 
     /// Records a capture failure (for example a failed write). The output becomes incomplete;
-    /// a stream-specific fault also stops that stream's capture.
+    /// a stream-specific fault also stops that stream's capture. The message is cut to
+    /// [`MAX_FAULT_BYTES`]; the first [`MAX_FAULTS`] faults are kept, later ones counted (the
+    /// summary then ends with a fault saying how many were not kept).
     ///
     /// # Panics
     ///
@@ -509,6 +533,10 @@ impl Capture {
         }
         if let Some(position) = position {
             self.failed[position] = true;
+        }
+        if self.faults.len() == MAX_FAULTS {
+            self.faults_not_kept += 1;
+            return;
         }
         let stream = position.and_then(|p| self.declaration.name_at(p).cloned());
         self.faults.push(CaptureFault { stream, message });
@@ -573,7 +601,19 @@ impl Capture {
         Ok(feeds)
     }
 
-    /// Finalizes: consumes the machine and returns what publication and the record need.
+    /// Checks a completion's final display before it is given to [`Capture::finish`]: at most
+    /// [`MAX_DISPLAY_BYTES`].
+    pub fn check_final_display(display: &str) -> Result<(), CaptureError> {
+        if display.len() > MAX_DISPLAY_BYTES {
+            return Err(CaptureError::DisplayTooLong {
+                bytes: display.len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Finalizes: consumes the machine and returns what publication and the record need. A
+    /// final display is expected to have passed [`Capture::check_final_display`].
     pub fn finish(self, display: Option<String>, status: CaptureStatus) -> CaptureSummary {
         let declaration = self.declaration.into_declaration();
         let streams = self
@@ -597,11 +637,21 @@ impl Capture {
                 }
             })
             .collect();
+        let mut faults = self.faults;
+        if self.faults_not_kept > 0 {
+            faults.push(CaptureFault {
+                stream: None,
+                message: format!(
+                    "{} more capture faults happened; only the first {MAX_FAULTS} are kept",
+                    self.faults_not_kept
+                ),
+            });
+        }
         CaptureSummary {
             limits: self.limits,
             status,
             display: display.unwrap_or(self.display.text),
-            faults: self.faults,
+            faults,
             streams,
             declaration,
         }
@@ -818,6 +868,49 @@ mod tests {
                 proptest::prop_assert_eq!(got, expected);
             }
         }
+    }
+
+    #[test]
+    fn faults_past_the_bound_are_counted_and_said_not_dropped() {
+        let mut c = Capture::new(OutputDeclaration::Single, PreviewLimits::default()).unwrap();
+        let out = c.resolve(&OutputChannel::Single).unwrap().unwrap();
+        for i in 0..MAX_FAULTS + 5 {
+            c.handle_capture_error((i == 0).then_some(out), &format!("fault {i}"));
+        }
+        let s = c.finish(None, CaptureStatus::Succeeded);
+        assert!(s.incomplete());
+        assert_eq!(s.faults.len(), MAX_FAULTS + 1);
+        assert_eq!(
+            s.faults[MAX_FAULTS - 1].message,
+            format!("fault {}", MAX_FAULTS - 1)
+        );
+        assert_eq!(
+            s.faults[MAX_FAULTS].message,
+            "5 more capture faults happened; only the first 32 are kept"
+        );
+        // At the bound exactly, nothing is said to be missing.
+        let mut c = Capture::new(OutputDeclaration::Single, PreviewLimits::default()).unwrap();
+        for _ in 0..MAX_FAULTS {
+            c.handle_capture_error(None, "x");
+        }
+        assert_eq!(
+            c.finish(None, CaptureStatus::Failed).faults.len(),
+            MAX_FAULTS
+        );
+    }
+
+    #[test]
+    fn a_final_display_is_bounded() {
+        assert_eq!(
+            Capture::check_final_display(&"d".repeat(MAX_DISPLAY_BYTES)),
+            Ok(())
+        );
+        assert_eq!(
+            Capture::check_final_display(&"d".repeat(MAX_DISPLAY_BYTES + 1)),
+            Err(CaptureError::DisplayTooLong {
+                bytes: MAX_DISPLAY_BYTES + 1
+            })
+        );
     }
 
     #[test]

@@ -121,6 +121,28 @@ pub enum OptionsError {
         /// `"timeout"`, `"idle timeout"` or `"kill grace"`.
         which: &'static str,
     },
+    /// The program and its arguments are longer than [`MAX_COMMAND_BYTES`].
+    #[error(
+        "the command is {bytes} bytes long (as UTF-8, one byte more per argument); it may be \
+         at most {MAX_COMMAND_BYTES} (1 MiB): pass large inputs on stdin or in a file"
+    )]
+    CommandTooLong {
+        /// Its length, as [`command_bytes`] counts it.
+        bytes: usize,
+    },
+}
+
+/// Longest command (program and arguments) a run accepts, as [`command_bytes`] counts it:
+/// 1 MiB. Half of Linux's usual limit for arguments and environment together, and the command
+/// goes into the run's record, whose size is bounded
+/// ([`MAX_RECORD_BYTES`](crate::record::MAX_RECORD_BYTES)).
+pub const MAX_COMMAND_BYTES: usize = 1 << 20;
+
+/// The length of a command as [`MAX_COMMAND_BYTES`] bounds it: the UTF-8 bytes of every word
+/// plus one per word (its terminator when it is executed, and what an empty word still costs
+/// in a record).
+pub fn command_bytes<S: AsRef<str>>(words: &[S]) -> usize {
+    words.iter().map(|w| w.as_ref().len() + 1).sum()
 }
 
 /// The longest timeout, idle timeout or kill grace a run accepts: ten years. Longer values
@@ -152,8 +174,13 @@ impl RunOptions {
 
     /// Checks the options before anything is spawned: the environment changes may not set the
     /// sink variable, whose name must be valid; a caller sink path must be absolute;
-    /// timeouts must be non-zero; timeouts and the kill grace at most [`MAX_RUN_DURATION`].
+    /// timeouts must be non-zero; timeouts and the kill grace at most [`MAX_RUN_DURATION`];
+    /// the command at most [`MAX_COMMAND_BYTES`].
     pub fn validate(&self) -> Result<(), OptionsError> {
+        let bytes = command_bytes(&self.command());
+        if bytes > MAX_COMMAND_BYTES {
+            return Err(OptionsError::CommandTooLong { bytes });
+        }
         if let Some(why) = crate::sink::sink_var_problem(self.sink_var.as_encoded_bytes()) {
             return Err(OptionsError::InvalidSinkVar {
                 var: self.sink_var.to_string_lossy().into_owned(),
@@ -202,6 +229,14 @@ impl RunOptions {
             }
         }
         Ok(())
+    }
+
+    /// The program and its arguments as a run's record holds them: lossily decoded as UTF-8.
+    pub fn command(&self) -> Vec<String> {
+        std::iter::once(&self.program)
+            .chain(&self.args)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
     }
 
     /// Adds one argument.
@@ -607,6 +642,32 @@ mod tests {
             pid: Some(42),
             label: None,
         }
+    }
+
+    #[test]
+    fn the_command_is_bounded_as_its_record_holds_it() {
+        // Every word costs its length plus one: a million empty arguments are too many too.
+        let empties = RunOptions::new("p").args(vec![""; MAX_COMMAND_BYTES - 2]);
+        assert_eq!(command_bytes(&empties.command()), MAX_COMMAND_BYTES);
+        assert_eq!(empties.validate(), Ok(()));
+        let over = empties.arg("");
+        assert_eq!(
+            over.validate(),
+            Err(OptionsError::CommandTooLong {
+                bytes: MAX_COMMAND_BYTES + 1
+            })
+        );
+        // Counted after lossy decoding, as recorded: an invalid byte becomes three.
+        use std::os::unix::ffi::OsStrExt;
+        let invalid = OsStr::from_bytes(&[0xff]);
+        let lossy = RunOptions::new("p").arg(invalid);
+        assert_eq!(command_bytes(&lossy.command()), 2 + 4);
+        assert!(
+            over.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("at most 1048576")
+        );
     }
 
     #[test]

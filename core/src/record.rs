@@ -31,12 +31,26 @@ pub const RECORD_FORMATS: [&str; 2] = [RECORD_FORMAT_V1, RECORD_FORMAT_V2];
 /// Largest record file agentrun writes, and the largest it reads: 128 MiB. A larger file in
 /// `records/` is damaged or not agentrun's, and is refused by size before it is read.
 ///
-/// Every field of a record is bounded where it enters, so every record the store writes fits:
-/// the previews of all streams together render to at most
-/// [`MAX_PAYLOAD_BYTES`](crate::limits::MAX_PAYLOAD_BYTES) (16 MiB), which JSON escaping can
-/// make six times longer (a control byte becomes `\u0001`), 96 MiB; the rest (display, faults,
-/// command, kept artifacts, stream metadata) is bounded far below the remaining 32 MiB.
+/// Every field of a record is bounded where it enters, so every record the store writes fits.
+/// In the written JSON, where escaping makes a control byte six bytes (`\u0001`):
+///
+/// * previews: all streams together render to at most
+///   [`MAX_PAYLOAD_BYTES`](crate::limits::MAX_PAYLOAD_BYTES) (16 MiB), at most 96 MiB;
+/// * the run's command: [`MAX_COMMAND_BYTES`](crate::process::MAX_COMMAND_BYTES) (1 MiB,
+///   counting a byte per word), at most 10 MiB (an empty word costs ten);
+/// * the final display: [`MAX_DISPLAY_BYTES`](crate::capture::MAX_DISPLAY_BYTES) (1 MiB), at
+///   most 6 MiB;
+/// * kept artifacts: [`MAX_KEEPS`] digests of 72 bytes, 4.5 MiB;
+/// * faults: [`MAX_FAULTS`](crate::capture::MAX_FAULTS) + 1 messages of at most
+///   [`MAX_FAULT_BYTES`](crate::capture::MAX_FAULT_BYTES), under 0.1 MiB.
+///
+/// A record with every one of these at its largest is 116.3 MiB (agentrun-fs tests write and
+/// read one back), 9% below this bound.
 pub const MAX_RECORD_BYTES: u64 = 128 << 20;
+
+/// Most artifacts a record [keeps](ResultRecord::keeps) besides its output: 65536, far more
+/// than one compaction refers to.
+pub const MAX_KEEPS: usize = 1 << 16;
 
 /// Why bytes are not a record this version can use ([`ResultRecord::from_json`]).
 #[derive(Debug, thiserror::Error)]
@@ -149,6 +163,7 @@ pub struct ResultRecord {
     /// and expire, together: every artifact a compaction retry refers to, in the one record of
     /// that compaction (empty in other records and absent from their JSON). Set it with
     /// [`set_keeps`](Self::set_keeps), which also sets the format an older reader refuses.
+    /// The store writes at most [`MAX_KEEPS`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keeps: Vec<Digest>,
 }

@@ -37,6 +37,7 @@ use agentrun_core::capture::CaptureSummary;
 use agentrun_core::digest::StreamingDigest;
 use agentrun_core::index::{BlockIndexer, HEADER_LEN, IndexEntry};
 use agentrun_core::process::RunInfo;
+use agentrun_core::record::MAX_RECORD_BYTES;
 use agentrun_core::stream::StreamIndex;
 use agentrun_core::{
     Capture, CaptureCompletion, CaptureError, CaptureStatus, Digest, OutputChannel,
@@ -580,17 +581,26 @@ pub struct CaptureSession {
 
 impl CaptureSession {
     /// Describes the process run this capture belongs to; the record will carry it
-    /// ([`ResultRecord::run`]).
-    pub fn describe_run(&mut self, run: RunInfo) {
+    /// ([`ResultRecord::run`]). A command longer than
+    /// [`MAX_COMMAND_BYTES`](agentrun_core::process::MAX_COMMAND_BYTES) is refused
+    /// ([`StoreError::CommandTooLong`]), and the record then describes no run.
+    pub fn describe_run(&mut self, run: RunInfo) -> Result<(), StoreError> {
+        let bytes = agentrun_core::process::command_bytes(&run.command);
+        if bytes > agentrun_core::process::MAX_COMMAND_BYTES {
+            return Err(StoreError::CommandTooLong { bytes });
+        }
         self.run = Some(run);
+        Ok(())
     }
 
     /// Makes the record keep these artifacts too (GC roots them with the output). The caller
     /// must have them protected by this session ([`protect_more`](Self::protect_more)) or
     /// published through it ([`finish_kept_by`](Self::finish_kept_by)).
     pub(crate) fn keep(&mut self, digests: impl IntoIterator<Item = Digest>) {
+        // A set, not a search of the list per digest: a record may keep tens of thousands.
+        let mut seen: HashSet<Digest> = self.keeps.iter().copied().collect();
         for digest in digests {
-            if !self.keeps.contains(&digest) {
+            if seen.insert(digest) {
                 self.keeps.push(digest);
             }
         }
@@ -974,6 +984,12 @@ impl CaptureSession {
     /// [`StoreError::Capture`] (mixed completion modes). Capture faults do not fail `finish`:
     /// the record is marked incomplete and the accepted bytes are published.
     pub fn finish(mut self, completion: CaptureCompletion) -> Result<ResultRecord, StoreError> {
+        let (CaptureCompletion::Streamed { display, .. } | CaptureCompletion::Full { display, .. }) =
+            &completion;
+        if let Some(Err(error)) = display.as_deref().map(Capture::check_final_display) {
+            // Refused like a completion that does not fit: what was streamed is kept.
+            return self.reject_completion(error, None);
+        }
         let (display, status) = match completion {
             CaptureCompletion::Streamed { display, status } => (display, status),
             CaptureCompletion::Full {
@@ -991,20 +1007,26 @@ impl CaptureSession {
                         }
                         (display, status)
                     }
-                    Err(error) => {
-                        // The completion is refused, but what was streamed must not be lost
-                        // with it: keep it as a failed, incomplete run and say where it is.
-                        self.accepting()
-                            .capture
-                            .handle_capture_error(None, &error.to_string());
-                        let run_id = self.run_id.clone();
-                        self.finalize(display, CaptureStatus::Failed, None)?;
-                        return Err(StoreError::CompletionRejected { error, run_id });
-                    }
+                    Err(error) => return self.reject_completion(error, display),
                 }
             }
         };
         self.finalize(display, status, None)
+    }
+
+    /// Refuses a completion, but keeps what was streamed before it: as a failed, incomplete
+    /// run (with `display`, else the live display), whose run id the error names.
+    fn reject_completion(
+        self,
+        error: CaptureError,
+        display: Option<String>,
+    ) -> Result<ResultRecord, StoreError> {
+        self.accepting()
+            .capture
+            .handle_capture_error(None, &error.to_string());
+        let run_id = self.run_id.clone();
+        self.finalize(display, CaptureStatus::Failed, None)?;
+        Err(StoreError::CompletionRejected { error, run_id })
     }
 
     /// Publishes the output and writes the record, or with `keeper` (a live capture whose
@@ -1082,6 +1104,15 @@ impl CaptureSession {
         }
         let json = serde_json::to_vec_pretty(&record).map_err(io::Error::other);
         let json = json.at("serialize the record of", &layout.record(&run_id))?;
+        // Every field is bounded where it enters, so this never refuses; it guarantees that no
+        // record is written that its own reader would refuse.
+        if json.len() as u64 > MAX_RECORD_BYTES {
+            return Err(StoreError::RecordTooLarge {
+                path: layout.record(&run_id),
+                size: json.len() as u64,
+                limit: MAX_RECORD_BYTES,
+            });
+        }
         write_atomic(
             &layout.records(),
             &format!("{run_id}{RECORD_SUFFIX}"),

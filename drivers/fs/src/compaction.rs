@@ -47,6 +47,17 @@ pub enum RetainError {
     /// Writing the capture failed.
     #[error(transparent)]
     Write(#[from] CaptureWriteError),
+    /// The compaction refers to more artifacts than one record keeps
+    /// ([`MAX_KEEPS`](agentrun_core::record::MAX_KEEPS)). Nothing was kept; the compaction
+    /// cannot be retried with these references.
+    #[error(
+        "the compaction refers to {count} artifacts; one record keeps at most {}",
+        agentrun_core::record::MAX_KEEPS
+    )]
+    TooManyKept {
+        /// How many distinct artifacts it would keep.
+        count: usize,
+    },
     /// The stored artifact is not the one the reference names (the output was changed after
     /// pruning, or the capture is faulty).
     #[error("retained output has digest {stored}, but its reference names {expected}")]
@@ -141,7 +152,19 @@ impl RetentionSession {
                 confirmed.push(claim);
             }
         }
+        self.check_kept()?;
         Ok(confirmed)
+    }
+
+    /// Refuses a session that would keep more than one record can
+    /// ([`RetainError::TooManyKept`]). Checked after each batch: a session refused once is
+    /// dropped, and what it stored is collected by GC after the grace period.
+    fn check_kept(&self) -> Result<(), RetainError> {
+        let count = self.stored.len() + self.confirmed.len();
+        if count > agentrun_core::record::MAX_KEEPS {
+            return Err(RetainError::TooManyKept { count });
+        }
+        Ok(())
     }
 
     /// Stores each output as a single-output artifact named by the SHA-256 of its bytes.
@@ -176,12 +199,13 @@ impl RetentionSession {
             }
             self.stored.push(stored);
         }
-        Ok(())
+        self.check_kept()
     }
 
     /// Writes the one record that keeps every stored and confirmed artifact. `None` when there
     /// is nothing to keep (no record is written).
     pub fn finish(mut self) -> Result<Option<Retained>, RetainError> {
+        self.check_kept()?;
         let kept: Vec<ArtifactUri> = self
             .stored
             .iter()
@@ -204,5 +228,39 @@ impl RetentionSession {
             stored: self.stored,
             kept,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agentrun_core::record::MAX_KEEPS;
+
+    use super::*;
+
+    #[test]
+    fn a_session_that_would_keep_more_than_a_record_holds_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let mut session = store.begin_retention().unwrap();
+        // As if MAX_KEEPS outputs were stored: the bound itself is accepted…
+        session.stored = (0..MAX_KEEPS)
+            .map(|i| Digest::of(&i.to_le_bytes()))
+            .collect();
+        assert!(session.confirm(Vec::new()).unwrap().is_empty());
+        // …one more is refused, by the next batch and by finish.
+        session
+            .confirmed
+            .push(ArtifactUri::new(Digest::of(b"one more")));
+        let err = session.confirm(Vec::new()).unwrap_err();
+        assert!(
+            matches!(err, RetainError::TooManyKept { count } if count == MAX_KEEPS + 1),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("at most 65536"), "{err}");
+        assert!(matches!(
+            session.finish(),
+            Err(RetainError::TooManyKept { .. })
+        ));
+        assert!(store.records().unwrap().is_empty(), "no record written");
     }
 }

@@ -90,7 +90,127 @@ fn read_bounded(path: &Path, limit: u64) -> Result<RecordFile, StoreError> {
 
 #[cfg(test)]
 mod tests {
+    use agentrun_core::capture::{MAX_DISPLAY_BYTES, MAX_FAULT_BYTES, MAX_FAULTS};
+    use agentrun_core::limits::{MAX_LINES, MAX_PAYLOAD_BYTES};
+    use agentrun_core::process::{Exit, MAX_COMMAND_BYTES, RunInfo, RunOutcome};
+    use agentrun_core::record::MAX_KEEPS;
+    use agentrun_core::stream::{MAX_STREAM_NAME_LEN, MAX_STREAMS};
+    use agentrun_core::{
+        CaptureCompletion, CaptureStatus, Digest, OutputChannel, OutputDeclaration, PreviewLimits,
+        StreamName,
+    };
+
     use super::*;
+    use crate::Store;
+
+    /// The writer side of the bound: a record with every field at its largest, of the bytes
+    /// that grow most in JSON (control bytes, six bytes each), is written and read back.
+    #[test]
+    fn a_record_at_every_maximum_is_written_and_read_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let limits = PreviewLimits {
+            max_lines: MAX_LINES,
+            max_bytes: MAX_PAYLOAD_BYTES,
+            max_payload_bytes: MAX_PAYLOAD_BYTES,
+            tail_lines: MAX_LINES,
+        };
+        let names: Vec<String> = (0..MAX_STREAMS)
+            .map(|i| format!("{i}{}", "n".repeat(MAX_STREAM_NAME_LEN - 1)))
+            .collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut session = store
+            .begin_capture(OutputDeclaration::named(&names).unwrap(), limits)
+            .unwrap();
+        // Lines of control bytes, past each stream's budget so head and tail are both full.
+        let mut line = vec![1u8; 4095];
+        line.push(b'\n');
+        let body = line.repeat(limits.stream_budget(MAX_STREAMS) / line.len() + 2);
+        for name in &names {
+            let channel = OutputChannel::Named(StreamName::new(name).unwrap());
+            session.write_channel(&channel, &body).unwrap();
+        }
+        let control = |n: usize| "\u{1}".repeat(n);
+        for _ in 0..MAX_FAULTS + 1 {
+            session
+                .record_fault(None, &control(MAX_FAULT_BYTES))
+                .unwrap();
+        }
+        // Empty words cost the most per counted byte: quotes, comma, newline and indentation.
+        let mut command = vec![String::new(); MAX_COMMAND_BYTES - 1];
+        command[0] = "p".to_owned();
+        session
+            .describe_run(RunInfo {
+                command,
+                outcome: RunOutcome::Completed,
+                exit: Some(Exit::Code(i32::MIN)),
+                started_unix_ms: u64::MAX,
+                duration_ms: u64::MAX,
+            })
+            .unwrap();
+        session.keep((0..MAX_KEEPS as u64).map(|i| Digest::of(&i.to_le_bytes())));
+        let record = session
+            .finish(CaptureCompletion::Streamed {
+                display: Some(control(MAX_DISPLAY_BYTES)),
+                status: CaptureStatus::Succeeded,
+            })
+            .unwrap();
+        assert!(record.streams().iter().all(|s| s.tail.is_some()));
+        let path = store.layout.record(&record.run_id);
+        let size = fs::metadata(&path).unwrap().len();
+        // Near the bound, and within it.
+        assert!(size > MAX_RECORD_BYTES * 3 / 4, "{size}");
+        assert_eq!(store.record(&record.run_id).unwrap(), record);
+    }
+
+    #[test]
+    fn fields_past_their_bound_are_refused_where_they_enter_and_nothing_is_lost() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("s")).unwrap();
+        let mut session = store
+            .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+            .unwrap();
+        session
+            .write_channel(&OutputChannel::Single, b"kept\n")
+            .unwrap();
+        let err = session
+            .describe_run(RunInfo {
+                command: vec!["x".repeat(MAX_COMMAND_BYTES)],
+                outcome: RunOutcome::Completed,
+                exit: None,
+                started_unix_ms: 0,
+                duration_ms: 0,
+            })
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::CommandTooLong { bytes } if bytes == MAX_COMMAND_BYTES + 1),
+            "{err:?}"
+        );
+        let err = session
+            .finish(CaptureCompletion::Streamed {
+                display: Some("d".repeat(MAX_DISPLAY_BYTES + 1)),
+                status: CaptureStatus::Succeeded,
+            })
+            .unwrap_err();
+        let StoreError::CompletionRejected { error, run_id } = &err else {
+            panic!("{err:?}");
+        };
+        assert!(
+            matches!(error, agentrun_core::CaptureError::DisplayTooLong { bytes }
+                if *bytes == MAX_DISPLAY_BYTES + 1),
+            "{err:?}"
+        );
+        // The output is kept, marked incomplete, with the reason and no run description.
+        let record = store.record(run_id).unwrap();
+        assert!(record.incomplete);
+        assert!(
+            record.faults[0].message.contains("final display"),
+            "{record:?}"
+        );
+        assert_eq!(record.streams()[0].preview.text, "kept\n");
+        assert!(record.run.is_none());
+        assert_eq!(record.display(), "");
+    }
 
     #[test]
     fn a_file_at_the_limit_is_read_and_one_byte_more_is_refused_by_its_size() {

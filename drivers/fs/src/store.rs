@@ -133,6 +133,18 @@ pub enum StoreError {
         /// The largest record size.
         limit: u64,
     },
+    /// A run's command is longer than
+    /// [`MAX_COMMAND_BYTES`](agentrun_core::process::MAX_COMMAND_BYTES) (as
+    /// [`command_bytes`](agentrun_core::process::command_bytes) counts it).
+    #[error(
+        "the command is {bytes} bytes long (as UTF-8, one byte more per argument); a record \
+         holds at most {} (1 MiB): pass large inputs on stdin or in a file",
+        agentrun_core::process::MAX_COMMAND_BYTES
+    )]
+    CommandTooLong {
+        /// Its length.
+        bytes: usize,
+    },
     /// Something already exists at a caller-supplied result-sink path.
     #[error(
         "the result-sink path {} already exists; remove it or choose a new path (it is never \

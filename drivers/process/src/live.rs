@@ -398,11 +398,8 @@ impl LiveRun {
             Some(Ok(())) | None => None,
         };
         let mut session = session;
-        session.describe_run(RunInfo {
-            command: std::iter::once(&self.options.program)
-                .chain(&self.options.args)
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect(),
+        let described = session.describe_run(RunInfo {
+            command: self.options.command(),
             outcome,
             exit,
             started_unix_ms: self
@@ -411,6 +408,12 @@ impl LiveRun {
                 .map_or(0, |d| d.as_millis() as u64),
             duration_ms: self.started.elapsed().as_millis() as u64,
         });
+        if let Err(e) = described {
+            // Not reached: the options were validated with the same bound before the spawn.
+            // Were it reached, the output is kept all the same, and the record says why it
+            // describes no run.
+            let _ = session.record_fault(None, &e.to_string());
+        }
         let record = session.finish(CaptureCompletion::Streamed {
             display: None,
             status: outcome.capture_status(),
