@@ -7,7 +7,8 @@
 //! * [`model_server`]: scripted model servers (Anthropic Messages, OpenAI Responses and chat
 //!   completions) on 127.0.0.1 for running the real agent CLIs offline;
 //! * [`agent_clis`]: the pinned real agent CLIs (installed on first use) and the environment
-//!   that runs them offline.
+//!   that runs them offline;
+//! * [`processes`]: whether a process a test started has ended.
 
 pub mod agent_clis;
 pub mod auto_mode_checks;
@@ -15,3 +16,4 @@ pub mod checks;
 pub mod compaction_checks;
 pub mod fuzz_bodies;
 pub mod model_server;
+pub mod processes;

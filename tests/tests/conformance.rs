@@ -18,6 +18,7 @@ use agentrun_smol::{
     DEFAULT_SINK_VAR, Exit, FileKind, NotReadReason, ProcessResult, ResultSink, RunError,
     RunOptions, RunOutcome, SinkOutcome, StdinMode,
 };
+use agentrun_tests::processes::ended;
 
 /// One process driver, driven from a synchronous test.
 /// The pipe a live tap is on.
@@ -333,16 +334,6 @@ fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     f()
-}
-
-/// Whether process `pid` has ended (gone, or a zombie awaiting its reaper).
-fn ended(pid: i32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
 }
 
 /// Peak resident memory of this test process, in bytes.
