@@ -114,7 +114,7 @@ fn claude_takopi_two_sessions() {
             diagnostic: "Permission denied: cannot write to /root/secret.txt".to_owned()
         }
     );
-    assert_eq!(c.report.summary.as_deref(), Some("1 turns, $0.00"));
+    assert_eq!(c.report.summary.as_deref(), Some("1 turn, $0.00"));
     no_drift(&c);
 }
 
@@ -186,7 +186,7 @@ fn antigravity_print_envelope() {
     assert_eq!(final_message(&c), "OK42\n");
     assert_eq!(
         c.report.summary.as_deref(),
-        Some("1 turns, 39941 input tokens, 7 output tokens")
+        Some("1 turn, 39941 input tokens, 7 output tokens")
     );
     no_drift(&c);
 }

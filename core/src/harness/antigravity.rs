@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::json;
 use super::progress;
+use super::usage::turns_text;
 use super::{Drift, Evidence, Facts, ModelScope, StreamDecoder, StreamUpdate, Usage};
 
 const QUIET_EVENTS: &[&str] = &["message", "text", "thinking", "heartbeat"];
@@ -181,8 +182,10 @@ impl StreamDecoder for AgyDecoder {
         let this = *self;
         let summary = this.usage.as_ref().map(|u| match u.turns {
             Some(t) => format!(
-                "{t} turns, {} input tokens, {} output tokens",
-                u.input_tokens, u.output_tokens
+                "{}, {} input tokens, {} output tokens",
+                turns_text(t),
+                u.input_tokens,
+                u.output_tokens
             ),
             None => u.summary(),
         });

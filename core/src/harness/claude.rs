@@ -11,6 +11,7 @@ use serde::Deserialize;
 use super::json;
 use super::json::lenient::{self, Bool, NonNull, Obj, Seq, Str};
 use super::progress;
+use super::usage::turns_text;
 use super::{
     Drift, Evidence, Facts, FailureKind, ModelScope, RefusalCategory, StreamDecoder, StreamUpdate,
     Usage,
@@ -536,7 +537,7 @@ impl StreamDecoder for ClaudeDecoder {
                     .collect();
                 if let Some(turns) = this.turns {
                     let cost = this.cost.unwrap_or(0.0);
-                    let mut s = format!("{turns} turns, ${cost:.2}");
+                    let mut s = format!("{}, ${cost:.2}", turns_text(turns));
                     if this.subscription {
                         s.push_str(" at API prices");
                     }
@@ -546,7 +547,7 @@ impl StreamDecoder for ClaudeDecoder {
             Dialect::Grok => {
                 facts.summary = match (this.turns, this.cost) {
                     (Some(turns), Some(cost)) if cost > 0.0 => {
-                        Some(format!("{turns} turns, ${cost:.2}"))
+                        Some(format!("{}, ${cost:.2}", turns_text(turns)))
                     }
                     _ => this.usage.as_ref().map(|u| {
                         format!(

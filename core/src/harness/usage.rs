@@ -178,7 +178,7 @@ impl Usage {
     /// `N turns, $X.XX` when turns or cost are known, else token counts.
     pub fn summary(&self) -> String {
         match (self.turns, self.cost_usd) {
-            (Some(t), Some(c)) if c > 0.0 => format!("{t} turns, ${c:.2}"),
+            (Some(t), Some(c)) if c > 0.0 => format!("{}, ${c:.2}", turns_text(t)),
             _ => {
                 let mut s = format!(
                     "{} input tokens, {} output tokens",
@@ -274,6 +274,11 @@ impl UsageLedger {
     pub fn total(&self) -> Option<&Usage> {
         self.total.as_ref()
     }
+}
+
+/// `1 turn`, `N turns`: the start of a harness summary.
+pub(crate) fn turns_text(turns: u64) -> String {
+    format!("{turns} turn{}", if turns == 1 { "" } else { "s" })
 }
 
 #[cfg(test)]

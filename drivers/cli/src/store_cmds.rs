@@ -28,9 +28,9 @@ pub(crate) struct ShowArgs {
 /// Arguments of `agentrun runs`.
 #[derive(Debug, Args)]
 pub(crate) struct RunsArgs {
-    /// How many runs to list, newest first.
-    #[arg(long, short = 'n', value_name = "N", default_value_t = 20)]
-    limit: usize,
+    /// How many runs to list, newest first (at least 1).
+    #[arg(long, short = 'n', value_name = "N", default_value = "20")]
+    limit: std::num::NonZeroUsize,
     /// Print a JSON array of `{"run_id", "finished_unix_ms", "status", "incomplete",
     /// "streams": [{"name", "lines", "bytes", "uri"}]}`.
     #[arg(long)]
@@ -64,6 +64,32 @@ struct Retention(Option<Duration>);
 
 fn parse_retention_arg(s: &str) -> Result<Retention, String> {
     parse_retention(s).map(Retention)
+}
+
+/// `word` as a shell would need it typed: bare when it has only characters no shell treats
+/// specially, else in single quotes, or in `$'…'` with escapes when it holds control
+/// characters (so a newline in an argument cannot break the table's line).
+fn shell_quoted(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.to_owned();
+    }
+    if !word.chars().any(char::is_control) {
+        return format!("'{}'", word.replace('\'', r"'\''"));
+    }
+    let mut out = String::from("$'");
+    for c in word.chars() {
+        match c {
+            '\n' => out.push_str(r"\n"),
+            '\t' => out.push_str(r"\t"),
+            '\'' => out.push_str(r"\'"),
+            '\\' => out.push_str(r"\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
 }
 
 /// Arguments of `agentrun verify`.
@@ -145,7 +171,9 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let listing = store.recent_runs(args.limit).map_err(Failure::runtime)?;
+    let listing = store
+        .recent_runs(args.limit.get())
+        .map_err(Failure::runtime)?;
     let runs = &listing.runs;
     if args.json {
         let list: Vec<serde_json::Value> = runs
@@ -218,7 +246,8 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
             status.push('*');
         }
         let command = r.record.run.as_ref().map_or(String::new(), |run| {
-            let line = run.command.join(" ");
+            let words: Vec<String> = run.command.iter().map(|w| shell_quoted(w)).collect();
+            let line = words.join(" ");
             match line.char_indices().nth(60) {
                 Some((cut, _)) => format!("{}…", &line[..cut]),
                 None => line,
@@ -482,6 +511,16 @@ mod tests {
         assert_eq!(human_bytes(812), "812 B");
         assert_eq!(human_bytes(4300), "4.2 KiB");
         assert_eq!(human_bytes(3 << 20), "3.0 MiB");
+    }
+
+    #[test]
+    fn commands_are_listed_as_a_shell_would_need_them() {
+        assert_eq!(shell_quoted("cargo"), "cargo");
+        assert_eq!(shell_quoted("--flag=a/b.c"), "--flag=a/b.c");
+        assert_eq!(shell_quoted(""), "''");
+        assert_eq!(shell_quoted("trap \"\" TERM"), "'trap \"\" TERM'");
+        assert_eq!(shell_quoted("it's"), r"'it'\''s'");
+        assert_eq!(shell_quoted("a\nb\t'\\\u{7}"), r"$'a\nb\t\'\\\u0007'");
     }
 
     #[test]

@@ -193,6 +193,10 @@ fn show_replays_a_run_and_runs_lists_it() {
     assert_eq!(failed.status.code(), Some(4));
     let listed = out(&h.run(&["runs", "-n", "1"]));
     assert!(listed.contains(" failed (exit 4) "), "{listed}");
+    // Listing none is a mistake, not "no runs recorded".
+    let none = h.run(&["runs", "-n", "0"]);
+    assert_eq!(none.status.code(), Some(125), "{}", err(&none));
+    assert!(err(&none).contains("'0'"), "{}", err(&none));
     let json = h.run(&["runs", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(v[1]["run_id"], id.as_str());
