@@ -6,7 +6,7 @@
 //! a core helper cannot hide itself.
 
 use agentrun_core::capture::{
-    CaptureError, CaptureFault, CaptureSummary, DEFAULT_DISPLAY_BYTES, MAX_FAULT_BYTES,
+    CaptureError, CaptureFault, CaptureSummary, DEFAULT_DISPLAY_BYTES, MAX_FAULT_BYTES, MAX_FAULTS,
 };
 use agentrun_core::index::{
     self, BLOCK_SIZE, ENTRY_LEN, HEADER_LEN, IndexEntry, IndexHeader, block_of_newline,
@@ -680,8 +680,9 @@ impl CaptureModel {
 /// * a full completion is refused after streamed chunks (mixed mode), in the wrong shape or
 ///   naming a stream twice; once accepted, every channel and a second one are refused;
 /// * faults are kept in order with their stream's name and a message cut to a character
-///   boundary within [`MAX_FAULT_BYTES`]; the live display keeps the newest text within its
-///   bound; a final display replaces it;
+///   boundary within [`MAX_FAULT_BYTES`], the first [`MAX_FAULTS`] of them, then one fault of
+///   no stream counting the rest; the live display keeps the newest text within its bound; a
+///   final display replaces it;
 /// * digests, counts, the line index, previews, hints, recovery of every byte through `read`
 ///   pages and tail views are exact for the bytes each stream received ([`check_rendering`]);
 /// * the record depends only on those bytes, the faults, the display and the status: the same
@@ -760,10 +761,20 @@ pub fn check_capture(case: &CaptureCase) -> ResultRecord {
             message: message.clone(),
         })
         .collect();
-    assert_eq!(summary.faults.len(), faults.len());
-    for (got, sent) in summary.faults.iter().zip(&faults) {
+    let kept = faults.len().min(MAX_FAULTS);
+    let counted = faults.len() - kept;
+    assert_eq!(summary.faults.len(), kept + usize::from(counted > 0));
+    for (got, sent) in summary.faults.iter().zip(&faults[..kept]) {
         assert_eq!(got.stream, sent.stream);
         check_cut(&sent.message, &got.message, MAX_FAULT_BYTES, true);
+    }
+    if counted > 0 {
+        let last = &summary.faults[kept];
+        assert_eq!(last.stream, None);
+        assert_eq!(
+            last.message,
+            format!("{counted} more capture faults happened; only the first {MAX_FAULTS} are kept")
+        );
     }
     match &display {
         Some(text) => assert_eq!(&summary.display, text),
