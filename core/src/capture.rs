@@ -415,13 +415,17 @@ impl Capture {
         Self::with_display_bound(declaration, limits, DEFAULT_DISPLAY_BYTES)
     }
 
-    /// Like [`Capture::new`] with a custom live-display bound.
+    /// Like [`Capture::new`] with a custom live-display bound, at most [`MAX_DISPLAY_BYTES`]
+    /// (the live display becomes the record's display when no final one is given).
     pub fn with_display_bound(
         declaration: OutputDeclaration,
         limits: PreviewLimits,
         display_bytes: usize,
     ) -> Result<Self, LimitsError> {
         limits.validate()?;
+        if display_bytes > MAX_DISPLAY_BYTES {
+            return Err(LimitsError::DisplayBoundTooLarge(display_bytes));
+        }
         let n = declaration.channel_count();
         Ok(Self {
             streams: (0..n).map(|_| StreamCapture::new(&limits, n)).collect(),
@@ -901,6 +905,15 @@ mod tests {
 
     #[test]
     fn a_final_display_is_bounded() {
+        let bound = |bytes| {
+            Capture::with_display_bound(OutputDeclaration::Single, PreviewLimits::default(), bytes)
+                .map(|_| ())
+        };
+        assert_eq!(bound(MAX_DISPLAY_BYTES), Ok(()));
+        assert_eq!(
+            bound(MAX_DISPLAY_BYTES + 1),
+            Err(LimitsError::DisplayBoundTooLarge(MAX_DISPLAY_BYTES + 1))
+        );
         assert_eq!(
             Capture::check_final_display(&"d".repeat(MAX_DISPLAY_BYTES)),
             Ok(())

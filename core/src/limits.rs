@@ -71,6 +71,14 @@ pub enum LimitsError {
         /// The value given.
         value: usize,
     },
+    /// A live-display bound above
+    /// [`MAX_DISPLAY_BYTES`](crate::capture::MAX_DISPLAY_BYTES)
+    /// ([`Capture::with_display_bound`](crate::capture::Capture::with_display_bound)).
+    #[error(
+        "the live display bound is {0} bytes; it must be at most {max} (1 MiB)",
+        max = crate::capture::MAX_DISPLAY_BYTES
+    )]
+    DisplayBoundTooLarge(usize),
     /// A line limit above [`MAX_LINES`].
     #[error("{which} is {value}; it must be at most {MAX_LINES}")]
     TooManyLines {
