@@ -9,15 +9,30 @@
 //! `spawn`: median wall time per run of `true` through `std::process::Command::output()`,
 //! agentrun-smol and agentrun-tokio, in one process, interleaved so drift hits all alike.
 //! `capture`: median wall time of `cat FILE` through each driver (full capture into a store).
-//! `watchdog`: the per-run cost of the watchdog process the runner starts for every run: `true`
-//! spawned in a group of its own and waited for, without and with a watchdog started right
-//! after the spawn and stood down after the exit (as the runner does), interleaved.
+//! `watchdog`: the per-run cost of guarding a run against the runner's death: `true` spawned
+//! in a group of its own and waited for, without a watchdog, with a watchdog process of its
+//! own (the earlier design: `/bin/sh` started after the spawn, told `done` and reaped after
+//! the exit) and with the process-wide watchdog the runner uses (`Watchdog::start` after the
+//! spawn, `stand_down` after the exit), interleaved run by run.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agentrun_fs::Store;
 use agentrun_smol::RunOptions;
+
+/// The script of the watchdog each run had of its own before the runner shared one: on
+/// `done` it exits, on end of file it stops the group.
+const OWN_WATCHDOG_SCRIPT: &str = r#"read -r word
+[ "$word" = done ] && exit 0
+group=$1 grace=$2
+shift 2
+for sig in "$@"; do
+    kill -s "$sig" -- "-$group" 2>/dev/null || exit 0
+    sleep "$grace"
+done
+kill -s KILL -- "-$group" 2>/dev/null
+"#;
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -116,13 +131,39 @@ fn main() {
                     .spawn()
                     .expect("true runs")
             };
-            let (mut without, mut with) = (Vec::new(), Vec::new());
+            // A watchdog of its own per run, started as the runner started it before (the same
+            // script, arguments and standard streams): its cost is the fork and exec of the
+            // shell, its read, and reaping it.
+            let own_watchdog = |group: u32| {
+                let (read, write) = std::io::pipe().expect("a pipe");
+                let shell = std::process::Command::new("/bin/sh")
+                    .args(["-c", OWN_WATCHDOG_SCRIPT, "agentrun-watchdog"])
+                    .args([group.to_string().as_str(), "5.000", "TERM"])
+                    .stdin(read)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .process_group(0)
+                    .spawn()
+                    .expect("/bin/sh starts");
+                (write, shell)
+            };
+            let (mut without, mut own, mut shared) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..runs {
                 without.push(time(&mut || {
                     let status = spawn_true().wait().expect("true is reaped");
                     assert!(status.success());
                 }));
-                with.push(time(&mut || {
+                own.push(time(&mut || {
+                    use std::io::Write as _;
+                    let mut child = spawn_true();
+                    let (mut alarm, mut shell) = own_watchdog(child.id());
+                    let status = child.wait().expect("true is reaped");
+                    alarm.write_all(b"done\n").expect("the watchdog reads");
+                    drop(alarm);
+                    shell.wait().expect("the watchdog is reaped");
+                    assert!(status.success());
+                }));
+                shared.push(time(&mut || {
                     let mut child = spawn_true();
                     let group = agentrun_process::os::group_of(Some(child.id()));
                     let watchdog = agentrun_process::os::Watchdog::start(
@@ -136,15 +177,21 @@ fn main() {
                     assert!(status.success());
                 }));
             }
-            let (a, b) = (median(without), median(with));
+            let (a, b, c) = (median(without), median(own), median(shared));
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
             println!("spawn and wait of `true`, median of {runs} runs");
-            println!("without a watchdog    {:>8.3} ms", a.as_secs_f64() * 1e3);
-            println!(
-                "with a watchdog       {:>8.3} ms  (+{:.3} ms, {:.2}x)",
-                b.as_secs_f64() * 1e3,
-                b.saturating_sub(a).as_secs_f64() * 1e3,
-                b.as_secs_f64() / a.as_secs_f64()
-            );
+            println!("without a watchdog          {:>8.3} ms", ms(a));
+            for (name, d) in [
+                ("a watchdog of its own  ", b),
+                ("the process's watchdog", c),
+            ] {
+                println!(
+                    "with {name}  {:>8.3} ms  (+{:.3} ms, {:.2}x)",
+                    ms(d),
+                    ms(d.saturating_sub(a)),
+                    d.as_secs_f64() / a.as_secs_f64()
+                );
+            }
         }
         _ => eprintln!(
             "usage: driver_bench spawn [RUNS] | driver_bench capture FILE [RUNS] | \

@@ -1092,17 +1092,39 @@ fn a_sink_directory_that_cannot_be_removed_is_reported_with_the_result<D: Driver
 /// unfinished capture directory (and no record): GC removes it, since no live process holds
 /// its lock any more.
 fn the_group_is_stopped_when_the_runner_is_killed<D: Driver>(test_name: &str) {
+    every_group_is_stopped_when_the_runner_is_killed::<D>(test_name, 1);
+}
+
+/// With several runs in flight when the runner is SIGKILLed, every one of their groups is
+/// stopped, each with its own stop signals and grace: the second run's child and grandchild
+/// ignore SIGTERM and end only by the SIGKILL after their grace.
+fn every_group_in_flight_is_stopped_when_the_runner_is_killed<D: Driver>(test_name: &str) {
+    every_group_is_stopped_when_the_runner_is_killed::<D>(test_name, 3);
+}
+
+/// The runner (re-run as `test_name`) starts `runs` runs at once, each writing its child's
+/// and grandchild's pids to its own file once both run, and is killed when all did.
+fn every_group_is_stopped_when_the_runner_is_killed<D: Driver>(test_name: &str, runs: usize) {
     const PIDS: &str = "AGENTRUN_CONFORMANCE_RUNNER_PIDS";
+    let pid_file = |base: &Path, run: usize| base.with_file_name(format!("pids.{run}"));
     if let Some(pids) = std::env::var_os(PIDS) {
-        // The runner: a run that would last a minute, killed from outside. Its store is the
-        // outer test's, beside the pid file, so the outer test cleans up after it.
+        // The runner: runs that would last a minute, killed from outside. Its store is the
+        // outer test's, beside the pid files, so the outer test cleans up after it.
         let pids = PathBuf::from(pids);
         let store = Store::open(pids.with_file_name("store")).unwrap();
-        let script = format!(
-            "sleep 60 & echo $! > '{p}.tmp'; echo $$ >> '{p}.tmp'; mv '{p}.tmp' '{p}'; sleep 60",
-            p = pids.display()
-        );
-        let _ = D::run(&store, sh(&script).kill_grace(Duration::from_secs(1)));
+        let all = (0..runs)
+            .map(|run| {
+                let p = pid_file(&pids, run);
+                let ignore = if run == 1 { "trap '' TERM; " } else { "" };
+                let script = format!(
+                    "{ignore}sleep 60 & echo $! > '{p}.tmp'; echo $$ >> '{p}.tmp'; \
+                     mv '{p}.tmp' '{p}'; sleep 60",
+                    p = p.display()
+                );
+                sh(&script).kill_grace(Duration::from_secs(1))
+            })
+            .collect();
+        let _ = D::run_all(&store, all);
         return;
     }
     let env = Env::new();
@@ -1117,26 +1139,30 @@ fn the_group_is_stopped_when_the_runner_is_killed<D: Driver>(test_name: &str) {
         .spawn()
         .unwrap();
     assert!(
-        eventually(WIRING_BOUND, || pids.exists()),
-        "the runner started its child"
+        eventually(WIRING_BOUND, || (0..runs)
+            .all(|run| pid_file(&pids, run).exists())),
+        "the runner started its children"
     );
     runner.kill().unwrap(); // SIGKILL
     runner.wait().unwrap();
-    for pid in fs::read_to_string(&pids).unwrap().split_whitespace() {
-        let pid: i32 = pid.parse().unwrap();
-        assert!(
-            eventually(WIRING_BOUND, || ended(pid)),
-            "{pid} was stopped after the runner died"
-        );
+    for run in 0..runs {
+        let written = fs::read_to_string(pid_file(&pids, run)).unwrap();
+        for pid in written.split_whitespace() {
+            let pid: i32 = pid.parse().unwrap();
+            assert!(
+                eventually(WIRING_BOUND, || ended(pid)),
+                "{pid} of run {run} was stopped after the runner died"
+            );
+        }
     }
-    // The killed run never finished: its capture directory is left, without a record.
+    // The killed runs never finished: their capture directories are left, without a record.
     let captures = env.path("store/captures");
     let left = || fs::read_dir(&captures).unwrap().count();
-    assert_eq!(left(), 1, "the killed run left its capture directory");
+    assert_eq!(left(), runs, "each killed run left its capture directory");
     assert!(env.store.records().unwrap().is_empty());
     let report = env.store.gc(&agentrun_fs::GcOptions::default()).unwrap();
-    assert_eq!(report.captures_removed, 1, "{report:?}");
-    assert_eq!(left(), 0, "GC removed the abandoned capture");
+    assert_eq!(report.captures_removed, runs as u64, "{report:?}");
+    assert_eq!(left(), 0, "GC removed the abandoned captures");
 }
 
 /// A second stop request while the child ignores SIGTERM sends SIGKILL at once, without
@@ -1537,6 +1563,15 @@ macro_rules! conformance {
                     module_path!(),
                     "::the_group_is_stopped_when_the_runner_is_killed"
                 ));
+            }
+            #[test]
+            fn every_group_in_flight_is_stopped_when_the_runner_is_killed() {
+                super::every_group_in_flight_is_stopped_when_the_runner_is_killed::<$driver>(
+                    concat!(
+                        module_path!(),
+                        "::every_group_in_flight_is_stopped_when_the_runner_is_killed"
+                    ),
+                );
             }
             #[test]
             fn a_second_stop_request_kills_at_once() {

@@ -435,81 +435,310 @@ fn read_failed(session: &SharedSession, stream: StreamIndex, e: &io::Error) -> P
     PumpEnd::Failed
 }
 
-/// The watchdog's script: on "done" the run ended normally and it exits; on end of file (the
-/// runner died without saying so) it stops the group the way a timeout would: each stop
-/// signal with the grace after it, then SIGKILL. Its arguments are the group id, the grace
-/// in seconds and the stop signals' names; nothing of the caller's reaches the script text.
-const WATCHDOG_SCRIPT: &str = r#"read -r word
-[ "$word" = done ] && exit 0
-group=$1 grace=$2
-shift 2
-for sig in "$@"; do
-    kill -s "$sig" -- "-$group" 2>/dev/null || exit 0
-    sleep "$grace"
+/// The watchdog's script. It reads one line per request from the runner: `guard ENTRY` adds
+/// a group to those it guards, `release ENTRY` removes it (the run ended normally), `stop
+/// ENTRY` removes it and stops it now (a guard dropped without standing down). An entry is
+/// `ID:GROUP:GRACE:SIGNALS`, the signals' names separated by commas; the runner makes every
+/// entry, so nothing of the caller's reaches the script text. On end of file (the runner
+/// died) it stops every group still guarded, all at once, each the way a timeout would: each
+/// of its stop signals with its grace after it, then SIGKILL. A stop request runs in a
+/// grandchild that init (or the nearest subreaper) reaps, so the script never waits for it
+/// and keeps no zombie; the list holds only the groups of runs in flight.
+const WATCHDOG_SCRIPT: &str = r#"stop() {
+    IFS=:
+    set -- $1
+    group=$2 grace=$3
+    IFS=,
+    for sig in $4; do
+        kill -s "$sig" -- "-$group" 2>/dev/null || exit 0
+        sleep "$grace"
+    done
+    kill -s KILL -- "-$group" 2>/dev/null
+    exit 0
+}
+guarded=' '
+while read -r verb entry; do
+    case $guarded in
+    *" $entry "*) guarded="${guarded%% $entry *} ${guarded#* $entry }" ;;
+    esac
+    case $verb in
+    guard) guarded="$guarded$entry " ;;
+    stop) ( (stop "$entry") & ) ;;
+    esac
 done
-kill -s KILL -- "-$group" 2>/dev/null
-exit 0
+for entry in $guarded; do
+    (stop "$entry") &
+done
+wait
 "#;
 
-/// Stops the child's process group if the runner dies without ending the run (SIGKILL, a
-/// crash): a tiny `/bin/sh` process in a group of its own, holding the read end of a pipe
-/// whose write end only the runner has. The kernel closes that end when the runner dies, for
-/// whatever reason; the watchdog then reads end of file and stops the group. A parent-death
-/// signal would reach only the child, not the processes it started, and is tied to the
-/// thread that spawned it.
-///
-/// Public for embedders that spawn processes of their own (and for measuring its cost): the
-/// runner starts one per run. Dropping it without [`Watchdog::stand_down`] closes the pipe
-/// just as the runner's death would, and the watchdog stops the group.
+/// The process-wide watchdog: a tiny `/bin/sh` process in a group of its own, holding the
+/// read end of a pipe whose write end only this process has.
 #[derive(Debug)]
-#[must_use = "dropping a watchdog without stand_down stops the group it guards"]
-pub struct Watchdog {
+struct SharedWatchdog {
+    /// The pipe's write end: close-on-exec, so no child inherits it (the watchdog would never
+    /// see end of file), and non-blocking, so a watchdog that stopped reading cannot hang a
+    /// run: a full pipe counts as a dead watchdog.
     alarm: File,
     process: std::process::Child,
+    /// Readable once the watchdog exited (a pidfd; `None` before Linux 5.3), for the monitor.
+    exit: Option<Arc<OwnedFd>>,
+    /// Tells this watchdog from the one that replaced it.
+    generation: u64,
 }
 
-impl Watchdog {
-    /// Starts the watchdog of `group`, which on the runner's death gets each of `signals`
-    /// with `grace` after it, then SIGKILL. Best effort: without `/bin/sh` (or on any spawn
-    /// error) the run goes on unguarded, as it would have before (`None`).
-    pub fn start(group: Option<Pid>, signals: &[StopSignal], grace: Duration) -> Option<Self> {
-        let group = group?;
-        // Close-on-exec: no other child (of this run or a concurrent one) may inherit the
-        // write end, or the watchdog would not see the runner die.
-        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).ok()?;
-        let names = signals.iter().map(|s| match s {
-            StopSignal::Interrupt => "INT",
-            StopSignal::Terminate => "TERM",
-        });
-        let process = Command::new("/bin/sh")
+/// What every [`Watchdog`] of this process shares: the watchdog process (started with the
+/// first guard, replaced when found dead) and the entries of the guards alive, kept so that a
+/// replacement is told every group still guarded.
+#[derive(Debug)]
+struct Guarded {
+    watchdog: Option<SharedWatchdog>,
+    entries: std::collections::BTreeMap<u64, String>,
+    next_id: u64,
+    generations: u64,
+    /// Whether the monitor thread runs.
+    monitored: bool,
+}
+
+static SHARED: Mutex<Guarded> = Mutex::new(Guarded {
+    watchdog: None,
+    entries: std::collections::BTreeMap::new(),
+    next_id: 0,
+    generations: 0,
+    monitored: false,
+});
+
+/// Notified when a watchdog starts, for the monitor waiting for one.
+static STARTED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// How often the monitor looks at the watchdog when the kernel gives no pidfd to wait on.
+const MONITOR_POLL: Duration = Duration::from_millis(100);
+
+impl SharedWatchdog {
+    fn spawn(generation: u64) -> io::Result<Self> {
+        // Close-on-exec on both ends: no other child (of a run or a concurrent spawn) may
+        // inherit the write end; the read end becomes the watchdog's stdin, which the spawn
+        // makes inheritable for it alone.
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
+        fcntl_setfl(&write, fcntl_getfl(&write)? | OFlags::NONBLOCK)?;
+        let mut command = Command::new("/bin/sh");
+        command
             .arg("-c")
             .arg(WATCHDOG_SCRIPT)
             .arg("agentrun-watchdog")
-            .arg(group.as_raw_pid().to_string())
-            .arg(format!("{}.{:03}", grace.as_secs(), grace.subsec_millis()))
-            .args(names)
             .stdin(Stdio::from(read))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             // Not in the terminal's foreground group: a Ctrl-C meant for the runner must not
             // end the watchdog.
-            .process_group(0)
-            .spawn()
-            .ok()?;
-        Some(Self {
+            .process_group(0);
+        let process = command.spawn()?;
+        // The command holds this process's copy of the read end: closed now, or a watchdog
+        // that died would leave writes succeeding into a pipe nobody reads.
+        drop(command);
+        Ok(Self {
             alarm: File::from(write),
+            exit: exit_watch(Some(process.id())).map(Arc::new),
             process,
+            generation,
         })
     }
 
-    /// The run is over: tells the watchdog to exit without signalling, and reaps it
-    /// (blocking, briefly).
-    pub fn stand_down(mut self) {
+    /// Writes one request. Lines are far below the pipe's atomic write size, so a line is
+    /// written whole or not at all.
+    fn send(&mut self, verb: &str, entry: &str) -> io::Result<()> {
         use std::io::Write as _;
-        let _ = self.alarm.write_all(b"done\n");
-        drop(self.alarm);
+        if self.process.try_wait()?.is_some() {
+            return Err(io::Error::other("the watchdog exited"));
+        }
+        self.alarm.write_all(format!("{verb} {entry}\n").as_bytes())
+    }
+
+    /// Ends a watchdog found dead or stuck: killed before its pipe is closed, since a live
+    /// watchdog reading end of file would stop every group it guards, runs still in flight.
+    fn end(mut self) {
+        let _ = self.process.kill();
         let _ = self.process.wait();
     }
+}
+
+impl Guarded {
+    /// Replaces the watchdog (if any) with a new one told every entry still guarded.
+    fn restart(&mut self) -> io::Result<()> {
+        if let Some(old) = self.watchdog.take() {
+            old.end();
+        }
+        self.generations += 1;
+        let mut watchdog = SharedWatchdog::spawn(self.generations)?;
+        for entry in self.entries.values() {
+            if let Err(e) = watchdog.send("guard", entry) {
+                watchdog.end();
+                return Err(e);
+            }
+        }
+        self.watchdog = Some(watchdog);
+        if !self.monitored {
+            // Without the thread a dead watchdog is still noticed, at the next request.
+            self.monitored = std::thread::Builder::new()
+                .name("agentrun-watchdog".into())
+                .spawn(monitor)
+                .is_ok();
+        }
+        STARTED.notify_all();
+        Ok(())
+    }
+
+    /// Sends a request, replacing the watchdog if it is not running or does not take it.
+    /// `Err` when no watchdog runs.
+    fn send(&mut self, verb: &str, entry: &str) -> io::Result<()> {
+        if let Some(watchdog) = self.watchdog.as_mut()
+            && watchdog.send(verb, entry).is_ok()
+        {
+            return Ok(());
+        }
+        if verb == "release" && self.entries.is_empty() {
+            // Nothing left to guard: the next guard starts a watchdog.
+            if let Some(old) = self.watchdog.take() {
+                old.end();
+            }
+            return Ok(());
+        }
+        // A guard's entry is among those the new watchdog is told.
+        self.restart()?;
+        match self.watchdog.as_mut() {
+            Some(watchdog) if verb != "guard" => watchdog.send(verb, entry),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Waits for each watchdog to exit, and replaces one that did (someone killed it) at once,
+/// telling the new one every group still guarded: the runs in flight are unguarded only for
+/// the moment this takes. A request written to a watchdog that was dying is lost with it,
+/// but its entry is among those the replacement is told.
+fn monitor() {
+    loop {
+        let (exit, generation) = {
+            let mut shared = shared();
+            loop {
+                if let Some(watchdog) = &shared.watchdog {
+                    break (watchdog.exit.clone(), watchdog.generation);
+                }
+                shared = STARTED.wait(shared).unwrap_or_else(|p| p.into_inner());
+            }
+        };
+        let waited = match &exit {
+            Some(exit) => wait_any(&[exit.as_fd()], None).is_ok(),
+            None => false,
+        };
+        if !waited {
+            std::thread::sleep(MONITOR_POLL);
+        }
+        let mut shared = shared();
+        let Some(watchdog) = shared.watchdog.as_mut() else {
+            continue;
+        };
+        if watchdog.generation != generation || matches!(watchdog.process.try_wait(), Ok(None)) {
+            continue;
+        }
+        if shared.entries.is_empty() {
+            if let Some(old) = shared.watchdog.take() {
+                old.end();
+            }
+        } else {
+            // On failure no watchdog runs; the next guard tries again.
+            let _ = shared.restart();
+        }
+    }
+}
+
+/// The shared state; a poisoned lock is taken as is (every step leaves it consistent).
+fn shared() -> std::sync::MutexGuard<'static, Guarded> {
+    SHARED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Stops the child's process group if the runner dies without ending the run (SIGKILL, a
+/// crash). One watchdog per process guards every run in flight: a tiny `/bin/sh` process in
+/// a group of its own, started with the first run, holding the read end of a pipe whose write
+/// end only the runner has. Each run tells it its group, stop signals and grace when it
+/// starts and tells it again when it ends. The kernel closes the write end when the runner
+/// dies, for whatever reason; the watchdog then reads end of file and stops every group still
+/// guarded, in parallel. A parent-death signal would reach only the child, not the processes
+/// it started, and is tied to the thread that spawned it. A watchdog found dead (someone
+/// killed it) at a run's start or end is replaced, and the new one is told every group still
+/// guarded.
+///
+/// Public for embedders that spawn processes of their own (and for measuring its cost).
+/// Dropping it without [`Watchdog::stand_down`] stops the group as the runner's death would.
+#[derive(Debug)]
+#[must_use = "dropping a watchdog without stand_down stops the group it guards"]
+pub struct Watchdog {
+    id: u64,
+}
+
+impl Watchdog {
+    /// Guards `group`, which on the runner's death gets each of `signals` with `grace` after
+    /// it, then SIGKILL. Best effort: without `/bin/sh` (or on any spawn error) the run goes
+    /// on unguarded, as it would have before (`None`).
+    pub fn start(group: Option<Pid>, signals: &[StopSignal], grace: Duration) -> Option<Self> {
+        let group = group?;
+        let names: Vec<&str> = signals
+            .iter()
+            .map(|s| match s {
+                StopSignal::Interrupt => "INT",
+                StopSignal::Terminate => "TERM",
+            })
+            .collect();
+        let mut shared = shared();
+        let id = shared.next_id;
+        shared.next_id += 1;
+        let entry = format!(
+            "{id}:{}:{}.{:03}:{}",
+            group.as_raw_pid(),
+            grace.as_secs(),
+            grace.subsec_millis(),
+            names.join(",")
+        );
+        shared.entries.insert(id, entry.clone());
+        if shared.send("guard", &entry).is_err() {
+            shared.entries.remove(&id);
+            return None;
+        }
+        Some(Self { id })
+    }
+
+    /// The run is over: the watchdog forgets the group without signalling it.
+    pub fn stand_down(self) {
+        let id = self.id;
+        std::mem::forget(self);
+        Self::end(id, "release");
+    }
+
+    fn end(id: u64, verb: &str) {
+        let mut shared = shared();
+        if let Some(entry) = shared.entries.remove(&id) {
+            // A release that finds no watchdog leaves nothing to do for this group; a stop
+            // request is carried out by a restarted one.
+            let _ = shared.send(verb, &entry);
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        Self::end(self.id, "stop");
+    }
+}
+
+/// The shared watchdog's process id, started if none runs (for tests that kill it).
+#[cfg(test)]
+fn shared_watchdog_pid() -> Option<u32> {
+    let mut shared = shared();
+    if shared.watchdog.is_none() {
+        shared.restart().ok()?;
+    }
+    shared.watchdog.as_ref().map(|w| w.process.id())
 }
 
 #[cfg(test)]
@@ -541,6 +770,102 @@ mod tests {
             })
             .unwrap();
         record.render()
+    }
+
+    /// A process `sleep 300` in a group of its own, and that group.
+    fn sleeper() -> (std::process::Child, Option<Pid>) {
+        let child = Command::new("sleep")
+            .arg("300")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let group = group_of(Some(child.id()));
+        (child, group)
+    }
+
+    /// Whether `child` ended within half a minute (reaped if so), long before its sleep.
+    fn ends(child: &mut std::process::Child) -> bool {
+        let until = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < until {
+            if child.try_wait().unwrap().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    fn guard(group: Option<Pid>) -> Watchdog {
+        Watchdog::start(group, &[StopSignal::Terminate], Duration::from_secs(1)).unwrap()
+    }
+
+    /// What the runner's death does to the shared watchdog: its pipe's write end closed.
+    /// Returns once the watchdog exited, that is once every stop it started ended.
+    fn close_as_a_dying_runner_would() {
+        let watchdog = shared().watchdog.take();
+        if let Some(SharedWatchdog {
+            alarm, mut process, ..
+        }) = watchdog
+        {
+            drop(alarm);
+            process.wait().unwrap();
+        }
+    }
+
+    /// One watchdog serves every guard of the process. Killed while runs are in flight, it
+    /// is replaced at the next request and told every group still guarded: at end of file
+    /// the new one stops both the group guarded before the kill and the one guarded after,
+    /// each with its own signals (the second ignores SIGTERM and needs the SIGKILL after its
+    /// grace), and leaves alone a group stood down. A guard dropped without standing down
+    /// stops its group at once.
+    #[test]
+    fn a_killed_watchdog_is_replaced_and_guards_the_groups_in_flight() {
+        let (mut before, before_group) = sleeper();
+        let before_guard = guard(before_group);
+        let first = shared_watchdog_pid().unwrap();
+        let (mut released, released_group) = sleeper();
+        let released_guard = guard(released_group);
+        assert_eq!(shared_watchdog_pid(), Some(first), "one watchdog for both");
+        rustix::process::kill_process(Pid::from_raw(first as i32).unwrap(), Signal::KILL).unwrap();
+        let mut after = Command::new("sh")
+            .args(["-c", "trap '' TERM; sleep 300"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let after_guard = guard(group_of(Some(after.id())));
+        // The guard may have written to the watchdog while it was dying, before anyone could
+        // tell: the monitor replaces it once it is gone.
+        let until = Instant::now() + Duration::from_secs(60);
+        while shared_watchdog_pid() == Some(first) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_ne!(
+            shared_watchdog_pid(),
+            Some(first),
+            "the killed watchdog was replaced"
+        );
+        released_guard.stand_down();
+        close_as_a_dying_runner_would();
+        assert!(
+            ends(&mut before),
+            "the group guarded before the kill was stopped"
+        );
+        assert!(
+            ends(&mut after),
+            "the group guarded after the kill was stopped"
+        );
+        assert!(
+            released.try_wait().unwrap().is_none(),
+            "a group stood down is left alone"
+        );
+        released.kill().unwrap();
+        released.wait().unwrap();
+        // Their groups are gone: standing down only tells a new watchdog to forget them.
+        before_guard.stand_down();
+        after_guard.stand_down();
+        let (mut dropped, dropped_group) = sleeper();
+        drop(guard(dropped_group));
+        assert!(ends(&mut dropped), "a dropped guard stopped its group");
     }
 
     /// A pump on a pipe whose write end stays open (as when a process that left the group
