@@ -9,7 +9,7 @@ mod harness_common;
 use agentrun_core::harness::retained::{codex_token_total, parse_codex_session};
 use agentrun_core::harness::{
     Harness, HarnessExit, Interpretation, LaunchRequest, OutcomeStatus, RetainedKind, Stdin,
-    StopSignal, Usage,
+    StopSignal, Usage, UsageLedger, UsageScope,
 };
 use harness_common::*;
 
@@ -370,6 +370,23 @@ fn codex_session_file_gives_the_model_used_and_the_usage_of_this_run() {
         c.report.summary.as_deref(),
         Some("150 input tokens, 20 output tokens, 30 cached, 5 reasoning")
     );
+    // The running totals the share came from stay available to a session ledger, which
+    // must also count what stopped runs spent between the baseline and its own last record.
+    let session = c.report.session_usage.as_ref().expect("the running totals");
+    assert_eq!(counts(session), (250, 50, 30, 9));
+    assert_eq!(session.tokens_scope, UsageScope::Session);
+    let mut ledger = UsageLedger::default();
+    let first = Usage {
+        input_tokens: 60,
+        output_tokens: 6,
+        tokens_scope: UsageScope::Run,
+        ..Usage::default()
+    };
+    ledger.record(Some("th-1"), &first);
+    // A stopped run spent up to the baseline (100 in, 10 out) and reported nothing.
+    ledger.record(Some("th-1"), session);
+    let total = ledger.total().unwrap();
+    assert_eq!((total.input_tokens, total.output_tokens), (250, 30));
     assert_eq!(c.outcome.final_message.as_deref(), Some("again"));
 
     // Without the file: the stream's usage as reported, no model, and no warning (the

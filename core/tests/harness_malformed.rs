@@ -7,7 +7,8 @@
 mod harness_common;
 
 use agentrun_core::harness::{
-    Completion, Harness, HarnessExit, Interpretation, OversizedLines, fuzzing,
+    Completion, Harness, HarnessExit, Interpretation, OutcomeStatus, OversizedLines,
+    UNREADABLE_END, fuzzing,
 };
 use agentrun_core::lines::LineSplitter;
 use harness_common::*;
@@ -304,6 +305,39 @@ fn an_oversized_line_is_reported_as_such_and_the_rest_still_decodes() {
             .unwrap()
             .get("oversized_lines")
             .is_none()
+    );
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A final result too long to decode: the session is not claimed finished, nor claimed cut
+/// off: the diagnostic names the long line.
+#[test]
+fn a_final_result_too_long_to_decode_is_named_in_the_diagnostic() {
+    let golden = fixture("claude/agentrun-golden-synthetic.jsonl");
+    // The stream without its root result, then a root result longer than any other line.
+    let rest: Vec<&[u8]> = lines(&golden)
+        .into_iter()
+        .filter(|l| {
+            !l.starts_with(br#"{"type":"result""#) || !contains(l, b"\"parent_tool_use_id\":null")
+        })
+        .collect();
+    assert_eq!(rest.len() + 1, lines(&golden).len(), "one root result");
+    let bound = rest.iter().map(|l| l.len()).max().unwrap();
+    let mut input = rest.join(&b'\n');
+    input.extend_from_slice(b"\n{\"type\":\"result\",\"subtype\":\"success\",\"result\":\"");
+    input.extend(std::iter::repeat_n(b'x', bound));
+    input.extend_from_slice(b"\"}\n");
+    let got = split_and_interpret(Harness::Claude, &input, bound, 4096);
+    assert!(!got.outcome.terminal_seen);
+    let warning = &got.report.warnings[0];
+    assert_eq!(
+        got.outcome.status,
+        OutcomeStatus::TurnFailed {
+            diagnostic: format!("{UNREADABLE_END}: {warning}")
+        }
     );
 }
 

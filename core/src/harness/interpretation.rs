@@ -400,6 +400,7 @@ impl Finished {
             models,
             usage: facts.usage.map(scoped),
             retained: false,
+            session_usage: None,
         };
         let mut final_message = facts.final_message;
         let mut failure = facts.failure;
@@ -417,6 +418,7 @@ impl Finished {
                     if let (Some(before), Some(usage)) = (&record.usage_baseline, &mut report.usage)
                     {
                         usage.tokens_scope = UsageScope::Session;
+                        report.session_usage = Some(usage.clone());
                         *usage = usage.since(before);
                     }
                     if recounted {
@@ -447,9 +449,13 @@ impl Finished {
         } else if !facts.terminal_seen {
             // Every dialect ends a finished session with a terminal event; a stream cut off
             // before it (a crash, a killed pipe, a partial log) is not a verified success.
-            OutcomeStatus::TurnFailed {
-                diagnostic: UNFINISHED.to_owned(),
-            }
+            // When lines were too long to decode, the terminal event may be among them: the
+            // session is then not known to have finished, rather than known not to have.
+            let diagnostic = match &report.oversized_lines {
+                Some(o) => format!("{UNREADABLE_END}: {}", o.warning()),
+                None => UNFINISHED.to_owned(),
+            };
+            OutcomeStatus::TurnFailed { diagnostic }
         } else {
             OutcomeStatus::Succeeded
         };
@@ -510,6 +516,10 @@ fn harness_name<S: serde::Serializer>(harness: &Harness, s: S) -> Result<S::Ok, 
 /// else failed.
 pub const UNFINISHED: &str = "the stream ended without a final result: the session did not finish";
 
+/// The start of the diagnostic of a session whose stream had no terminal event it could read
+/// and lines too long to decode (which may have held it); the oversized-lines warning follows.
+pub const UNREADABLE_END: &str = "no final result could be read";
+
 /// The completion of an interpretation: what to report, separate from how the session ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Completion {
@@ -537,6 +547,13 @@ pub struct Report {
     /// Lines too long to interpret (also named in a warning); absent from JSON when none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oversized_lines: Option<OversizedLines>,
+    /// The harness session's running totals as the harness reported them, when `usage` is
+    /// this run's own share computed from them and a baseline read before the run (Codex,
+    /// from its session file). What a ledger over several runs of the session should record:
+    /// it also holds what runs that reported nothing (stopped ones) spent. Absent from JSON
+    /// when `None`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_usage: Option<Usage>,
 }
 
 /// The outcome part of a completion.
@@ -550,7 +567,8 @@ pub struct Outcome {
     pub killed_work: Vec<String>,
     /// Whether the stream had a terminal event. A stream without one is still decoded (its
     /// session id, final message so far, usage), but unless something else failed first its
-    /// status is [`OutcomeStatus::TurnFailed`] with the diagnostic [`UNFINISHED`].
+    /// status is [`OutcomeStatus::TurnFailed`] with the diagnostic [`UNFINISHED`] (or
+    /// [`UNREADABLE_END`] when lines too long to decode may have held the terminal event).
     pub terminal_seen: bool,
     /// How the session ended.
     pub status: OutcomeStatus,

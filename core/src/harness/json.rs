@@ -50,9 +50,10 @@ pub(crate) fn u64(v: &Value, key: &str) -> Option<u64> {
     })
 }
 
-/// The number at `key`.
+/// The finite, non-negative number at `key` (a cost: a hostile negative or non-finite one
+/// would corrupt every sum it enters).
 pub(crate) fn f64(v: &Value, key: &str) -> Option<f64> {
-    v.get(key)?.as_f64().filter(|f| f.is_finite())
+    v.get(key)?.as_f64().filter(|f| f.is_finite() && *f >= 0.0)
 }
 
 /// The boolean at `key`.

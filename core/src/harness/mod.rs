@@ -34,7 +34,7 @@ mod usage;
 
 pub use interpretation::{
     Completion, Finished, HarnessExit, Interrupted, Outcome, OutcomeStatus, OversizedLines, Report,
-    TurnSummary, UNFINISHED,
+    TurnSummary, UNFINISHED, UNREADABLE_END,
 };
 pub use retained::{RetainedError, RetainedKind, RetainedRecord, RetainedRequest};
 pub use usage::{Usage, UsageLedger, UsageScope};
@@ -373,6 +373,27 @@ pub struct LaunchRequest {
     /// Codex only: run outside a Git repository (`--skip-git-repo-check`); Codex refuses to
     /// otherwise. Ignored by the other harnesses.
     pub skip_git_repo_check: bool,
+}
+
+impl LaunchRequest {
+    /// Whether the run may continue an earlier session of `harness`: a resume id, or harness
+    /// arguments that resume one behind the request's back (Claude Code's `--continue` or
+    /// `--resume`, Codex's `resume`, OpenCode's `--continue` or `--session`, …). When it may,
+    /// the harness's running totals must not be taken for the run's own; a false alarm only
+    /// labels the run's own figures as running totals.
+    pub fn may_resume(&self, harness: Harness) -> bool {
+        let flags: &[&str] = match harness {
+            Harness::Claude => &["--continue", "-c", "--resume", "-r"],
+            Harness::Codex => &["resume", "--last"],
+            Harness::OpenCode => &["--continue", "-c", "--session", "-s"],
+            _ => &["--continue", "--resume", "--session", "resume"],
+        };
+        self.resume.is_some()
+            || self.harness_args.iter().any(|arg| {
+                let name = arg.split_once('=').map_or(arg.as_str(), |(name, _)| name);
+                flags.contains(&name)
+            })
+    }
 }
 
 /// A launch invocation: program, arguments, fixed environment and stdin. Values only: the
@@ -720,6 +741,44 @@ mod tests {
         // The message quotes at most 64 characters of a long effort.
         let err = with_effort(Harness::Claude, &"a".repeat(1000)).unwrap_err();
         assert!(err.to_string().len() < 300, "{err}");
+    }
+
+    #[test]
+    fn harness_args_that_resume_a_session_are_recognized() {
+        let with_args = |args: &[&str]| LaunchRequest {
+            harness_args: args.iter().map(|a| (*a).to_owned()).collect(),
+            ..LaunchRequest::default()
+        };
+        let resumed = [
+            (Harness::Claude, &["--continue"][..]),
+            (
+                Harness::Claude,
+                &["--permission-mode", "acceptEdits", "-r", "S"],
+            ),
+            (Harness::Claude, &["--resume=S"]),
+            (Harness::Codex, &["resume", "--last"]),
+            (Harness::OpenCode, &["--session=ses_1"]),
+            (Harness::Muse, &["--resume", "S"]),
+        ];
+        for (h, args) in resumed {
+            assert!(with_args(args).may_resume(h), "{h:?} {args:?}");
+        }
+        let fresh = [
+            (Harness::Claude, &["--permission-mode", "acceptEdits"][..]),
+            (
+                Harness::Codex,
+                &["-c", "model_reasoning_effort=high", "--full-auto"],
+            ),
+            (Harness::OpenCode, &[]),
+        ];
+        for (h, args) in fresh {
+            assert!(!with_args(args).may_resume(h), "{h:?} {args:?}");
+        }
+        let by_id = LaunchRequest {
+            resume: Some("S".into()),
+            ..LaunchRequest::default()
+        };
+        assert!(by_id.may_resume(Harness::Grok));
     }
 
     #[test]

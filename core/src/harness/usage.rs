@@ -89,7 +89,7 @@ impl Usage {
 
     /// Adds a reported cost.
     pub(crate) fn add_cost(&mut self, cost: f64) {
-        self.cost_usd = Some(self.cost_usd.unwrap_or(0.0) + cost);
+        self.cost_usd = Some(add_costs(self.cost_usd.unwrap_or(0.0), cost));
     }
 
     fn tokens(&self) -> [u64; 4] {
@@ -142,7 +142,7 @@ impl Usage {
         self.set_tokens([0, 1, 2, 3].map(|i| mine[i].saturating_add(theirs[i])));
         self.tokens_scope = self.tokens_scope.combine(other.tokens_scope);
         self.cost_usd = match (self.cost_usd, other.cost_usd) {
-            (Some(a), Some(b)) => Some(a + b),
+            (Some(a), Some(b)) => Some(add_costs(a, b)),
             (a, b) => a.or(b),
         };
         self.cost_scope = self.cost_scope.combine(other.cost_scope);
@@ -276,6 +276,12 @@ impl UsageLedger {
     }
 }
 
+/// `a + b`, saturating at the largest finite cost: an infinite one would print as `$inf` and
+/// serialize as `null` (a lost cost, counted again from scratch after a reload).
+fn add_costs(a: f64, b: f64) -> f64 {
+    (a + b).min(f64::MAX)
+}
+
 /// `1 turn`, `N turns`: the start of a harness summary.
 pub(crate) fn turns_text(turns: u64) -> String {
     format!("{turns} turn{}", if turns == 1 { "" } else { "s" })
@@ -284,6 +290,23 @@ pub(crate) fn turns_text(turns: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn costs_saturate_instead_of_becoming_infinite() {
+        let mut u = Usage::default();
+        u.add_cost(f64::MAX);
+        u.add_cost(f64::MAX);
+        assert_eq!(u.cost_usd, Some(f64::MAX));
+        let mut total = u.clone();
+        total.accumulate(&u);
+        assert_eq!(total.cost_usd, Some(f64::MAX));
+        assert!(serde_json::to_value(&total).unwrap()["cost_usd"].is_number());
+        // A negative or non-finite reported cost is no cost.
+        let v = serde_json::json!({"neg": -1.5, "zero": 0.0, "big": 1e308});
+        assert_eq!(json::f64(&v, "neg"), None);
+        assert_eq!(json::f64(&v, "zero"), Some(0.0));
+        assert_eq!(json::f64(&v, "big"), Some(1e308));
+    }
 
     fn claude(input: u64, cost: Option<f64>) -> Usage {
         Usage {

@@ -494,7 +494,7 @@ async fn run_turn<R: Runtime>(
 
     let mut interp = Interpretation::new(harness);
     // A run that resumes nothing starts a session: its running totals are its own.
-    if options.request.resume.is_none() {
+    if !options.request.may_resume(harness) {
         interp.started_new_session();
     }
     if options.security {

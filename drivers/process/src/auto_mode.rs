@@ -248,7 +248,10 @@ impl<R: Runtime> AgentSession for AutoModeRunner<'_, R> {
         if let Some(id) = &completion.outcome.session_id {
             out = out.with_harness_session_id(id.clone());
         }
-        if let Some(usage) = &completion.report.usage {
+        // The session's running totals when the run's own share was computed from them: the
+        // session ledger then also counts what stopped turns spent before this one.
+        let report = &completion.report;
+        if let Some(usage) = report.session_usage.as_ref().or(report.usage.as_ref()) {
             out = out.with_usage(usage.clone());
         }
         Ok(out)
