@@ -984,12 +984,11 @@ impl CaptureSession {
     /// [`StoreError::Capture`] (mixed completion modes). Capture faults do not fail `finish`:
     /// the record is marked incomplete and the accepted bytes are published.
     pub fn finish(mut self, completion: CaptureCompletion) -> Result<ResultRecord, StoreError> {
-        let (CaptureCompletion::Streamed { display, .. } | CaptureCompletion::Full { display, .. }) =
-            &completion;
-        if let Some(Err(error)) = display.as_deref().map(Capture::check_final_display) {
-            // Refused like a completion that does not fit: what was streamed is kept.
-            return self.reject_completion(error, None);
-        }
+        let display_error = |display: &Option<String>| {
+            display
+                .as_deref()
+                .and_then(|d| Capture::check_final_display(d).err())
+        };
         let (display, status) = match completion {
             CaptureCompletion::Streamed { display, status } => (display, status),
             CaptureCompletion::Full {
@@ -1007,10 +1006,19 @@ impl CaptureSession {
                         }
                         (display, status)
                     }
-                    Err(error) => return self.reject_completion(error, display),
+                    Err(error) => {
+                        let fits = display_error(&display).is_none();
+                        let display = display.filter(|_| fits);
+                        return self.reject_completion(error, display);
+                    }
                 }
             }
         };
+        if let Some(error) = display_error(&display) {
+            // Refused like a completion that does not fit, after the outputs: what was
+            // streamed, or given in full, is kept.
+            return self.reject_completion(error, None);
+        }
         self.finalize(display, status, None)
     }
 

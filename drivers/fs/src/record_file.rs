@@ -210,6 +210,25 @@ mod tests {
         assert_eq!(record.streams()[0].preview.text, "kept\n");
         assert!(record.run.is_none());
         assert_eq!(record.display(), "");
+
+        // A full completion's outputs are kept too when its display is refused.
+        let session = store
+            .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+            .unwrap();
+        let err = session
+            .finish(CaptureCompletion::Full {
+                display: Some("d".repeat(MAX_DISPLAY_BYTES + 1)),
+                status: CaptureStatus::Succeeded,
+                outputs: agentrun_core::FullOutput::Single(b"given in full\n".to_vec()),
+            })
+            .unwrap_err();
+        let StoreError::CompletionRejected { run_id, .. } = &err else {
+            panic!("{err:?}");
+        };
+        let record = store.record(run_id).unwrap();
+        assert!(record.incomplete);
+        assert_eq!(record.streams()[0].preview.text, "given in full\n");
+        assert_eq!(record.display(), "");
     }
 
     #[test]

@@ -121,8 +121,8 @@ pub enum StoreError {
     /// `limit + 1` bytes), never read whole.
     #[error(
         "record {} is {size} bytes, more than the {limit} bytes a record can be: it is damaged \
-         or was not written by agentrun; run `agentrun verify`, and move it out of {} (keep it \
-         if it may hold a record you need)",
+         or was not written by agentrun: move it out of {} (keep it if it may hold a record \
+         you need)",
         .path.display(), .path.parent().map_or_else(String::new, |p| p.display().to_string())
     )]
     RecordTooLarge {
