@@ -406,7 +406,11 @@ fn gc_expires_old_records_by_default_and_says_what_it_kept() {
     let o = h.run(&["gc", "--json", "--dry-run", "--retention", "never"]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     let report: serde_json::Value = serde_json::from_str(&out(&o)).unwrap();
-    assert!(report["retention"].is_null(), "{report}");
+    assert_eq!(
+        report.get("retention"),
+        Some(&serde_json::Value::Null),
+        "{report}"
+    );
     let o = h.run(&["gc", "--retention", "soon"]);
     assert_eq!(o.status.code(), Some(125), "{}", err(&o));
     assert!(err(&o).contains("\"never\""), "{}", err(&o));

@@ -186,9 +186,10 @@ impl<'a, R: Runtime> RunBuilder<'a, R> {
     /// An observer that panics is not called again, and its panic counts as a stop request
     /// ([`RunBuilder::stop_on`]): the child's group gets its stop signals (SIGKILL after the
     /// grace) and is waited for, the output captured so far (up to and including the chunk the
-    /// observer panicked on) is kept, and the record is published, cancelled and incomplete,
-    /// with a fault on the stream saying that what came after was not captured (the store
-    /// lists it among its records). Then the panic is resumed in the task awaiting the run,
+    /// observer panicked on) is kept, and the record is published incomplete, with a fault on
+    /// the stream saying that what came after was not captured (the store lists it among its
+    /// records); its status is cancelled, unless the child had already exited by itself, when
+    /// it keeps that ending. Then the panic is resumed in the task awaiting the run,
     /// as if the observer had been called there.
     pub fn observe_stdout(mut self, observer: impl FnMut(&[u8]) + Send + 'static) -> Self {
         self.observers[0] = Some(Box::new(observer));
