@@ -139,6 +139,21 @@ impl LatchWatch {
     }
 }
 
+/// How long a watchdog may leave its pipe full before it is taken for stuck and replaced.
+const WATCHDOG_STUCK: Duration = Duration::from_secs(2);
+
+/// Waits until `fd` can be written to (or is in error) or `timeout` passed.
+fn wait_writable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<()> {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut polled = [PollFd::from_borrowed_fd(fd, PollFlags::OUT)];
+    let timeout = Timespec::try_from(timeout).ok();
+    match poll(&mut polled, timeout.as_ref()) {
+        // The caller retries the write and rechecks its deadline, also after a signal.
+        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Waits until one of `fds` is readable (or at its end, or in error) or `timeout` passed
 /// (`None`: no limit), and says which are.
 pub(crate) fn wait_any(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
@@ -478,7 +493,7 @@ wait
 struct SharedWatchdog {
     /// The pipe's write end: close-on-exec, so no child inherits it (the watchdog would never
     /// see end of file), and non-blocking, so a watchdog that stopped reading cannot hang a
-    /// run: a full pipe counts as a dead watchdog.
+    /// run: a pipe it leaves full for [`WATCHDOG_STUCK`] counts as a stuck watchdog.
     alarm: File,
     process: std::process::Child,
     /// Readable once the watchdog exited (a pidfd; `None` before Linux 5.3), for the monitor.
@@ -546,13 +561,31 @@ impl SharedWatchdog {
     }
 
     /// Writes one request. Lines are far below the pipe's atomic write size, so a line is
-    /// written whole or not at all.
+    /// written whole or not at all. A full pipe is waited on, up to [`WATCHDOG_STUCK`]: a
+    /// watchdog just started, handed every entry in flight, or one slow to be scheduled is
+    /// behind, not stuck, and replacing it would only replay the same lines into a new pipe.
     fn send(&mut self, verb: &str, entry: &str) -> io::Result<()> {
         use std::io::Write as _;
         if self.process.try_wait()?.is_some() {
             return Err(io::Error::other("the watchdog exited"));
         }
-        self.alarm.write_all(format!("{verb} {entry}\n").as_bytes())
+        let line = format!("{verb} {entry}\n");
+        let deadline = Instant::now() + WATCHDOG_STUCK;
+        loop {
+            match self.alarm.write(line.as_bytes()) {
+                Ok(n) if n == line.len() => return Ok(()),
+                Ok(_) => return Err(io::Error::other("the watchdog's pipe took part of a line")),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(io::Error::other("the watchdog reads nothing: stuck"));
+                    }
+                    wait_writable(self.alarm.as_fd(), left)?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Ends a watchdog found dead or stuck: killed before its pipe is closed, since a live
@@ -818,6 +851,25 @@ mod tests {
     /// each with its own signals (the second ignores SIGTERM and needs the SIGKILL after its
     /// grace), and leaves alone a group stood down. A guard dropped without standing down
     /// stops its group at once.
+    /// More requests than the pipe holds, before the new shell read any (a replacement told
+    /// every run in flight): the writer waits for the watchdog instead of taking it for stuck.
+    #[test]
+    fn a_watchdog_behind_on_a_full_pipe_is_waited_for_not_replaced() {
+        let mut watchdog = SharedWatchdog::spawn(u64::MAX).unwrap();
+        // The smallest pipe the kernel gives: one page, about a hundred lines.
+        rustix::pipe::fcntl_setpipe_size(&watchdog.alarm, 4096).unwrap();
+        // Group ids no process has: the watchdog is killed below, never told end of file.
+        for i in 0..2000 {
+            let entry = format!("{i}:2147480000:0.000:TERM");
+            watchdog.send("guard", &entry).unwrap();
+        }
+        assert!(
+            watchdog.process.try_wait().unwrap().is_none(),
+            "still running"
+        );
+        watchdog.end();
+    }
+
     #[test]
     fn a_killed_watchdog_is_replaced_and_guards_the_groups_in_flight() {
         let (mut before, before_group) = sleeper();
