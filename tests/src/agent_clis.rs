@@ -10,7 +10,8 @@
 //! Claude Code offline. Use it with `Command::env_clear().envs(…)` so nothing of the
 //! developer's own setup (API keys, config dirs, proxies) leaks in:
 //!
-//! * `HOME` and `CLAUDE_CONFIG_DIR` inside the given directory, with a `settings.json` that
+//! * `HOME`, `CLAUDE_CONFIG_DIR` and the temporary folder (`TMPDIR`, `CLAUDE_CODE_TMPDIR`)
+//!   inside the given directory, with a `settings.json` in the config directory that
 //!   allows the `Bash`, `Write`, `Edit` and `Read` tools (non-interactive runs otherwise deny
 //!   them);
 //! * `ANTHROPIC_BASE_URL` = the server, `ANTHROPIC_API_KEY` a dummy key (no login);
@@ -191,9 +192,15 @@ pub fn claude_env(home: &Path, server: &ModelServer) -> io::Result<Vec<(String, 
         config.join("settings.json"),
         r#"{"permissions":{"allow":["Bash","Write","Edit","Read"]}}"#,
     )?;
+    // Claude Code keeps a directory per working directory (and its sockets) in its temporary
+    // folder and never removes them: keep them inside the test's home, which the test removes.
+    let tmp = home.join("tmp");
+    std::fs::create_dir_all(&tmp)?;
     let vars = [
         ("PATH", path_with(&[bin_dir(AgentCli::Claude)])),
         ("HOME", home.display().to_string()),
+        ("TMPDIR", tmp.display().to_string()),
+        ("CLAUDE_CODE_TMPDIR", tmp.display().to_string()),
         ("CLAUDE_CONFIG_DIR", config.display().to_string()),
         ("ANTHROPIC_BASE_URL", server.url()),
         ("ANTHROPIC_API_KEY", "sk-ant-offline-test".to_owned()),
