@@ -458,15 +458,25 @@ fn read_failed(session: &SharedSession, stream: StreamIndex, e: &io::Error) -> P
 /// died) it stops every group still guarded, all at once, each the way a timeout would: each
 /// of its stop signals with its grace after it, then SIGKILL. A stop request runs in a
 /// grandchild that init (or the nearest subreaper) reaps, so the script never waits for it
-/// and keeps no zombie; the list holds only the groups of runs in flight.
+/// and keeps no zombie; the list holds only the groups of runs in flight. A grace is waited
+/// in tenths of a second and cut short once the group is gone: its id may then be reused,
+/// and a later signal must not reach another group.
 const WATCHDOG_SCRIPT: &str = r#"stop() {
     IFS=:
     set -- $1
     group=$2 grace=$3
+    ms=${grace#*.}
+    ms=${ms#0}
+    ms=${ms#0}
     IFS=,
     for sig in $4; do
         kill -s "$sig" -- "-$group" 2>/dev/null || exit 0
-        sleep "$grace"
+        tenths=$(( ${grace%.*} * 10 + ms / 100 ))
+        while [ "$tenths" -gt 0 ]; do
+            kill -s 0 -- "-$group" 2>/dev/null || exit 0
+            sleep 0.1
+            tenths=$(( tenths - 1 ))
+        done
     done
     kill -s KILL -- "-$group" 2>/dev/null
     exit 0
@@ -851,6 +861,27 @@ mod tests {
     /// each with its own signals (the second ignores SIGTERM and needs the SIGKILL after its
     /// grace), and leaves alone a group stood down. A guard dropped without standing down
     /// stops its group at once.
+    /// A group that ends on its first stop signal gets no other: the grace is cut short once
+    /// the group is gone (its id may be reused), so the script ends long before the grace.
+    #[test]
+    fn a_stopped_group_ends_the_grace_and_gets_no_more_signals() {
+        use std::io::Write as _;
+        let (mut sleeper, group) = sleeper();
+        let mut script = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(WATCHDOG_SCRIPT)
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let entry = format!("1:{}:300.000:TERM", group.unwrap().as_raw_pid());
+        let mut stdin = script.stdin.take().unwrap();
+        writeln!(stdin, "guard {entry}").unwrap();
+        drop(stdin); // end of file: the script stops every group it guards
+        assert!(ends(&mut sleeper), "the group got its stop signal");
+        // Hang guard only: before, the script slept the whole 300 s grace.
+        assert!(ends(&mut script), "the grace ended with the group");
+    }
+
     /// More requests than the pipe holds, before the new shell read any (a replacement told
     /// every run in flight): the writer waits for the watchdog instead of taking it for stuck.
     #[test]
