@@ -215,14 +215,16 @@ pub fn parse_retention(s: &str) -> Result<Option<Duration>, String> {
 /// Renders a duration the way [`parse_duration`] reads it back, in the largest whole unit.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
+    if ms == 0 {
+        return "0s".to_owned(); // the unit a user would write it in
+    }
     for (unit, size) in [
         ("d", 86_400_000),
         ("h", 3_600_000),
         ("m", 60_000),
         ("s", 1000),
     ] {
-        // Zero is written in seconds, the unit a user would write it in.
-        if (ms >= size || (ms == 0 && unit == "s")) && ms.is_multiple_of(size) {
+        if ms >= size && ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
     }

@@ -142,32 +142,30 @@ impl LatchWatch {
 /// How long a watchdog may leave its pipe full before it is taken for stuck and replaced.
 const WATCHDOG_STUCK: Duration = Duration::from_secs(2);
 
-/// Waits until `fd` can be written to (or is in error) or `timeout` passed.
-fn wait_writable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<()> {
-    use rustix::event::{PollFd, PollFlags, Timespec, poll};
-    let mut polled = [PollFd::from_borrowed_fd(fd, PollFlags::OUT)];
-    let timeout = Timespec::try_from(timeout).ok();
-    match poll(&mut polled, timeout.as_ref()) {
-        // The caller retries the write and rechecks its deadline, also after a signal.
-        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// Waits until one of `fds` is readable (or at its end, or in error) or `timeout` passed
 /// (`None`: no limit), and says which are.
 pub(crate) fn wait_any(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
-    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    poll_fds(fds, rustix::event::PollFlags::IN, timeout)
+}
+
+/// Waits until one of `fds` is ready for `events` (or at its end, or in error) or `timeout`
+/// passed (`None`: no limit), and says which are. A signal ends a wait with a timeout early,
+/// with none ready: the callers loop and track their own deadlines.
+fn poll_fds(
+    fds: &[BorrowedFd<'_>],
+    events: rustix::event::PollFlags,
+    timeout: Option<Duration>,
+) -> io::Result<Vec<bool>> {
+    use rustix::event::{PollFd, Timespec, poll};
     let mut polled: Vec<PollFd<'_>> = fds
         .iter()
-        .map(|fd| PollFd::from_borrowed_fd(*fd, PollFlags::IN))
+        .map(|fd| PollFd::from_borrowed_fd(*fd, events))
         .collect();
     // A timeout too long for a timespec is as good as none.
     let timeout = timeout.and_then(|t| Timespec::try_from(t).ok());
     loop {
         match poll(&mut polled, timeout.as_ref()) {
             Ok(_) => return Ok(polled.iter().map(|p| !p.revents().is_empty()).collect()),
-            // A signal handler ran: the remaining time is not tracked, the caller loops anyway.
             Err(rustix::io::Errno::INTR) if timeout.is_some() => {
                 return Ok(vec![false; fds.len()]);
             }
@@ -590,7 +588,12 @@ impl SharedWatchdog {
                     if left.is_zero() {
                         return Err(io::Error::other("the watchdog reads nothing: stuck"));
                     }
-                    wait_writable(self.alarm.as_fd(), left)?;
+                    // Ready or not, the write is retried and the deadline checked again.
+                    poll_fds(
+                        &[self.alarm.as_fd()],
+                        rustix::event::PollFlags::OUT,
+                        Some(left),
+                    )?;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -632,6 +635,19 @@ impl Guarded {
         Ok(())
     }
 
+    /// Replaces a watchdog found dead or stuck, or with nothing left to guard only ends it
+    /// (the next guard starts one).
+    fn replace_dead(&mut self) -> io::Result<()> {
+        if self.entries.is_empty() {
+            if let Some(old) = self.watchdog.take() {
+                old.end();
+            }
+            Ok(())
+        } else {
+            self.restart()
+        }
+    }
+
     /// Sends a request, replacing the watchdog if it is not running or does not take it.
     /// `Err` when no watchdog runs.
     fn send(&mut self, verb: &str, entry: &str) -> io::Result<()> {
@@ -641,10 +657,7 @@ impl Guarded {
             return Ok(());
         }
         if verb == "release" && self.entries.is_empty() {
-            // Nothing left to guard: the next guard starts a watchdog.
-            if let Some(old) = self.watchdog.take() {
-                old.end();
-            }
+            self.replace_dead()?;
             return Ok(());
         }
         // A guard's entry is among those the new watchdog is told.
@@ -685,14 +698,8 @@ fn monitor() {
         if watchdog.generation != generation || matches!(watchdog.process.try_wait(), Ok(None)) {
             continue;
         }
-        if shared.entries.is_empty() {
-            if let Some(old) = shared.watchdog.take() {
-                old.end();
-            }
-        } else {
-            // On failure no watchdog runs; the next guard tries again.
-            let _ = shared.restart();
-        }
+        // On failure no watchdog runs; the next guard tries again.
+        let _ = shared.replace_dead();
     }
 }
 
@@ -855,12 +862,6 @@ mod tests {
         }
     }
 
-    /// One watchdog serves every guard of the process. Killed while runs are in flight, it
-    /// is replaced at the next request and told every group still guarded: at end of file
-    /// the new one stops both the group guarded before the kill and the one guarded after,
-    /// each with its own signals (the second ignores SIGTERM and needs the SIGKILL after its
-    /// grace), and leaves alone a group stood down. A guard dropped without standing down
-    /// stops its group at once.
     /// A group that ends on its first stop signal gets no other: the grace is cut short once
     /// the group is gone (its id may be reused), so the script ends long before the grace.
     #[test]
@@ -901,6 +902,12 @@ mod tests {
         watchdog.end();
     }
 
+    /// One watchdog serves every guard of the process. Killed while runs are in flight, it
+    /// is replaced at the next request and told every group still guarded: at end of file
+    /// the new one stops both the group guarded before the kill and the one guarded after,
+    /// each with its own signals (the second ignores SIGTERM and needs the SIGKILL after its
+    /// grace), and leaves alone a group stood down. A guard dropped without standing down
+    /// stops its group at once.
     #[test]
     fn a_killed_watchdog_is_replaced_and_guards_the_groups_in_flight() {
         let (mut before, before_group) = sleeper();
