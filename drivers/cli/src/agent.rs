@@ -1,4 +1,4 @@
-//! `agentrun agent NAME -- PROMPT`: one harness turn through the library
+//! `agentrun agent NAME [OPTIONS] PROMPT…`: one harness turn through the library
 //! (`agentrun_smol::Runner::agent`, i.e. `agentrun_process::AgentOptions`), formatted for a
 //! terminal: each progress line on stdout as soon as it is decoded (the format of `agentrun
 //! interpret`, shared printing in `interpret.rs`), then the completion and the final message;
@@ -28,7 +28,7 @@ use clap::Args;
 
 use crate::interpret::{Out, human, models_line};
 use crate::interrupts::Interrupts;
-use crate::{Failure, duration};
+use crate::{Failure, duration, failure};
 
 /// Arguments of `agentrun agent`.
 #[derive(Debug, Args)]
@@ -58,10 +58,10 @@ pub(crate) struct AgentArgs {
     #[arg(long)]
     security: bool,
     /// Stop the harness after this long (e.g. 30s, 5m, 1h); exit code 124.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse_timeout)]
     timeout: Option<Duration>,
     /// Stop the harness when it printed nothing for this long; exit code 124.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse_timeout)]
     idle_timeout: Option<Duration>,
     /// The retained record to reconcile with, instead of the harness's own (Muse session log;
     /// OpenCode export, as `opencode export ID` prints it).
@@ -71,14 +71,12 @@ pub(crate) struct AgentArgs {
     /// with the run's artifacts.
     #[arg(long)]
     pub(crate) json: bool,
-    /// The prompt (several words are joined with spaces; everything after the first word
-    /// belongs to the prompt, so put options before it or after `--`).
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "PROMPT"
-    )]
+    /// The prompt (several words are joined with spaces): it starts at the first word that is
+    /// not an option, and every word from there on is the prompt's, options included. A
+    /// prompt that starts with `-` goes after `--`.
+    // No `allow_hyphen_values`: with it, a misspelt option (`--stall-timeuot 5s`) would become
+    // the prompt and be sent to the harness; without it, it is an error naming the option.
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROMPT")]
     prompt: Vec<String>,
 }
 
@@ -188,30 +186,22 @@ pub(crate) fn run(store: Store, args: AgentArgs) -> Result<ExitCode, Failure> {
     report(&turn, &args, &mut interrupts)
 }
 
-/// 127 for a program that is not there, 126 for one that cannot be executed, with why.
+/// 127 for a program that is not there, 126 for one that cannot be executed (the shared
+/// mapping, `agentrun_process::spawn_exit_code`), with why.
 fn launch_failure(harness: Harness, program: &str, source: &io::Error) -> (u8, String) {
-    if source.kind() == io::ErrorKind::NotFound
+    let code = agentrun_process::spawn_exit_code(source);
+    let why = if source.kind() == io::ErrorKind::NotFound
         && agentrun_process::program_exists(program.as_ref())
     {
-        (
-            127,
-            format!(
-                "{program:?} exists but its interpreter (its #! line) was not found ({source})"
-            ),
-        )
+        format!("{program:?} exists but its interpreter (its #! line) was not found ({source})")
     } else if source.kind() == io::ErrorKind::NotFound {
-        (
-            127,
-            format!(
-                "{program:?} was not found on PATH; install the {harness} CLI or put it on PATH"
-            ),
-        )
+        format!("{program:?} was not found on PATH; install the {harness} CLI or put it on PATH")
+    } else if code == failure::NOT_FOUND {
+        format!("{program:?}: {source}: no such program")
     } else {
-        (
-            126,
-            format!("{program:?} cannot be executed ({source}); is it executable?"),
-        )
-    }
+        format!("{program:?} cannot be executed ({source}); is it executable?")
+    };
+    (code, why)
 }
 
 /// Prints the turn's end: warnings and the footer on stderr, the completion (or the

@@ -1,4 +1,4 @@
-//! `agentrun auto NAME -- OBJECTIVE`, `agentrun auto --continue SESSION` and
+//! `agentrun auto NAME [OPTIONS] OBJECTIVE…`, `agentrun auto --continue SESSION` and
 //! `agentrun append SESSION TEXT`: auto mode on the command line.
 //!
 //! The session runs `agentrun_core::turn::run_session_loop` over an
@@ -67,7 +67,7 @@ pub(crate) struct AutoArgs {
     #[arg(long = "harness-arg", value_name = "ARG", allow_hyphen_values = true)]
     harness_args: Vec<String>,
     /// Stop a harness turn after this long (it counts as exit code 124).
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse_timeout)]
     turn_timeout: Option<Duration>,
     /// Continue an interrupted session (its id or directory) from its last transition.
     #[arg(
@@ -79,9 +79,12 @@ pub(crate) struct AutoArgs {
     /// Print the final session state as one JSON document on stdout.
     #[arg(long)]
     pub(crate) json: bool,
-    /// The objective (several words are joined with spaces).
+    /// The objective (several words are joined with spaces): it starts at the first word
+    /// that is not an option, and every word from there on is the objective's, options
+    /// included. An objective that starts with `-` goes after `--`.
+    // No `allow_hyphen_values`, so that a misspelt option is an error, never the objective.
     #[arg(
-        last = true,
+        trailing_var_arg = true,
         value_name = "OBJECTIVE",
         required_unless_present = "continue_session"
     )]

@@ -88,7 +88,7 @@ pub(crate) struct CompactArgs {
     #[arg(long, value_name = "N")]
     max_input_bytes: Option<usize>,
     /// Stop a summarizer run after this long (e.g. 5m); a timeout is an ordinary failure.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse_timeout)]
     timeout: Option<Duration>,
     /// Also write the compacted transcript (the new summary and the recent messages) to FILE.
     #[arg(long, value_name = "FILE")]

@@ -67,7 +67,10 @@ impl Failure {
                     "exit_code": self.code,
                 }
             });
-            let _ = writeln!(io::stdout().lock(), "{object}");
+            // The JSON went nowhere (a full disk, a closed pipe): say it where it can be read.
+            if writeln!(io::stdout().lock(), "{object}").is_err() {
+                let _ = writeln!(io::stderr().lock(), "agentrun: error: {}", self.message);
+            }
         } else {
             let _ = writeln!(io::stderr().lock(), "agentrun: error: {}", self.message);
         }
@@ -75,17 +78,23 @@ impl Failure {
     }
 }
 
-/// Reports a command-line parsing error: help and version go to stdout (exit 0); a usage
-/// error is printed with clap's own wording and suggestions and exits [`FAILED`].
-pub(crate) fn clap_error(e: clap::Error, json: bool) -> ExitCode {
+/// Reports a command-line parsing error: help and version go to stdout (exit 0, or
+/// [`FAILED`] when stdout cannot take them); a usage error is printed with clap's own wording
+/// and suggestions and exits [`FAILED`]. `args` is the raw command line, `agentrun` included.
+pub(crate) fn clap_error(mut e: clap::Error, args: &[OsString]) -> ExitCode {
     use clap::error::ErrorKind;
+    if e.kind() == ErrorKind::UnknownArgument {
+        tip_for_unknown_option(&mut e, args);
+    }
     match e.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
-            // A closed pipe (`agentrun --help | head`) is not an error.
-            let _ = e.print();
-            ExitCode::SUCCESS
-        }
-        _ if json => {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => match e.print() {
+            // A closed pipe (`agentrun --help | head`) is not an error; a full disk is.
+            Err(error) if error.kind() != io::ErrorKind::BrokenPipe => {
+                Failure::stdout_write(error).report(false)
+            }
+            _ => ExitCode::SUCCESS,
+        },
+        _ if wants_json(args.iter().cloned()) => {
             let text = e.render().to_string();
             let message = text
                 .trim()
@@ -99,6 +108,61 @@ pub(crate) fn clap_error(e: clap::Error, json: bool) -> ExitCode {
             ExitCode::from(FAILED)
         }
     }
+}
+
+/// Replaces clap's generic tip for an unknown option of a command that takes a program or a
+/// prompt: the option was almost certainly meant for agentrun (a misspelling), and when it
+/// was not, the way to pass it on is `--`.
+fn tip_for_unknown_option(e: &mut clap::Error, args: &[OsString]) {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(option)) = e.get(ContextKind::InvalidArg) else {
+        return;
+    };
+    let Some((at, command)) = subcommand(args) else {
+        return;
+    };
+    // Only an option of that command: one before it (`agentrun --bogus run …`) is the top
+    // level's.
+    if !args[at + 1..]
+        .iter()
+        .any(|a| a.as_encoded_bytes().starts_with(option.as_bytes()))
+    {
+        return;
+    }
+    let tip = match command {
+        "run" => format!(
+            "agentrun's options go before PROGRAM; a program whose name starts with `-` goes \
+             after `--`: `agentrun run [OPTIONS] -- {option} …`"
+        ),
+        "agent" => format!(
+            "options go before the prompt; a prompt that starts with `-` goes after `--`: \
+             `agentrun agent NAME [OPTIONS] -- {option} …`"
+        ),
+        "auto" => format!(
+            "options go before the objective; an objective that starts with `-` goes after \
+             `--`: `agentrun auto NAME [OPTIONS] -- {option} …`"
+        ),
+        _ => return,
+    };
+    e.insert(
+        ContextKind::Suggested,
+        ContextValue::StyledStrs(vec![tip.into()]),
+    );
+}
+
+/// The subcommand named on the raw command line, and where: the first word that is neither an
+/// option nor the value of a global option (`--store DIR`, `--config FILE`).
+fn subcommand(args: &[OsString]) -> Option<(usize, &str)> {
+    let mut words = args.iter().enumerate().skip(1);
+    while let Some((at, word)) = words.next() {
+        let word = word.to_str()?;
+        if word == "--store" || word == "--config" {
+            words.next();
+        } else if !word.starts_with('-') {
+            return Some((at, word));
+        }
+    }
+    None
 }
 
 /// Whether the raw arguments ask for JSON: a `--json` before the first `--` (after it, the
@@ -143,5 +207,35 @@ mod tests {
         assert_eq!(plural(1, "line", "lines"), "1 line");
         assert_eq!(plural(0, "line", "lines"), "0 lines");
         assert_eq!(plural(2, "byte", "bytes"), "2 bytes");
+    }
+
+    #[test]
+    fn the_subcommand_is_found_past_the_global_options() {
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        let a = args(&["agentrun", "agent", "claude"]);
+        assert_eq!(subcommand(&a), Some((1, "agent")));
+        let a = args(&["agentrun", "--store", "run", "--config=x", "auto", "x"]);
+        assert_eq!(subcommand(&a), Some((4, "auto")));
+        assert_eq!(subcommand(&args(&["agentrun", "--json"])), None);
+    }
+
+    #[test]
+    fn an_unknown_option_of_a_command_with_a_prompt_gets_the_double_dash_tip() {
+        let tip = |a: &[&str]| {
+            let args: Vec<OsString> = a.iter().map(OsString::from).collect();
+            let mut e = crate::command_tree()
+                .try_get_matches_from(&args)
+                .unwrap_err();
+            tip_for_unknown_option(&mut e, &args);
+            e.render().to_string()
+        };
+        let text = tip(&["agentrun", "agent", "claude", "--bogus", "hi"]);
+        assert!(
+            text.contains("a prompt that starts with `-` goes after `--`"),
+            "{text}"
+        );
+        // An unknown option before the command is not the command's.
+        let text = tip(&["agentrun", "--bogus", "agent", "claude", "hi"]);
+        assert!(!text.contains("goes after `--`"), "{text}");
     }
 }

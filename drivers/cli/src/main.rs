@@ -273,12 +273,13 @@ fn ignored_path(name: &'static str, value_name: &'static str) -> clap::Arg {
 }
 
 fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let parsed = command_tree()
-        .try_get_matches()
+        .try_get_matches_from(&args)
         .and_then(|matches| Cli::from_arg_matches(&matches));
     let cli = match parsed {
         Ok(cli) => cli,
-        Err(e) => return failure::clap_error(e, failure::wants_json(std::env::args_os())),
+        Err(e) => return failure::clap_error(e, &args),
     };
     let json = cli.command.json();
     match dispatch(cli) {

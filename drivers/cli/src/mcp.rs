@@ -35,7 +35,7 @@ pub(crate) struct McpArgs {
     #[arg(long)]
     structured_content: bool,
     /// Timeout of `run` calls that name none (e.g. 30s, 10m, 1h).
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10m")]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse_timeout, default_value = "10m")]
     timeout: Duration,
 }
 

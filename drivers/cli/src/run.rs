@@ -8,6 +8,7 @@ use std::ffi::OsString;
 use std::io::{self, Read as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentrun_core::ResultRecord;
@@ -31,11 +32,11 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     limits: LimitFlags,
     /// Stop the program after this long (e.g. 30s, 5m, 1h); exit code 124.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse_timeout)]
     timeout: Option<Duration>,
     /// Stop the program when it printed nothing on stdout or stderr for this long; exit code
     /// 124.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse_timeout)]
     idle_timeout: Option<Duration>,
     /// Time between SIGTERM and SIGKILL when stopping the program.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "5s")]
@@ -60,16 +61,19 @@ pub(crate) struct RunArgs {
     /// Print one JSON object (status, exit, artifact URIs, the record) instead of the preview.
     #[arg(long)]
     pub(crate) json: bool,
-    /// The program to run (looked up on PATH, never run through a shell).
-    #[arg(required = true, value_name = "PROGRAM")]
-    program: OsString,
-    /// The program's arguments: everything after PROGRAM, options included.
+    /// The program to run (looked up on PATH, never run through a shell), then its
+    /// arguments: every word after PROGRAM is the program's, options and `--` included.
+    // One positional rather than PROGRAM and ARGS: clap ends option parsing only once a
+    // trailing positional has its first value, so with a separate PROGRAM an ARGS word such
+    // as `--version` or `--json` would still be taken as agentrun's own. No
+    // `allow_hyphen_values`: a misspelt option before PROGRAM is an error, not the program.
     #[arg(
+        required = true,
+        num_args = 1..,
         trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "ARGS"
+        value_names = ["PROGRAM", "ARGS"]
     )]
-    args: Vec<OsString>,
+    command: Vec<OsString>,
 }
 
 fn stdin_mode(spec: &str) -> Result<StdinMode, Failure> {
@@ -101,8 +105,12 @@ fn stdin_mode(spec: &str) -> Result<StdinMode, Failure> {
 pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failure> {
     let limits = settings.limits(&args.limits)?;
     let sink_var = settings.sink_var(args.sink_var.as_deref()).value;
-    let mut options = RunOptions::new(&args.program)
-        .args(&args.args)
+    let (program, program_args) = args
+        .command
+        .split_first()
+        .ok_or_else(|| Failure::usage("name the program to run"))?;
+    let mut options = RunOptions::new(program)
+        .args(program_args)
         .limits(limits)
         .kill_grace(args.kill_grace)
         .sink_var(&sink_var)
@@ -121,25 +129,19 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
     let runner = agentrun_smol::Runner::new(store.clone());
     let mut interrupts = interrupts::Interrupts::install();
     let mut run = runner.run(options).cancel_on(interrupts.requests());
+    // The first error of the live copy to stdout, reported (exit 125) once the run is over.
+    let live_error: LiveError = Arc::default();
     if args.live {
         run = run
-            .observe_stdout(tee(io::stdout))
-            .observe_stderr(tee(io::stderr));
+            .observe_stdout(tee(io::stdout, Some(live_error.clone())))
+            .observe_stderr(tee(io::stderr, None));
     }
     let result = smol::block_on(run.into_future());
     let result = match result {
         Ok(r) => r,
         Err(e @ agentrun_smol::RunError::Spawn { .. }) => {
-            let code = match &e {
-                agentrun_smol::RunError::Spawn { source, .. }
-                    if source.kind() == io::ErrorKind::NotFound =>
-                {
-                    failure::NOT_FOUND
-                }
-                _ => failure::CANNOT_EXECUTE,
-            };
             let failure = Failure {
-                code,
+                code: e.exit_code().unwrap_or(failure::CANNOT_EXECUTE),
                 kind: "spawn",
                 message: e.to_string(),
             };
@@ -174,31 +176,43 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
         result.exit,
         args.timeout,
     );
-    if args.json {
+    // A stdout that cannot be written (a full disk) fails the command, but only after the
+    // footer: the run is kept, and the footer says where.
+    let written = if args.json {
         let json = serde_json::to_string_pretty(&result).map_err(Failure::runtime)?;
-        write_or_quiet(&mut out, format!("{json}\n").as_bytes())?;
+        write_or_quiet(&mut out, format!("{json}\n").as_bytes())
     } else if args.sink {
         // stdout is the clean channel: the answer alone, verbatim; everything else on stderr.
         eprint!("{}", result.model_text());
         eprintln!("{footer}");
         match &result.result {
-            Some(answer) => write_or_quiet(&mut out, answer.as_bytes())?,
-            None => eprintln!(
-                "agentrun: no clean result: the sink was {}; the preview above is the fallback",
-                result.sink.describe()
-            ),
+            Some(answer) => write_or_quiet(&mut out, answer.as_bytes()),
+            None => {
+                eprintln!(
+                    "agentrun: no clean result: the sink was {}; the preview above is the \
+                     fallback",
+                    result.sink.describe()
+                );
+                Ok(())
+            }
         }
     } else if args.live {
         // The output was shown as it came: only where it is kept remains to be said.
         eprintln!("{footer}");
+        match live_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(e) => Err(Failure::stdout_write(e)),
+            None => Ok(()),
+        }
     } else {
-        write_or_quiet(&mut out, result.model_text().as_bytes())?;
+        let written = write_or_quiet(&mut out, result.model_text().as_bytes());
         eprintln!("{footer}");
-    }
+        written
+    };
     if let Some(error) = &result.sink_cleanup_error {
         eprintln!("agentrun: warning: {error}; `agentrun gc` removes what is left");
     }
     report_faults(&result.record);
+    written?;
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
@@ -213,14 +227,31 @@ pub(crate) fn report_faults(record: &ResultRecord) {
     }
 }
 
+/// Where a live tap keeps the first error writing to agentrun's stdout.
+type LiveError = Arc<Mutex<Option<io::Error>>>;
+
 /// A live tap copying each chunk to `sink` (agentrun's stdout or stderr) at once. A write
-/// error (a closed pipe, a full terminal) ends the copy, never the capture.
-fn tee<W: io::Write + 'static>(sink: fn() -> W) -> impl FnMut(&[u8]) + Send + 'static {
+/// error (a closed pipe, a full terminal) ends the copy, never the capture; one other than a
+/// closed pipe is kept in `errors`, when given, to fail the command after the run.
+fn tee<W: io::Write + 'static>(
+    sink: fn() -> W,
+    errors: Option<LiveError>,
+) -> impl FnMut(&[u8]) + Send + 'static {
     let mut open = true;
     move |chunk: &[u8]| {
         if open {
             let mut w = sink();
-            open = w.write_all(chunk).and_then(|()| w.flush()).is_ok();
+            if let Err(e) = w.write_all(chunk).and_then(|()| w.flush()) {
+                open = false;
+                if let Some(errors) = &errors
+                    && e.kind() != io::ErrorKind::BrokenPipe
+                {
+                    errors
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert(e);
+                }
+            }
         }
     }
 }

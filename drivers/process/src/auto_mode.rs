@@ -265,15 +265,13 @@ impl<R: Runtime> AgentSession for AutoModeRunner<'_, R> {
 fn turn_error(harness: Harness, e: AgentError) -> TurnError {
     match e {
         AgentError::Run(RunError::Spawn { program, source }) => {
-            let exit_code = if source.kind() == io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
-            let reason = if exit_code == 127 {
-                format!("not found on PATH; install the {harness} CLI or put it on PATH")
-            } else {
-                format!("{source}; is it executable?")
+            let exit_code = i32::from(crate::live::spawn_exit_code(&source));
+            let reason = match (source.kind(), exit_code) {
+                (io::ErrorKind::NotFound, _) => {
+                    format!("not found on PATH; install the {harness} CLI or put it on PATH")
+                }
+                (_, 127) => format!("{source}: no such program"),
+                _ => format!("{source}; is it executable?"),
             };
             TurnError::Spawn {
                 program: program.to_string_lossy().into_owned(),

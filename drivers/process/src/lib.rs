@@ -31,7 +31,7 @@ pub use driver::{ChildProcess, RunBuilder, Runner, Runtime};
 pub mod api {
     pub use crate::agent::{AgentError, AgentOptions, AgentRun, RetainedSource};
     pub use crate::auto_mode::{HarnessLaunch, ProgressSink, StopRequests};
-    pub use crate::live::RunError;
+    pub use crate::live::{RunError, spawn_exit_code};
     pub use agentrun_core::process::{
         Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, StdinMode,
     };
@@ -40,7 +40,7 @@ pub mod api {
     };
     pub use agentrun_fs::sink::read_sink;
 }
-pub use live::RunError;
+pub use live::{RunError, spawn_exit_code};
 pub use os::program_exists;
 
 /// Declares a runtime crate's public driver types for its [`Runtime`] implementation, so

@@ -73,8 +73,34 @@ pub enum RunError {
     Io(#[from] io::Error),
 }
 
+impl RunError {
+    /// The exit code a shell gives a program this error kept from starting: see
+    /// [`spawn_exit_code`]. `None` for an error that is not about the program.
+    pub fn exit_code(&self) -> Option<u8> {
+        match self {
+            RunError::Spawn { source, .. } => Some(spawn_exit_code(source)),
+            _ => None,
+        }
+    }
+}
+
+/// The exit code for a program that could not be started, as a shell gives it: 127 when there
+/// is no such program, 126 when there is one but it cannot be executed. A name too long to be
+/// a file name or a path (`ENAMETOOLONG`) names no file at all, whether it is looked up in
+/// `PATH` or given as a path: "not found", as `execvp` treats it, not "cannot be executed".
+/// The one mapping of `agentrun run`, `agentrun agent` and auto mode.
+pub fn spawn_exit_code(source: &io::Error) -> u8 {
+    match source.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::InvalidFilename => 127,
+        _ => 126,
+    }
+}
+
 fn spawn_hint(program: &OsStr, e: &io::Error) -> &'static str {
     match e.kind() {
+        io::ErrorKind::InvalidFilename => {
+            " (no file can have a name this long: there is no such program)"
+        }
         io::ErrorKind::NotFound if os::program_exists(program) => {
             " (the program exists: its interpreter, named on its #! line, was not found)"
         }
