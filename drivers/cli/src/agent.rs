@@ -181,6 +181,9 @@ pub(crate) fn run(store: Store, args: AgentArgs) -> Result<ExitCode, Failure> {
         .failure
         .take()
     {
+        // stdout failed (a full disk): the session is still kept, and stderr says where.
+        eprintln!("{}", footer(&turn.process));
+        crate::run::report_faults(&turn.process.record);
         return Err(f);
     }
     report(&turn, &args, &mut interrupts)

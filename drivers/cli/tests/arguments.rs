@@ -68,7 +68,7 @@ fn an_unknown_option_before_the_program_is_an_error_not_the_program() {
 }
 
 /// A sandbox with a fake `claude` on `PATH` that writes its argv, each argument followed by a
-/// NUL, to `args` and exits 3.
+/// NUL, to `args`, prints the file named in `$REPLAY` if any, and exits 3.
 struct Harness {
     sandbox: Sandbox,
     bin: PathBuf,
@@ -83,7 +83,7 @@ impl Harness {
         let script = bin.join("claude");
         fs::write(
             &script,
-            "#!/bin/sh\nprintf '%s\\0' \"$@\" >> \"$ARGS_FILE\"\nexit 3\n",
+            "#!/bin/sh\nprintf '%s\\0' \"$@\" >> \"$ARGS_FILE\"\n[ -z \"$REPLAY\" ] || cat \"$REPLAY\"\nexit 3\n",
         )
         .unwrap();
         fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
@@ -292,9 +292,20 @@ fn a_stdout_that_cannot_be_written_is_an_error() {
         return;
     };
     assert_exit_says(&o, 127, "no-such-program-here");
-    // `agent`'s status lines.
+    // `agent`'s status lines, and its progress lines as they come; the footer still says
+    // where the session's output is kept.
     let Some(o) = to_full_disk(h.cmd(&["agent", "claude", "hi"])) else {
         return;
     };
     assert_exit_says(&o, 125, "cannot write to stdout");
+    let mut replay = h.cmd(&["agent", "claude", "hi"]);
+    replay.env("REPLAY", sandbox::fixture(REPLAYED));
+    let Some(o) = to_full_disk(replay) else {
+        return;
+    };
+    assert_exit_says(&o, 125, "cannot write to stdout");
+    assert_exit_says(&o, 125, "agentrun: stdout: agentrun read artifact://");
 }
+
+/// A recorded Claude Code session with progress lines.
+const REPLAYED: &str = "claude/agentrun-cyber-discussion-synthetic.jsonl";
