@@ -94,7 +94,7 @@ pub(crate) fn clap_error(mut e: clap::Error, args: &[OsString]) -> ExitCode {
             }
             _ => ExitCode::SUCCESS,
         },
-        _ if wants_json(args.iter().cloned()) => {
+        _ if wants_json(args) => {
             let text = e.render().to_string();
             let message = text
                 .trim()
@@ -165,14 +165,66 @@ fn subcommand(args: &[OsString]) -> Option<(usize, &str)> {
     None
 }
 
-/// Whether the raw arguments ask for JSON: a `--json` before the first `--` (after it, the
-/// words belong to a program or a prompt). Used only when parsing failed, to report the
-/// parse error in the form the caller reads.
-pub(crate) fn wants_json(args: impl IntoIterator<Item = OsString>) -> bool {
-    args.into_iter()
-        .skip(1)
-        .take_while(|a| a != "--")
-        .any(|a| a == "--json")
+/// Whether the raw arguments ask for JSON: a `--json` among the command's own options, before
+/// its program, prompt or objective starts (or a `--`): from there on, the words are the
+/// program's. Used only when parsing failed, to report the parse error in the form the caller
+/// reads; options are told from their values by the command tree.
+pub(crate) fn wants_json(args: &[OsString]) -> bool {
+    let tree = crate::command_tree();
+    let Some((at, name)) = subcommand(args) else {
+        return false;
+    };
+    let Some(command) = tree.find_subcommand(name) else {
+        return false;
+    };
+    let takes_value = |word: &str| {
+        // The global options, which the unbuilt tree does not list under each command.
+        if word == "--store" || word == "--config" {
+            return true;
+        }
+        let found = if let Some(long) = word.strip_prefix("--") {
+            command.get_arguments().find(|a| a.get_long() == Some(long))
+        } else {
+            let mut chars = word.chars().skip(1);
+            let short = chars.next();
+            // `-tVALUE`: the value is attached.
+            if chars.next().is_some() {
+                return false;
+            }
+            command.get_arguments().find(|a| a.get_short() == short)
+        };
+        found.is_some_and(|a| a.get_action().takes_values())
+    };
+    let mut positionals = command.get_positionals();
+    let mut words = args[at + 1..].iter();
+    while let Some(word) = words.next() {
+        let Some(word) = word.to_str() else {
+            // Not UTF-8: not an option of agentrun's; a positional.
+            if positionals
+                .next()
+                .is_none_or(clap::Arg::is_trailing_var_arg_set)
+            {
+                return false;
+            }
+            continue;
+        };
+        if word == "--" {
+            return false;
+        } else if word == "--json" {
+            return true;
+        } else if word.starts_with('-') && word.len() > 1 {
+            if !word.contains('=') && takes_value(word) {
+                words.next();
+            }
+        } else if positionals
+            .next()
+            .is_none_or(clap::Arg::is_trailing_var_arg_set)
+        {
+            // The program, prompt or objective starts here: the rest is its own.
+            return false;
+        }
+    }
+    false
 }
 
 /// Writes to stdout; a closed pipe (`agentrun read … | head`) ends output quietly.
@@ -195,11 +247,37 @@ mod tests {
     #[test]
     fn json_is_detected_before_the_program_only() {
         let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
-        assert!(wants_json(args(&["agentrun", "agent", "--json", "claude"])));
-        assert!(!wants_json(args(&[
-            "agentrun", "run", "--", "jq", "--json"
-        ])));
-        assert!(!wants_json(args(&["agentrun", "run", "ls"])));
+        let json = |a: &[&str]| wants_json(&args(a));
+        assert!(json(&["agentrun", "agent", "--json", "claude"]));
+        assert!(json(&[
+            "agentrun", "--store", "s", "agent", "claude", "--json", "--x"
+        ]));
+        assert!(json(&[
+            "agentrun",
+            "run",
+            "--timeout",
+            "--json",
+            "--json",
+            "x"
+        ]));
+        assert!(!json(&["agentrun", "run", "--", "jq", "--json"]));
+        assert!(!json(&["agentrun", "run", "ls"]));
+        // After the program or the prompt, `--json` is theirs.
+        assert!(!json(&["agentrun", "run", "--bogus", "jq", "--json"]));
+        assert!(!json(&[
+            "agentrun",
+            "run",
+            "--timeout",
+            "5s",
+            "jq",
+            "--json"
+        ]));
+        assert!(!json(&["agentrun", "agent", "claude", "fix", "--json"]));
+        assert!(!json(&["agentrun", "--json"]));
+        assert!(json(&[
+            "agentrun", "run", "--store", "s", "--json", "--bogus", "x"
+        ]));
+        assert!(json(&["agentrun", "auto", "-h", "--json"]));
     }
 
     #[test]

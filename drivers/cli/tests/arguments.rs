@@ -62,6 +62,20 @@ fn an_unknown_option_before_the_program_is_an_error_not_the_program() {
     let err = assert_exit_says(&o, 125, "--tiemout");
     assert!(o.stdout.is_empty(), "the program ran: {}", stdout(&o));
     assert!(!err.contains("cannot run"), "{err}");
+    // A `--json` after the program is the program's: the error is not printed as JSON.
+    let o = env.run(&["run", "--tiemout", "5s", "jq", "--json"]);
+    assert_exit_says(&o, 125, "--tiemout");
+    assert!(o.stdout.is_empty(), "{}", stdout(&o));
+    let o = env.run(&["run", "--json", "--tiemout", "5s", "jq"]);
+    assert_eq!(o.status.code(), Some(125));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--tiemout"),
+        "{v}"
+    );
     // A program whose name starts with `-` comes after `--`.
     let o = env.run(&["run", "--", "-no-such-program"]);
     assert_exit_says(&o, 127, "-no-such-program");
