@@ -1231,6 +1231,7 @@ impl CaptureSession {
         // the record not be written after all, they are taken out again (`unpublish`), so no
         // object is left that nothing points at.
         let mut fresh: Vec<(Digest, Option<SystemTime>)> = Vec::new();
+        let publishing_since = SystemTime::now();
         // The object being published when publication failed: its index may be in place.
         let mut attempted = None;
         let mut publish = |digest: &Digest, data: &Path, index: &Path| {
@@ -1280,7 +1281,7 @@ impl CaptureSession {
         drop(gc);
         if published.is_err() && !kept_by_keeper {
             // A keeper's objects stay protected by it; its caller decides about them.
-            unpublish(layout, &dir.path, &fresh, attempted);
+            unpublish(layout, &dir.path, &fresh, attempted, publishing_since);
         }
         drop((streams, indexes));
         drop(dir);
@@ -1293,16 +1294,18 @@ impl CaptureSession {
 /// a full disk they hold the room the next run needs. Best effort; what is left is an ordinary
 /// unreferenced object that GC removes after the grace period.
 ///
-/// Under the exclusive GC lock, so no publication is half done meanwhile. An object is kept
-/// if anything else may refer to it: another live capture protects it (a compaction that
-/// confirmed it, a capture about to publish it), or its mtime changed (a capture that found
-/// it as a dedupe hit refreshed it, and its record now points at it). The index of
-/// `attempted`, the object whose publication failed, is removed if that object is not there.
+/// Under the exclusive GC lock, so no publication is half done meanwhile. The objects are kept
+/// if anything else may refer to one of them: another live capture protects it (a compaction
+/// that confirmed it, a capture about to publish it), a record written since publication
+/// began names it (a capture that found it as a dedupe hit, and finished), or its mtime
+/// changed (a dedupe hit refreshes it). The index of `attempted`, the object whose
+/// publication failed, is removed if that object is not there.
 fn unpublish(
     layout: &layout::Layout,
     own: &Path,
     fresh: &[(Digest, Option<SystemTime>)],
     attempted: Option<Digest>,
+    since: SystemTime,
 ) {
     if fresh.is_empty() && attempted.is_none() {
         return;
@@ -1317,9 +1320,17 @@ fn unpublish(
         let _ = fs::remove_file(layout.index(&digest));
         let _ = fsync_dir(&layout.object_dir(&digest));
     }
-    let Ok(protected) = crate::gc::live_protected(layout, own) else {
+    let Ok(mut protected) = crate::gc::live_protected(layout, own) else {
         return;
     };
+    // Coarse timestamps (a second on some file systems) are allowed for.
+    let since = since
+        .checked_sub(std::time::Duration::from_secs(2))
+        .unwrap_or(since);
+    let Some(recent) = recent_record_artifacts(layout, since) else {
+        return;
+    };
+    protected.extend(recent);
     // A protected manifest roots its streams, so one of them protected elsewhere keeps all.
     if fresh.iter().any(|(digest, _)| protected.contains(digest)) {
         return;
@@ -1341,6 +1352,28 @@ fn unpublish(
     if let Some(dir) = fresh.first().map(|(d, _)| layout.object_dir(d)) {
         let _ = fsync_dir(&dir);
     }
+}
+
+/// Every artifact named by a record modified at or after `since`; `None` if one of those
+/// records cannot be read (then nothing may be taken back).
+fn recent_record_artifacts(layout: &layout::Layout, since: SystemTime) -> Option<HashSet<Digest>> {
+    let mut artifacts = HashSet::new();
+    for entry in fs::read_dir(layout.records()).ok()? {
+        let path = entry.ok()?.path();
+        if !path.to_str().is_some_and(|p| p.ends_with(RECORD_SUFFIX)) {
+            continue;
+        }
+        let modified = fs::symlink_metadata(&path)
+            .and_then(|m| m.modified())
+            .ok()?;
+        if modified < since {
+            continue;
+        }
+        let file = crate::record_file::read(&path).ok()?;
+        let record = ResultRecord::from_json(&file.bytes).ok()?;
+        artifacts.extend(record.artifacts());
+    }
+    Some(artifacts)
 }
 
 /// Makes a stream's capture file and index temp file final and durable.
@@ -1552,6 +1585,62 @@ mod tests {
         assert!(!record.incomplete, "{record:?}");
         assert!(read_stream(&store, &record, "stderr").is_empty());
         drop(other);
+    }
+
+    #[test]
+    fn a_failed_publication_takes_back_only_what_nothing_else_refers_to() {
+        let (_tmp, store) = temp_store();
+        let layout = &store.layout;
+        let since = SystemTime::now();
+        let published = |content: &[u8]| {
+            let (mut s, ix) = single(&store);
+            s.write(ix, content).unwrap();
+            let record = s.finish(done()).unwrap();
+            let digest = record.output_uri().digest;
+            let mtime = fs::metadata(layout.object(&digest))
+                .unwrap()
+                .modified()
+                .ok();
+            (record, digest, mtime)
+        };
+        let (_, referenced, referenced_mtime) = published(b"a record of now names it\n");
+        let (old, alone, alone_mtime) = published(b"only its record, removed\n");
+        fs::remove_file(layout.record(&old.run_id)).unwrap();
+        let (old, guarded, guarded_mtime) = published(b"a live capture protects it\n");
+        fs::remove_file(layout.record(&old.run_id)).unwrap();
+        let mut live = store
+            .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+            .unwrap();
+        live.protect_more(&[guarded]).unwrap();
+        let own = store.layout.captures().join("a-failed-capture");
+        // Each on its own, as a failed publication of that object alone would.
+        for (digest, mtime) in [
+            (referenced, referenced_mtime),
+            (alone, alone_mtime),
+            (guarded, guarded_mtime),
+        ] {
+            unpublish(layout, &own, &[(digest, mtime)], None, since);
+        }
+        assert!(layout.object(&referenced).exists(), "a record names it");
+        assert!(
+            layout.object(&guarded).exists(),
+            "a live capture protects it"
+        );
+        assert!(!layout.object(&alone).exists(), "nothing refers to it");
+        assert!(!layout.index(&alone).exists());
+        // A changed mtime (a dedupe hit refreshed it) keeps it too.
+        let (old, refreshed, _) = published(b"deduplicated since\n");
+        fs::remove_file(layout.record(&old.run_id)).unwrap();
+        let before = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1);
+        unpublish(
+            layout,
+            &own,
+            &[(refreshed, Some(before))],
+            None,
+            SystemTime::now(),
+        );
+        assert!(layout.object(&refreshed).exists());
+        drop(live);
     }
 
     #[test]

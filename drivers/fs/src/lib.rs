@@ -71,8 +71,9 @@
 //!   starts (`reserve`, refused with [`StoreError::NoSpace`] when there is none); a failed
 //!   write ends only its stream, and the bytes before it are published with a record marked
 //!   incomplete. If publication fails all the same, the objects it published for the first
-//!   time are taken back (under the exclusive GC lock, unless another capture protects them
-//!   or found them as a dedupe hit), so none is left without a record.
+//!   time are taken back (under the exclusive GC lock, unless another live capture protects
+//!   them, a record written meanwhile names them, or a dedupe hit refreshed them), so none is
+//!   left without a record.
 //! * Leftovers of a crash (an unlocked capture directory, a record temp file, an index whose
 //!   object is gone, unreferenced objects) are harmless and removed by the next GC.
 //!
