@@ -1396,6 +1396,7 @@ fn seal_stream(
             .at("truncate", &files.data_path)?;
     }
     let header = s.index_header.encode();
+    crate::fault::fail_io("sealing a stream").at("write", &index.path)?;
     let complete =
         index.entries_written + s.index_entries.len() as u64 == s.index_header.block_count();
     if index.broken || !complete {
@@ -1488,6 +1489,7 @@ fn protect(dir: &Path, digests: &[Digest]) -> Result<(), StoreError> {
     let path = dir.join("protect");
     let mut f = layout::append_private_file(&path)?;
     let text: String = digests.iter().map(|d| format!("{d}\n")).collect();
+    crate::fault::fail_io("protecting the digests").at("write", &path)?;
     f.write_all(text.as_bytes()).at("write", &path)?;
     atomic::sync_file(&f, &path)?;
     fsync_dir(dir)?;

@@ -1,6 +1,7 @@
 //! A full disk never loses a run: on a real, small tmpfs (when the tests run as root) the disk
 //! fills during the stream writes, and the output that fit is published with its record; and
-//! at each step of publication in turn (index, object, manifest, record) a full disk injected
+//! at each step of publication in turn (sealing the streams, the manifest, the protection,
+//! each index and object, the record) a full disk injected
 //! with [`crate::fault::no_space_at`] fails the finish with the disk's error, leaving no
 //! object that nothing points at, no temporary file, and a store that keeps working.
 
@@ -293,9 +294,13 @@ fn the_room_for_the_record_is_set_aside_before_the_capture_starts() {
 }
 
 /// The steps of publication where an injected full disk strikes, with how many times the
-/// step is passed first (stdout is new, stderr a dedupe hit that publishes nothing, then the
-/// manifest: a pass of 1 strikes at the manifest, after stdout was published).
-const STEPS: [(&str, u32); 6] = [
+/// step is passed first. Sealing: stdout, then stderr. Publishing: stdout is new, stderr a
+/// dedupe hit that publishes nothing, then the manifest, so a pass of 1 strikes at the
+/// manifest after stdout was published.
+const STEPS: [(&str, u32); 9] = [
+    ("sealing a stream", 0),
+    ("sealing a stream", 1),
+    ("protecting the digests", 0),
     ("publishing an index", 0),
     ("publishing an index", 1),
     ("publishing an object", 0),
