@@ -62,7 +62,14 @@ pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), I
         }
         _ => {}
     }
-    write_new_file(&tmp, bytes)?;
+    // A temp file that could not be written whole (a full disk) is removed at once: it is
+    // garbage, and holds room the caller may need for what it does about the error.
+    let written = write_new_file(&tmp, bytes)
+        .and_then(|()| fault::fail_io("writing a file atomically").at("write", &tmp));
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
     rename(&tmp, &target, "rename into place")?;
     fsync_dir(dir)
 }
@@ -117,9 +124,11 @@ pub(crate) fn publish_object(
         Published::Repaired
     };
     clear_directory(&object_idx)?;
+    fault::fail_io("publishing an index").at("publish index", &object_idx)?;
     rename(index, &object_idx, "publish index")?;
     fsync_dir(&dir)?;
     clear_directory(&object)?;
+    fault::fail_io("publishing an object").at("publish object", &object)?;
     rename(data, &object, "publish object")?;
     fsync_dir(&dir)?;
     Ok(published)

@@ -7,7 +7,9 @@
 //! * `s<i>` and `s<i>.idx`: the capture file and index temp file of declared stream `i`;
 //! * `m` and `m.idx`: the manifest of named output, written at finish;
 //! * `protect`: the digests being published, roots for any GC that runs while the lock is
-//!   held.
+//!   held;
+//! * `reserve`: room allocated when the capture starts and freed when publication starts, so
+//!   that a disk the output fills still has room for the record (see `Reserve`).
 //!
 //! Every chunk is appended to its capture file **before** the core machine accepts it, so the
 //! machine's digest, counts and index describe exactly the bytes on disk (a failed write is
@@ -32,6 +34,7 @@ use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::thread;
+use std::time::SystemTime;
 
 use agentrun_core::capture::CaptureSummary;
 use agentrun_core::digest::StreamingDigest;
@@ -44,7 +47,7 @@ use agentrun_core::{
     OutputDeclaration, PreviewLimits, ResultRecord,
 };
 
-use crate::atomic::{self, fsync_dir, publish_object, write_atomic};
+use crate::atomic::{self, Published, fsync_dir, publish_object, write_atomic};
 use crate::error::{IoContext, IoError};
 use crate::layout::{self, RECORD_SUFFIX};
 use crate::lock::GcLock;
@@ -361,6 +364,114 @@ fn start_writeback(files: &mut StreamFiles) {
 /// How many fresh run ids to try when a capture directory name is already taken.
 const RUN_ID_ATTEMPTS: usize = 16;
 
+/// The worst growth of text in a JSON string: a control byte becomes `\u00XX`.
+const JSON_GROWTH: u64 = 6;
+
+/// Room publication needs whatever the limits: the record's fixed fields and its faults, the
+/// manifest and its index, the index headers and last entries of every stream, the `protect`
+/// file, the record's temporary file name and a directory block or two.
+const RESERVE_BASE: u64 = 256 << 10;
+
+/// The bytes set aside before a capture starts for everything its publication writes (see
+/// [`Reserve`]): [`RESERVE_BASE`] plus, at the worst JSON growth, the live display and every
+/// stream's head and tail previews, which are what makes a record large.
+pub(crate) fn reserve_len(streams: usize, limits: &PreviewLimits) -> u64 {
+    let tail = if limits.tail_lines > 0 {
+        limits.tail_budget(streams)
+    } else {
+        0
+    };
+    let per_stream = (limits.stream_budget(streams) + tail) as u64 * JSON_GROWTH;
+    let display = agentrun_core::capture::DEFAULT_DISPLAY_BYTES as u64 * JSON_GROWTH;
+    RESERVE_BASE + display + streams as u64 * per_stream
+}
+
+/// The file `captures/<run_id>/reserve`: space allocated when the capture starts and freed
+/// only when it is published, so that a disk filled by the output (or by anything else while
+/// the run goes on) still has room for the index, the manifest and the record. Freed at
+/// publication rather than when a write first fails, so the run's own processes, still
+/// running, cannot take the room back in between.
+#[derive(Debug)]
+struct Reserve {
+    path: PathBuf,
+    len: u64,
+}
+
+impl Reserve {
+    /// Allocates `len` bytes in `dir`. A file system without room is
+    /// [`StoreError::NoSpace`], before anything runs.
+    fn take(dir: &Path, len: u64) -> Result<Self, StoreError> {
+        let path = dir.join("reserve");
+        layout::new_private_file().open(&path).at("create", &path)?;
+        let mut reserve = Self { path, len: 0 };
+        reserve.grow_to(len)?;
+        Ok(reserve)
+    }
+
+    /// Makes the reserve at least `len` bytes.
+    fn grow_to(&mut self, len: u64) -> Result<(), StoreError> {
+        if len <= self.len {
+            return Ok(());
+        }
+        let allocated = OpenOptions::new()
+            .write(true)
+            .open(&self.path)
+            .and_then(|f| allocate(&f, self.len, len));
+        match allocated {
+            Ok(()) => {
+                self.len = len;
+                Ok(())
+            }
+            // A file-size limit (RLIMIT_FSIZE) bounds each file, not the room on the disk:
+            // the record is a file of its own, under the same limit, so the reserve goes
+            // without the bytes the limit refuses.
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::FBIG.raw_os_error()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) => {
+                Err(StoreError::NoSpace {
+                    // `<root>/captures/<run_id>/reserve`: the store is what the user knows.
+                    path: self
+                        .path
+                        .ancestors()
+                        .nth(3)
+                        .unwrap_or(&self.path)
+                        .to_owned(),
+                    needed: len,
+                    source: e,
+                })
+            }
+            Err(e) => Err(IoError::at("allocate", &self.path, e).into()),
+        }
+    }
+
+    /// Frees the room for publication (best effort: a reserve that cannot be removed only
+    /// leaves less room, and goes with the capture directory).
+    fn release(self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// Allocates the bytes of `file` from `from` to `to`: `fallocate` where the file system has
+/// it, else by writing zeros (which a file system that compresses or deduplicates may not
+/// store, so there the reserve is only as good as the file system makes it).
+fn allocate(file: &File, from: u64, to: u64) -> io::Result<()> {
+    crate::fault::fail_io("allocating the reserve")?;
+    match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, to) {
+        Ok(()) => return Ok(()),
+        Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let zeros = vec![0u8; 64 << 10];
+    let mut at = from;
+    while at < to {
+        let n = zeros
+            .len()
+            .min(usize::try_from(to - at).unwrap_or(usize::MAX));
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
 /// Why a chunk was not captured.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -409,6 +520,8 @@ impl Store {
                 return Err(e.into());
             }
         };
+        let streams_declared = capture.declaration().indexes().count();
+        let reserve = Reserve::take(&dir.path, reserve_len(streams_declared, &limits))?;
         let mut streams = Vec::new();
         let mut indexes = Vec::new();
         for ix in capture.declaration().indexes() {
@@ -426,6 +539,7 @@ impl Store {
             run: None,
             keeps: Vec::new(),
             protected: HashSet::new(),
+            reserve: Some(reserve),
             dir,
         })
     }
@@ -574,6 +688,8 @@ pub struct CaptureSession {
     /// The digests already in this capture's `protect` file, so a digest is written (and
     /// synced) once however often it is protected.
     protected: HashSet<Digest>,
+    /// The room set aside for publication; freed when it starts.
+    reserve: Option<Reserve>,
     // Last, so the directory is removed after the files in it are closed (and the hasher
     // threads, which the streams join, have stopped).
     dir: CaptureDir,
@@ -590,6 +706,19 @@ impl CaptureSession {
             return Err(StoreError::CommandTooLong { bytes });
         }
         self.run = Some(run);
+        Ok(())
+    }
+
+    /// Sets aside room for `text_bytes` more bytes of text in the record, beyond the previews
+    /// and display [`Store::begin_capture`] already made room for: the command that
+    /// [`describe_run`](Self::describe_run) will add at the end, say. Call it before the run
+    /// starts: on a file system without that room it is [`StoreError::NoSpace`], and nothing
+    /// has run yet.
+    pub fn reserve_record_room(&mut self, text_bytes: usize) -> Result<(), StoreError> {
+        if let Some(reserve) = self.reserve.as_mut() {
+            let len = reserve.len + text_bytes as u64 * JSON_GROWTH;
+            reserve.grow_to(len)?;
+        }
         Ok(())
     }
 
@@ -1053,6 +1182,10 @@ impl CaptureSession {
             let _ = self.settle(ix);
             self.streams[ix.get()].hasher = None;
         }
+        // Nothing is written to the streams any more: the room set aside is publication's.
+        if let Some(reserve) = self.reserve.take() {
+            reserve.release();
+        }
         let CaptureSession {
             store,
             run_id,
@@ -1062,6 +1195,7 @@ impl CaptureSession {
             run: run_info,
             keeps,
             protected: _,
+            reserve: _,
             dir,
         } = self;
         // A hasher that panicked may have left the machine half way through a piece: then
@@ -1093,45 +1227,153 @@ impl CaptureSession {
             Some(keeper) => keeper.protect_new(&digests)?,
             None => protect(&dir.path, &digests)?,
         }
-        for ((files, index), s) in streams.iter().zip(&indexes).zip(&summary.streams) {
-            publish_object(layout, &s.digest, &files.data_path, &index.path)?;
-        }
-        if let Some((digest, data, index)) = &manifest {
-            publish_object(layout, digest, data, index)?;
-        }
-        // The record goes last: once it exists, everything it references is published. It is
-        // written before the GC lock and the capture lock (the protection) are released.
-        let mut record = ResultRecord::from_summary(run_id.clone(), &summary);
-        record.run = run_info;
-        record.set_keeps(keeps);
-        if kept_by_keeper {
-            drop(gc);
-            drop((streams, indexes));
-            drop(dir);
-            return Ok(record);
-        }
-        let json = serde_json::to_vec_pretty(&record).map_err(io::Error::other);
-        let json = json.at("serialize the record of", &layout.record(&run_id))?;
-        // Every field is bounded where it enters, so this never refuses; it guarantees that no
-        // record is written that its own reader would refuse.
-        if json.len() as u64 > MAX_RECORD_BYTES {
-            return Err(StoreError::RecordTooLarge {
-                path: layout.record(&run_id),
-                size: json.len() as u64,
-                limit: MAX_RECORD_BYTES,
-            });
-        }
-        write_atomic(
-            &layout.records(),
-            &format!("{run_id}{RECORD_SUFFIX}"),
-            &json,
-        )?;
-        crate::fault::point("after the record, before the capture directory is removed");
+        // The objects this capture put in place for the first time, with their mtime: should
+        // the record not be written after all, they are taken out again (`unpublish`), so no
+        // object is left that nothing points at.
+        let mut fresh: Vec<(Digest, Option<SystemTime>)> = Vec::new();
+        let publishing_since = SystemTime::now();
+        // The object being published when publication failed: its index may be in place.
+        let mut attempted = None;
+        let mut publish = |digest: &Digest, data: &Path, index: &Path| {
+            attempted = Some(*digest);
+            if publish_object(layout, digest, data, index)? == Published::New {
+                let mtime = fs::metadata(layout.object(digest)).and_then(|m| m.modified());
+                fresh.push((*digest, mtime.ok()));
+            }
+            attempted = None;
+            Ok::<(), StoreError>(())
+        };
+        let published = (|| {
+            for ((files, index), s) in streams.iter().zip(&indexes).zip(&summary.streams) {
+                publish(&s.digest, &files.data_path, &index.path)?;
+            }
+            if let Some((digest, data, index)) = &manifest {
+                publish(digest, data, index)?;
+            }
+            // The record goes last: once it exists, everything it references is published.
+            // It is written before the GC lock and the capture lock (the protection) are
+            // released.
+            let mut record = ResultRecord::from_summary(run_id.clone(), &summary);
+            record.run = run_info;
+            record.set_keeps(keeps);
+            if kept_by_keeper {
+                return Ok(record);
+            }
+            let json = serde_json::to_vec_pretty(&record).map_err(io::Error::other);
+            let json = json.at("serialize the record of", &layout.record(&run_id))?;
+            // Every field is bounded where it enters, so this never refuses; it guarantees
+            // that no record is written that its own reader would refuse.
+            if json.len() as u64 > MAX_RECORD_BYTES {
+                return Err(StoreError::RecordTooLarge {
+                    path: layout.record(&run_id),
+                    size: json.len() as u64,
+                    limit: MAX_RECORD_BYTES,
+                });
+            }
+            write_atomic(
+                &layout.records(),
+                &format!("{run_id}{RECORD_SUFFIX}"),
+                &json,
+            )?;
+            crate::fault::point("after the record, before the capture directory is removed");
+            Ok(record)
+        })();
         drop(gc);
+        if published.is_err() && !kept_by_keeper {
+            // A keeper's objects stay protected by it; its caller decides about them.
+            unpublish(layout, &dir.path, &fresh, attempted, publishing_since);
+        }
         drop((streams, indexes));
         drop(dir);
-        Ok(record)
+        published
     }
+}
+
+/// Takes back the objects a capture published for the first time (`fresh`, each with the
+/// mtime it had then) when its record could not be written: no record points at them, and on
+/// a full disk they hold the room the next run needs. Best effort; what is left is an ordinary
+/// unreferenced object that GC removes after the grace period.
+///
+/// Under the exclusive GC lock, so no publication is half done meanwhile. The objects are kept
+/// if anything else may refer to one of them: another live capture protects it (a compaction
+/// that confirmed it, a capture about to publish it), a record written since publication
+/// began names it (a capture that found it as a dedupe hit, and finished), or its mtime
+/// changed (a dedupe hit refreshes it). The index of `attempted`, the object whose
+/// publication failed, is removed if that object is not there.
+fn unpublish(
+    layout: &layout::Layout,
+    own: &Path,
+    fresh: &[(Digest, Option<SystemTime>)],
+    attempted: Option<Digest>,
+    since: SystemTime,
+) {
+    if fresh.is_empty() && attempted.is_none() {
+        return;
+    }
+    let Ok(_gc) = GcLock::exclusive(layout) else {
+        return;
+    };
+    // No publication is half done now: an index without its object is an orphan.
+    if let Some(digest) = attempted
+        && matches!(fs::symlink_metadata(layout.object(&digest)), Err(e) if e.kind() == io::ErrorKind::NotFound)
+    {
+        let _ = fs::remove_file(layout.index(&digest));
+        let _ = fsync_dir(&layout.object_dir(&digest));
+    }
+    let Ok(mut protected) = crate::gc::live_protected(layout, own) else {
+        return;
+    };
+    // Coarse timestamps (a second on some file systems) are allowed for.
+    let since = since
+        .checked_sub(std::time::Duration::from_secs(2))
+        .unwrap_or(since);
+    let Some(recent) = recent_record_artifacts(layout, since) else {
+        return;
+    };
+    protected.extend(recent);
+    // A protected manifest roots its streams, so one of them protected elsewhere keeps all.
+    if fresh.iter().any(|(digest, _)| protected.contains(digest)) {
+        return;
+    }
+    for (digest, mtime) in fresh {
+        let object = layout.object(digest);
+        let unchanged = fs::symlink_metadata(&object)
+            .and_then(|m| m.modified())
+            .ok()
+            .is_some_and(|now| Some(now) == *mtime);
+        if !unchanged {
+            continue;
+        }
+        // The object before its index, as GC does: an object is never visible without it.
+        if fs::remove_file(&object).is_ok() {
+            let _ = fs::remove_file(layout.index(digest));
+        }
+    }
+    if let Some(dir) = fresh.first().map(|(d, _)| layout.object_dir(d)) {
+        let _ = fsync_dir(&dir);
+    }
+}
+
+/// Every artifact named by a record modified at or after `since`; `None` if one of those
+/// records cannot be read (then nothing may be taken back).
+fn recent_record_artifacts(layout: &layout::Layout, since: SystemTime) -> Option<HashSet<Digest>> {
+    let mut artifacts = HashSet::new();
+    for entry in fs::read_dir(layout.records()).ok()? {
+        let path = entry.ok()?.path();
+        if !path.to_str().is_some_and(|p| p.ends_with(RECORD_SUFFIX)) {
+            continue;
+        }
+        let modified = fs::symlink_metadata(&path)
+            .and_then(|m| m.modified())
+            .ok()?;
+        if modified < since {
+            continue;
+        }
+        let file = crate::record_file::read(&path).ok()?;
+        let record = ResultRecord::from_json(&file.bytes).ok()?;
+        artifacts.extend(record.artifacts());
+    }
+    Some(artifacts)
 }
 
 /// Makes a stream's capture file and index temp file final and durable.
@@ -1154,6 +1396,7 @@ fn seal_stream(
             .at("truncate", &files.data_path)?;
     }
     let header = s.index_header.encode();
+    crate::fault::fail_io("sealing a stream").at("write", &index.path)?;
     let complete =
         index.entries_written + s.index_entries.len() as u64 == s.index_header.block_count();
     if index.broken || !complete {
@@ -1235,6 +1478,7 @@ fn write_manifest(
     let data = dir.join("m");
     let index = dir.join("m.idx");
     let sidecar = agentrun_core::index::encode_index_of(&bytes, agentrun_core::index::BLOCK_SIZE);
+    crate::fault::fail_io("writing the manifest").at("write", &data)?;
     atomic::write_new_file(&data, &bytes)?;
     atomic::write_new_file(&index, &sidecar)?;
     Ok(Some((digest, data, index)))
@@ -1245,6 +1489,7 @@ fn protect(dir: &Path, digests: &[Digest]) -> Result<(), StoreError> {
     let path = dir.join("protect");
     let mut f = layout::append_private_file(&path)?;
     let text: String = digests.iter().map(|d| format!("{d}\n")).collect();
+    crate::fault::fail_io("protecting the digests").at("write", &path)?;
     f.write_all(text.as_bytes()).at("write", &path)?;
     atomic::sync_file(&f, &path)?;
     fsync_dir(dir)?;
@@ -1342,6 +1587,62 @@ mod tests {
         assert!(!record.incomplete, "{record:?}");
         assert!(read_stream(&store, &record, "stderr").is_empty());
         drop(other);
+    }
+
+    #[test]
+    fn a_failed_publication_takes_back_only_what_nothing_else_refers_to() {
+        let (_tmp, store) = temp_store();
+        let layout = &store.layout;
+        let since = SystemTime::now();
+        let published = |content: &[u8]| {
+            let (mut s, ix) = single(&store);
+            s.write(ix, content).unwrap();
+            let record = s.finish(done()).unwrap();
+            let digest = record.output_uri().digest;
+            let mtime = fs::metadata(layout.object(&digest))
+                .unwrap()
+                .modified()
+                .ok();
+            (record, digest, mtime)
+        };
+        let (_, referenced, referenced_mtime) = published(b"a record of now names it\n");
+        let (old, alone, alone_mtime) = published(b"only its record, removed\n");
+        fs::remove_file(layout.record(&old.run_id)).unwrap();
+        let (old, guarded, guarded_mtime) = published(b"a live capture protects it\n");
+        fs::remove_file(layout.record(&old.run_id)).unwrap();
+        let mut live = store
+            .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+            .unwrap();
+        live.protect_more(&[guarded]).unwrap();
+        let own = store.layout.captures().join("a-failed-capture");
+        // Each on its own, as a failed publication of that object alone would.
+        for (digest, mtime) in [
+            (referenced, referenced_mtime),
+            (alone, alone_mtime),
+            (guarded, guarded_mtime),
+        ] {
+            unpublish(layout, &own, &[(digest, mtime)], None, since);
+        }
+        assert!(layout.object(&referenced).exists(), "a record names it");
+        assert!(
+            layout.object(&guarded).exists(),
+            "a live capture protects it"
+        );
+        assert!(!layout.object(&alone).exists(), "nothing refers to it");
+        assert!(!layout.index(&alone).exists());
+        // A changed mtime (a dedupe hit refreshed it) keeps it too.
+        let (old, refreshed, _) = published(b"deduplicated since\n");
+        fs::remove_file(layout.record(&old.run_id)).unwrap();
+        let before = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1);
+        unpublish(
+            layout,
+            &own,
+            &[(refreshed, Some(before))],
+            None,
+            SystemTime::now(),
+        );
+        assert!(layout.object(&refreshed).exists());
+        drop(live);
     }
 
     #[test]

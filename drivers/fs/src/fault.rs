@@ -6,6 +6,10 @@
 //! destructor runs, no lock is released by code, nothing is cleaned up. The crash test runs a
 //! child for N = 1, 2, … until a child finishes without reaching N, and checks the store after
 //! each. In other builds `point` is empty and compiles away.
+//!
+//! A full disk is injected the same way, but without dying: every step of publication that
+//! writes calls [`fail_io`] with its name, and a test that called [`no_space_at`] with that
+//! name on its own thread gets `ENOSPC` there, once, as if the disk had filled right then.
 
 /// The environment variable naming the fault point to die at (test builds only).
 #[cfg(test)]
@@ -36,3 +40,45 @@ pub(crate) fn point(name: &'static str) {
 #[cfg(not(test))]
 #[inline(always)]
 pub(crate) fn point(_name: &'static str) {}
+
+#[cfg(test)]
+thread_local! {
+    /// The step at which the current thread's [`fail_io`] reports a full disk, and how many
+    /// times the step is passed first.
+    static NO_SPACE_AT: std::cell::Cell<Option<(&'static str, u32)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Makes [`fail_io`] of `step` on this thread fail with `ENOSPC` once, after passing it
+/// `passes` times (test builds only). Per thread, so tests running side by side never see
+/// each other's faults.
+#[cfg(test)]
+pub(crate) fn no_space_at(step: &'static str, passes: u32) {
+    NO_SPACE_AT.set(Some((step, passes)));
+}
+
+/// A step of publication that writes to the disk; in a test build, where [`no_space_at`]
+/// makes the disk be full, once.
+#[cfg(test)]
+pub(crate) fn fail_io(step: &'static str) -> std::io::Result<()> {
+    match NO_SPACE_AT.get() {
+        Some((at, 0)) if at == step => {
+            NO_SPACE_AT.set(None);
+            Err(std::io::Error::from_raw_os_error(
+                rustix::io::Errno::NOSPC.raw_os_error(),
+            ))
+        }
+        Some((at, passes)) if at == step => {
+            NO_SPACE_AT.set(Some((at, passes - 1)));
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A step of publication that writes to the disk (no fault injection outside test builds).
+#[cfg(not(test))]
+#[inline(always)]
+pub(crate) fn fail_io(_step: &'static str) -> std::io::Result<()> {
+    Ok(())
+}

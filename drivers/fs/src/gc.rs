@@ -232,6 +232,24 @@ fn probe_capture(dir: &Path) -> Result<CaptureState, IoError> {
     }
 }
 
+/// The digests the live captures other than `own` protect (see [`probe_capture`]). The
+/// caller holds the GC lock exclusive, so no capture is being created meanwhile.
+pub(crate) fn live_protected(layout: &Layout, own: &Path) -> Result<HashSet<Digest>, IoError> {
+    let captures = layout.captures();
+    let mut protected = HashSet::new();
+    for entry in fs::read_dir(&captures).at("list", &captures)? {
+        let dir = entry.at("list", &captures)?.path();
+        if dir == own || !fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
+        // Probing takes a dead capture's lock for a moment; GC removes that directory later.
+        if let CaptureState::Live(digests) = probe_capture(&dir)? {
+            protected.extend(digests);
+        }
+    }
+    Ok(protected)
+}
+
 /// Removes a file, treating "already gone" as success.
 fn remove_file(path: &Path) -> Result<(), IoError> {
     match fs::remove_file(path) {

@@ -23,6 +23,8 @@
 //!     s<i>, s<i>.idx                 capture file and index temp file of stream i
 //!     m, m.idx                       the manifest of named output (at finish)
 //!     protect                        digests being published
+//!     reserve                        room set aside for publication (the record, indexes,
+//!                                    manifest), freed when publication starts
 //!   records/<run_id>.json          terminal result records (JSON of ResultRecord): GC roots
 //!                                  (a record's output, and the artifacts it `keeps`); at
 //!                                  most MAX_RECORD_BYTES, a larger file is refused unread
@@ -65,6 +67,13 @@
 //! * Checked by killing a process with SIGKILL at every step of publication in turn (before
 //!   and after each `fsync` and `rename`; `crash_tests`, with the test-only fault points of
 //!   `fault`) and checking the store after each crash.
+//! * **A full disk loses no run.** A capture sets aside room for its publication before it
+//!   starts (`reserve`, refused with [`StoreError::NoSpace`] when there is none); a failed
+//!   write ends only its stream, and the bytes before it are published with a record marked
+//!   incomplete. If publication fails all the same, the objects it published for the first
+//!   time are taken back (under the exclusive GC lock, unless another live capture protects
+//!   them, a record written meanwhile names them, or a dedupe hit refreshed them), so none is
+//!   left without a record.
 //! * Leftovers of a crash (an unlocked capture directory, a record temp file, an index whose
 //!   object is gone, unreferenced objects) are harmless and removed by the next GC.
 //!
@@ -85,6 +94,8 @@ pub mod config;
 mod crash_tests;
 mod error;
 mod fault;
+#[cfg(test)]
+mod full_disk_tests;
 pub mod gc;
 mod layout;
 mod lock;

@@ -183,6 +183,24 @@ pub enum StoreError {
         /// The format it names.
         format: String,
     },
+    /// The store's file system has no room for what a run's publication needs (the record,
+    /// the index and manifest), which is set aside before the run starts so that a disk the
+    /// output fills still gets the run's record. Nothing was run.
+    #[error(
+        "no room for a run's record in {}: {needed} bytes are set aside before a run starts, so \
+         that its record can be written even if the output fills the disk, and the file system \
+         has less ({source}); free space there and run again",
+        .path.display()
+    )]
+    NoSpace {
+        /// The store's root.
+        path: PathBuf,
+        /// The bytes it needed.
+        needed: u64,
+        /// The allocation error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A captured stream's file does not hold the bytes that were accepted for it.
     #[error("capture file {} is shorter than the {expected} bytes accepted for it", .path.display())]
     CaptureFileTruncated {

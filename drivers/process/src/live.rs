@@ -209,7 +209,10 @@ pub(crate) fn prepare(store: &Store, options: RunOptions) -> Result<Prepared, Ru
             });
         }
     }
-    let session = store.begin_capture(options.declaration.clone(), options.limits)?;
+    let mut session = store.begin_capture(options.declaration.clone(), options.limits)?;
+    // Room for the command in the record, which is written at the end, when the disk may be
+    // full: taken now, before anything runs.
+    session.reserve_record_room(agentrun_core::process::command_bytes(&options.command()))?;
     let sink = match &options.result_sink {
         Some(sink) => Some(store.prepare_sink(sink, session.run_id())?),
         None => None,
