@@ -9,7 +9,8 @@
 //! 3. At once: the watchdog, a pidfd on the child, and the drop guard. From here on every
 //!    way out (an error taking the pipes, a dropped future) stops the child's group.
 //! 4. Start the pump jobs (stdout, stderr) and the stdin job on the blocking pool.
-//! 5. Loop: carry out every [`RunAction`] (signals to the group, reporting an empty group),
+//! 5. Loop: carry out every [`RunAction`] (signals and probes to the group, reporting an
+//!    empty group),
 //!    then wait for the first of: the child's exit, all pumps done (pipes closed), a cancel
 //!    request, the lifecycle's next wakeup (reporting the last output first). Until
 //!    [`RunAction::Finish`].
@@ -429,8 +430,11 @@ impl<R: Runtime> State<R> {
     fn apply_actions(&mut self, now: Instant) -> Option<Ending> {
         while let Some(action) = self.lifecycle.poll_action() {
             let signal = match action {
-                RunAction::Signal(signal) => os::os_signal(signal),
-                RunAction::Kill => Signal::KILL,
+                RunAction::Signal(signal) => Some(os::os_signal(signal)),
+                RunAction::Kill => Some(Signal::KILL),
+                // Only asked for once the child is reaped, so an empty group means every
+                // process of the run is gone (a zombie child would still count).
+                RunAction::Probe => None,
                 RunAction::Finish {
                     outcome,
                     exit,
@@ -446,7 +450,11 @@ impl<R: Runtime> State<R> {
                 }
                 _ => continue,
             };
-            if os::signal_group(self.group, signal) == Delivery::NoGroup {
+            let delivery = match signal {
+                Some(signal) => os::signal_group(self.group, signal),
+                None => os::probe_group(self.group),
+            };
+            if delivery == Delivery::NoGroup {
                 self.lifecycle.handle_group_empty(now);
             }
         }

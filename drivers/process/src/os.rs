@@ -245,7 +245,7 @@ pub fn os_signal(signal: StopSignal) -> Signal {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Delivery {
-    /// The group exists (the signal was sent).
+    /// The group exists (the signal, if any, was sent).
     Sent,
     /// The group has no process left (or there was no group to signal).
     NoGroup,
@@ -257,6 +257,18 @@ pub fn signal_group(group: Option<Pid>, signal: Signal) -> Delivery {
         Some(group) => match rustix::process::kill_process_group(group, signal) {
             Err(rustix::io::Errno::SRCH) => Delivery::NoGroup,
             // EPERM and the like: the group is there, we cannot do more than try.
+            _ => Delivery::Sent,
+        },
+        None => Delivery::NoGroup,
+    }
+}
+
+/// Looks whether process group `group` still has a process (signal 0), without signalling it.
+pub fn probe_group(group: Option<Pid>) -> Delivery {
+    match group {
+        Some(group) => match rustix::process::test_kill_process_group(group) {
+            Err(rustix::io::Errno::SRCH) => Delivery::NoGroup,
+            // EPERM and the like: a process is there, only not ours to signal.
             _ => Delivery::Sent,
         },
         None => Delivery::NoGroup,
