@@ -72,6 +72,8 @@ trait Driver {
         options: RunOptions,
         ready: PathBuf,
     ) -> Result<ProcessResult, RunError>;
+    /// Runs one process and drops the run future once `ready` exists (looked at every 20 ms).
+    fn run_dropped_when(store: &Store, options: RunOptions, ready: PathBuf);
     /// Runs one process with a stop request after each delay of `requests` (counted from the
     /// previous one), through `RunBuilder::cancel_on`.
     fn run_with_stop_requests(
@@ -162,6 +164,20 @@ impl Driver for Smol {
                 })
                 .into_future(),
         )
+    }
+
+    fn run_dropped_when(store: &Store, options: RunOptions, ready: PathBuf) {
+        let runner = agentrun_smol::Runner::new(store.clone());
+        let ended = ::smol::block_on(::smol::future::or(
+            async { Some(runner.run(options).await) },
+            async {
+                while !ready.exists() {
+                    ::smol::Timer::after(Duration::from_millis(20)).await;
+                }
+                None
+            },
+        ));
+        assert!(ended.is_none(), "the run ended before it was dropped");
     }
 
     fn run_with_stop_requests(
@@ -280,6 +296,21 @@ impl Driver for Tokio {
                 })
                 .into_future(),
         )
+    }
+
+    fn run_dropped_when(store: &Store, options: RunOptions, ready: PathBuf) {
+        let runner = agentrun_tokio::Runner::new(store.clone());
+        let ended = tokio_runtime().block_on(async {
+            ::tokio::select! {
+                result = runner.run(options).into_future() => Some(result),
+                () = async {
+                    while !ready.exists() {
+                        ::tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                } => None,
+            }
+        });
+        assert!(ended.is_none(), "the run ended before it was dropped");
     }
 
     fn run_with_stop_requests(
@@ -1042,6 +1073,24 @@ fn leftovers_holding_the_pipes_do_not_hold_the_run<D: Driver>() {
 /// (long) grace, with the child's own status.
 fn the_rest_of_the_group_gets_the_grace_after_the_child_dies<D: Driver>() {
     let env = Env::new();
+    let (options, marker, ready) = wrapped_trap(&env);
+    let started = Instant::now();
+    let r = D::run_stopped_when(&env.store, options, ready).unwrap();
+    assert!(started.elapsed() < WIRING_BOUND, "{:?}", started.elapsed());
+    assert_eq!(r.outcome, RunOutcome::Cancelled);
+    assert_eq!(r.exit, Some(Exit::Signal(15)), "the child's own ending");
+    assert_eq!(
+        fs::read_to_string(&marker).ok().as_deref(),
+        Some("cleaned\n"),
+        "the trap finished its cleanup before the run returned"
+    );
+    assert_eq!(env.stdout(&r), "", "the child itself died of SIGTERM");
+}
+
+/// `sh -c 'sh trap.sh …; echo after'` with a long grace: the inner shell traps SIGTERM, and
+/// its trap sleeps 1 s, then writes "cleaned" to the marker file. It creates the ready file
+/// once the trap is set. Returns the options, the marker and the ready file.
+fn wrapped_trap(env: &Env) -> (RunOptions, PathBuf, PathBuf) {
     let (inner, marker, ready) = (env.path("trap.sh"), env.path("cleaned"), env.path("ready"));
     fs::write(
         &inner,
@@ -1057,17 +1106,27 @@ fn the_rest_of_the_group_gets_the_grace_after_the_child_dies<D: Driver>() {
         .arg(&marker)
         .arg(&ready)
         .kill_grace(Duration::from_secs(300));
-    let started = Instant::now();
-    let r = D::run_stopped_when(&env.store, options, ready).unwrap();
-    assert!(started.elapsed() < WIRING_BOUND, "{:?}", started.elapsed());
-    assert_eq!(r.outcome, RunOutcome::Cancelled);
-    assert_eq!(r.exit, Some(Exit::Signal(15)), "the child's own ending");
+    (options, marker, ready)
+}
+
+/// The same for a dropped run future: the blocking job that finishes the run leaves the rest
+/// of the group its grace, and publishes the record once the group is empty, long before the
+/// grace would end.
+fn a_dropped_run_leaves_the_rest_of_the_group_its_grace<D: Driver>() {
+    let env = Env::new();
+    let (options, marker, ready) = wrapped_trap(&env);
+    D::run_dropped_when(&env.store, options, ready);
+    assert!(
+        eventually(WIRING_BOUND, || env.store.records().unwrap().len() == 1),
+        "the dropped run was finished before its grace ended"
+    );
     assert_eq!(
         fs::read_to_string(&marker).ok().as_deref(),
         Some("cleaned\n"),
-        "the trap finished its cleanup before the run returned"
+        "the trap finished its cleanup before the run was finished"
     );
-    assert_eq!(env.stdout(&r), "", "the child itself died of SIGTERM");
+    let record = env.store.record(&env.store.records().unwrap()[0]).unwrap();
+    assert_eq!(record.capture_status, CaptureStatus::Cancelled);
 }
 
 /// What the child leaves running in its group when it exits (here a `sleep` with every
@@ -1706,6 +1765,11 @@ macro_rules! conformance {
             #[test]
             fn the_rest_of_the_group_gets_the_grace_after_the_child_dies() {
                 super::the_rest_of_the_group_gets_the_grace_after_the_child_dies::<$driver>();
+            }
+
+            #[test]
+            fn a_dropped_run_leaves_the_rest_of_the_group_its_grace() {
+                super::a_dropped_run_leaves_the_rest_of_the_group_its_grace::<$driver>();
             }
 
             #[test]
