@@ -1158,6 +1158,32 @@ fn a_background_process_is_stopped_at_the_end_of_the_run<D: Driver>() {
     );
 }
 
+/// A group left holding only a zombie (here: a `sleep 0.1` whose parent left the group with
+/// `setsid` and never reaps it; the same happens to every orphan where the reaper of orphans
+/// does not reap, as when the runner is a container's first process) counts as empty: the
+/// run does not sit out the (long) grace for a process that can no longer clean up anything.
+fn a_group_of_zombies_does_not_cost_the_grace<D: Driver>() {
+    let env = Env::new();
+    let pidfile = env.path("parent");
+    let script = format!(
+        "(sleep 0.1 & exec setsid sleep 300) >/dev/null 2>&1 </dev/null & \
+         echo $! > '{}'; sleep 0.5; echo done",
+        pidfile.display()
+    );
+    let started = Instant::now();
+    let r = D::run(&env.store, sh(&script).kill_grace(Duration::from_secs(300)));
+    let took = started.elapsed();
+    let parent = fs::read_to_string(&pidfile).unwrap();
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", parent.trim()])
+        .status();
+    let r = r.unwrap();
+    assert!(took < WIRING_BOUND, "{took:?}");
+    assert_eq!(r.outcome, RunOutcome::Completed);
+    assert_eq!(r.exit, Some(Exit::Code(0)));
+    assert_eq!(env.stdout(&r), "done\n");
+}
+
 /// `RunOptions::keep_background`: the background process outlives the run (a daemon started
 /// on purpose), and the run is completed as usual.
 fn keep_background_keeps_what_the_child_left_running<D: Driver>() {
@@ -1770,6 +1796,11 @@ macro_rules! conformance {
             #[test]
             fn a_dropped_run_leaves_the_rest_of_the_group_its_grace() {
                 super::a_dropped_run_leaves_the_rest_of_the_group_its_grace::<$driver>();
+            }
+
+            #[test]
+            fn a_group_of_zombies_does_not_cost_the_grace() {
+                super::a_group_of_zombies_does_not_cost_the_grace::<$driver>();
             }
 
             #[test]

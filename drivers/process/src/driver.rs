@@ -282,6 +282,7 @@ async fn run<R: Runtime>(
             rt: rt.clone(),
             watchdog,
             group,
+            next_scan: None,
             exit_watch: os::exit_watch(child.id()),
             child,
             exited: false,
@@ -409,12 +410,18 @@ async fn run<R: Runtime>(
 /// the runtime may not be running any more.
 const DROPPED_POLL: Duration = Duration::from_millis(10);
 
+/// How often a probe of the group may scan `/proc` for members that are not zombies: it reads
+/// every process's status, so not at every probe of a group that ignores its stop signal.
+const ZOMBIE_SCAN: Duration = Duration::from_millis(250);
+
 /// A run after the spawn: what both the run future and its drop guard drive.
 struct State<R: Runtime> {
     rt: R,
     /// Stops the group if this process dies before the run ends.
     watchdog: Option<Watchdog>,
     group: Option<Pid>,
+    /// When a probe of the group may next look past its zombies (in `/proc`).
+    next_scan: Option<Instant>,
     /// Readable once the child exited (a pidfd), for the drop guard's blocking wait.
     exit_watch: Option<OwnedFd>,
     child: R::Child,
@@ -452,7 +459,15 @@ impl<R: Runtime> State<R> {
             };
             let delivery = match signal {
                 Some(signal) => os::signal_group(self.group, signal),
-                None => os::probe_group(self.group),
+                None => {
+                    // Zombies count for signal 0; looking past them reads /proc, so at most
+                    // every `ZOMBIE_SCAN`.
+                    let scan = self.next_scan.is_none_or(|at| now >= at);
+                    if scan {
+                        self.next_scan = Some(now + ZOMBIE_SCAN);
+                    }
+                    os::probe_group(self.group, scan)
+                }
             };
             if delivery == Delivery::NoGroup {
                 self.lifecycle.handle_group_empty(now);
