@@ -14,7 +14,9 @@
 //!    1. Drain [`RunLifecycle::poll_action`] until `None` and carry out each action:
 //!       [`RunAction::Signal`] (send that signal to the child's process group; if the group
 //!       has no process left, report it with [`RunLifecycle::handle_group_empty`]),
-//!       [`RunAction::Kill`] (SIGKILL to the group, same report), or [`RunAction::Finish`]
+//!       [`RunAction::Kill`] (SIGKILL to the group, same report), [`RunAction::Probe`] (look
+//!       whether the group still has a process, e.g. signal 0; same report), or
+//!       [`RunAction::Finish`]
 //!       (stop waiting: finalize the run with that outcome and exit, and say in the record
 //!       what it reports as unfinished: output pipes still open, a child never reaped; the
 //!       machine is done and every later input is ignored).
@@ -37,10 +39,16 @@
 //! * While the child runs, the deadline (`timeout` after the start) and the idle timeout
 //!   (`idle_timeout` after the last output) stop it; so does a cancellation.
 //! * Stopping sends each stop signal (SIGTERM by default) with the grace period after it,
-//!   ended early by the child's exit, then SIGKILL. SIGKILL also goes to the group after the
-//!   child exited during a grace period, since processes it started may still be in its group.
-//!   After that the output pipes get [`DRAIN_AFTER_KILL`]; a process that left the group
-//!   (`setsid`) and still holds them is not waited for longer.
+//!   then SIGKILL. The grace belongs to the whole group, not to the direct child: a child that
+//!   exits during it (a wrapper such as `sh -c` or `npm test` dying of SIGTERM at once) leaves
+//!   what it started in its group the rest of the grace to clean up. After the exit the driver
+//!   is asked to look at the group at once and then every [`GROUP_PROBE`]
+//!   ([`RunAction::Probe`]); the grace ends when it ends or when the group is found empty,
+//!   whichever comes first, and only a group still holding a process gets the next signal or
+//!   SIGKILL. After SIGKILL (or an empty group) the output pipes get [`DRAIN_AFTER_KILL`]; a
+//!   process that left the group (`setsid`) and still holds them is not waited for longer.
+//! * A group found empty is never signalled again: once the child is reaped and its group
+//!   empty, the group's id is free and may be reused by an unrelated group.
 //! * SIGKILL cannot be ignored, but a child in uninterruptible sleep (a hung disk or network
 //!   file system) does not die of it until the kernel call returns. The run waits
 //!   [`EXIT_AFTER_KILL`] for the exit and then finishes without it
@@ -50,10 +58,16 @@
 //!   not captured, so the driver must mark the output as possibly incomplete.
 //! * A child that exits by itself has completed, whatever comes after. The run waits
 //!   [`DRAIN_AFTER_EXIT`] for its pipes; if something it left behind still holds them, what is
-//!   left of the group is stopped like a child (signals, grace, SIGKILL, ended early when the
-//!   pipes close), keeping the exit status. When the group turns out to be empty (the holder
-//!   escaped it) the grace periods are skipped: an escaped holder delays a finished run by at
-//!   most `DRAIN_AFTER_EXIT + DRAIN_AFTER_KILL`.
+//!   left of the group is stopped like a child (signals, grace, SIGKILL, the grace ended early
+//!   once the group is empty), keeping the exit status. When the group turns out to be empty
+//!   (the holder escaped it) the grace periods are skipped: an escaped holder delays a
+//!   finished run by at most `DRAIN_AFTER_EXIT + DRAIN_AFTER_KILL`.
+//! * Once the pipes closed after such an exit, the run is over, and whatever is left of the
+//!   group (background processes that let the pipes go) is stopped the same way: the first
+//!   stop signal goes to the group (usually finding it empty, which ends the run at once), the
+//!   grace ends once the group is empty, then SIGKILL. The run keeps its outcome and the
+//!   child's exit status. `RunOptions::keep_background` leaves them running instead (daemons
+//!   started on purpose); pipe holders after the drain are stopped either way.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -70,6 +84,11 @@ pub const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 /// a process that left the group holds them; the run does not wait for it.
 pub const DRAIN_AFTER_KILL: Duration = Duration::from_secs(2);
 
+/// How often the driver is asked to look whether the child's group is empty while a grace
+/// period runs after the child's exit ([`RunAction::Probe`]): short enough that a group that
+/// finished its cleanup ends the run promptly, long enough to cost nothing.
+pub const GROUP_PROBE: Duration = Duration::from_millis(50);
+
 /// How long the run waits for the child's exit after SIGKILL before it finishes without it.
 /// SIGKILL ends any process that returns to user space, so this only matters for a child stuck
 /// in the kernel (uninterruptible sleep); it is long so that a slow but healthy machine never
@@ -84,6 +103,9 @@ pub enum RunAction {
     Signal(StopSignal),
     /// Send SIGKILL to the child's process group.
     Kill,
+    /// Look whether the child's process group still has a process (signal 0) and report an
+    /// empty one with [`RunLifecycle::handle_group_empty`]; nothing to report otherwise.
+    Probe,
     /// The run is over: finalize it with this outcome and the child's exit.
     Finish {
         /// How the run ended.
@@ -110,6 +132,9 @@ pub enum WakeReason {
     Idle,
     /// The end of the grace period after a stop signal.
     Grace,
+    /// The next look at the group during a grace period after the child's exit
+    /// ([`RunAction::Probe`]).
+    GroupProbe,
     /// The end of the wait for the pipes after the child exited by itself.
     DrainAfterExit,
     /// The end of the wait for the pipes after SIGKILL.
@@ -124,8 +149,13 @@ enum Phase {
     Running,
     /// The child exited by itself; waiting for the pipes until `until`.
     Draining { until: Instant },
-    /// Stop signal number `sent` went out; the grace period ends at `until`.
-    Stopping { sent: usize, until: Instant },
+    /// Stop signal number `sent` went out; the grace period ends at `until`. Once the child
+    /// was reaped, the group is probed at `probe` (`None` before the exit).
+    Stopping {
+        sent: usize,
+        until: Instant,
+        probe: Option<Instant>,
+    },
     /// SIGKILL went out; waiting for the exit (at most until `until`, then the run finishes
     /// without it), then for the pipes until `until`.
     Killed { until: Instant },
@@ -142,6 +172,11 @@ pub struct RunLifecycle {
     last_output: Instant,
     grace: Duration,
     signals: Vec<StopSignal>,
+    /// Leave the group alone after a normal exit whose pipes closed.
+    keep_background: bool,
+    /// The group was found empty after the child was reaped: its id may be reused, so it gets
+    /// no more signals.
+    group_empty: bool,
     phase: Phase,
     /// How the run ends when stopped (set by the first cause: deadline, idle or cancel).
     outcome: RunOutcome,
@@ -162,6 +197,8 @@ impl RunLifecycle {
             last_output: now,
             grace: options.kill_grace,
             signals: options.stop_signals.clone(),
+            keep_background: options.keep_background,
+            group_empty: false,
             phase: Phase::Running,
             outcome: RunOutcome::Completed,
             exit: None,
@@ -196,6 +233,11 @@ impl RunLifecycle {
                 }
             }
             Phase::Draining { until } => Some((until, WakeReason::DrainAfterExit)),
+            Phase::Stopping {
+                until,
+                probe: Some(probe),
+                ..
+            } if probe < until => Some((probe, WakeReason::GroupProbe)),
             Phase::Stopping { until, .. } => Some((until, WakeReason::Grace)),
             Phase::Killed { until } if self.exit.is_some() => {
                 Some((until, WakeReason::DrainAfterKill))
@@ -217,14 +259,23 @@ impl RunLifecycle {
         }
         self.exit = Some(exit);
         match self.phase {
-            Phase::Running if self.pipes_closed => self.finish(),
+            Phase::Running if self.pipes_closed => self.end_of_run(now),
             Phase::Running => {
                 self.phase = Phase::Draining {
                     until: now + DRAIN_AFTER_EXIT,
                 }
             }
-            // Exited during a grace period: what it started may still be in its group.
-            Phase::Stopping { .. } => self.kill(now),
+            // Exited during a grace period: what it started may still be in its group, and
+            // the rest of the grace is its. Look at once (often nothing is left), then now and
+            // then until the grace ends.
+            Phase::Stopping { sent, until, .. } => {
+                self.actions.push_back(RunAction::Probe);
+                self.phase = Phase::Stopping {
+                    sent,
+                    until,
+                    probe: Some(now + GROUP_PROBE),
+                };
+            }
             Phase::Killed { .. } if self.pipes_closed => self.finish(),
             Phase::Killed { .. } => {
                 self.phase = Phase::Killed {
@@ -236,7 +287,7 @@ impl RunLifecycle {
     }
 
     /// Every captured output pipe reached end of file at `now`.
-    pub fn handle_pipes_closed(&mut self, _now: Instant) {
+    pub fn handle_pipes_closed(&mut self, now: Instant) {
         if self.pipes_closed || self.phase == Phase::Done {
             return;
         }
@@ -245,10 +296,11 @@ impl RunLifecycle {
         // go on running (the timeouts still apply).
         if self.exit.is_some() {
             match self.phase {
-                Phase::Draining { .. } | Phase::Stopping { .. } | Phase::Killed { .. } => {
-                    self.finish()
-                }
-                Phase::Running | Phase::Done => {}
+                Phase::Draining { .. } => self.end_of_run(now),
+                Phase::Killed { .. } => self.finish(),
+                // The group may still hold a process that closed its output: it has the rest
+                // of the grace, until the group is found empty.
+                Phase::Stopping { .. } | Phase::Running | Phase::Done => {}
             }
         }
     }
@@ -269,15 +321,18 @@ impl RunLifecycle {
         }
     }
 
-    /// A signal to the group found no process in it at `now`. Only a process that left the
-    /// group can still hold the pipes, and no grace period brings it down: after the exit the
-    /// run waits [`DRAIN_AFTER_KILL`] for the pipes and ends.
+    /// A signal or probe to the group found no process in it at `now`. The grace ends: only a
+    /// process that left the group can still hold the pipes, and no grace period brings it
+    /// down, so the run ends once the pipes are closed, or after [`DRAIN_AFTER_KILL`]. The
+    /// group gets no more signals.
     pub fn handle_group_empty(&mut self, now: Instant) {
-        if self.exit.is_none() {
+        if self.exit.is_none() || self.phase == Phase::Done {
             // The child itself is in the group until reaped: the report is stale.
             return;
         }
+        self.group_empty = true;
         match self.phase {
+            Phase::Stopping { .. } if self.pipes_closed => self.finish(),
             Phase::Stopping { .. } => {
                 self.phase = Phase::Killed {
                     until: now + DRAIN_AFTER_KILL,
@@ -311,7 +366,28 @@ impl RunLifecycle {
                 };
                 self.signal(now, sent + 1);
             }
+            WakeReason::GroupProbe => {
+                let Phase::Stopping { sent, until, .. } = self.phase else {
+                    return;
+                };
+                self.actions.push_back(RunAction::Probe);
+                self.phase = Phase::Stopping {
+                    sent,
+                    until,
+                    probe: Some(now + GROUP_PROBE),
+                };
+            }
             WakeReason::DrainAfterKill | WakeReason::ExitAfterKill => self.finish(),
+        }
+    }
+
+    /// The child exited by itself and its pipes closed: the run is over, and what is left of
+    /// its group is stopped (unless kept). The first signal usually finds the group empty.
+    fn end_of_run(&mut self, now: Instant) {
+        if self.keep_background {
+            self.finish();
+        } else {
+            self.stop(now);
         }
     }
 
@@ -324,10 +400,14 @@ impl RunLifecycle {
     fn signal(&mut self, now: Instant, index: usize) {
         match self.signals.get(index) {
             Some(&signal) => {
-                self.actions.push_back(RunAction::Signal(signal));
+                if !self.group_empty {
+                    self.actions.push_back(RunAction::Signal(signal));
+                }
                 self.phase = Phase::Stopping {
                     sent: index,
                     until: now + self.grace,
+                    // After the exit the grace ends early once the group is empty.
+                    probe: self.exit.is_some().then(|| now + GROUP_PROBE),
                 };
             }
             None => self.kill(now),
@@ -335,7 +415,9 @@ impl RunLifecycle {
     }
 
     fn kill(&mut self, now: Instant) {
-        self.actions.push_back(RunAction::Kill);
+        if !self.group_empty {
+            self.actions.push_back(RunAction::Kill);
+        }
         match self.exit {
             Some(_) if self.pipes_closed => self.finish(),
             Some(_) => {

@@ -60,6 +60,12 @@ pub struct RunOptions {
     /// The signals that stop the child's group on a timeout or cancellation, in order, each
     /// followed by the grace period; then SIGKILL. Default: SIGTERM alone.
     pub stop_signals: Vec<StopSignal>,
+    /// Leave what the child started in its process group running when the child exits by
+    /// itself (daemons started on purpose). Default `false`: at the end of the run whatever is
+    /// left of the group is stopped like a child (stop signals, grace, SIGKILL). Processes
+    /// still holding the run's output pipes after the drain are stopped either way, and a
+    /// timeout or cancellation stops the whole group.
+    pub keep_background: bool,
     /// The caller's label for this process (e.g. `agent-3`), returned in the result so runs
     /// can be told apart in logs; `None` by default.
     pub label: Option<String>,
@@ -165,6 +171,7 @@ impl RunOptions {
             idle_timeout: None,
             kill_grace: DEFAULT_KILL_GRACE,
             stop_signals: vec![StopSignal::Terminate],
+            keep_background: false,
             label: None,
             result_sink: None,
             sink_var: OsString::from(DEFAULT_SINK_VAR),
@@ -324,6 +331,14 @@ impl RunOptions {
     #[must_use = "the builder returns the changed value"]
     pub fn stop_signals(mut self, signals: &[StopSignal]) -> Self {
         self.stop_signals = signals.to_vec();
+        self
+    }
+
+    /// Keeps (`true`) or stops (`false`, the default) what the child leaves running in its
+    /// process group when it exits by itself ([`RunOptions::keep_background`]).
+    #[must_use = "the builder returns the changed value"]
+    pub fn keep_background(mut self, keep: bool) -> Self {
+        self.keep_background = keep;
         self
     }
 

@@ -1,12 +1,14 @@
 //! Virtual-clock tests of the run lifecycle: every escalation path of a process run (deadline,
 //! idle timeout, cancellation, a child ignoring SIGTERM, a grandchild holding the pipes, an
-//! exit during the grace period, a second cancellation) without a process or a sleep.
+//! exit during the grace period, the rest of the group after the exit, a second cancellation)
+//! without a process or a sleep.
 
 use std::time::{Duration, Instant};
 
 use agentrun_core::harness::StopSignal;
 use agentrun_core::lifecycle::{
-    DRAIN_AFTER_EXIT, DRAIN_AFTER_KILL, EXIT_AFTER_KILL, RunAction, RunLifecycle, WakeReason,
+    DRAIN_AFTER_EXIT, DRAIN_AFTER_KILL, EXIT_AFTER_KILL, GROUP_PROBE, RunAction, RunLifecycle,
+    WakeReason,
 };
 use agentrun_core::process::{Exit, MAX_RUN_DURATION, OptionsError, RunOptions, RunOutcome};
 
@@ -60,6 +62,23 @@ impl Sim {
     fn set(&mut self, ms: u64) {
         self.now = self.at(ms);
     }
+
+    /// Wakes until a reason other than a group probe is due and fires it, as for a group that
+    /// never turns out empty; each probe on the way asks for exactly one look at the group.
+    fn wake_past_probes(&mut self) -> Option<WakeReason> {
+        loop {
+            let reason = self.wake()?;
+            if reason != WakeReason::GroupProbe {
+                return Some(reason);
+            }
+            assert_eq!(
+                self.actions(),
+                [RunAction::Probe],
+                "at {} ms",
+                self.elapsed_ms()
+            );
+        }
+    }
 }
 
 fn opts() -> RunOptions {
@@ -98,6 +117,9 @@ fn a_normal_exit_finishes_once_the_pipes_close_in_either_order() {
     sim.run.handle_exit(sim.at(10), Some(Exit::Code(3)));
     assert_eq!(sim.actions(), []);
     sim.run.handle_pipes_closed(sim.at(11));
+    // The end of the run: whatever is left of the group is stopped; here nothing is.
+    assert_eq!(sim.actions(), [TERM]);
+    sim.run.handle_group_empty(sim.at(11));
     assert_eq!(
         sim.actions(),
         [finish(RunOutcome::Completed, Some(Exit::Code(3)))]
@@ -113,6 +135,8 @@ fn a_normal_exit_finishes_once_the_pipes_close_in_either_order() {
         Some((sim.at(1000), WakeReason::Deadline))
     );
     sim.run.handle_exit(sim.at(20), Some(Exit::Code(0)));
+    assert_eq!(sim.actions(), [TERM]);
+    sim.run.handle_group_empty(sim.at(20));
     assert_eq!(
         sim.actions(),
         [finish(RunOutcome::Completed, Some(Exit::Code(0)))]
@@ -143,22 +167,189 @@ fn the_deadline_sends_sigterm_then_sigkill_after_the_grace() {
     assert_eq!(sim.actions(), [finish(RunOutcome::TimedOut, KILLED)]);
 }
 
+/// The grace belongs to the group, not to the direct child: a wrapper (`sh -c`, `npm test`)
+/// that dies of SIGTERM at once leaves what it started its whole grace to clean up. The group
+/// is looked at right after the exit and then every [`GROUP_PROBE`]; once it is empty the run
+/// ends, without SIGKILL.
 #[test]
-fn an_exit_during_the_grace_ends_it_early_and_kills_the_rest_of_the_group() {
+fn an_exit_during_the_grace_leaves_the_rest_of_the_group_its_grace() {
     let mut sim = Sim::new(opts().timeout(Duration::from_secs(1)));
     assert_eq!(sim.wake(), Some(WakeReason::Deadline));
     assert_eq!(sim.actions(), [TERM]);
     sim.set(1200);
     let term = Some(Exit::Signal(15));
     sim.run.handle_exit(sim.now, term);
-    assert_eq!(sim.actions(), [RunAction::Kill]);
-    // The pipes get the drain, not the rest of the grace.
+    assert_eq!(sim.actions(), [RunAction::Probe], "no SIGKILL on the exit");
     assert_eq!(
         sim.run.poll_timeout(),
-        Some((sim.at(1200) + DRAIN_AFTER_KILL, WakeReason::DrainAfterKill))
+        Some((sim.at(1200) + GROUP_PROBE, WakeReason::GroupProbe))
     );
-    sim.run.handle_pipes_closed(sim.at(1300));
+    // The wrapper's child cleans up for 2 s, then exits and its pipes close.
+    while sim.elapsed_ms() < 3200 {
+        assert_eq!(sim.wake(), Some(WakeReason::GroupProbe));
+        assert_eq!(sim.actions(), [RunAction::Probe]);
+    }
+    sim.run.handle_pipes_closed(sim.now);
+    assert_eq!(sim.actions(), [], "the group may still hold a process");
+    assert_eq!(sim.wake(), Some(WakeReason::GroupProbe));
+    assert_eq!(sim.actions(), [RunAction::Probe]);
+    sim.run.handle_group_empty(sim.now);
     assert_eq!(sim.actions(), [finish(RunOutcome::TimedOut, term)]);
+    assert!(sim.elapsed_ms() < 6000, "before the grace ended");
+}
+
+/// A group that outlives the grace gets SIGKILL when the grace ends, counted from the stop
+/// signal, not from the child's exit.
+#[test]
+fn the_rest_of_the_group_gets_sigkill_when_the_grace_ends() {
+    let mut sim = Sim::new(opts().timeout(Duration::from_secs(1)));
+    sim.wake();
+    assert_eq!(sim.actions(), [TERM]);
+    sim.set(1200);
+    sim.run.handle_exit(sim.now, Some(Exit::Signal(15)));
+    assert_eq!(sim.actions(), [RunAction::Probe]);
+    assert_eq!(sim.wake_past_probes(), Some(WakeReason::Grace));
+    assert_eq!(sim.elapsed_ms(), 6000);
+    assert_eq!(sim.actions(), [RunAction::Kill]);
+    sim.run.handle_pipes_closed(sim.at(6010));
+    assert_eq!(
+        sim.actions(),
+        [finish(RunOutcome::TimedOut, Some(Exit::Signal(15)))]
+    );
+    // With a second stop signal, the grace after the first ends with that signal.
+    let mut sim = Sim::new(
+        opts()
+            .stop_signals(&[Interrupt, Terminate])
+            .timeout(Duration::from_secs(1)),
+    );
+    sim.wake();
+    assert_eq!(sim.actions(), [INT]);
+    sim.run.handle_exit(sim.at(1100), Some(Exit::Signal(2)));
+    assert_eq!(sim.actions(), [RunAction::Probe]);
+    assert_eq!(sim.wake_past_probes(), Some(WakeReason::Grace));
+    assert_eq!((sim.elapsed_ms(), sim.actions()), (6000, vec![TERM]));
+    assert_eq!(sim.wake_past_probes(), Some(WakeReason::Grace));
+    assert_eq!(
+        (sim.elapsed_ms(), sim.actions()),
+        (11_000, vec![RunAction::Kill])
+    );
+}
+
+/// The same for a cancellation (and so for a dropped run future or the MCP cancel), and a
+/// second request during the group's grace still sends SIGKILL at once.
+#[test]
+fn a_cancelled_wrapper_leaves_its_group_the_grace_and_a_second_cancel_kills() {
+    let mut sim = Sim::new(opts());
+    sim.run.handle_cancel(sim.at(100));
+    assert_eq!(sim.actions(), [TERM]);
+    sim.run.handle_exit(sim.at(110), Some(Exit::Signal(15)));
+    sim.run.handle_pipes_closed(sim.at(110));
+    assert_eq!(sim.actions(), [RunAction::Probe]);
+    assert_eq!(sim.wake(), Some(WakeReason::GroupProbe));
+    assert_eq!(sim.actions(), [RunAction::Probe]);
+    sim.run.handle_cancel(sim.at(300));
+    assert_eq!(
+        sim.actions(),
+        [
+            RunAction::Kill,
+            finish(RunOutcome::Cancelled, Some(Exit::Signal(15)))
+        ]
+    );
+}
+
+/// At the end of a run, whatever is left of the child's group (a background process that let
+/// the pipes go) is stopped like a child: stop signal, grace (ended once the group is empty),
+/// SIGKILL. The run stays completed with the child's own exit status.
+#[test]
+fn what_is_left_of_the_group_after_a_normal_exit_is_stopped_and_the_exit_kept() {
+    // A background process that dies of SIGTERM.
+    let mut sim = Sim::new(opts());
+    sim.run.handle_exit(sim.at(10), Some(Exit::Code(0)));
+    sim.run.handle_pipes_closed(sim.at(12));
+    assert_eq!(sim.actions(), [TERM]);
+    assert_eq!(sim.wake(), Some(WakeReason::GroupProbe));
+    assert_eq!(sim.elapsed_ms(), 12 + GROUP_PROBE.as_millis());
+    assert_eq!(sim.actions(), [RunAction::Probe]);
+    sim.run.handle_group_empty(sim.now);
+    assert_eq!(
+        sim.actions(),
+        [finish(RunOutcome::Completed, Some(Exit::Code(0)))]
+    );
+    // One that ignores it: SIGKILL after the grace.
+    let mut sim = Sim::new(opts());
+    sim.run.handle_pipes_closed(sim.at(5));
+    sim.run.handle_exit(sim.at(10), Some(Exit::Code(4)));
+    assert_eq!(sim.actions(), [TERM]);
+    assert_eq!(sim.wake_past_probes(), Some(WakeReason::Grace));
+    assert_eq!(sim.elapsed_ms(), 5010);
+    assert_eq!(
+        sim.actions(),
+        [
+            RunAction::Kill,
+            finish(RunOutcome::Completed, Some(Exit::Code(4)))
+        ]
+    );
+    // No stop signals: SIGKILL at once.
+    let mut sim = Sim::new(opts().stop_signals(&[]));
+    sim.run.handle_exit(sim.at(10), Some(Exit::Code(0)));
+    sim.run.handle_pipes_closed(sim.at(10));
+    assert_eq!(
+        sim.actions(),
+        [
+            RunAction::Kill,
+            finish(RunOutcome::Completed, Some(Exit::Code(0)))
+        ]
+    );
+}
+
+/// `keep_background`: what the child left in its group after a normal exit is not signalled
+/// (daemons started on purpose). Processes that still hold the run's pipes after the drain
+/// are stopped either way: their output could not be captured after the run ends.
+#[test]
+fn keep_background_leaves_the_group_alone_after_a_normal_exit() {
+    let mut sim = Sim::new(opts().keep_background(true));
+    sim.run.handle_exit(sim.at(10), Some(Exit::Code(0)));
+    sim.run.handle_pipes_closed(sim.at(11));
+    assert_eq!(
+        sim.actions(),
+        [finish(RunOutcome::Completed, Some(Exit::Code(0)))]
+    );
+    let mut sim = Sim::new(opts().keep_background(true));
+    sim.run.handle_pipes_closed(sim.at(5));
+    sim.run.handle_exit(sim.at(10), Some(Exit::Code(0)));
+    assert_eq!(
+        sim.actions(),
+        [finish(RunOutcome::Completed, Some(Exit::Code(0)))]
+    );
+    let mut sim = Sim::new(opts().keep_background(true));
+    sim.run.handle_exit(sim.at(0), Some(Exit::Code(0)));
+    assert_eq!(sim.wake(), Some(WakeReason::DrainAfterExit));
+    assert_eq!(sim.actions(), [TERM]);
+    // A timeout still stops the whole group.
+    let mut sim = Sim::new(opts().keep_background(true).timeout(Duration::from_secs(1)));
+    sim.wake();
+    assert_eq!(sim.actions(), [TERM]);
+    sim.run.handle_exit(sim.at(1100), Some(Exit::Signal(15)));
+    assert_eq!(sim.actions(), [RunAction::Probe]);
+}
+
+/// Once the group was found empty it is never signalled again: its id may be reused by an
+/// unrelated process group.
+#[test]
+fn an_empty_group_gets_no_more_signals() {
+    let mut sim = Sim::new(opts());
+    sim.run.handle_exit(sim.at(0), Some(Exit::Code(0)));
+    assert_eq!(sim.wake(), Some(WakeReason::DrainAfterExit));
+    assert_eq!(sim.actions(), [TERM]);
+    sim.run.handle_group_empty(sim.now);
+    sim.run.handle_cancel(sim.at(2100));
+    sim.run.handle_cancel(sim.at(2200));
+    assert_eq!(sim.actions(), [], "no SIGKILL to a group found empty");
+    assert_eq!(sim.wake(), Some(WakeReason::DrainAfterKill));
+    assert_eq!(
+        sim.actions(),
+        [finish_open(RunOutcome::Completed, Some(Exit::Code(0)))]
+    );
 }
 
 #[test]
@@ -167,9 +358,12 @@ fn a_grandchild_holding_the_pipes_after_sigkill_is_not_waited_for() {
     sim.wake();
     sim.set(1100);
     sim.run.handle_exit(sim.now, Some(Exit::Signal(15)));
-    assert_eq!(sim.actions(), [TERM, RunAction::Kill]);
+    assert_eq!(sim.actions(), [TERM, RunAction::Probe]);
+    // The grandchild ignores SIGTERM: SIGKILL when the grace ends.
+    assert_eq!(sim.wake_past_probes(), Some(WakeReason::Grace));
+    assert_eq!(sim.actions(), [RunAction::Kill]);
     assert_eq!(sim.wake(), Some(WakeReason::DrainAfterKill));
-    assert_eq!(sim.elapsed_ms(), 1100 + DRAIN_AFTER_KILL.as_millis());
+    assert_eq!(sim.elapsed_ms(), 6000 + DRAIN_AFTER_KILL.as_millis());
     assert_eq!(
         sim.actions(),
         [finish_open(RunOutcome::TimedOut, Some(Exit::Signal(15)))]
@@ -199,12 +393,11 @@ fn the_idle_timeout_counts_from_the_last_output() {
     assert_eq!(sim.actions(), [TERM]);
     sim.run.handle_exit(sim.at(1900), Some(Exit::Signal(15)));
     sim.run.handle_pipes_closed(sim.at(1900));
+    assert_eq!(sim.actions(), [RunAction::Probe]);
+    sim.run.handle_group_empty(sim.at(1900));
     assert_eq!(
         sim.actions(),
-        [
-            RunAction::Kill,
-            finish(RunOutcome::IdleTimedOut, Some(Exit::Signal(15)))
-        ]
+        [finish(RunOutcome::IdleTimedOut, Some(Exit::Signal(15)))]
     );
 }
 
@@ -299,8 +492,13 @@ fn leftovers_holding_the_pipes_after_an_exit_are_stopped_and_the_exit_kept() {
     );
     assert_eq!(sim.wake(), Some(WakeReason::DrainAfterExit));
     assert_eq!(sim.actions(), [TERM]);
-    // The leftover dies of SIGTERM: its pipes close, the run ends completed.
-    sim.run.handle_pipes_closed(sim.at(2200));
+    // The leftover dies of SIGTERM: its pipes close, the group is found empty, the run ends
+    // completed.
+    sim.run.handle_pipes_closed(sim.at(2120));
+    assert_eq!(sim.actions(), []);
+    assert_eq!(sim.wake(), Some(WakeReason::GroupProbe));
+    assert_eq!(sim.actions(), [RunAction::Probe]);
+    sim.run.handle_group_empty(sim.now);
     assert_eq!(
         sim.actions(),
         [finish(RunOutcome::Completed, Some(Exit::Code(0)))]
@@ -312,7 +510,7 @@ fn leftovers_ignoring_sigterm_get_sigkill_and_a_last_drain() {
     let mut sim = Sim::new(opts());
     sim.run.handle_exit(sim.at(0), Some(Exit::Code(0)));
     let mut seen = Vec::new();
-    while let Some(reason) = sim.wake() {
+    while let Some(reason) = sim.wake_past_probes() {
         seen.push((reason, sim.actions()));
     }
     assert_eq!(
@@ -442,8 +640,9 @@ fn nothing_happens_after_finish_and_unreadable_statuses_are_kept_as_none() {
     let mut sim = Sim::new(opts().timeout(Duration::from_secs(1)));
     sim.run.handle_pipes_closed(sim.at(1));
     sim.run.handle_exit(sim.at(2), None);
+    sim.run.handle_group_empty(sim.at(2));
     // Reaped with an unreadable status: `exit` is `None`, `reaped` stays true.
-    assert_eq!(sim.actions(), [finish(RunOutcome::Completed, None)]);
+    assert_eq!(sim.actions(), [TERM, finish(RunOutcome::Completed, None)]);
     sim.run.handle_cancel(sim.at(3));
     sim.run.handle_timeout(sim.at(10_000));
     sim.run.handle_exit(sim.at(4), Some(Exit::Code(0)));

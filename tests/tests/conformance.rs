@@ -65,6 +65,15 @@ trait Driver {
         options: RunOptions,
         after: Duration,
     ) -> Result<ProcessResult, RunError>;
+    /// Runs one process with a stop future that resolves once `ready` exists (looked at every
+    /// 20 ms), so the stop comes when the child is ready for it, however loaded the machine.
+    fn run_stopped_when(
+        store: &Store,
+        options: RunOptions,
+        ready: PathBuf,
+    ) -> Result<ProcessResult, RunError>;
+    /// Runs one process and drops the run future once `ready` exists (looked at every 20 ms).
+    fn run_dropped_when(store: &Store, options: RunOptions, ready: PathBuf);
     /// Runs one process with a stop request after each delay of `requests` (counted from the
     /// previous one), through `RunBuilder::cancel_on`.
     fn run_with_stop_requests(
@@ -137,6 +146,38 @@ impl Driver for Smol {
                 })
                 .into_future(),
         )
+    }
+
+    fn run_stopped_when(
+        store: &Store,
+        options: RunOptions,
+        ready: PathBuf,
+    ) -> Result<ProcessResult, RunError> {
+        let runner = agentrun_smol::Runner::new(store.clone());
+        ::smol::block_on(
+            runner
+                .run(options)
+                .stop_on(async move {
+                    while !ready.exists() {
+                        ::smol::Timer::after(Duration::from_millis(20)).await;
+                    }
+                })
+                .into_future(),
+        )
+    }
+
+    fn run_dropped_when(store: &Store, options: RunOptions, ready: PathBuf) {
+        let runner = agentrun_smol::Runner::new(store.clone());
+        let ended = ::smol::block_on(::smol::future::or(
+            async { Some(runner.run(options).await) },
+            async {
+                while !ready.exists() {
+                    ::smol::Timer::after(Duration::from_millis(20)).await;
+                }
+                None
+            },
+        ));
+        assert!(ended.is_none(), "the run ended before it was dropped");
     }
 
     fn run_with_stop_requests(
@@ -237,6 +278,39 @@ impl Driver for Tokio {
                 })
                 .into_future(),
         )
+    }
+
+    fn run_stopped_when(
+        store: &Store,
+        options: RunOptions,
+        ready: PathBuf,
+    ) -> Result<ProcessResult, RunError> {
+        let runner = agentrun_tokio::Runner::new(store.clone());
+        tokio_runtime().block_on(
+            runner
+                .run(options)
+                .stop_on(async move {
+                    while !ready.exists() {
+                        ::tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                })
+                .into_future(),
+        )
+    }
+
+    fn run_dropped_when(store: &Store, options: RunOptions, ready: PathBuf) {
+        let runner = agentrun_tokio::Runner::new(store.clone());
+        let ended = tokio_runtime().block_on(async {
+            ::tokio::select! {
+                result = runner.run(options).into_future() => Some(result),
+                () = async {
+                    while !ready.exists() {
+                        ::tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                } => None,
+            }
+        });
+        assert!(ended.is_none(), "the run ended before it was dropped");
     }
 
     fn run_with_stop_requests(
@@ -992,6 +1066,150 @@ fn leftovers_holding_the_pipes_do_not_hold_the_run<D: Driver>() {
     );
 }
 
+/// The grace belongs to the whole group: the child (`sh -c '…; echo after'`, a wrapper as
+/// `npm test` is) dies of SIGTERM at once, and the shell it runs, which traps SIGTERM to clean
+/// up (a 1 s sleep, then a marker file), still gets to finish its cleanup instead of being
+/// SIGKILLed with the child's exit. The run ends once the group is empty, long before the
+/// (long) grace, with the child's own status.
+fn the_rest_of_the_group_gets_the_grace_after_the_child_dies<D: Driver>() {
+    let env = Env::new();
+    let (options, marker, ready) = wrapped_trap(&env);
+    let started = Instant::now();
+    let r = D::run_stopped_when(&env.store, options, ready).unwrap();
+    assert!(started.elapsed() < WIRING_BOUND, "{:?}", started.elapsed());
+    assert_eq!(r.outcome, RunOutcome::Cancelled);
+    assert_eq!(r.exit, Some(Exit::Signal(15)), "the child's own ending");
+    assert_eq!(
+        fs::read_to_string(&marker).ok().as_deref(),
+        Some("cleaned\n"),
+        "the trap finished its cleanup before the run returned"
+    );
+    assert_eq!(env.stdout(&r), "", "the child itself died of SIGTERM");
+}
+
+/// `sh -c 'sh trap.sh …; echo after'` with a long grace: the inner shell traps SIGTERM, and
+/// its trap sleeps 1 s, then writes "cleaned" to the marker file. It creates the ready file
+/// once the trap is set. Returns the options, the marker and the ready file.
+fn wrapped_trap(env: &Env) -> (RunOptions, PathBuf, PathBuf) {
+    let (inner, marker, ready) = (env.path("trap.sh"), env.path("cleaned"), env.path("ready"));
+    fs::write(
+        &inner,
+        "trap 'sleep 1; echo cleaned > \"$1\"; exit 0' TERM\n\
+         : > \"$2\"\n\
+         while :; do sleep 1; done\n",
+    )
+    .unwrap();
+    let options = RunOptions::new("sh")
+        .arg("-c")
+        .arg(r#"sh "$0" "$1" "$2"; echo after"#)
+        .arg(&inner)
+        .arg(&marker)
+        .arg(&ready)
+        .kill_grace(Duration::from_secs(300));
+    (options, marker, ready)
+}
+
+/// The same for a dropped run future: the blocking job that finishes the run leaves the rest
+/// of the group its grace, and publishes the record once the group is empty, long before the
+/// grace would end.
+fn a_dropped_run_leaves_the_rest_of_the_group_its_grace<D: Driver>() {
+    let env = Env::new();
+    let (options, marker, ready) = wrapped_trap(&env);
+    D::run_dropped_when(&env.store, options, ready);
+    assert!(
+        eventually(WIRING_BOUND, || env.store.records().unwrap().len() == 1),
+        "the dropped run was finished before its grace ended"
+    );
+    assert_eq!(
+        fs::read_to_string(&marker).ok().as_deref(),
+        Some("cleaned\n"),
+        "the trap finished its cleanup before the run was finished"
+    );
+    let record = env.store.record(&env.store.records().unwrap()[0]).unwrap();
+    assert_eq!(record.capture_status, CaptureStatus::Cancelled);
+}
+
+/// What the child leaves running in its group when it exits (here a `sleep` with every
+/// standard stream redirected, so it holds no pipe of the run) is stopped at the end of the
+/// run: gone soon after the run returned, which it does long before the (long) grace, since
+/// the group turns empty on SIGTERM. The run is completed with the child's own exit status.
+fn a_background_process_is_stopped_at_the_end_of_the_run<D: Driver>() {
+    let env = Env::new();
+    let pidfile = env.path("bg");
+    let script = format!(
+        "sleep 300 >/dev/null 2>&1 </dev/null & echo $! > '{}'; echo done; exit 3",
+        pidfile.display()
+    );
+    let started = Instant::now();
+    let r = D::run(&env.store, sh(&script).kill_grace(Duration::from_secs(300))).unwrap();
+    assert!(started.elapsed() < WIRING_BOUND, "{:?}", started.elapsed());
+    assert_eq!(r.outcome, RunOutcome::Completed);
+    assert_eq!(r.exit, Some(Exit::Code(3)));
+    assert!(!r.record.incomplete, "{:?}", r.record);
+    assert_eq!(env.stdout(&r), "done\n");
+    let bg: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        eventually(WIRING_BOUND, || ended(bg)),
+        "the background process {bg} was stopped"
+    );
+}
+
+/// A group left holding only a zombie (here: a `sleep 0.1` whose parent left the group with
+/// `setsid` and never reaps it; the same happens to every orphan where the reaper of orphans
+/// does not reap, as when the runner is a container's first process) counts as empty: the
+/// run does not sit out the (long) grace for a process that can no longer clean up anything.
+fn a_group_of_zombies_does_not_cost_the_grace<D: Driver>() {
+    let env = Env::new();
+    let pidfile = env.path("parent");
+    let script = format!(
+        "(sleep 0.1 & exec setsid sleep 300) >/dev/null 2>&1 </dev/null & \
+         echo $! > '{}'; sleep 0.5; echo done",
+        pidfile.display()
+    );
+    let started = Instant::now();
+    let r = D::run(&env.store, sh(&script).kill_grace(Duration::from_secs(300)));
+    let took = started.elapsed();
+    let parent = fs::read_to_string(&pidfile).unwrap();
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", parent.trim()])
+        .status();
+    let r = r.unwrap();
+    assert!(took < WIRING_BOUND, "{took:?}");
+    assert_eq!(r.outcome, RunOutcome::Completed);
+    assert_eq!(r.exit, Some(Exit::Code(0)));
+    assert_eq!(env.stdout(&r), "done\n");
+}
+
+/// `RunOptions::keep_background`: the background process outlives the run (a daemon started
+/// on purpose), and the run is completed as usual.
+fn keep_background_keeps_what_the_child_left_running<D: Driver>() {
+    let env = Env::new();
+    let pidfile = env.path("bg");
+    let script = format!(
+        "sleep 300 >/dev/null 2>&1 </dev/null & echo $! > '{}'; exit 0",
+        pidfile.display()
+    );
+    let r = D::run(&env.store, sh(&script).keep_background(true)).unwrap();
+    assert_eq!(r.outcome, RunOutcome::Completed);
+    assert_eq!(r.exit, Some(Exit::Code(0)));
+    assert!(!r.record.incomplete, "{:?}", r.record);
+    let bg: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let alive = !ended(bg);
+    // Cleaned up before asserting, so a failure leaves nothing behind.
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &bg.to_string()])
+        .status();
+    assert!(alive, "the background process {bg} was kept");
+}
+
 /// A child that exits normally while a process that escaped its group (`setsid`) holds the
 /// pipes: the stop signals find the group empty, so the run does not sit out the (long) grace
 /// period; it completes with the child's exit status.
@@ -1102,29 +1320,51 @@ fn every_group_in_flight_is_stopped_when_the_runner_is_killed<D: Driver>(test_na
     every_group_is_stopped_when_the_runner_is_killed::<D>(test_name, 3);
 }
 
-/// The runner (re-run as `test_name`) starts `runs` runs at once, each writing its child's
-/// and grandchild's pids to its own file once both run, and is killed when all did.
+/// How long the runner-death tests wait for each step: the runner's children to be guarded,
+/// the watchdog to stop them. Far longer than either takes on a loaded machine, and far
+/// shorter than the children's own sleeps (`RUNNER_DEATH_SLEEP`), so a child that ends within
+/// it was stopped.
+const RUNNER_DEATH_BOUND: Duration = Duration::from_secs(120);
+const RUNNER_DEATH_SLEEP: &str = "600";
+
+/// The runner (re-run as `test_name`) starts `runs` runs at once. Each child writes its own
+/// and its grandchild's pids to a file of its own, then says `ready` on stdout; the runner's
+/// live tap, which only runs once the run is set up (its watchdog told the group), marks the
+/// run ready. The runner is killed once every run is ready, so the test never depends on how
+/// fast a loaded machine schedules the runner between the spawn and the watchdog's guard.
 fn every_group_is_stopped_when_the_runner_is_killed<D: Driver>(test_name: &str, runs: usize) {
     const PIDS: &str = "AGENTRUN_CONFORMANCE_RUNNER_PIDS";
     let pid_file = |base: &Path, run: usize| base.with_file_name(format!("pids.{run}"));
+    let ready_file = |base: &Path, run: usize| base.with_file_name(format!("ready.{run}"));
     if let Some(pids) = std::env::var_os(PIDS) {
-        // The runner: runs that would last a minute, killed from outside. Its store is the
+        // The runner: runs that would last ten minutes, killed from outside. Its store is the
         // outer test's, beside the pid files, so the outer test cleans up after it.
         let pids = PathBuf::from(pids);
         let store = Store::open(pids.with_file_name("store")).unwrap();
-        let all = (0..runs)
-            .map(|run| {
-                let p = pid_file(&pids, run);
+        std::thread::scope(|scope| {
+            for run in 0..runs {
+                let (p, ready) = (pid_file(&pids, run), ready_file(&pids, run));
                 let ignore = if run == 1 { "trap '' TERM; " } else { "" };
                 let script = format!(
-                    "{ignore}sleep 60 & echo $! > '{p}.tmp'; echo $$ >> '{p}.tmp'; \
-                     mv '{p}.tmp' '{p}'; sleep 60",
-                    p = p.display()
+                    "{ignore}sleep {s} & echo $! > '{p}.tmp'; echo $$ >> '{p}.tmp'; \
+                     mv '{p}.tmp' '{p}'; echo ready; sleep {s}",
+                    p = p.display(),
+                    s = RUNNER_DEATH_SLEEP,
                 );
-                sh(&script).kill_grace(Duration::from_secs(1))
-            })
-            .collect();
-        let _ = D::run_all(&store, all);
+                let options = sh(&script).kill_grace(Duration::from_secs(1));
+                let store = &store;
+                scope.spawn(move || {
+                    let mut seen = Vec::new();
+                    let observer = move |chunk: &[u8]| {
+                        seen.extend_from_slice(chunk);
+                        if seen.ends_with(b"ready\n") {
+                            fs::write(&ready, b"").unwrap();
+                        }
+                    };
+                    let _ = D::run_observed(store, options, Tap::Stdout, observer);
+                });
+            }
+        });
         return;
     }
     let env = Env::new();
@@ -1138,19 +1378,18 @@ fn every_group_is_stopped_when_the_runner_is_killed<D: Driver>(test_name: &str, 
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    assert!(
-        eventually(WIRING_BOUND, || (0..runs)
-            .all(|run| pid_file(&pids, run).exists())),
-        "the runner started its children"
-    );
+    let all_ready = eventually(RUNNER_DEATH_BOUND, || {
+        (0..runs).all(|run| ready_file(&pids, run).exists())
+    });
     runner.kill().unwrap(); // SIGKILL
     runner.wait().unwrap();
+    assert!(all_ready, "the runner started and guarded its children");
     for run in 0..runs {
         let written = fs::read_to_string(pid_file(&pids, run)).unwrap();
         for pid in written.split_whitespace() {
             let pid: i32 = pid.parse().unwrap();
             assert!(
-                eventually(WIRING_BOUND, || ended(pid)),
+                eventually(RUNNER_DEATH_BOUND, || ended(pid)),
                 "{pid} of run {run} was stopped after the runner died"
             );
         }
@@ -1549,6 +1788,31 @@ macro_rules! conformance {
             fn leftovers_holding_the_pipes_do_not_hold_the_run() {
                 super::leftovers_holding_the_pipes_do_not_hold_the_run::<$driver>();
             }
+            #[test]
+            fn the_rest_of_the_group_gets_the_grace_after_the_child_dies() {
+                super::the_rest_of_the_group_gets_the_grace_after_the_child_dies::<$driver>();
+            }
+
+            #[test]
+            fn a_dropped_run_leaves_the_rest_of_the_group_its_grace() {
+                super::a_dropped_run_leaves_the_rest_of_the_group_its_grace::<$driver>();
+            }
+
+            #[test]
+            fn a_group_of_zombies_does_not_cost_the_grace() {
+                super::a_group_of_zombies_does_not_cost_the_grace::<$driver>();
+            }
+
+            #[test]
+            fn a_background_process_is_stopped_at_the_end_of_the_run() {
+                super::a_background_process_is_stopped_at_the_end_of_the_run::<$driver>();
+            }
+
+            #[test]
+            fn keep_background_keeps_what_the_child_left_running() {
+                super::keep_background_keeps_what_the_child_left_running::<$driver>();
+            }
+
             #[test]
             fn a_stop_future_cancels_the_run_and_returns_its_result() {
                 super::a_stop_future_cancels_the_run_and_returns_its_result::<$driver>();

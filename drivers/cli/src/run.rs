@@ -41,6 +41,11 @@ pub(crate) struct RunArgs {
     /// Time between SIGTERM and SIGKILL when stopping the program.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "5s")]
     kill_grace: Duration,
+    /// Leave what the program starts in the background running after it exits (daemons
+    /// started on purpose). By default whatever is left of its process group is stopped when
+    /// it exits (SIGTERM, the kill grace, SIGKILL).
+    #[arg(long)]
+    keep_background: bool,
     /// The program's standard input: `null` (nothing), `inherit` (agentrun's own stdin: a pipe
     /// or a file, not a terminal), or a FILE's contents.
     #[arg(long, value_name = "null|inherit|FILE", default_value = "null")]
@@ -113,6 +118,7 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
         .args(program_args)
         .limits(limits)
         .kill_grace(args.kill_grace)
+        .keep_background(args.keep_background)
         .sink_var(&sink_var)
         .stdin(stdin_mode(&args.stdin)?);
     if let Some(t) = args.timeout {

@@ -569,6 +569,45 @@ fn sigterm_stops_the_child_and_keeps_the_output_as_a_cancelled_run() {
     assert_eq!(records.len(), 1);
 }
 
+/// What a program leaves running in the background is stopped when it exits, and `agentrun
+/// run` exits with the program's own status; `--keep-background` leaves it running.
+#[test]
+fn background_processes_are_stopped_unless_kept() {
+    let env = Sandbox::new();
+    let pidfile = env.store.with_file_name("bg.pid");
+    let script = format!(
+        "sleep 300 >/dev/null 2>&1 </dev/null & echo $! > '{}'; exit 3",
+        pidfile.display()
+    );
+    let background = || -> i32 {
+        fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let o = env.run(&["run", "--", "sh", "-c", &script]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let bg = background();
+    // Generous: the process gets SIGTERM before `run` returns, and dies of it when scheduled.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !agentrun_tests::processes::ended(bg) && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        agentrun_tests::processes::ended(bg),
+        "the background process {bg} was stopped"
+    );
+    let o = env.run(&["run", "--keep-background", "--", "sh", "-c", &script]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let bg = background();
+    let kept = !agentrun_tests::processes::ended(bg);
+    let _ = Command::new("kill")
+        .args(["-KILL", &bg.to_string()])
+        .status();
+    assert!(kept, "--keep-background kept {bg}");
+}
+
 /// Processes of group `pgid` that are not zombies, from /proc.
 fn live_group_members(pgid: i32) -> Vec<i32> {
     let mut live = Vec::new();

@@ -9,7 +9,8 @@
 //! 3. At once: the watchdog, a pidfd on the child, and the drop guard. From here on every
 //!    way out (an error taking the pipes, a dropped future) stops the child's group.
 //! 4. Start the pump jobs (stdout, stderr) and the stdin job on the blocking pool.
-//! 5. Loop: carry out every [`RunAction`] (signals to the group, reporting an empty group),
+//! 5. Loop: carry out every [`RunAction`] (signals and probes to the group, reporting an
+//!    empty group),
 //!    then wait for the first of: the child's exit, all pumps done (pipes closed), a cancel
 //!    request, the lifecycle's next wakeup (reporting the last output first). Until
 //!    [`RunAction::Finish`].
@@ -281,6 +282,7 @@ async fn run<R: Runtime>(
             rt: rt.clone(),
             watchdog,
             group,
+            next_scan: None,
             exit_watch: os::exit_watch(child.id()),
             child,
             exited: false,
@@ -408,12 +410,18 @@ async fn run<R: Runtime>(
 /// the runtime may not be running any more.
 const DROPPED_POLL: Duration = Duration::from_millis(10);
 
+/// How often a probe of the group may scan `/proc` for members that are not zombies: it reads
+/// every process's status, so not at every probe of a group that ignores its stop signal.
+const ZOMBIE_SCAN: Duration = Duration::from_millis(250);
+
 /// A run after the spawn: what both the run future and its drop guard drive.
 struct State<R: Runtime> {
     rt: R,
     /// Stops the group if this process dies before the run ends.
     watchdog: Option<Watchdog>,
     group: Option<Pid>,
+    /// When a probe of the group may next look past its zombies (in `/proc`).
+    next_scan: Option<Instant>,
     /// Readable once the child exited (a pidfd), for the drop guard's blocking wait.
     exit_watch: Option<OwnedFd>,
     child: R::Child,
@@ -429,8 +437,11 @@ impl<R: Runtime> State<R> {
     fn apply_actions(&mut self, now: Instant) -> Option<Ending> {
         while let Some(action) = self.lifecycle.poll_action() {
             let signal = match action {
-                RunAction::Signal(signal) => os::os_signal(signal),
-                RunAction::Kill => Signal::KILL,
+                RunAction::Signal(signal) => Some(os::os_signal(signal)),
+                RunAction::Kill => Some(Signal::KILL),
+                // Only asked for once the child is reaped, so an empty group means every
+                // process of the run is gone (a zombie child would still count).
+                RunAction::Probe => None,
                 RunAction::Finish {
                     outcome,
                     exit,
@@ -446,7 +457,19 @@ impl<R: Runtime> State<R> {
                 }
                 _ => continue,
             };
-            if os::signal_group(self.group, signal) == Delivery::NoGroup {
+            let delivery = match signal {
+                Some(signal) => os::signal_group(self.group, signal),
+                None => {
+                    // Zombies count for signal 0; looking past them reads /proc, so at most
+                    // every `ZOMBIE_SCAN`.
+                    let scan = self.next_scan.is_none_or(|at| now >= at);
+                    if scan {
+                        self.next_scan = Some(now + ZOMBIE_SCAN);
+                    }
+                    os::probe_group(self.group, scan)
+                }
+            };
+            if delivery == Delivery::NoGroup {
                 self.lifecycle.handle_group_empty(now);
             }
         }

@@ -245,7 +245,7 @@ pub fn os_signal(signal: StopSignal) -> Signal {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Delivery {
-    /// The group exists (the signal was sent).
+    /// The group exists (the signal, if any, was sent).
     Sent,
     /// The group has no process left (or there was no group to signal).
     NoGroup,
@@ -261,6 +261,58 @@ pub fn signal_group(group: Option<Pid>, signal: Signal) -> Delivery {
         },
         None => Delivery::NoGroup,
     }
+}
+
+/// Looks whether process group `group` still has a process (signal 0), without signalling it.
+/// With `scan`, a group whose only members are zombies counts as empty too (see
+/// [`has_live_member`]); the scan reads `/proc`, so callers do it now and then, not on every
+/// probe.
+pub fn probe_group(group: Option<Pid>, scan: bool) -> Delivery {
+    let Some(group) = group else {
+        return Delivery::NoGroup;
+    };
+    match rustix::process::test_kill_process_group(group) {
+        Err(rustix::io::Errno::SRCH) => Delivery::NoGroup,
+        _ if scan && has_live_member(group) == Some(false) => Delivery::NoGroup,
+        // EPERM and the like: a process is there, only not ours to signal.
+        _ => Delivery::Sent,
+    }
+}
+
+/// Whether process group `group` has a member that is not a zombie, from `/proc` (`None`:
+/// `/proc` cannot be read). Signal 0 counts zombies, and an orphan's zombie stays in its
+/// group for as long as the reaper of orphans does not reap it (forever when that is a
+/// container's first process that never waits for strangers, such as the runner itself): no
+/// grace would end early for a group holding one. A zombie runs no code, so it cleans up
+/// nothing; and it keeps its group's id taken, so no other group can get it meanwhile.
+fn has_live_member(group: Pid) -> Option<bool> {
+    let group = group.as_raw_pid();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        // Gone since the listing, or not readable: not a member we can see.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command in parentheses (which may hold anything): state, ppid, pgrp.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_ascii_whitespace();
+        let (Some(state), Some(_ppid), Some(pgrp)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        if pgrp.parse() == Ok(group) && !matches!(state, "Z" | "X" | "x") {
+            return Some(true);
+        }
+    }
+    Some(false)
 }
 
 /// The process group of a child with id `pid` (its own, see [`command`]).
