@@ -170,6 +170,23 @@ impl Config {
         if let Err(e) = config.limits(PreviewLimits::default()) {
             return Err(format!("[tool_output] {e}"));
         }
+        // The checks `run` makes of the same values, so that no command accepts (and
+        // `agentrun config` never prints as valid) a setting a run would refuse.
+        if let Some(var) = &config.sink_var
+            && let Some(why) = agentrun_core::sink::sink_var_problem(var.as_bytes())
+        {
+            return Err(format!(
+                "sink_var: invalid result-sink variable name {var:?}: {why}"
+            ));
+        }
+        if let Some(store) = &config.store
+            && store.as_os_str().as_encoded_bytes().contains(&0)
+        {
+            return Err(format!(
+                "store: {:?} contains a NUL byte, which no path can hold",
+                store.display().to_string()
+            ));
+        }
         Ok(config)
     }
 
@@ -307,6 +324,11 @@ mod tests {
         assert!(bad.contains("never"), "{bad}");
         let negative = Config::parse("[tool_output]\nmax_bytes = -1\n").unwrap_err();
         assert!(negative.contains("max_bytes"), "{negative}");
+        let sink = Config::parse("sink_var = \"PATH\"\n").unwrap_err();
+        assert!(sink.contains("sink_var"), "{sink}");
+        assert!(sink.contains("the program needs PATH for itself"), "{sink}");
+        let nul = Config::parse("store = \"/a\\u0000b\"\n").unwrap_err();
+        assert!(nul.contains("store") && nul.contains("NUL"), "{nul}");
     }
 
     #[test]
