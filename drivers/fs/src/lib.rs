@@ -96,7 +96,7 @@ mod read;
 mod record_file;
 pub mod runs;
 pub mod sink;
-mod special;
+pub mod special;
 mod store;
 mod verify;
 

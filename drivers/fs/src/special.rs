@@ -103,3 +103,108 @@ pub(crate) fn into_io(e: OpenError) -> io::Error {
         ),
     }
 }
+
+/// A file a user names as input (`--stdin FILE`, a transcript), opened by [`open_input`]
+/// without waiting: read-only, `O_NONBLOCK` still set.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum InputFile {
+    /// A regular file.
+    Regular(File),
+    /// A FIFO, a pipe (`/dev/stdin`, `<(cmd)`) or a character device that is not a terminal:
+    /// its bytes come when a writer sends them. A FIFO opened this way reads as at its end
+    /// until a writer has opened it, so wait for it to be readable (`poll`, which reports
+    /// the end only after a writer came and went) before taking an empty read as the end.
+    Stream(File),
+}
+
+impl InputFile {
+    /// What `fstat` says about the opened file.
+    pub fn metadata(&self) -> io::Result<fs::Metadata> {
+        match self {
+            InputFile::Regular(file) | InputFile::Stream(file) => file.metadata(),
+        }
+    }
+
+    /// The file, to be read blocking: a stream is waited on until a writer sent something
+    /// or came and went (this blocks the calling thread, which must not be one that handles
+    /// signals or timeouts), then switched to blocking reads.
+    pub fn into_blocking(self) -> io::Result<File> {
+        match self {
+            InputFile::Regular(file) => Ok(file),
+            InputFile::Stream(file) => {
+                use rustix::event::{PollFd, PollFlags, poll};
+                loop {
+                    let mut fds = [PollFd::new(&file, PollFlags::IN)];
+                    match poll(&mut fds, None) {
+                        Ok(_) => break,
+                        Err(Errno::INTR) => continue,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                let flags = rustix::fs::fcntl_getfl(&file)?;
+                rustix::fs::fcntl_setfl(&file, flags - OFlags::NONBLOCK)?;
+                Ok(file)
+            }
+        }
+    }
+}
+
+/// Why [`open_input`] refused a path.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InputError {
+    /// Something that cannot be read as a stream of bytes: a directory, a socket, a block
+    /// device.
+    #[error("it is {0}, which cannot be read as input; give a regular file or a pipe")]
+    Type(&'static str),
+    /// A terminal, which a program running in its own process group cannot read.
+    #[error("it is a terminal; give a regular file or a pipe")]
+    Terminal,
+    /// The open or the `fstat` failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// Opens an input file a user named, following links (`/dev/stdin` is one): with
+/// `O_NONBLOCK | O_NOCTTY`, so a FIFO without a writer opens at once and a terminal never
+/// becomes the controlling one, and judged by `fstat` on the opened descriptor. A regular
+/// file, a FIFO or pipe and a character device that is not a terminal (`/dev/null`) are
+/// accepted; anything else is refused by its type.
+pub fn open_input(path: &Path) -> Result<InputFile, InputError> {
+    let flags = OFlags::NONBLOCK | OFlags::NOCTTY;
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits() as i32)
+        .open(path)
+    {
+        Ok(file) => file,
+        // ENXIO: a socket (also behind /dev/stdin); say so from what is there.
+        Err(e) if e.raw_os_error() == Some(Errno::NXIO.raw_os_error()) => {
+            return Err(match fs::metadata(path) {
+                Ok(meta) if !meta.is_file() => InputError::Type(describe(meta.file_type())),
+                _ => InputError::Io(e),
+            });
+        }
+        Err(e) => return Err(InputError::Io(e)),
+    };
+    let t = file.metadata()?.file_type();
+    if t.is_file() {
+        Ok(InputFile::Regular(file))
+    } else if t.is_fifo() {
+        Ok(InputFile::Stream(file))
+    } else if t.is_char_device() {
+        if std::io::IsTerminal::is_terminal(&file) {
+            Err(InputError::Terminal)
+        } else {
+            Ok(InputFile::Stream(file))
+        }
+    } else {
+        Err(InputError::Type(describe(t)))
+    }
+}
+
+/// "a directory", "a FIFO (named pipe)", "a socket", "a character device", … for messages.
+pub fn describe_file_type(t: FileType) -> &'static str {
+    describe(t)
+}
