@@ -21,6 +21,7 @@ pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// What the child's standard input is.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StdinMode {
     /// `/dev/null` (the default).
     #[default]
@@ -30,6 +31,12 @@ pub enum StdinMode {
     /// The runner's own standard input (a pipe or a file: the drivers refuse a terminal,
     /// which the child, in a process group of its own, could not read).
     Inherit,
+    /// The file at this path: a regular file (which the child reads itself), or a FIFO, a
+    /// pipe (`/dev/stdin`, `<(cmd)`) or a character device that is not a terminal, whose
+    /// bytes the driver passes on as they come. The drivers open it without waiting for a
+    /// writer, before the spawn, and refuse anything else (a directory, a socket, a
+    /// terminal) by its type; a FIFO that no writer ever opens never delays the run's end.
+    File(PathBuf),
 }
 
 /// Everything needed to run one process: argv (never a shell), environment changes, stdin,

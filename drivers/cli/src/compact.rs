@@ -90,9 +90,13 @@ pub(crate) struct CompactArgs {
     /// Stop a summarizer run after this long (e.g. 5m); a timeout is an ordinary failure.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse_timeout)]
     timeout: Option<Duration>,
-    /// Also write the compacted transcript (the new summary and the recent messages) to FILE.
+    /// Also write the compacted transcript (the new summary and the recent messages) to FILE,
+    /// which must not exist (see --force) and is never the transcript itself.
     #[arg(long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Replace --output FILE when it exists (atomically: a new file renamed over it).
+    #[arg(long, requires = "output")]
+    force: bool,
     /// Print one JSON object: the summary, every attempt, the references of the retry and the
     /// compacted transcript (or the error and the attempts).
     #[arg(long)]
@@ -114,7 +118,11 @@ enum Summarizer {
 
 /// Runs `agentrun compact`.
 pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Failure> {
-    let transcript = load(&args.transcript)?;
+    let (transcript, input) = load(&args.transcript)?;
+    // Before anything runs: a summary that cannot be written is not worth its cost.
+    if let Some(path) = &args.output {
+        check_output(path, input, args.force)?;
+    }
     let store = settings.open_store()?;
     let summarizer = match (args.harness, args.summarizer.clone()) {
         (Some(harness), _) => Summarizer::Harness {
@@ -221,7 +229,7 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
     match outcome {
         Ok(done) => {
             if let Some(path) = &args.output {
-                write_transcript(path, &done.transcript)?;
+                write_transcript(path, input, args.force, &done.transcript)?;
             }
             if args.json {
                 out.line(&success_json(&done, retained.as_ref()).to_string())?;
@@ -278,24 +286,132 @@ fn describe(failure: &SummarizerFailure) -> String {
     }
 }
 
-/// Reads and parses the transcript within the default limits.
-fn load(path: &Path) -> Result<Transcript, Failure> {
+/// The device and inode of a file: what names the same file whatever path (a link, a hard
+/// link, `..`) leads to it.
+type FileId = (u64, u64);
+
+fn file_id(meta: &std::fs::Metadata) -> FileId {
+    use std::os::unix::fs::MetadataExt as _;
+    (meta.dev(), meta.ino())
+}
+
+/// Reads and parses the transcript within the default limits; also returns which file it
+/// was read from (for stdin, the file or pipe stdin is), so `--output` can never be it.
+fn load(path: &Path) -> Result<(Transcript, Option<FileId>), Failure> {
     let limits = TranscriptLimits::default();
     let cap = limits.max_bytes as u64 + 1;
     let mut bytes = Vec::new();
-    let read = if path == Path::new("-") {
-        io::stdin().lock().take(cap).read_to_end(&mut bytes)
-    } else {
-        File::open(path).and_then(|f| f.take(cap).read_to_end(&mut bytes))
+    let cannot = |e: &dyn std::fmt::Display| {
+        Failure::runtime(format!("cannot read {}: {e}", path.display()))
     };
-    read.map_err(|e| Failure::runtime(format!("cannot read {}: {e}", path.display())))?;
-    Transcript::from_json(&bytes, &limits)
-        .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
+    let file = if path == Path::new("-") {
+        use std::os::fd::AsFd as _;
+        io::stdin().as_fd().try_clone_to_owned().map(File::from)
+    } else {
+        // A FIFO opens without waiting and is read as stdin would be; a directory, a socket
+        // or a device is refused by its type before anything is read.
+        let input = agentrun_fs::special::open_input(path).map_err(|e| cannot(&e))?;
+        let kind = input.metadata().map_err(|e| cannot(&e))?.file_type();
+        if std::os::unix::fs::FileTypeExt::is_char_device(&kind) {
+            return Err(cannot(&"it is a character device, not a transcript"));
+        }
+        input.into_blocking()
+    }
+    .map_err(|e| cannot(&e))?;
+    let meta = file.metadata().map_err(|e| cannot(&e))?;
+    let id = Some(file_id(&meta));
+    file.take(cap)
+        .read_to_end(&mut bytes)
+        .map_err(|e| cannot(&e))?;
+    let transcript = Transcript::from_json(&bytes, &limits)
+        .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+    Ok((transcript, id))
 }
 
-fn write_transcript(path: &Path, transcript: &Transcript) -> Result<(), Failure> {
-    std::fs::write(path, transcript.to_json())
-        .map_err(|e| Failure::runtime(format!("cannot write {}: {e}", path.display())))
+/// Refuses an `--output` that is the transcript (by device and inode, so no other path to
+/// it passes either), a directory, or an existing file without `--force`.
+fn check_output(path: &Path, input: Option<FileId>, force: bool) -> Result<(), Failure> {
+    let refuse = |why: String| Failure::usage(format!("--output {}: {why}", path.display()));
+    // Following links: a link to the transcript is the transcript.
+    let target = match std::fs::metadata(path) {
+        Ok(meta) => Some(meta),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(refuse(e.to_string())),
+    };
+    if let Some(meta) = &target {
+        if input == Some(file_id(meta)) {
+            return Err(refuse(
+                "it is the transcript being compacted, which is never modified; write the \
+                 compacted transcript to a new file"
+                    .to_owned(),
+            ));
+        }
+        if !meta.is_file() {
+            return Err(refuse(format!(
+                "it is {}, not a file",
+                agentrun_fs::special::describe_file_type(meta.file_type())
+            )));
+        }
+    }
+    // A dangling link exists too: replacing it needs --force as well.
+    let exists = target.is_some() || std::fs::symlink_metadata(path).is_ok();
+    if exists && !force {
+        return Err(refuse(
+            "it already exists and is not overwritten; choose a new file, or pass --force to \
+             replace it"
+                .to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// Writes the compacted transcript through a temporary file in the same directory, then
+/// moves it into place: a new name without `--force` (never replacing what appeared there
+/// meanwhile), renamed over the old file with it (a link is replaced, never written
+/// through). A failure leaves the old file as it was.
+fn write_transcript(
+    path: &Path,
+    input: Option<FileId>,
+    force: bool,
+    transcript: &Transcript,
+) -> Result<(), Failure> {
+    use std::io::Write as _;
+    let fail = |e: io::Error| Failure::runtime(format!("cannot write {}: {e}", path.display()));
+    // Again at the end: the summarizer may have run for minutes.
+    check_output(path, input, force)?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| Failure::usage(format!("--output {}: not a file name", path.display())))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".agentrun-{}.tmp", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let written = (|| {
+        let mut file = File::options().write(true).create_new(true).open(&tmp)?;
+        file.write_all(&transcript.to_json())?;
+        file.sync_all()?;
+        if force {
+            std::fs::rename(&tmp, path)
+        } else {
+            // link(2) fails when the name exists: nothing that appeared meanwhile is replaced.
+            // A file system without hard links gets the rename, after one more look.
+            match std::fs::hard_link(&tmp, path) {
+                Err(e)
+                    if e.kind() != io::ErrorKind::AlreadyExists
+                        && std::fs::symlink_metadata(path).is_err() =>
+                {
+                    std::fs::rename(&tmp, path)
+                }
+                linked => linked,
+            }
+        }
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    written.map_err(fail)
 }
 
 /// Whether the harness reads its prompt on stdin when none is given as an argument.

@@ -5,7 +5,7 @@
 //! stream, with the exact continuation when the preview was cut.
 
 use std::ffi::OsString;
-use std::io::{self, Read as _};
+use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -22,9 +22,6 @@ use clap::Args;
 use crate::failure::{self, Failure, plural, write_or_quiet};
 use crate::settings::{LimitFlags, Settings};
 use crate::{duration, interrupts};
-
-/// The largest `--stdin FILE` read into memory; bigger input goes through `--stdin inherit`.
-const MAX_STDIN_FILE: u64 = 64 << 20;
 
 /// Arguments of `agentrun run`.
 #[derive(Debug, Args)]
@@ -47,7 +44,8 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     keep_background: bool,
     /// The program's standard input: `null` (nothing), `inherit` (agentrun's own stdin: a pipe
-    /// or a file, not a terminal), or a FILE's contents.
+    /// or a file, not a terminal), or FILE: a file, or a FIFO or pipe such as `<(cmd)` whose
+    /// bytes are passed on as they come.
     #[arg(long, value_name = "null|inherit|FILE", default_value = "null")]
     stdin: String,
     /// Give the program a clean result channel (a private file named in $AGENTRUN_RESULT_SINK)
@@ -81,28 +79,13 @@ pub(crate) struct RunArgs {
     command: Vec<OsString>,
 }
 
-fn stdin_mode(spec: &str) -> Result<StdinMode, Failure> {
+fn stdin_mode(spec: &str) -> StdinMode {
     match spec {
-        "null" => Ok(StdinMode::Null),
-        "inherit" => Ok(StdinMode::Inherit),
-        path => {
-            let path = PathBuf::from(path);
-            let err = |e: io::Error| Failure::usage(format!("--stdin {}: {e}", path.display()));
-            let file = std::fs::File::open(&path).map_err(err)?;
-            let mut bytes = Vec::new();
-            file.take(MAX_STDIN_FILE + 1)
-                .read_to_end(&mut bytes)
-                .map_err(err)?;
-            if bytes.len() as u64 > MAX_STDIN_FILE {
-                return Err(Failure::usage(format!(
-                    "--stdin {}: larger than {} MiB; pass it as `--stdin inherit < {}` instead",
-                    path.display(),
-                    MAX_STDIN_FILE >> 20,
-                    path.display()
-                )));
-            }
-            Ok(StdinMode::Bytes(bytes))
-        }
+        "null" => StdinMode::Null,
+        "inherit" => StdinMode::Inherit,
+        // Opened by the runner without waiting for a writer, so a FIFO or `<(cmd)` never
+        // holds up the timeout or the signal handling.
+        path => StdinMode::File(PathBuf::from(path)),
     }
 }
 
@@ -120,7 +103,7 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
         .kill_grace(args.kill_grace)
         .keep_background(args.keep_background)
         .sink_var(&sink_var)
-        .stdin(stdin_mode(&args.stdin)?);
+        .stdin(stdin_mode(&args.stdin));
     if let Some(t) = args.timeout {
         options = options.timeout(t);
     }
@@ -157,6 +140,12 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
             return Err(Failure::usage(format!(
                 "--stdin inherit: {e} (`producer | agentrun run --stdin inherit …`, \
                  `--stdin FILE`, or the default `--stdin null`)"
+            )));
+        }
+        Err(agentrun_smol::RunError::StdinFile { path, source, .. }) => {
+            return Err(Failure::usage(format!(
+                "--stdin {}: {source}",
+                path.display()
             )));
         }
         Err(e) => return Err(Failure::runtime(e)),

@@ -21,7 +21,6 @@
 //! Unknown keys and wrong types are errors that name the key and the file, so a typo never
 //! silently falls back to a default.
 
-use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,6 +28,8 @@ use std::time::Duration;
 use agentrun_core::PreviewLimits;
 use agentrun_core::limits::LimitsError;
 use serde::Deserialize;
+
+use crate::special::{Links, OpenError, open_regular};
 
 /// Records are forgotten after this long unless configured otherwise (30 days).
 pub const DEFAULT_RECORD_RETENTION: Duration = Duration::from_secs(30 * 86_400);
@@ -50,6 +51,15 @@ pub enum ConfigError {
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
+    },
+    /// Something other than a regular file is at the path (a FIFO, a directory, a device, …):
+    /// refused by its type, without waiting on it.
+    #[error("the config file {} is {what}, not a regular file", .path.display())]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What is there ("a FIFO (named pipe)", "a directory", …).
+        what: &'static str,
     },
     /// The file is larger than any settings file should be.
     #[error("the config file {} is larger than 1 MiB", .path.display())]
@@ -126,7 +136,18 @@ impl Config {
             path: path.to_owned(),
             source,
         };
-        let file = File::open(path).map_err(read)?;
+        // A link is followed (settings often live in a dotfiles repository); a FIFO is opened
+        // without waiting for a writer and refused with everything else that is not a file.
+        let file = match open_regular(path, Links::Follow) {
+            Ok((file, _)) => file,
+            Err(OpenError::NotRegular(what)) => {
+                return Err(ConfigError::NotAFile {
+                    path: path.to_owned(),
+                    what,
+                });
+            }
+            Err(OpenError::Io(e)) => return Err(read(e)),
+        };
         let mut text = String::new();
         file.take(MAX_CONFIG_BYTES + 1)
             .read_to_string(&mut text)
@@ -148,6 +169,23 @@ impl Config {
         // The limits' own messages name the fields, which are the keys of `[tool_output]`.
         if let Err(e) = config.limits(PreviewLimits::default()) {
             return Err(format!("[tool_output] {e}"));
+        }
+        // The checks `run` makes of the same values, so that no command accepts (and
+        // `agentrun config` never prints as valid) a setting a run would refuse.
+        if let Some(var) = &config.sink_var
+            && let Some(why) = agentrun_core::sink::sink_var_problem(var.as_bytes())
+        {
+            return Err(format!(
+                "sink_var: invalid result-sink variable name {var:?}: {why}"
+            ));
+        }
+        if let Some(store) = &config.store
+            && store.as_os_str().as_encoded_bytes().contains(&0)
+        {
+            return Err(format!(
+                "store: {:?} contains a NUL byte, which no path can hold",
+                store.display().to_string()
+            ));
         }
         Ok(config)
     }
@@ -286,6 +324,11 @@ mod tests {
         assert!(bad.contains("never"), "{bad}");
         let negative = Config::parse("[tool_output]\nmax_bytes = -1\n").unwrap_err();
         assert!(negative.contains("max_bytes"), "{negative}");
+        let sink = Config::parse("sink_var = \"PATH\"\n").unwrap_err();
+        assert!(sink.contains("sink_var"), "{sink}");
+        assert!(sink.contains("the program needs PATH for itself"), "{sink}");
+        let nul = Config::parse("store = \"/a\\u0000b\"\n").unwrap_err();
+        assert!(nul.contains("store") && nul.contains("NUL"), "{nul}");
     }
 
     #[test]

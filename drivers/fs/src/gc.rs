@@ -34,6 +34,7 @@ use crate::layout::{self, INDEX_SUFFIX, Layout, TEMP_SUFFIX};
 use crate::lock::GcLock;
 use crate::read::read_small;
 use crate::record_file;
+use crate::special::{Links, open_regular};
 use crate::store::{Store, StoreError, record_id};
 
 /// How a GC runs.
@@ -184,18 +185,9 @@ fn is_fan_name(name: &str) -> bool {
     name.len() == 2 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-/// "a directory", "a symbolic link", … for messages.
+/// "a directory", "a symbolic link", "a FIFO (named pipe)", … for messages.
 pub(crate) fn describe_type(meta: &fs::Metadata) -> &'static str {
-    let t = meta.file_type();
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_symlink() {
-        "a symbolic link"
-    } else if t.is_file() {
-        "a regular file"
-    } else {
-        "a special file"
-    }
+    crate::special::describe(meta.file_type())
 }
 
 /// Whether a capture directory belongs to a running capture.
@@ -208,8 +200,9 @@ enum CaptureState {
 
 fn probe_capture(dir: &Path) -> Result<CaptureState, IoError> {
     let lock_path = dir.join("lock");
-    let lock = match File::open(&lock_path) {
-        Ok(f) => f,
+    // Never waiting on a FIFO put in place of the lock.
+    let lock = match open_regular(&lock_path, Links::Refuse).map_err(crate::special::into_io) {
+        Ok((f, _)) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(CaptureState::Dead(None)),
         Err(e) => return Err(IoError::at("open", &lock_path, e)),
     };
@@ -217,7 +210,10 @@ fn probe_capture(dir: &Path) -> Result<CaptureState, IoError> {
         Ok(()) => Ok(CaptureState::Dead(Some(lock))),
         Err(TryLockError::WouldBlock) => {
             let protect = dir.join("protect");
-            let text = match fs::read_to_string(&protect) {
+            let read = open_regular(&protect, Links::Refuse)
+                .map_err(crate::special::into_io)
+                .and_then(|(f, _)| io::read_to_string(f));
+            let text = match read {
                 Ok(t) => t,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
                 Err(e) => return Err(IoError::at("read", &protect, e)),

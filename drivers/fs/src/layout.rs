@@ -164,13 +164,34 @@ pub(crate) fn new_private_file() -> OpenOptions {
 }
 
 /// Opens (creating if needed) an owner-only file for appending.
+///
+/// `O_NONBLOCK | O_NOFOLLOW`: a FIFO in its place (which a plain open for writing would wait
+/// on for a reader) or a link is refused by type, like anything else but a regular file.
 pub(crate) fn append_private_file(path: &Path) -> Result<File, IoError> {
-    OpenOptions::new()
+    use rustix::fs::OFlags;
+    let refused = |what: &str| {
+        let e = io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("it is {what}, not a regular file"),
+        );
+        IoError::at("open", path, e)
+    };
+    let file = OpenOptions::new()
         .append(true)
         .create(true)
         .mode(FILE_MODE)
+        .custom_flags((OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::NOCTTY).bits() as i32)
         .open(path)
-        .at("open", path)
+        .map_err(|e| match fs::symlink_metadata(path) {
+            // ENXIO: a FIFO without a reader, or a socket; ELOOP: a link.
+            Ok(meta) if !meta.is_file() => refused(crate::special::describe(meta.file_type())),
+            _ => IoError::at("open", path, e),
+        })?;
+    let meta = file.metadata().at("inspect", path)?;
+    if !meta.is_file() {
+        return Err(refused(crate::special::describe(meta.file_type())));
+    }
+    Ok(file)
 }
 
 /// `true` if `path` exists (without following a final symlink).

@@ -107,6 +107,7 @@ mod read;
 mod record_file;
 pub mod runs;
 pub mod sink;
+pub mod special;
 mod store;
 mod verify;
 

@@ -23,6 +23,7 @@ use agentrun_core::{
 
 use crate::error::{IoContext, IoError};
 use crate::layout::Layout;
+use crate::special::{Links, OpenError, open_regular};
 use crate::store::Store;
 
 /// Largest object considered as a manifest. Manifests of at most 8 streams are well under
@@ -185,49 +186,46 @@ impl Object {
             digest: *digest,
             detail,
         };
-        let file = match open_no_follow(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+        // Never waiting on a FIFO or a device someone put in the store: refused by type.
+        let (file, meta) = match open_regular(&path, Links::Refuse) {
+            Ok(opened) => opened,
+            Err(OpenError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(ReadError::Missing(*digest));
             }
-            Err(e) if is_symlink_error(&e) => {
+            Err(OpenError::NotRegular("a symbolic link")) => {
                 return Err(corrupt(format!(
                     "{} is a symbolic link, not the store's own file",
                     path.display()
                 )));
             }
-            Err(e) => return Err(IoError::at("open", &path, e).into()),
+            Err(OpenError::NotRegular(what)) => {
+                return Err(corrupt(format!(
+                    "{} is {what}, not a regular file",
+                    path.display()
+                )));
+            }
+            Err(OpenError::Io(e)) => return Err(IoError::at("open", &path, e).into()),
         };
-        let meta = file.metadata().at("inspect", &path)?;
-        if !meta.is_file() {
-            return Err(corrupt(format!(
-                "{} is {}, not a regular file",
-                path.display(),
-                crate::gc::describe_type(&meta)
-            )));
-        }
         let index_path = layout.index(digest);
         let bad_index = |detail: String| ReadError::CorruptIndex {
             digest: *digest,
             detail,
         };
-        let index = match open_no_follow(&index_path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+        let (index, index_meta) = match open_regular(&index_path, Links::Refuse) {
+            Ok(opened) => opened,
+            Err(OpenError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(bad_index("the index file is missing".to_owned()));
             }
-            Err(e) if is_symlink_error(&e) => {
+            Err(OpenError::NotRegular("a symbolic link")) => {
                 return Err(bad_index("the index is a symbolic link".to_owned()));
             }
-            Err(e) => return Err(IoError::at("open", &index_path, e).into()),
+            Err(OpenError::NotRegular(what)) => {
+                return Err(bad_index(format!(
+                    "the index is {what}, not a regular file"
+                )));
+            }
+            Err(OpenError::Io(e)) => return Err(IoError::at("open", &index_path, e).into()),
         };
-        let index_meta = index.metadata().at("inspect", &index_path)?;
-        if !index_meta.is_file() {
-            let what = crate::gc::describe_type(&index_meta);
-            return Err(bad_index(format!(
-                "the index is {what}, not a regular file"
-            )));
-        }
         let mut raw = [0u8; HEADER_LEN];
         match index.read_exact_at(&mut raw, 0) {
             Ok(()) => {}
@@ -391,23 +389,22 @@ impl Object {
 
 /// Opens a store file for reading without following a final symlink: the store's files are
 /// its own, never links to elsewhere.
+/// `O_NONBLOCK`: a FIFO put in place of a store file opens at once instead of waiting for a
+/// writer (the callers then refuse it by type; on a regular file the flag changes nothing).
 pub(crate) fn open_no_follow(path: &std::path::Path) -> io::Result<File> {
+    use rustix::fs::OFlags;
     File::options()
         .read(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .custom_flags((OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY).bits() as i32)
         .open(path)
-}
-
-/// Whether an open with `O_NOFOLLOW` failed because the path is a symlink.
-fn is_symlink_error(e: &io::Error) -> bool {
-    e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
 }
 
 /// Reads a small object whole, without its index (GC and verify use this to recognise
 /// manifests even when an index is damaged). `None` when the object is larger than
 /// [`MAX_MANIFEST_BYTES`].
 pub(crate) fn read_small(path: &std::path::Path) -> Result<Option<Vec<u8>>, IoError> {
-    let file = File::open(path).at("open", path)?;
+    let (file, _) = open_regular(path, Links::Refuse)
+        .map_err(|e| IoError::at("open", path, crate::special::into_io(e)))?;
     let mut bytes = Vec::new();
     file.take(MAX_MANIFEST_BYTES + 1)
         .read_to_end(&mut bytes)

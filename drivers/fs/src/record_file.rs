@@ -5,17 +5,14 @@
 //! [`Store::record`]: crate::Store::record
 //! [`Store::recent_runs`]: crate::Store::recent_runs
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use agentrun_core::record::MAX_RECORD_BYTES;
-use rustix::fs::OFlags;
-use rustix::io::Errno;
 
 use crate::error::{IoContext, IoError};
-use crate::gc::describe_type;
+use crate::special::{Links, OpenError, open_regular};
 use crate::store::StoreError;
 
 /// The bytes of a record file, and what `fstat` said about the file they were read from.
@@ -42,32 +39,17 @@ pub(crate) fn is_not_found(e: &StoreError) -> bool {
 
 /// [`read`] with the limit as a parameter, so tests can exercise it on small files.
 fn read_bounded(path: &Path, limit: u64) -> Result<RecordFile, StoreError> {
-    let not_a_record = |meta: &fs::Metadata| StoreError::CorruptRecord {
-        path: path.to_owned(),
-        detail: format!("it is {}, not a record file", describe_type(meta)),
-    };
-    // No final symlink followed, and no waiting for a writer on a FIFO: both are refused below.
-    let file = match OpenOptions::new()
-        .read(true)
-        .custom_flags((OFlags::NOFOLLOW | OFlags::NONBLOCK).bits() as i32)
-        .open(path)
-    {
-        Ok(file) => file,
-        // ELOOP: a symlink; ENXIO: a socket. Say which from the entry itself.
-        Err(e)
-            if [Errno::LOOP, Errno::NXIO]
-                .map(|n| Some(n.raw_os_error()))
-                .contains(&e.raw_os_error()) =>
-        {
-            let meta = fs::symlink_metadata(path).at("inspect", path)?;
-            return Err(not_a_record(&meta));
+    // No final symlink followed, and no waiting for a writer on a FIFO: both are refused.
+    let (file, meta) = match open_regular(path, Links::Refuse) {
+        Ok(opened) => opened,
+        Err(OpenError::NotRegular(what)) => {
+            return Err(StoreError::CorruptRecord {
+                path: path.to_owned(),
+                detail: format!("it is {what}, not a record file"),
+            });
         }
-        Err(e) => return Err(IoError::at("open", path, e).into()),
+        Err(OpenError::Io(e)) => return Err(IoError::at("open", path, e).into()),
     };
-    let meta = file.metadata().at("inspect", path)?;
-    if !meta.is_file() {
-        return Err(not_a_record(&meta));
-    }
     let too_large = |size: u64| StoreError::RecordTooLarge {
         path: path.to_owned(),
         size,
@@ -284,7 +266,7 @@ mod tests {
         let link = tmp.path().join("link.json");
         std::os::unix::fs::symlink(&fifo, &link).unwrap();
         for (path, what) in [
-            (&fifo, "a special file"),
+            (&fifo, "a FIFO"),
             (&link, "a symbolic link"),
             (&tmp.path().to_owned(), "a directory"),
         ] {

@@ -103,6 +103,22 @@ pub enum StoreError {
         /// What is wrong with it.
         detail: String,
     },
+    /// A record's `run_id` is not the run its file is named after: agentrun did not write it
+    /// there (a copied, renamed or forged file), and its id must not be trusted to name
+    /// anything.
+    #[error(
+        "record {} says it is run {run_id:?}, but its file is named after run {expected}: it was \
+         not written there by agentrun; move it out of {}",
+        .path.display(), .path.parent().map_or_else(String::new, |p| p.display().to_string())
+    )]
+    RecordRunIdMismatch {
+        /// The record file.
+        path: PathBuf,
+        /// The run id the record holds.
+        run_id: String,
+        /// The run id its file name gives.
+        expected: String,
+    },
     /// A record names a format this version does not read: a newer agentrun wrote it.
     #[error(
         "record {} has format {format:?}, which this agentrun does not read (it reads {}); a \
@@ -318,9 +334,10 @@ pub(crate) fn record_id(name: &std::ffi::OsStr) -> Option<String> {
     layout::valid_run_id(id).then(|| id.to_owned())
 }
 
-/// Parses a record file's bytes.
+/// Parses a record file's bytes; a record whose `run_id` is not the one its file name
+/// (`<run id>.json`) gives is refused.
 pub(crate) fn parse_record(path: &Path, bytes: &[u8]) -> Result<ResultRecord, StoreError> {
-    ResultRecord::from_json(bytes).map_err(|e| match e {
+    let record = ResultRecord::from_json(bytes).map_err(|e| match e {
         RecordParseError::UnknownFormat { format } => StoreError::RecordFormatUnknown {
             path: path.to_owned(),
             format,
@@ -329,7 +346,17 @@ pub(crate) fn parse_record(path: &Path, bytes: &[u8]) -> Result<ResultRecord, St
             path: path.to_owned(),
             detail: e.to_string(),
         },
-    })
+    })?;
+    if let Some(expected) = path.file_name().and_then(record_id)
+        && record.run_id != expected
+    {
+        return Err(StoreError::RecordRunIdMismatch {
+            path: path.to_owned(),
+            run_id: record.run_id,
+            expected,
+        });
+    }
+    Ok(record)
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use crate::layout::{self, Layout, TEMP_SUFFIX};
 use crate::lock::GcLock;
 use crate::read::{Object, ReadError};
 use crate::record_file;
+use crate::special::{Links, open_regular};
 use crate::store::{Store, StoreError, parse_record, record_id};
 
 /// Most block-checksum mismatches reported per object (the rest are counted).
@@ -147,8 +148,9 @@ fn check_object(
         }
     };
     let path = &entry.path;
-    let mut file = match File::open(path) {
-        Ok(f) => f,
+    // Listed as a regular file, but it may have been swapped since: never wait on a FIFO.
+    let mut file = match open_regular(path, Links::Refuse).map_err(crate::special::into_io) {
+        Ok((f, _)) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()), // removed since the scan
         Err(e) => {
             problems.push(format!(

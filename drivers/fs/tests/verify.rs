@@ -88,3 +88,40 @@ fn an_oversized_record_is_a_problem_and_the_other_records_are_still_checked() {
         "{problems}"
     );
 }
+
+#[test]
+fn a_record_whose_run_id_is_not_its_file_name_is_refused_everywhere() {
+    let (_tmp, store) = store();
+    let good = capture_single(&store, b"good\n", 1);
+    let forged = capture_single(&store, b"forged\n", 1);
+    let records = store.root().join("records");
+    let path = records.join(format!("{}.json", forged.run_id));
+    let mut json: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    json["run_id"] = "../../../etc/x".into();
+    fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
+
+    let err = store.record(&forged.run_id).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        matches!(&err, agentrun_fs::StoreError::RecordRunIdMismatch { run_id, .. }
+            if run_id == "../../../etc/x"),
+        "{err:?}"
+    );
+    assert!(message.contains(&forged.run_id), "{message}");
+    // `runs` lists the good one and names the forged one as unreadable.
+    let listing = store.recent_runs(10).unwrap();
+    let listed: Vec<&str> = listing.runs.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(listed, [good.run_id.as_str()]);
+    assert_eq!(listing.unreadable.len(), 1);
+    assert_eq!(listing.unreadable[0].run_id, forged.run_id);
+    // Verify reports it as a problem.
+    let report = store.verify().unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains("../../../etc/x") && p.contains(&forged.run_id)),
+        "{:?}",
+        report.problems
+    );
+}

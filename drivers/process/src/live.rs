@@ -19,6 +19,7 @@ use agentrun_core::process::{
 use agentrun_core::sink::SinkOutcome;
 use agentrun_core::stream::StreamIndex;
 use agentrun_core::{CaptureCompletion, CaptureStatus};
+use agentrun_fs::special::{InputError, InputFile, open_input};
 use agentrun_fs::{CaptureSession, PreparedSink, Store, StoreError};
 
 use crate::os::{
@@ -68,6 +69,16 @@ pub enum RunError {
     /// The store refused to capture or publish, or the result sink could not be prepared.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The file given as the program's standard input ([`StdinMode::File`]) cannot be
+    /// opened, or is something that cannot be read as input (a directory, a socket, a
+    /// terminal). Refused before anything runs.
+    #[error("cannot use {} as the program's standard input: {source}", .path.display())]
+    StdinFile {
+        /// The path as given.
+        path: PathBuf,
+        /// Why.
+        source: InputError,
+    },
     /// Talking to the child failed.
     #[error("process I/O failed: {0}")]
     Io(#[from] io::Error),
@@ -209,6 +220,28 @@ pub(crate) fn prepare(store: &Store, options: RunOptions) -> Result<Prepared, Ru
             });
         }
     }
+    // Opened now, before the capture starts and without waiting for a writer: a regular
+    // file becomes the child's stdin itself, anything else that can be read is passed on
+    // by the stdin job as it comes.
+    let mut stdin = match &options.stdin {
+        StdinMode::Bytes(bytes) => Some(StdinFeed::Bytes(bytes.clone())),
+        StdinMode::File(path) => {
+            let refused = |source| RunError::StdinFile {
+                path: path.clone(),
+                source,
+            };
+            match open_input(path).map_err(refused)? {
+                InputFile::Regular(file) => Some(StdinFeed::File(file)),
+                InputFile::Stream(file) => Some(StdinFeed::Stream(file)),
+                _ => {
+                    return Err(refused(InputError::Io(io::Error::other(
+                        "unknown input kind",
+                    ))));
+                }
+            }
+        }
+        _ => None,
+    };
     let mut session = store.begin_capture(options.declaration.clone(), options.limits)?;
     // Room for the command in the record, which is written at the end, when the disk may be
     // full: taken now, before anything runs.
@@ -220,11 +253,14 @@ pub(crate) fn prepare(store: &Store, options: RunOptions) -> Result<Prepared, Ru
     let stdout = os::captures(&options, "stdout").and_then(|c| session.resolve(&c).ok());
     let stderr = os::captures(&options, "stderr").and_then(|c| session.resolve(&c).ok());
     let command = os::command(&options, sink.as_ref().map(PreparedSink::path));
-    let stdio = os::stdio(&options);
-    let stdin = match &options.stdin {
-        StdinMode::Bytes(bytes) => Some(bytes.clone()),
-        _ => None,
-    };
+    let mut stdio = os::stdio(&options);
+    if let Some(StdinFeed::File(file)) = stdin.take_if(|s| matches!(s, StdinFeed::File(_))) {
+        // The child reads the file itself, with blocking reads as from any `< file`.
+        let flags = rustix::fs::fcntl_getfl(&file).map_err(io::Error::from)?;
+        rustix::fs::fcntl_setfl(&file, flags - rustix::fs::OFlags::NONBLOCK)
+            .map_err(io::Error::from)?;
+        stdio[0] = Stdio::from(file);
+    }
     let (stop, stopped) = os::latch()?;
     let started = Instant::now();
     let started_wall = SystemTime::now();
@@ -249,6 +285,16 @@ pub(crate) fn prepare(store: &Store, options: RunOptions) -> Result<Prepared, Ru
     })
 }
 
+/// What the stdin job gives the child.
+enum StdinFeed {
+    /// These bytes.
+    Bytes(Vec<u8>),
+    /// A regular file, handed to the child as its stdin before the spawn (never to the job).
+    File(std::fs::File),
+    /// What this FIFO, pipe or device sends, as it comes.
+    Stream(std::fs::File),
+}
+
 /// One run between [`prepare`] and [`LiveRun::finish`].
 pub(crate) struct LiveRun {
     started: Instant,
@@ -265,7 +311,7 @@ pub(crate) struct LiveRun {
     /// Held until the run finishes; dropping it stops the pumps and the stdin writer.
     stop: Option<Latch>,
     stopped: LatchWatch,
-    stdin: Option<Vec<u8>>,
+    stdin: Option<StdinFeed>,
     sink: Option<PreparedSink>,
     pid: Option<u32>,
     options: RunOptions,
@@ -343,14 +389,21 @@ impl LiveRun {
     /// that exits without reading its input is not an error, and the job ends with the run
     /// even when a process outside the group holds the pipe without reading it.
     pub(crate) fn stdin_job(&mut self, stdin: Option<OwnedFd>) -> io::Result<Option<Job>> {
-        let (Some(pipe), Some(bytes)) = (stdin, self.stdin.take()) else {
+        let (Some(pipe), Some(feed)) = (stdin, self.stdin.take()) else {
             return Ok(None);
         };
         let file = os::nonblocking_pipe(pipe)?;
         let stop = self.stopped.clone();
-        Ok(Some(Box::new(move || {
-            let _ = os::feed_stdin(file, &bytes, &stop);
-        })))
+        Ok(Some(match feed {
+            StdinFeed::Bytes(bytes) => Box::new(move || {
+                let _ = os::feed_stdin(file, &bytes, &stop);
+            }),
+            StdinFeed::Stream(source) => Box::new(move || {
+                let _ = os::pump_stdin(source, file, &stop);
+            }),
+            // Given to the child at the spawn: there is no pipe to feed.
+            StdinFeed::File(_) => return Ok(None),
+        }))
     }
 
     /// Takes the capture session from the pumps and records what the run's end left

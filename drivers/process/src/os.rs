@@ -49,6 +49,8 @@ pub fn stdio(options: &RunOptions) -> [Stdio; 3] {
         StdinMode::Null => Stdio::null(),
         StdinMode::Bytes(_) => Stdio::piped(),
         StdinMode::Inherit => Stdio::inherit(),
+        // The driver replaces this with the opened file when it is a regular one.
+        _ => Stdio::piped(),
     };
     [stdin, captured("stdout"), captured("stderr")]
 }
@@ -215,22 +217,81 @@ pub(crate) fn exit_watch(pid: Option<u32>) -> Option<OwnedFd> {
 /// closes it. Returns early when the child stops reading (a closed pipe is not an error: the
 /// child need not read its input) or when `stop` fires.
 pub(crate) fn feed_stdin(mut pipe: File, bytes: &[u8], stop: &LatchWatch) -> io::Result<()> {
+    write_stdin(&mut pipe, bytes, stop).map(drop)
+}
+
+/// Writes `bytes` to the child's stdin `pipe`; `false` when the child stopped reading or
+/// `stop` fired before all were written.
+fn write_stdin(pipe: &mut File, bytes: &[u8], stop: &LatchWatch) -> io::Result<bool> {
     use std::io::Write as _;
     let mut rest = bytes;
     while !rest.is_empty() {
         match pipe.write(rest) {
             Ok(n) => rest = &rest[n..],
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if !wait_ready(&pipe, rustix::event::PollFlags::OUT, stop)? {
-                    return Ok(());
+                if !wait_ready(pipe, rustix::event::PollFlags::OUT, stop)? {
+                    return Ok(false);
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(false),
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(true)
+}
+
+/// Passes what `source` (a FIFO, pipe or character device opened with `O_NONBLOCK`) sends on
+/// to the child's stdin `pipe` as it comes, then closes the pipe at the source's end. Never
+/// blocks the run: it waits on the source, the child's side of the pipe and `stop` at once,
+/// and returns when the child stops reading or `stop` fires, even if no writer ever opened
+/// the FIFO. (A FIFO opened without waiting reads as at its end until a writer opened it;
+/// `poll` reports that end only after a writer came and went, so an empty read after
+/// `poll` is the real end.)
+pub(crate) fn pump_stdin(source: File, mut pipe: File, stop: &LatchWatch) -> io::Result<()> {
+    use rustix::event::{PollFd, PollFlags, poll};
+    use std::io::Read as _;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let (source_ready, child_gone, stopped) = {
+            let mut fds = [
+                PollFd::new(&source, PollFlags::IN),
+                // No events asked: POLLERR comes when the child's side is closed.
+                PollFd::new(&pipe, PollFlags::empty()),
+                PollFd::new(&*stop.0, PollFlags::IN),
+            ];
+            match poll(&mut fds, None) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            (
+                !fds[0].revents().is_empty(),
+                !fds[1].revents().is_empty(),
+                !fds[2].revents().is_empty(),
+            )
+        };
+        if stopped || child_gone {
+            return Ok(());
+        }
+        if !source_ready {
+            continue;
+        }
+        match (&source).read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => {
+                if !write_stdin(&mut pipe, &buf[..n], stop)? {
+                    return Ok(());
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The OS signal for a stop signal.
