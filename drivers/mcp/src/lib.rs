@@ -252,8 +252,14 @@ impl McpServer {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let inner = self.inner.clone();
+        // The client hung up: stop the calls still running now, as a cancel does, while rmcp
+        // drains their answers (it waits 5 s for them before it gives up and cancels them).
+        let ended = inner.clone();
         let transport =
-            transport::LineTransport::new(BufReader::new(read), write, inner.max_request_bytes);
+            transport::LineTransport::new(BufReader::new(read), write, inner.max_request_bytes)
+                .on_end(move || {
+                    ended.shutdown.send_replace(true);
+                });
         let mut stop = std::pin::pin!(stop);
         let running = tokio::select! {
             running = ServiceExt::serve(self, transport) => {

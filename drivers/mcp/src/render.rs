@@ -9,6 +9,18 @@ use agentrun_core::{ArtifactUri, BytePage, Page, PageError, ResultRecord};
 use agentrun_fs::ReadError;
 use serde_json::{Value, json};
 
+/// `text` cut to at most `max` bytes at a character boundary, `…` marking the cut.
+pub(crate) fn clip(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut cut = max.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &text[..cut])
+}
+
 /// The clean answer of a run, as shown to the model.
 pub(crate) enum Answer {
     /// No sink was requested.
