@@ -21,8 +21,9 @@ pub(crate) struct McpArgs {
     #[command(flatten)]
     limits: LimitFlags,
     /// Let the `run` tool execute PROGRAM: a command whose first element is exactly this
-    /// string (a bare name is looked up in PATH). Repeatable. Without --allow or --allow-all,
-    /// `run` refuses every program.
+    /// string. A bare name is looked up at start-up in the absolute directories of PATH
+    /// (relative entries such as `.` are skipped) and runs from there; a path must be
+    /// absolute. Repeatable. Without --allow or --allow-all, `run` refuses every program.
     #[arg(long, value_name = "PROGRAM")]
     allow: Vec<String>,
     /// Let the `run` tool execute ANY program. The MCP client, and the model behind it, can

@@ -321,7 +321,7 @@ fn an_allowed_name_found_only_through_a_relative_entry_is_refused_at_start() {
         &["--allow", "echo", "--allow", "only-here"],
     );
     let (status, stderr) = server.wait();
-    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(!status.success(), "{stderr}");
     assert!(
         stderr.contains("only-here") && stderr.contains("PATH"),
         "{stderr}"
@@ -341,7 +341,7 @@ fn allowed_paths_must_be_absolute() {
             &["--allow", relative],
         );
         let (status, stderr) = server.wait();
-        assert_eq!(status.code(), Some(2), "{relative}: {stderr}");
+        assert!(!status.success(), "{relative}: {stderr}");
         assert!(stderr.contains(relative), "{stderr}");
     }
 }

@@ -113,7 +113,12 @@ fn parse_agent(server: &McpServer, map: &JsonObject) -> Result<(AgentOptions, Du
         .run_options()
         .map_err(|e| ArgError(format!("`agent`: {e}")))?
         .program;
-    server.inner.check_allowed(&program.to_string_lossy())?;
+    if let Some(executable) = server.inner.check_allowed(&program.to_string_lossy())? {
+        options = options.program(executable);
+    }
+    if let Some(path) = &server.inner.child_path {
+        options = options.env("PATH", path);
+    }
     Ok((options, timeout))
 }
 

@@ -97,7 +97,7 @@ fn run_tool() -> Tool {
                 "type": "array",
                 "items": {"type": "string"},
                 "minItems": 1,
-                "description": "The program and its arguments, e.g. [\"cargo\", \"test\", \"--workspace\"]. The program is looked up in PATH when it has no '/'."
+                "description": "The program and its arguments, e.g. [\"cargo\", \"test\", \"--workspace\"]. An allowed name runs the executable the server found for it in PATH at start-up."
             },
             "cwd": {
                 "type": "string",
@@ -188,6 +188,9 @@ impl From<ArgError> for CallToolResult {
 /// A validated `run` call.
 struct RunCall {
     program: String,
+    /// What runs: the executable `program` was resolved to at start-up, or `program` itself
+    /// under `--allow-all`.
+    executable: std::ffi::OsString,
     args: Vec<String>,
     cwd: Option<String>,
     stdin: Option<String>,
@@ -215,12 +218,16 @@ impl Inner {
                 "`run` argument `command` holds an argument with a NUL byte: {bad:?}"
             )));
         }
-        self.check_allowed(&program)?;
+        let executable = match self.check_allowed(&program)? {
+            Some(path) => path.into_os_string(),
+            None => program.clone().into(),
+        };
         let timeout = args
             .opt_u64("timeout_seconds", 1, MAX_TIMEOUT.as_secs())?
             .map_or(self.default_timeout, Duration::from_secs);
         Ok(RunCall {
             program,
+            executable,
             args: command,
             cwd: args.opt_string("cwd")?.map(str::to_owned),
             stdin: args.opt_string("stdin")?.map(str::to_owned),
@@ -229,10 +236,22 @@ impl Inner {
         })
     }
 
-    pub(crate) fn check_allowed(&self, program: &str) -> Result<(), ArgError> {
+    /// Whether `program` may run, and the executable it was resolved to (`None`: any
+    /// program may run, and runs as given).
+    pub(crate) fn check_allowed(
+        &self,
+        program: &str,
+    ) -> Result<Option<std::path::PathBuf>, ArgError> {
+        if let Allow::Programs(set) = &self.allow
+            && let Some(path) = set.get(program)
+        {
+            return Ok(Some(path.clone()));
+        }
+        // The name is echoed back to the model: a huge one is cut.
+        let shown = render::clip(program, 200);
+        let program = shown.as_str();
         match &self.allow {
-            Allow::All => Ok(()),
-            Allow::Programs(set) if set.contains(program) => Ok(()),
+            Allow::All => Ok(None),
             Allow::Programs(set) if set.is_empty() => Err(ArgError(format!(
                 "`{program}` is not allowed: this server allows no program to run. The user \
                  can allow it by adding `--allow {program}` to the server's command line"
@@ -241,7 +260,7 @@ impl Inner {
                 "`{program}` is not allowed on this server; the allowed programs are: {}. Use \
                  one of them, exactly as written (or the user can add `--allow {program}` to \
                  the server's command line)",
-                set.iter().cloned().collect::<Vec<_>>().join(", ")
+                set.keys().cloned().collect::<Vec<_>>().join(", ")
             ))),
         }
     }
@@ -330,12 +349,15 @@ impl McpServer {
             Ok(call) => call,
             Err(e) => return Ok(e.into()),
         };
-        let mut options = RunOptions::new(&call.program)
+        let mut options = RunOptions::new(&call.executable)
             .args(&call.args)
             .limits(inner.limits)
             .timeout(call.timeout);
         if let Some(dir) = &call.cwd {
             options = options.current_dir(dir);
+        }
+        if let Some(path) = &inner.child_path {
+            options = options.env("PATH", path);
         }
         if let Some(text) = call.stdin {
             options = options.stdin(StdinMode::Bytes(text.into_bytes()));
