@@ -356,7 +356,7 @@ fn fake_claude(dir: &Path, models: &str, diagnostic_bytes: usize) -> PathBuf {
     let script = format!(
         r#"cat >/dev/null
 printf '%s\n' '{{"type":"system","subtype":"init","session_id":"00000000-0000-4000-8000-000000000009","model":"m0"}}'
-{models} | while IFS= read -r model; do
+{{ {models}; }} | while IFS= read -r model; do
   printf '{{"type":"assistant","message":{{"content":[{{"text":"working","type":"text"}}],"id":"msg_1","model":"%s","role":"assistant","type":"message"}},"session_id":"00000000-0000-4000-8000-000000000009"}}\n' "$model"
 done
 diag=$(head -c {diagnostic_bytes} /dev/zero | tr '\0' d)
@@ -404,6 +404,7 @@ fn an_agent_result_stays_within_the_payload_bound() {
         let text = text_of(&answer);
         assert_bounded(&text, 8704, models);
         assert!(text.contains("[Agent claude"), "{text}");
+        assert!(text.contains("[Models: m"), "the models are named: {text}");
         assert!(text.contains("read(filePath=\"artifact://"), "{text}");
     }
 }

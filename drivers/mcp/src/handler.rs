@@ -176,7 +176,9 @@ fn read_tool() -> Tool {
 
 /// An error result the model reads (not a protocol error: clients show those opaquely).
 pub(crate) fn tool_error(message: impl Into<String>) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(message.into())])
+    // Errors echo what the client sent (a program name, a path): bounded whatever it was.
+    let message = render::clip(&message.into(), render::MAX_ERROR_BYTES);
+    CallToolResult::error(vec![ContentBlock::text(message)])
 }
 
 impl From<ArgError> for CallToolResult {
@@ -295,11 +297,15 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| ErrorData::internal_error(format!("a blocking task failed: {e}"), None))
 }
 
-/// A text for the model (a clean answer, a final message): shown in full within the preview
-/// bound, else kept as its own artifact so that the model sees a bounded preview with a read
-/// hint for the rest.
-pub(crate) async fn retain_text(inner: &Inner, text: String) -> Result<Answer, ErrorData> {
-    if text.len() <= inner.limits.max_bytes {
+/// A text for the model (a clean answer, a final message): shown in full when it is within
+/// the preview bound and the `room` its result has left, else kept as its own artifact so
+/// that the model sees a bounded preview (or only a read hint) for the rest.
+pub(crate) async fn retain_text(
+    inner: &Inner,
+    text: String,
+    room: usize,
+) -> Result<Answer, ErrorData> {
+    if render::fits_inline(text.len(), room, inner.limits.max_bytes) {
         return Ok(Answer::Inline(text));
     }
     let (store, limits) = (inner.store.clone(), inner.limits);
@@ -392,20 +398,18 @@ impl McpServer {
             }
             Err(e) => return Ok(tool_error(format!("the run failed: {e}"))),
         };
+        let parts = render::RunParts::new(&result, call.timeout);
+        let max = inner.limits.max_payload_bytes;
         let answer = match (&result.result, call.sink) {
             (_, false) => Answer::NotRequested,
-            (Some(text), true) => retain_text(inner, text.clone()).await?,
+            (Some(text), true) => retain_text(inner, text.clone(), parts.room(max)).await?,
             (None, true) => Answer::Missing(format!(
                 "the result sink was {}; the stdout preview above is the fallback",
                 result.sink.describe()
             )),
         };
         inner.remember(&result, &call.program);
-        let mut out = CallToolResult::success(vec![ContentBlock::text(render::run_text(
-            &result,
-            &answer,
-            call.timeout,
-        ))]);
+        let mut out = CallToolResult::success(vec![ContentBlock::text(parts.text(&answer, max))]);
         if inner.structured_content {
             out.structured_content = Some(render::run_json(&result, &answer));
         }
@@ -470,7 +474,8 @@ impl Watch {
 
     /// Notes an agent's latest progress line.
     pub(crate) fn progress_line(&self, line: &str) {
-        *self.last_line.lock().unwrap_or_else(|e| e.into_inner()) = Some(line.to_owned());
+        // A progress line can quote a harness's event (a model name): bounded.
+        *self.last_line.lock().unwrap_or_else(|e| e.into_inner()) = Some(render::clip(line, 1024));
     }
 
     fn message(&self, elapsed: Duration) -> String {
