@@ -442,6 +442,19 @@ fn a_run_result_with_a_clean_answer_stays_within_the_payload_bound() {
     let long = "p".repeat(100_000);
     let answer = server.call(json!(2), "run", json!({"command": [long]}));
     assert_bounded(&text_of(&answer), 8704, "a refused huge program name");
+    // So are protocol errors that echo what was sent.
+    for (id, method, params) in [
+        (
+            3,
+            "resources/read",
+            json!({"uri": format!("artifact://{long}")}),
+        ),
+        (4, "tools/call", json!({"name": long, "arguments": {}})),
+    ] {
+        let answer = server.request(json!(id), method, params);
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert_bounded(message, 8704, method);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -528,6 +541,10 @@ fn a_request_before_initialize_is_told_to_initialize() {
     assert_eq!(answer["error"]["code"], -32600, "{answer}");
     let answer = server.request(json!(2), "ping", json!({}));
     assert!(answer.get("result").is_some(), "{answer}");
+    // A ping does not start the session.
+    let answer = server.request(json!(4), "resources/templates/list", json!({}));
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("not initialized"), "{answer}");
     server.initialize();
     let answer = server.request(json!(3), "tools/list", json!({}));
     assert!(answer["result"]["tools"].is_array(), "{answer}");

@@ -530,9 +530,11 @@ enum ReadRange {
 
 /// Parses an artifact URI as `what`, with the grammar in the error.
 fn parse_uri(text: &str, what: &str) -> Result<ArtifactUri, ArgError> {
+    // Echoed in the error: a huge one is cut.
+    let shown = render::clip(text, 200);
     if !ArtifactUri::is_artifact_scheme(text) {
         return Err(ArgError(format!(
-            "{what} {text:?} is not an artifact URI; this server reads only artifact URIs \
+            "{what} {shown:?} is not an artifact URI; this server reads only artifact URIs \
              (artifact://<64 lowercase hex digits> or artifact://<64 lowercase hex \
              digits>/<stream>), exactly as given in a `[Truncated. Read more: ...]` hint; it \
              reads no files"
@@ -540,7 +542,7 @@ fn parse_uri(text: &str, what: &str) -> Result<ArtifactUri, ArgError> {
     }
     ArtifactUri::parse(text).map_err(|e| {
         ArgError(format!(
-            "{what} {text:?} is not a valid artifact URI: {e}; the form is artifact://<64 \
+            "{what} {shown:?} is not a valid artifact URI: {e}; the form is artifact://<64 \
              lowercase hex digits> or artifact://<64 lowercase hex digits>/<stream>, copied \
              exactly from a read hint"
         ))
@@ -642,7 +644,10 @@ impl ServerHandler for McpServer {
             "agent" => self.call_agent(map, context).await?,
             other => {
                 return Err(ErrorData::invalid_params(
-                    format!("unknown tool {other:?}; this server's tools are: run, read, agent"),
+                    format!(
+                        "unknown tool {:?}; this server's tools are: run, read, agent",
+                        render::clip(other, 200)
+                    ),
                     None,
                 ));
             }
@@ -702,8 +707,9 @@ impl ServerHandler for McpServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let _call = CallGuard::new(&self.inner);
-        let uri = parse_uri(&request.uri, "resource URI")
-            .map_err(|e| ErrorData::invalid_params(e.0, None))?;
+        let uri = parse_uri(&request.uri, "resource URI").map_err(|e| {
+            ErrorData::invalid_params(render::clip(&e.0, render::MAX_ERROR_BYTES), None)
+        })?;
         let store = self.inner.store.clone();
         let read_uri = uri.clone();
         let first = PageRequest::new(0, u64::from(MAX_PAGE_LINES))

@@ -333,8 +333,9 @@ impl McpServer {
     }
 
     /// Serves one client on `read`/`write` (newline-delimited JSON-RPC) until it disconnects
-    /// or `stop` resolves; then stops the process groups of calls still running and waits
-    /// (at most 30 seconds) for them to be reaped and their output finalized.
+    /// or `stop` resolves; then stops the process groups of calls still running (at once, as
+    /// a cancel does: on end of input, before the last answers are written) and waits (at
+    /// most 30 seconds) for them to be reaped and their output finalized.
     pub async fn serve<R, W>(
         self,
         read: R,

@@ -60,6 +60,8 @@ pub(crate) struct LineTransport<R, W> {
     started: bool,
     /// Called once at end of input (or when reading fails).
     on_end: Option<Box<dyn FnOnce() + Send>>,
+    /// Error replies being written (see `spawn_reply`).
+    replies: tokio::task::JoinSet<()>,
 }
 
 /// The ids of requests in flight: the client's, and the fresh one rmcp sees.
@@ -126,6 +128,7 @@ where
             ids: IdMap::default(),
             started: false,
             on_end: None,
+            replies: tokio::task::JoinSet::new(),
         }
     }
 
@@ -164,7 +167,14 @@ where
                         request.id.clone(),
                     ));
                 };
-                self.started = true;
+                // `ping` (and `server/discover`) may come before the session starts without
+                // starting it; anything else that got here starts it.
+                if !matches!(
+                    request.request,
+                    ClientRequest::PingRequest(_) | ClientRequest::DiscoverRequest(_)
+                ) {
+                    self.started = true;
+                }
                 request.id = internal;
             }
             JsonRpcMessage::Notification(notification) => {
@@ -245,8 +255,23 @@ where
         w.flush().await
     }
 
-    /// Answers a line that is not a usable message. Takes only the writer, so the future
-    /// does not borrow the reader (which need not be `Sync`).
+    /// Answers a line that is not a usable message, on a task of its own: rmcp polls
+    /// `receive` in a `select!` and drops it when another event comes first, and a reply
+    /// written from inside it would then be lost, or cut off mid-line. The task writes the
+    /// whole line under the writer's lock; `close` waits for the replies still being written.
+    fn spawn_reply(&mut self, error: ErrorData, id: Option<RequestId>) {
+        while self.replies.try_join_next().is_some() {}
+        let reply = self.reply_error(error, id);
+        self.replies.spawn(async move {
+            // A client that stopped reading cannot be told; its input ends the session.
+            if let Err(e) = reply.await {
+                tracing::debug!("an error reply was not written: {e}");
+            }
+        });
+    }
+
+    /// Writes the answer to a line that is not a usable message. Takes only the writer, so
+    /// the future does not borrow the reader (which need not be `Sync`).
     fn reply_error(
         &self,
         error: ErrorData,
@@ -533,9 +558,7 @@ where
                     );
                     let id = id_in_prefix(&self.line);
                     self.line.clear();
-                    if self.reply_error(error, id).await.is_err() {
-                        return None;
-                    }
+                    self.spawn_reply(error, id);
                     continue;
                 }
                 Ok(Line::Eof) => {
@@ -569,15 +592,11 @@ where
                 (Ok(message), _) => match self.admit(message) {
                     Ok(message) => return Some(message),
                     Err((error, id)) => {
-                        if self.reply_error(error, Some(id)).await.is_err() {
-                            return None;
-                        }
+                        self.spawn_reply(error, Some(id));
                     }
                 },
                 (Err(_), Some((error, id))) => {
-                    if self.reply_error(error, id).await.is_err() {
-                        return None;
-                    }
+                    self.spawn_reply(error, id);
                 }
                 (Err(_), None) => {}
             }
@@ -585,6 +604,7 @@ where
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
+        while self.replies.join_next().await.is_some() {}
         let mut guard = self.write.lock().await;
         if let Some(mut w) = guard.take() {
             w.shutdown().await?;
