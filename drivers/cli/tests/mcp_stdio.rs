@@ -286,6 +286,34 @@ fn a_relative_path_entry_never_lets_cwd_choose_the_allowed_program() {
     }
 }
 
+/// The `agent` tool runs the harness found at start-up too, not one in the call's `cwd`.
+#[test]
+fn an_agent_harness_is_not_chosen_by_cwd_either() {
+    let area = Area::new();
+    let real = fake_claude(area.dir.path(), "echo real-model", 10);
+    for fake in [area.work().join("claude"), area.work().join("bin/claude")] {
+        write_script(
+            &fake,
+            &format!("echo hijacked > '{}'", area.marker().display()),
+        );
+    }
+    for path in [
+        format!(".:{}:{}", real.display(), system_path()),
+        format!("bin:{}:{}", real.display(), system_path()),
+    ] {
+        let mut server = Server::start(&area.store(), &path, &area.home(), &["--allow", "claude"]);
+        server.initialize();
+        let answer = server.call(
+            json!(1),
+            "agent",
+            json!({"harness": "claude", "prompt": "hi", "cwd": area.work()}),
+        );
+        let text = text_of(&answer);
+        assert!(text.contains("real-model"), "PATH={path}: {text}");
+        assert!(!area.marker().exists(), "PATH={path}: a fake claude ran");
+    }
+}
+
 /// The program's own children get no relative `PATH` entry either: an allowed `sh` that runs
 /// `echo` by name from the call's `cwd` runs the real one.
 #[test]

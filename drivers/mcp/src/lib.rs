@@ -324,6 +324,19 @@ impl McpServer {
         &self.inner.store
     }
 
+    /// The allowed programs and the executables they run (resolved by
+    /// [`McpServerBuilder::build`]), in name order; `None` when every program may run.
+    pub fn allowed_programs(&self) -> Option<Vec<(&str, &Path)>> {
+        match &self.inner.allow {
+            Allow::All => None,
+            Allow::Programs(set) => Some(
+                set.iter()
+                    .map(|(name, path)| (name.as_str(), path.as_path()))
+                    .collect(),
+            ),
+        }
+    }
+
     /// Serves one client on standard input and output until it disconnects or `stop`
     /// resolves (e.g. on SIGTERM; pass `std::future::pending()` for no such stop). Nothing but
     /// protocol messages is written to stdout; programs run by `run` never inherit it.
