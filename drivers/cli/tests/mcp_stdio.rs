@@ -325,7 +325,10 @@ fn an_allowed_program_gets_a_path_without_relative_entries() {
     let answer = server.call(
         json!(1),
         "run",
-        json!({"command": ["sh", "-c", "printf '%s\\n' \"$PATH\"; command -v echo"], "cwd": area.work()}),
+        json!({
+            "command": ["sh", "-c", "printf '%s\\n' \"$PATH\"; command -v echo"],
+            "cwd": area.work()
+        }),
     );
     let text = text_of(&answer);
     let child_path = text.lines().nth(1).unwrap_or_default();
@@ -456,7 +459,8 @@ fn a_run_result_with_a_clean_answer_stays_within_the_payload_bound() {
         ],
     );
     server.initialize();
-    let script = "seq 1 100000; seq 1 100000 >&2; head -c 7990 /dev/zero | tr '\\0' a > \"$AGENTRUN_RESULT_SINK\"";
+    let script = "seq 1 100000; seq 1 100000 >&2; \
+                  head -c 7990 /dev/zero | tr '\\0' a > \"$AGENTRUN_RESULT_SINK\"";
     let answer = server.call(
         json!(1),
         "run",

@@ -159,7 +159,8 @@ where
                     return Err((
                         ErrorData::invalid_request(
                             format!(
-                                "duplicate request id {}: a request with this id is still in                                  flight; give every request an id of its own",
+                                "duplicate request id {}: a request with this id is still in \
+                                 flight; give every request an id of its own",
                                 shown_id(&request.id)
                             ),
                             None,
@@ -391,7 +392,9 @@ fn request_error(request: &ClientRequest, started: bool) -> Option<ErrorData> {
     if !started && !lifecycle && request.get_meta().protocol_version().is_none() {
         return Some(ErrorData::invalid_request(
             format!(
-                "the session is not initialized: send an `initialize` request first, then                  the `notifications/initialized` notification; only `ping` may come before                  it (this request was `{}`)",
+                "the session is not initialized: send an `initialize` request first, then \
+                 the `notifications/initialized` notification; only `ping` may come before \
+                 it (this request was `{}`)",
                 crate::render::clip(request.method(), 100)
             ),
             None,
