@@ -526,6 +526,37 @@ fn a_disconnect_stops_in_flight_runs_at_once() {
     assert!(status.success(), "{stderr}");
 }
 
+/// A program whose cleanup outlasts its grace (it is SIGKILLed at the end of it) still has
+/// its result written after a disconnect: the server keeps the session open until the
+/// stopped calls are answered.
+#[test]
+fn a_disconnect_still_answers_a_call_whose_stop_takes_the_whole_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let (started, term) = (dir.path().join("started"), dir.path().join("term"));
+    let script = format!(
+        "trap 'echo > \"{}\"; sleep 120; exit 0' TERM; echo > \"{}\"; while :; do sleep 1; done",
+        term.display(),
+        started.display()
+    );
+    let mut server = Server::start(
+        &dir.path().join("store"),
+        &system_path(),
+        dir.path(),
+        &["--allow", "sh"],
+    );
+    server.initialize();
+    server.send(&json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+        "params": {"name": "run", "arguments": {"command": ["sh", "-c", script]}}}));
+    wait_for_file(&started);
+    let messages = server.hang_up();
+    let answer = messages
+        .iter()
+        .find(|m| is_answer(m, &json!(6)))
+        .unwrap_or_else(|| panic!("the stopped call got no answer: {messages:?}"));
+    assert!(text_of(answer).contains("[Cancelled"), "{answer}");
+    assert!(term.exists(), "the program never got its stop signal");
+}
+
 // ---------------------------------------------------------------------------------------
 // Protocol answers.
 

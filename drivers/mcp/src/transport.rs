@@ -24,7 +24,8 @@
 //!   reuses the id.
 //!
 //! At end of input it calls the `on_end` hook at once, so that the server stops the calls
-//! still running while rmcp drains their answers, instead of after it gave up waiting.
+//! still running, and it reports the end to rmcp only once their answers were sent (or after
+//! [`END_WAIT`]): rmcp waits only 5 s for answers after the end, then drops them.
 
 use std::collections::HashMap;
 use std::io;
@@ -62,7 +63,16 @@ pub(crate) struct LineTransport<R, W> {
     on_end: Option<Box<dyn FnOnce() + Send>>,
     /// Error replies being written (see `spawn_reply`).
     replies: tokio::task::JoinSet<()>,
+    /// Set when input ended: until when the answers of calls in flight are waited for.
+    end_deadline: Option<tokio::time::Instant>,
+    /// [`END_WAIT`], or less in tests that never answer.
+    end_wait: std::time::Duration,
 }
+
+/// How long, after input ended, the answers of the calls still in flight are waited for
+/// (they were stopped; their output is being finalized). As long as the server waits for
+/// their processes.
+const END_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The ids of requests in flight: the client's, and the fresh one rmcp sees.
 #[derive(Default)]
@@ -129,6 +139,8 @@ where
             started: false,
             on_end: None,
             replies: tokio::task::JoinSet::new(),
+            end_deadline: None,
+            end_wait: END_WAIT,
         }
     }
 
@@ -138,10 +150,18 @@ where
         self
     }
 
+    /// Tests that deliver requests nobody answers end at once.
+    #[cfg(test)]
+    fn end_wait(mut self, wait: std::time::Duration) -> Self {
+        self.end_wait = wait;
+        self
+    }
+
     fn ended(&mut self) {
         if let Some(hook) = self.on_end.take() {
             hook();
         }
+        self.end_deadline = Some(tokio::time::Instant::now() + self.end_wait);
     }
 
     /// What to do with a parsed message: deliver it (with its id mapped), or answer it here
@@ -547,6 +567,16 @@ where
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
+            if let Some(deadline) = self.end_deadline {
+                // Input ended and the calls still in flight were told to stop: end the
+                // session only once they are answered (rmcp gives up on answers 5 s after
+                // this returns `None`, less than a stopped program's grace). Each answer is
+                // an event that drops this future; the next call looks again.
+                if !self.ids.by_client.is_empty() {
+                    tokio::time::sleep_until(deadline).await;
+                }
+                return None;
+            }
             match self.read_line().await {
                 Ok(Line::Complete) => {}
                 Ok(Line::Oversized) => {
@@ -566,12 +596,12 @@ where
                 }
                 Ok(Line::Eof) => {
                     self.ended();
-                    return None;
+                    continue;
                 }
                 Err(e) => {
                     tracing::error!("reading requests failed: {e}");
                     self.ended();
-                    return None;
+                    continue;
                 }
             }
             let line = std::mem::take(&mut self.line);
@@ -626,7 +656,8 @@ mod tests {
     async fn exchange(input: &[u8], max: usize) -> (Vec<String>, String) {
         let (mut client, server) = tokio::io::duplex(1 << 16);
         let (read, write) = tokio::io::split(server);
-        let mut transport = LineTransport::new(BufReader::new(read), write, max);
+        let mut transport = LineTransport::new(BufReader::new(read), write, max)
+            .end_wait(std::time::Duration::ZERO);
         client.write_all(input).await.unwrap();
         client.shutdown().await.unwrap();
         let mut methods = Vec::new();
