@@ -5,6 +5,7 @@
 //! SIGINT, SIGTERM and SIGHUP stop the server the way a disconnecting client does: the process
 //! groups of calls still running are stopped and their output is finalized before it exits.
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -21,8 +22,9 @@ pub(crate) struct McpArgs {
     #[command(flatten)]
     limits: LimitFlags,
     /// Let the `run` tool execute PROGRAM: a command whose first element is exactly this
-    /// string (a bare name is looked up in PATH). Repeatable. Without --allow or --allow-all,
-    /// `run` refuses every program.
+    /// string. A bare name is looked up at start-up in the absolute directories of PATH
+    /// (relative entries such as `.` are skipped) and runs from there; a path must be
+    /// absolute. Repeatable. Without --allow or --allow-all, `run` refuses every program.
     #[arg(long, value_name = "PROGRAM")]
     allow: Vec<String>,
     /// Let the `run` tool execute ANY program. The MCP client, and the model behind it, can
@@ -60,12 +62,21 @@ pub(crate) fn run(settings: &Settings, args: McpArgs) -> Result<ExitCode, Failur
         .enable_all()
         .build()
         .map_err(|e| Failure::runtime(format!("cannot start the async runtime: {e}")))?;
-    let allowed = if args.allow_all {
-        "every program (--allow-all)".to_owned()
-    } else if args.allow.is_empty() {
-        "no program (add --allow PROGRAM)".to_owned()
-    } else {
-        args.allow.join(", ")
+    // Each allowed name with the executable it runs, found once, now.
+    let allowed = match server.allowed_programs() {
+        None => "every program (--allow-all)".to_owned(),
+        Some(programs) if programs.is_empty() => "no program (add --allow PROGRAM)".to_owned(),
+        Some(programs) => programs
+            .iter()
+            .map(|(name, path)| {
+                if Path::new(name) == *path {
+                    (*name).to_owned()
+                } else {
+                    format!("{name} ({})", path.display())
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
     };
     eprintln!(
         "agentrun mcp: serving MCP on stdio; store {}; run allows {allowed}",

@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::args::{ArgError, Args};
 use crate::handler::{Watch, object, report_progress, retain_text, stop_future, tool_error};
-use crate::render::{Answer, push_answer};
+use crate::render::{self, Answer, push_answer};
 use crate::{MAX_TIMEOUT, McpServer};
 
 const AGENT_DESCRIPTION: &str = "\
@@ -113,64 +113,140 @@ fn parse_agent(server: &McpServer, map: &JsonObject) -> Result<(AgentOptions, Du
         .run_options()
         .map_err(|e| ArgError(format!("`agent`: {e}")))?
         .program;
-    server.inner.check_allowed(&program.to_string_lossy())?;
+    if let Some(executable) = server.inner.check_allowed(&program.to_string_lossy())? {
+        options = options.program(executable);
+    }
+    if let Some(path) = &server.inner.child_path {
+        options = options.env("PATH", path);
+    }
     Ok((options, timeout))
 }
 
-/// The text of an `agent` result.
-fn agent_text(turn: &AgentRun, answer: &Answer, timeout: Duration) -> String {
-    let mut out = String::new();
-    let name = turn.harness.name();
-    match (&turn.completion, turn.stopped()) {
-        (_, Some(outcome)) if outcome.timed_out() => {
+/// An `agent` result around its final message: the status and models lines before it, the
+/// read hints of the retained streams after it. Every part is bounded, so that the final
+/// message gets what is left of the payload bound.
+struct AgentParts {
+    head: String,
+    tail: String,
+}
+
+impl AgentParts {
+    fn new(turn: &AgentRun, timeout: Duration) -> Self {
+        let mut head = String::new();
+        let name = turn.harness.name();
+        match (&turn.completion, turn.stopped()) {
+            (_, Some(outcome)) if outcome.timed_out() => {
+                let _ = writeln!(
+                    head,
+                    "[Agent {name} timed out after {}s and was stopped]",
+                    timeout.as_secs()
+                );
+            }
+            (_, Some(_)) => {
+                let _ = writeln!(head, "[Agent {name} was cancelled and stopped]");
+            }
+            (Some(completion), None) => {
+                let status = match &completion.outcome.status {
+                    OutcomeStatus::Succeeded => "succeeded".to_owned(),
+                    OutcomeStatus::TurnFailed { diagnostic } => {
+                        format!("failed: {}", render::diagnostic(diagnostic))
+                    }
+                    OutcomeStatus::ExecutionFailed { diagnostic } => {
+                        format!("failed to run: {}", render::diagnostic(diagnostic))
+                    }
+                    other => render::diagnostic(&format!("ended: {other:?}")),
+                };
+                let _ = write!(head, "[Agent {name} {status}");
+                if let Some(summary) = &completion.report.summary {
+                    let _ = write!(head, "; {}", render::summary(summary));
+                }
+                head.push_str("]\n");
+            }
+            (None, None) => {
+                let _ = writeln!(head, "[Agent {name} ended without a completion]");
+            }
+        }
+        let models = match &turn.completion {
+            Some(c) if !c.report.models.is_empty() => &c.report.models,
+            _ => &turn.observed_models,
+        };
+        if !models.is_empty() {
+            head.push_str(&render::models_line(models));
+        }
+        let mut tail = String::new();
+        let record = &turn.process.record;
+        for stream in record.streams() {
+            let name = stream.name.as_ref().map_or("output", |n| n.as_str());
             let _ = writeln!(
-                out,
-                "[Agent {name} timed out after {}s and was stopped]",
-                timeout.as_secs()
+                tail,
+                "[{name} retained ({} lines, {} bytes): read(filePath=\"{}\", offset=0)]",
+                stream.lines,
+                stream.bytes,
+                record.stream_uri(stream)
             );
         }
-        (_, Some(_)) => {
-            let _ = writeln!(out, "[Agent {name} was cancelled and stopped]");
-        }
-        (Some(completion), None) => {
-            let status = match &completion.outcome.status {
-                OutcomeStatus::Succeeded => "succeeded".to_owned(),
-                OutcomeStatus::TurnFailed { diagnostic } => format!("failed: {diagnostic}"),
-                OutcomeStatus::ExecutionFailed { diagnostic } => {
-                    format!("failed to run: {diagnostic}")
-                }
-                other => format!("ended: {other:?}"),
-            };
-            let _ = write!(out, "[Agent {name} {status}");
-            if let Some(summary) = &completion.report.summary {
-                let _ = write!(out, "; {summary}");
-            }
-            out.push_str("]\n");
-        }
-        (None, None) => {
-            let _ = writeln!(out, "[Agent {name} ended without a completion]");
-        }
+        AgentParts { head, tail }
     }
-    let models = match &turn.completion {
-        Some(c) if !c.report.models.is_empty() => c.report.models.clone(),
-        _ => turn.observed_models.clone(),
+
+    /// Bytes left for the final message under the payload bound `max`.
+    fn room(&self, max: usize) -> usize {
+        max.saturating_sub(self.head.len() + self.tail.len())
+    }
+
+    /// The text of an `agent` result, never longer than `max`.
+    fn text(self, answer: &Answer, max: usize) -> String {
+        let room = self.room(max);
+        let mut out = self.head;
+        push_answer(&mut out, answer, "Final message", "final message", room);
+        out.push_str(&self.tail);
+        render::fit(out, max)
+    }
+}
+
+/// The structured content of an `agent` result: the turn's JSON with its model lists cut to
+/// [`render::MAX_MODELS`] names (each bounded; `observed_models_omitted` and
+/// `models_omitted` count the rest) and every string cut to the preview bound.
+fn agent_json(turn: &AgentRun, max_bytes: usize) -> Option<serde_json::Value> {
+    let mut value = serde_json::to_value(turn).ok()?;
+    bound_models(&mut value, "observed_models");
+    if let Some(report) = value.get_mut("report") {
+        bound_models(report, "models");
+    }
+    bound_strings(&mut value, max_bytes);
+    Some(value)
+}
+
+fn bound_models(object: &mut serde_json::Value, key: &str) {
+    let Some(serde_json::Value::Array(models)) = object.get_mut(key) else {
+        return;
     };
-    if !models.is_empty() {
-        let _ = writeln!(out, "[Models: {}]", models.join(", "));
+    let omitted = models.len().saturating_sub(render::MAX_MODELS);
+    models.truncate(render::MAX_MODELS);
+    for model in models.iter_mut() {
+        if let serde_json::Value::String(name) = model {
+            *name = render::clip(name, 128);
+        }
     }
-    push_answer(&mut out, answer, "Final message", "final message");
-    let record = &turn.process.record;
-    for stream in record.streams() {
-        let name = stream.name.as_ref().map_or("output", |n| n.as_str());
-        let _ = writeln!(
-            out,
-            "[{name} retained ({} lines, {} bytes): read(filePath=\"{}\", offset=0)]",
-            stream.lines,
-            stream.bytes,
-            record.stream_uri(stream)
-        );
+    if omitted > 0 {
+        object[format!("{key}_omitted")] = json!(omitted);
     }
-    out
+}
+
+fn bound_strings(value: &mut serde_json::Value, max: usize) {
+    match value {
+        serde_json::Value::String(s) if s.len() > max => *s = render::clip(s, max),
+        serde_json::Value::Array(items) => {
+            for item in items {
+                bound_strings(item, max);
+            }
+        }
+        serde_json::Value::Object(map) => {
+            for (_, item) in map.iter_mut() {
+                bound_strings(item, max);
+            }
+        }
+        _ => {}
+    }
 }
 
 impl McpServer {
@@ -207,16 +283,16 @@ impl McpServer {
             .completion
             .as_ref()
             .and_then(|c| c.outcome.final_message.clone());
+        let parts = AgentParts::new(&turn, timeout);
+        let max = self.inner.limits.max_payload_bytes;
         let answer = match final_message {
-            Some(text) => retain_text(&self.inner, text).await?,
+            Some(text) => retain_text(&self.inner, text, parts.room(max)).await?,
             None => Answer::Missing("the agent gave none".to_owned()),
         };
-        let mut out = CallToolResult::success(vec![ContentBlock::text(agent_text(
-            &turn, &answer, timeout,
-        ))]);
+        let mut out = CallToolResult::success(vec![ContentBlock::text(parts.text(&answer, max))]);
         out.is_error = Some(!turn.succeeded());
         if self.inner.structured_content {
-            out.structured_content = serde_json::to_value(&turn).ok();
+            out.structured_content = agent_json(&turn, self.inner.limits.max_bytes);
         }
         Ok(out)
     }

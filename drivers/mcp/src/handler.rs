@@ -97,7 +97,7 @@ fn run_tool() -> Tool {
                 "type": "array",
                 "items": {"type": "string"},
                 "minItems": 1,
-                "description": "The program and its arguments, e.g. [\"cargo\", \"test\", \"--workspace\"]. The program is looked up in PATH when it has no '/'."
+                "description": "The program and its arguments, e.g. [\"cargo\", \"test\", \"--workspace\"]. An allowed name runs the executable the server found for it in PATH at start-up."
             },
             "cwd": {
                 "type": "string",
@@ -176,7 +176,9 @@ fn read_tool() -> Tool {
 
 /// An error result the model reads (not a protocol error: clients show those opaquely).
 pub(crate) fn tool_error(message: impl Into<String>) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(message.into())])
+    // Errors echo what the client sent (a program name, a path): bounded whatever it was.
+    let message = render::clip(&message.into(), render::MAX_ERROR_BYTES);
+    CallToolResult::error(vec![ContentBlock::text(message)])
 }
 
 impl From<ArgError> for CallToolResult {
@@ -188,6 +190,9 @@ impl From<ArgError> for CallToolResult {
 /// A validated `run` call.
 struct RunCall {
     program: String,
+    /// What runs: the executable `program` was resolved to at start-up, or `program` itself
+    /// under `--allow-all`.
+    executable: std::ffi::OsString,
     args: Vec<String>,
     cwd: Option<String>,
     stdin: Option<String>,
@@ -215,12 +220,16 @@ impl Inner {
                 "`run` argument `command` holds an argument with a NUL byte: {bad:?}"
             )));
         }
-        self.check_allowed(&program)?;
+        let executable = match self.check_allowed(&program)? {
+            Some(path) => path.into_os_string(),
+            None => program.clone().into(),
+        };
         let timeout = args
             .opt_u64("timeout_seconds", 1, MAX_TIMEOUT.as_secs())?
             .map_or(self.default_timeout, Duration::from_secs);
         Ok(RunCall {
             program,
+            executable,
             args: command,
             cwd: args.opt_string("cwd")?.map(str::to_owned),
             stdin: args.opt_string("stdin")?.map(str::to_owned),
@@ -229,10 +238,22 @@ impl Inner {
         })
     }
 
-    pub(crate) fn check_allowed(&self, program: &str) -> Result<(), ArgError> {
+    /// Whether `program` may run, and the executable it was resolved to (`None`: any
+    /// program may run, and runs as given).
+    pub(crate) fn check_allowed(
+        &self,
+        program: &str,
+    ) -> Result<Option<std::path::PathBuf>, ArgError> {
+        if let Allow::Programs(set) = &self.allow
+            && let Some(path) = set.get(program)
+        {
+            return Ok(Some(path.clone()));
+        }
+        // The name is echoed back to the model: a huge one is cut.
+        let shown = render::clip(program, 200);
+        let program = shown.as_str();
         match &self.allow {
-            Allow::All => Ok(()),
-            Allow::Programs(set) if set.contains(program) => Ok(()),
+            Allow::All => Ok(None),
             Allow::Programs(set) if set.is_empty() => Err(ArgError(format!(
                 "`{program}` is not allowed: this server allows no program to run. The user \
                  can allow it by adding `--allow {program}` to the server's command line"
@@ -241,7 +262,7 @@ impl Inner {
                 "`{program}` is not allowed on this server; the allowed programs are: {}. Use \
                  one of them, exactly as written (or the user can add `--allow {program}` to \
                  the server's command line)",
-                set.iter().cloned().collect::<Vec<_>>().join(", ")
+                set.keys().cloned().collect::<Vec<_>>().join(", ")
             ))),
         }
     }
@@ -276,11 +297,15 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| ErrorData::internal_error(format!("a blocking task failed: {e}"), None))
 }
 
-/// A text for the model (a clean answer, a final message): shown in full within the preview
-/// bound, else kept as its own artifact so that the model sees a bounded preview with a read
-/// hint for the rest.
-pub(crate) async fn retain_text(inner: &Inner, text: String) -> Result<Answer, ErrorData> {
-    if text.len() <= inner.limits.max_bytes {
+/// A text for the model (a clean answer, a final message): shown in full when it is within
+/// the preview bound and the `room` its result has left, else kept as its own artifact so
+/// that the model sees a bounded preview (or only a read hint) for the rest.
+pub(crate) async fn retain_text(
+    inner: &Inner,
+    text: String,
+    room: usize,
+) -> Result<Answer, ErrorData> {
+    if render::fits_inline(text.len(), room, inner.limits.max_bytes) {
         return Ok(Answer::Inline(text));
     }
     let (store, limits) = (inner.store.clone(), inner.limits);
@@ -330,12 +355,15 @@ impl McpServer {
             Ok(call) => call,
             Err(e) => return Ok(e.into()),
         };
-        let mut options = RunOptions::new(&call.program)
+        let mut options = RunOptions::new(&call.executable)
             .args(&call.args)
             .limits(inner.limits)
             .timeout(call.timeout);
         if let Some(dir) = &call.cwd {
             options = options.current_dir(dir);
+        }
+        if let Some(path) = &inner.child_path {
+            options = options.env("PATH", path);
         }
         if let Some(text) = call.stdin {
             options = options.stdin(StdinMode::Bytes(text.into_bytes()));
@@ -370,20 +398,18 @@ impl McpServer {
             }
             Err(e) => return Ok(tool_error(format!("the run failed: {e}"))),
         };
+        let parts = render::RunParts::new(&result, call.timeout);
+        let max = inner.limits.max_payload_bytes;
         let answer = match (&result.result, call.sink) {
             (_, false) => Answer::NotRequested,
-            (Some(text), true) => retain_text(inner, text.clone()).await?,
+            (Some(text), true) => retain_text(inner, text.clone(), parts.room(max)).await?,
             (None, true) => Answer::Missing(format!(
                 "the result sink was {}; the stdout preview above is the fallback",
                 result.sink.describe()
             )),
         };
         inner.remember(&result, &call.program);
-        let mut out = CallToolResult::success(vec![ContentBlock::text(render::run_text(
-            &result,
-            &answer,
-            call.timeout,
-        ))]);
+        let mut out = CallToolResult::success(vec![ContentBlock::text(parts.text(&answer, max))]);
         if inner.structured_content {
             out.structured_content = Some(render::run_json(&result, &answer));
         }
@@ -448,7 +474,8 @@ impl Watch {
 
     /// Notes an agent's latest progress line.
     pub(crate) fn progress_line(&self, line: &str) {
-        *self.last_line.lock().unwrap_or_else(|e| e.into_inner()) = Some(line.to_owned());
+        // A progress line can quote a harness's event (a model name): bounded.
+        *self.last_line.lock().unwrap_or_else(|e| e.into_inner()) = Some(render::clip(line, 1024));
     }
 
     fn message(&self, elapsed: Duration) -> String {
@@ -503,9 +530,11 @@ enum ReadRange {
 
 /// Parses an artifact URI as `what`, with the grammar in the error.
 fn parse_uri(text: &str, what: &str) -> Result<ArtifactUri, ArgError> {
+    // Echoed in the error: a huge one is cut.
+    let shown = render::clip(text, 200);
     if !ArtifactUri::is_artifact_scheme(text) {
         return Err(ArgError(format!(
-            "{what} {text:?} is not an artifact URI; this server reads only artifact URIs \
+            "{what} {shown:?} is not an artifact URI; this server reads only artifact URIs \
              (artifact://<64 lowercase hex digits> or artifact://<64 lowercase hex \
              digits>/<stream>), exactly as given in a `[Truncated. Read more: ...]` hint; it \
              reads no files"
@@ -513,7 +542,7 @@ fn parse_uri(text: &str, what: &str) -> Result<ArtifactUri, ArgError> {
     }
     ArtifactUri::parse(text).map_err(|e| {
         ArgError(format!(
-            "{what} {text:?} is not a valid artifact URI: {e}; the form is artifact://<64 \
+            "{what} {shown:?} is not a valid artifact URI: {e}; the form is artifact://<64 \
              lowercase hex digits> or artifact://<64 lowercase hex digits>/<stream>, copied \
              exactly from a read hint"
         ))
@@ -615,7 +644,10 @@ impl ServerHandler for McpServer {
             "agent" => self.call_agent(map, context).await?,
             other => {
                 return Err(ErrorData::invalid_params(
-                    format!("unknown tool {other:?}; this server's tools are: run, read, agent"),
+                    format!(
+                        "unknown tool {:?}; this server's tools are: run, read, agent",
+                        render::clip(other, 200)
+                    ),
                     None,
                 ));
             }
@@ -675,8 +707,9 @@ impl ServerHandler for McpServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let _call = CallGuard::new(&self.inner);
-        let uri = parse_uri(&request.uri, "resource URI")
-            .map_err(|e| ErrorData::invalid_params(e.0, None))?;
+        let uri = parse_uri(&request.uri, "resource URI").map_err(|e| {
+            ErrorData::invalid_params(render::clip(&e.0, render::MAX_ERROR_BYTES), None)
+        })?;
         let store = self.inner.store.clone();
         let read_uri = uri.clone();
         let first = PageRequest::new(0, u64::from(MAX_PAGE_LINES))

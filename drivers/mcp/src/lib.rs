@@ -39,7 +39,9 @@ mod handler;
 mod render;
 mod transport;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -73,6 +75,10 @@ struct Inner {
     store: Store,
     limits: PreviewLimits,
     allow: Allow,
+    /// The `PATH` programs run with when only some programs are allowed: the absolute
+    /// entries of the server's `PATH`, so that neither an allowed program nor what it starts
+    /// by name is looked up in a directory relative to the call's `cwd`. `None`: inherited.
+    child_path: Option<OsString>,
     default_timeout: Duration,
     max_request_bytes: usize,
     structured_content: bool,
@@ -87,8 +93,9 @@ struct Inner {
 /// Which programs `run` may execute.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Allow {
-    /// Exactly these `command[0]` strings.
-    Programs(BTreeSet<String>),
+    /// Exactly these `command[0]` strings, each with the executable it was resolved to when
+    /// the server was built (what runs).
+    Programs(BTreeMap<String, PathBuf>),
     /// Any program.
     All,
 }
@@ -103,6 +110,27 @@ pub enum ConfigError {
     /// An allowed program name is empty or contains a NUL byte.
     #[error("--allow {0:?}: a program name must be non-empty and contain no NUL byte")]
     Program(String),
+    /// An allowed program is a relative path (`./tool`, `bin/tool`), which would be looked
+    /// up from each call's working directory.
+    #[error(
+        "--allow {0:?}: a program path must be absolute (a relative one would be found from \
+         each call's working directory, which the client chooses); give its full path, or \
+         a bare name found in PATH"
+    )]
+    RelativeProgram(String),
+    /// An allowed bare name is in no absolute directory of the search path.
+    #[error(
+        "--allow {program:?}: no executable named {program:?} in the absolute directories of \
+         PATH ({path}); relative PATH entries (\".\", an empty entry, \"bin\") are not \
+         searched, since they would be found from each call's working directory. Install \
+         it, fix PATH, or allow it by its absolute path"
+    )]
+    ProgramNotFound {
+        /// The allowed name.
+        program: String,
+        /// The absolute directories searched, `:`-separated.
+        path: String,
+    },
     /// The default timeout is zero or above [`MAX_TIMEOUT`].
     #[error("the default timeout must be between 1 second and 24 hours, not {0:?}")]
     Timeout(Duration),
@@ -131,6 +159,8 @@ pub struct McpServerBuilder {
     store: Store,
     limits: PreviewLimits,
     allow: Allow,
+    allowed: BTreeSet<String>,
+    search_path: Option<OsString>,
     default_timeout: Duration,
     max_request_bytes: usize,
     structured_content: bool,
@@ -145,11 +175,19 @@ impl McpServerBuilder {
     }
 
     /// Lets `run` execute `program`: a `command[0]` equal to this string. A bare name is looked
-    /// up in `PATH`; allowing `cargo` does not allow `/tmp/cargo` or `./cargo`.
+    /// up once, by [`build`](Self::build), in the absolute directories of the search path
+    /// (relative entries are skipped), and calls run the executable found then; allowing
+    /// `cargo` does not allow `/tmp/cargo` or `./cargo`. An absolute path is run as it is; a
+    /// relative path is refused by `build`.
     pub fn allow(mut self, program: impl Into<String>) -> Self {
-        if let Allow::Programs(set) = &mut self.allow {
-            set.insert(program.into());
-        }
+        self.allowed.insert(program.into());
+        self
+    }
+
+    /// The search path allowed names are resolved in (default: the `PATH` of the process
+    /// when [`build`](Self::build) runs; without one, `/usr/local/bin:/usr/bin:/bin`).
+    pub fn search_path(mut self, path: impl Into<OsString>) -> Self {
+        self.search_path = Some(path.into());
         self
     }
 
@@ -182,14 +220,28 @@ impl McpServerBuilder {
         self
     }
 
-    /// Checks the configuration.
+    /// Checks the configuration and resolves the allowed programs.
     pub fn build(self) -> Result<McpServer, ConfigError> {
         self.limits.validate()?;
-        if let Allow::Programs(set) = &self.allow
-            && let Some(bad) = set.iter().find(|p| p.is_empty() || p.contains('\0'))
-        {
-            return Err(ConfigError::Program(bad.clone()));
-        }
+        let search_path = self
+            .search_path
+            .clone()
+            .or_else(|| std::env::var_os("PATH"));
+        let absolute = absolute_dirs(search_path.as_deref());
+        let (allow, child_path) = match self.allow {
+            Allow::All => (Allow::All, None),
+            Allow::Programs(_) => {
+                let mut resolved = BTreeMap::new();
+                for program in &self.allowed {
+                    resolved.insert(program.clone(), resolve(program, &absolute)?);
+                }
+                // Only the absolute entries: an allowed program that runs another by name
+                // must not find it in the call's `cwd` either.
+                let child_path = search_path
+                    .map(|_| std::env::join_paths(&absolute).unwrap_or_else(|_| OsString::new()));
+                (Allow::Programs(resolved), child_path)
+            }
+        };
         if self.default_timeout.is_zero() || self.default_timeout > MAX_TIMEOUT {
             return Err(ConfigError::Timeout(self.default_timeout));
         }
@@ -200,7 +252,8 @@ impl McpServerBuilder {
             inner: Arc::new(Inner {
                 store: self.store,
                 limits: self.limits,
-                allow: self.allow,
+                allow,
+                child_path,
                 default_timeout: self.default_timeout,
                 max_request_bytes: self.max_request_bytes,
                 structured_content: self.structured_content,
@@ -212,13 +265,54 @@ impl McpServerBuilder {
     }
 }
 
+/// The absolute directories of a search path, in order (`.`, empty and relative entries
+/// dropped); the default path when there is none.
+fn absolute_dirs(path: Option<&OsStr>) -> Vec<PathBuf> {
+    let path = path.unwrap_or(OsStr::new("/usr/local/bin:/usr/bin:/bin"));
+    std::env::split_paths(path)
+        .filter(|dir| dir.is_absolute())
+        .collect()
+}
+
+/// The executable an allowed `program` runs: itself when it is an absolute path, else the
+/// first executable regular file of that name in `dirs`.
+fn resolve(program: &str, dirs: &[PathBuf]) -> Result<PathBuf, ConfigError> {
+    if program.is_empty() || program.contains('\0') {
+        return Err(ConfigError::Program(program.to_owned()));
+    }
+    if program.contains('/') {
+        return if Path::new(program).is_absolute() {
+            Ok(PathBuf::from(program))
+        } else {
+            Err(ConfigError::RelativeProgram(program.to_owned()))
+        };
+    }
+    dirs.iter()
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))
+        .ok_or_else(|| ConfigError::ProgramNotFound {
+            program: program.to_owned(),
+            path: std::env::join_paths(dirs)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        })
+}
+
+/// A regular file (after symlinks) with an execute bit: what `execvp` would run.
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
 impl McpServer {
     /// A builder for a server over `store` that allows no program yet.
     pub fn builder(store: Store) -> McpServerBuilder {
         McpServerBuilder {
             store,
             limits: PreviewLimits::default(),
-            allow: Allow::Programs(BTreeSet::new()),
+            allow: Allow::Programs(BTreeMap::new()),
+            allowed: BTreeSet::new(),
+            search_path: None,
             default_timeout: DEFAULT_TIMEOUT,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             structured_content: false,
@@ -230,6 +324,19 @@ impl McpServer {
         &self.inner.store
     }
 
+    /// The allowed programs and the executables they run (resolved by
+    /// [`McpServerBuilder::build`]), in name order; `None` when every program may run.
+    pub fn allowed_programs(&self) -> Option<Vec<(&str, &Path)>> {
+        match &self.inner.allow {
+            Allow::All => None,
+            Allow::Programs(set) => Some(
+                set.iter()
+                    .map(|(name, path)| (name.as_str(), path.as_path()))
+                    .collect(),
+            ),
+        }
+    }
+
     /// Serves one client on standard input and output until it disconnects or `stop`
     /// resolves (e.g. on SIGTERM; pass `std::future::pending()` for no such stop). Nothing but
     /// protocol messages is written to stdout; programs run by `run` never inherit it.
@@ -239,8 +346,9 @@ impl McpServer {
     }
 
     /// Serves one client on `read`/`write` (newline-delimited JSON-RPC) until it disconnects
-    /// or `stop` resolves; then stops the process groups of calls still running and waits
-    /// (at most 30 seconds) for them to be reaped and their output finalized.
+    /// or `stop` resolves; then stops the process groups of calls still running (at once, as
+    /// a cancel does: on end of input, before the last answers are written) and waits (at
+    /// most 30 seconds) for them to be reaped and their output finalized.
     pub async fn serve<R, W>(
         self,
         read: R,
@@ -252,8 +360,14 @@ impl McpServer {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let inner = self.inner.clone();
+        // The client hung up: stop the calls still running now, as a cancel does, while rmcp
+        // drains their answers (it waits 5 s for them before it gives up and cancels them).
+        let ended = inner.clone();
         let transport =
-            transport::LineTransport::new(BufReader::new(read), write, inner.max_request_bytes);
+            transport::LineTransport::new(BufReader::new(read), write, inner.max_request_bytes)
+                .on_end(move || {
+                    ended.shutdown.send_replace(true);
+                });
         let mut stop = std::pin::pin!(stop);
         let running = tokio::select! {
             running = ServiceExt::serve(self, transport) => {
@@ -270,5 +384,46 @@ impl McpServer {
         inner.shutdown.send_replace(true);
         handler::wait_for_calls(&inner).await;
         quit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn allowed_names_resolve_in_absolute_directories_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let tool = bin.join("tool");
+        std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(bin.join("plain"), "not executable").unwrap();
+        let build = |path: &str, program: &str| {
+            let store = Store::open(dir.path().join("store")).unwrap();
+            McpServer::builder(store)
+                .search_path(path)
+                .allow(program)
+                .build()
+        };
+        for relative in ["bin", ".", "", "./bin"] {
+            let err = build(relative, "tool").unwrap_err();
+            assert!(matches!(err, ConfigError::ProgramNotFound { .. }), "{err}");
+        }
+        let path = format!(".:{}:", bin.display());
+        let server = build(&path, "tool").unwrap();
+        assert_eq!(server.inner.check_allowed("tool").unwrap(), Some(tool));
+        assert_eq!(
+            server.inner.child_path.as_deref(),
+            Some(bin.as_os_str()),
+            "children get the absolute entries only"
+        );
+        assert!(build(&bin.display().to_string(), "plain").is_err());
+        assert!(matches!(
+            build("/bin", "./tool").unwrap_err(),
+            ConfigError::RelativeProgram(_)
+        ));
     }
 }

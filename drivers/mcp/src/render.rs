@@ -9,6 +9,18 @@ use agentrun_core::{ArtifactUri, BytePage, Page, PageError, ResultRecord};
 use agentrun_fs::ReadError;
 use serde_json::{Value, json};
 
+/// `text` cut to at most `max` bytes at a character boundary, `…` marking the cut.
+pub(crate) fn clip(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut cut = max.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &text[..cut])
+}
+
 /// The clean answer of a run, as shown to the model.
 pub(crate) enum Answer {
     /// No sink was requested.
@@ -21,46 +33,175 @@ pub(crate) enum Answer {
     Missing(String),
 }
 
-/// The text of a `run` result: the output previews with their read hints, the clean answer,
-/// then one status line.
-pub(crate) fn run_text(result: &ProcessResult, answer: &Answer, timeout: Duration) -> String {
-    let mut out = result.model_text();
-    if !out.is_empty() && !out.ends_with('\n') {
-        out.push('\n');
+/// The most bytes of an error result's text: under the smallest payload bound, so that an
+/// error echoing what the client sent (a huge program name) is bounded whatever the limits.
+pub(crate) const MAX_ERROR_BYTES: usize = 4096;
+
+/// The most bytes of a diagnostic in an `agent` status line (the rest is in the retained
+/// output, whose read hints follow).
+const MAX_DIAGNOSTIC_BYTES: usize = 2048;
+
+/// The most bytes of an `agent` summary.
+const MAX_SUMMARY_BYTES: usize = 512;
+
+/// The most bytes of the `[Models: …]` line, and of one model name in it.
+const MAX_MODELS_BYTES: usize = 1024;
+const MAX_MODEL_NAME_BYTES: usize = 128;
+
+/// The most model names in structured content.
+pub(crate) const MAX_MODELS: usize = 32;
+
+/// The heading of an answer block, beside its text (`[Clean answer (…), verbatim:]\n`).
+const ANSWER_HEADING_BYTES: usize = 128;
+
+/// The start of a `run` result, before the clean answer, and its status line: what the
+/// answer block has to fit beside.
+pub(crate) struct RunParts {
+    head: String,
+    status: String,
+}
+
+impl RunParts {
+    pub(crate) fn new(result: &ProcessResult, timeout: Duration) -> Self {
+        let mut head = result.model_text();
+        if !head.is_empty() && !head.ends_with('\n') {
+            head.push('\n');
+        }
+        RunParts {
+            head,
+            status: status_line(result, timeout),
+        }
     }
-    push_answer(
-        &mut out,
-        answer,
-        "Clean answer (the program's result sink)",
-        "clean answer",
-    );
-    out.push_str(&status_line(result, timeout));
+
+    /// Bytes left for the answer block under the payload bound `max`.
+    pub(crate) fn room(&self, max: usize) -> usize {
+        max.saturating_sub(self.head.len() + self.status.len())
+    }
+
+    /// The text of a `run` result: the output previews with their read hints, the clean
+    /// answer, then one status line; never longer than `max`.
+    pub(crate) fn text(self, answer: &Answer, max: usize) -> String {
+        let room = self.room(max);
+        let mut out = self.head;
+        push_answer(
+            &mut out,
+            answer,
+            "Clean answer (the program's result sink)",
+            "clean answer",
+            room,
+        );
+        out.push_str(&self.status);
+        fit(out, max)
+    }
+}
+
+/// Whether a text of `len` bytes is shown inline in an answer block with `room` bytes (and
+/// at most `max_bytes`, the per-stream preview bound); else it is retained.
+pub(crate) fn fits_inline(len: usize, room: usize, max_bytes: usize) -> bool {
+    len <= max_bytes && len + ANSWER_HEADING_BYTES <= room
+}
+
+/// Appends `answer` under a heading naming `what` (`[Final message:]`, …) in at most `room`
+/// bytes: the text itself, or its bounded preview and read hint when it was retained, or
+/// only the read hint when the preview does not fit; `[No <missing>: why]` when there is
+/// none.
+pub(crate) fn push_answer(
+    out: &mut String,
+    answer: &Answer,
+    what: &str,
+    missing: &str,
+    room: usize,
+) {
+    let mut block = match answer {
+        Answer::NotRequested => return,
+        Answer::Missing(why) => format!("[No {missing}: {}]\n", clip(why, MAX_DIAGNOSTIC_BYTES)),
+        Answer::Inline(text) => {
+            let mut block = format!("[{what}, verbatim:]\n{text}");
+            if !block.ends_with('\n') {
+                block.push('\n');
+            }
+            block
+        }
+        Answer::Retained(record) => {
+            let mut block = format!("[{what}, over the preview bound:]\n{}", record.render());
+            if !block.ends_with('\n') {
+                block.push('\n');
+            }
+            if block.len() > room {
+                block = retained_hint(record, what);
+            }
+            block
+        }
+    };
+    // An inline answer was chosen to fit (`fits_inline`) and a hint line is a few hundred
+    // bytes, within what every payload bound leaves; a block that still does not fit is cut
+    // here rather than the status line after it.
+    if block.len() > room {
+        block = clip(&block, room.saturating_sub(1));
+        block.push('\n');
+    }
+    out.push_str(&block);
+}
+
+/// One line saying where a retained answer is, for a result with no room for its preview.
+fn retained_hint(record: &ResultRecord, what: &str) -> String {
+    match record.streams().first() {
+        Some(stream) => format!(
+            "[{what}: {} bytes in {} lines, more than this result has room for. Read it: \
+             read(filePath=\"{}\", offset=0)]\n",
+            stream.bytes,
+            stream.lines,
+            record.stream_uri(stream)
+        ),
+        None => format!("[{what}: retained as {}]\n", record.output_uri()),
+    }
+}
+
+/// `text` within `max` bytes: a last guard, cutting at a character boundary with a marker.
+/// The parts of every result are bounded so that it is never needed.
+pub(crate) fn fit(text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    const MARK: &str = "\n[Result cut at the payload bound]\n";
+    let mut out = clip(&text, max.saturating_sub(MARK.len()));
+    out.push_str(MARK);
     out
 }
 
-/// Appends `answer` under a heading naming `what` (`[Final message:]`, …): the text itself,
-/// or its bounded preview and read hint when it was retained; `[No <missing>: why]` when
-/// there is none.
-pub(crate) fn push_answer(out: &mut String, answer: &Answer, what: &str, missing: &str) {
-    let body = match answer {
-        Answer::NotRequested => return,
-        Answer::Missing(why) => {
-            let _ = writeln!(out, "[No {missing}: {why}]");
-            return;
+/// A diagnostic for a status line, bounded.
+pub(crate) fn diagnostic(text: &str) -> String {
+    clip(text, MAX_DIAGNOSTIC_BYTES)
+}
+
+/// A summary for a status line, bounded.
+pub(crate) fn summary(text: &str) -> String {
+    clip(text, MAX_SUMMARY_BYTES)
+}
+
+/// The `[Models: …]` line: the first names (each cut to a bounded length) that fit the line's
+/// bound, and how many more there were.
+pub(crate) fn models_line(models: &[String]) -> String {
+    let mut line = String::from("[Models: ");
+    let mut shown = 0;
+    for model in models {
+        let name = clip(model, MAX_MODEL_NAME_BYTES);
+        // Room for the separator, the name and the `, and N more]` ending.
+        if line.len() + name.len() + 40 > MAX_MODELS_BYTES {
+            break;
         }
-        Answer::Inline(text) => {
-            let _ = writeln!(out, "[{what}, verbatim:]");
-            text.clone()
+        if shown > 0 {
+            line.push_str(", ");
         }
-        Answer::Retained(record) => {
-            let _ = writeln!(out, "[{what}, over the preview bound:]");
-            record.render()
-        }
-    };
-    out.push_str(&body);
-    if !body.ends_with('\n') {
-        out.push('\n');
+        line.push_str(&name);
+        shown += 1;
     }
+    let rest = models.len() - shown;
+    if rest > 0 {
+        let _ = write!(line, "{}and {rest} more", if shown > 0 { ", " } else { "" });
+    }
+    line.push_str("]\n");
+    line
 }
 
 /// One line: how the run ended and how long it took.
@@ -192,5 +333,37 @@ pub(crate) fn read_error(uri: &ArtifactUri, error: &ReadError) -> String {
             format!("{error} (read(filePath=\"{uri}\", offset=…, limit={lines}))")
         }
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_models_line_is_bounded_and_counts_the_rest() {
+        let many: Vec<String> = (0..20_000).map(|i| format!("model-{i}")).collect();
+        let line = models_line(&many);
+        assert!(line.len() <= MAX_MODELS_BYTES, "{}", line.len());
+        assert!(line.starts_with("[Models: model-0, model-1, "), "{line}");
+        let shown = line.matches("model-").count();
+        assert!(
+            line.ends_with(&format!(", and {} more]\n", 20_000 - shown)),
+            "{line}"
+        );
+
+        let huge = vec!["m".repeat(5_000_000), "small".to_owned()];
+        let line = models_line(&huge);
+        assert!(line.len() <= MAX_MODELS_BYTES, "{}", line.len());
+        assert!(line.contains("m…, small]"), "{line}");
+        assert_eq!(models_line(&["a".to_owned()]), "[Models: a]\n");
+    }
+
+    #[test]
+    fn clip_and_fit_cut_at_character_boundaries() {
+        assert_eq!(clip("héllo", 10), "héllo");
+        assert_eq!(clip("ééééé", 6), "é…", "the mark counts against the bound");
+        let fitted = fit("x".repeat(10_000), 8704);
+        assert!(fitted.len() <= 8704 && fitted.ends_with("[Result cut at the payload bound]\n"));
     }
 }

@@ -8,12 +8,34 @@
 //! message over the size bound (with the request's id when the bounded prefix holds it, see
 //! `id_in_prefix`), and it keeps serving. Oversized lines are skipped without being buffered
 //! beyond the bound, so memory stays bounded whatever a client sends. Notifications get no answer, whatever is wrong with them.
+//!
+//! It also answers what rmcp would answer wrongly or not at all:
+//!
+//! - a known method with params of the wrong shape gets `-32602 Invalid params` naming what is
+//!   wrong (rmcp reads such a request as an unknown custom method and answers `-32601`);
+//! - a request other than `initialize` and `ping` before `initialize` is told that the session
+//!   is not initialized (`-32600`), unless it carries the inline protocol metadata of the
+//!   stateless lifecycle, which rmcp serves;
+//! - a request whose id is that of a request still in flight gets `-32600` naming the id: rmcp
+//!   routes answers by id, so two requests with one id would lose one answer. Ids are
+//!   therefore mapped: rmcp sees each request under a fresh id of its own, and answers go
+//!   back under the client's. A cancelled request's id is free again at once (rmcp sends no
+//!   answer to it), and the late end of the cancelled call cannot answer a new request that
+//!   reuses the id.
+//!
+//! At end of input it calls the `on_end` hook at once, so that the server stops the calls
+//! still running, and it reports the end to rmcp only once their answers were sent (or after
+//! [`END_WAIT`]): rmcp waits only 5 s for answers after the end, then drops them.
 
+use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
 
 use rmcp::RoleServer;
-use rmcp::model::{ErrorData, RequestId};
+use rmcp::model::{
+    ClientNotification, ClientRequest, ErrorData, GetMeta, JsonRpcMessage, NumberOrString,
+    RequestId,
+};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
@@ -33,6 +55,61 @@ pub(crate) struct LineTransport<R, W> {
     /// `receive` inside a `select!` and may drop it mid-line).
     skipping: bool,
     write: Arc<Mutex<Option<W>>>,
+    /// The client's ids of the requests in flight and the ids rmcp knows them by.
+    ids: IdMap,
+    /// An `initialize` request (or a stateless request with inline metadata) went through.
+    started: bool,
+    /// Called once at end of input (or when reading fails).
+    on_end: Option<Box<dyn FnOnce() + Send>>,
+    /// Error replies being written (see `spawn_reply`).
+    replies: tokio::task::JoinSet<()>,
+    /// Set when input ended: until when the answers of calls in flight are waited for.
+    end_deadline: Option<tokio::time::Instant>,
+    /// [`END_WAIT`], or less in tests that never answer.
+    end_wait: std::time::Duration,
+}
+
+/// How long, after input ended, the answers of the calls still in flight are waited for
+/// (they were stopped; their output is being finalized). As long as the server waits for
+/// their processes.
+const END_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The ids of requests in flight: the client's, and the fresh one rmcp sees.
+#[derive(Default)]
+struct IdMap {
+    by_client: HashMap<RequestId, RequestId>,
+    by_internal: HashMap<RequestId, RequestId>,
+    next: i64,
+}
+
+impl IdMap {
+    /// A fresh internal id for the client's `id`, or `None` if a request with that id is
+    /// still in flight.
+    fn admit(&mut self, id: &RequestId) -> Option<RequestId> {
+        if self.by_client.contains_key(id) {
+            return None;
+        }
+        self.next += 1;
+        let internal = NumberOrString::Number(self.next);
+        self.by_client.insert(id.clone(), internal.clone());
+        self.by_internal.insert(internal.clone(), id.clone());
+        Some(internal)
+    }
+
+    /// The internal id of a cancelled request, which is then no longer in flight: rmcp
+    /// sends no answer to a cancelled request, so the client may use its id again.
+    fn cancel(&mut self, id: &RequestId) -> Option<RequestId> {
+        let internal = self.by_client.remove(id)?;
+        self.by_internal.remove(&internal);
+        Some(internal)
+    }
+
+    /// The client's id of an answer about to be sent; the request is no longer in flight.
+    fn answered(&mut self, internal: &RequestId) -> Option<RequestId> {
+        let id = self.by_internal.remove(internal)?;
+        self.by_client.remove(&id);
+        Some(id)
+    }
 }
 
 /// What one bounded line read found.
@@ -58,7 +135,83 @@ where
             max_line,
             skipping: false,
             write: Arc::new(Mutex::new(Some(write))),
+            ids: IdMap::default(),
+            started: false,
+            on_end: None,
+            replies: tokio::task::JoinSet::new(),
+            end_deadline: None,
+            end_wait: END_WAIT,
         }
+    }
+
+    /// Calls `hook` once when input ends (the client hung up) or cannot be read.
+    pub(crate) fn on_end(mut self, hook: impl FnOnce() + Send + 'static) -> Self {
+        self.on_end = Some(Box::new(hook));
+        self
+    }
+
+    /// Tests that deliver requests nobody answers end at once.
+    #[cfg(test)]
+    fn end_wait(mut self, wait: std::time::Duration) -> Self {
+        self.end_wait = wait;
+        self
+    }
+
+    fn ended(&mut self) {
+        if let Some(hook) = self.on_end.take() {
+            hook();
+        }
+        self.end_deadline = Some(tokio::time::Instant::now() + self.end_wait);
+    }
+
+    /// What to do with a parsed message: deliver it (with its id mapped), or answer it here
+    /// with an error.
+    fn admit(
+        &mut self,
+        mut message: RxJsonRpcMessage<RoleServer>,
+    ) -> Result<RxJsonRpcMessage<RoleServer>, (ErrorData, RequestId)> {
+        match &mut message {
+            JsonRpcMessage::Request(request) => {
+                if let Some(error) = request_error(&request.request, self.started) {
+                    return Err((error, request.id.clone()));
+                }
+                let Some(internal) = self.ids.admit(&request.id) else {
+                    return Err((
+                        ErrorData::invalid_request(
+                            format!(
+                                "duplicate request id {}: a request with this id is still in \
+                                 flight; give every request an id of its own",
+                                shown_id(&request.id)
+                            ),
+                            None,
+                        ),
+                        request.id.clone(),
+                    ));
+                };
+                // `ping` (and `server/discover`) may come before the session starts without
+                // starting it; anything else that got here starts it.
+                if !matches!(
+                    request.request,
+                    ClientRequest::PingRequest(_) | ClientRequest::DiscoverRequest(_)
+                ) {
+                    self.started = true;
+                }
+                request.id = internal;
+            }
+            JsonRpcMessage::Notification(notification) => {
+                if let ClientNotification::CancelledNotification(cancelled) =
+                    &mut notification.notification
+                    && let Some(id) = &cancelled.params.request_id
+                {
+                    // An id not in flight is left as it is: rmcp ignores it.
+                    if let Some(internal) = self.ids.cancel(id) {
+                        cancelled.params.request_id = Some(internal);
+                    }
+                }
+            }
+            JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) => {}
+        }
+        Ok(message)
     }
 
     /// Reads one line into `self.line` without letting it grow past the bound. Cancel-safe:
@@ -123,8 +276,23 @@ where
         w.flush().await
     }
 
-    /// Answers a line that is not a usable message. Takes only the writer, so the future
-    /// does not borrow the reader (which need not be `Sync`).
+    /// Answers a line that is not a usable message, on a task of its own: rmcp polls
+    /// `receive` in a `select!` and drops it when another event comes first, and a reply
+    /// written from inside it would then be lost, or cut off mid-line. The task writes the
+    /// whole line under the writer's lock; `close` waits for the replies still being written.
+    fn spawn_reply(&mut self, error: ErrorData, id: Option<RequestId>) {
+        while self.replies.try_join_next().is_some() {}
+        let reply = self.reply_error(error, id);
+        self.replies.spawn(async move {
+            // A client that stopped reading cannot be told; its input ends the session.
+            if let Err(e) = reply.await {
+                tracing::debug!("an error reply was not written: {e}");
+            }
+        });
+    }
+
+    /// Writes the answer to a line that is not a usable message. Takes only the writer, so
+    /// the future does not borrow the reader (which need not be `Sync`).
     fn reply_error(
         &self,
         error: ErrorData,
@@ -174,6 +342,28 @@ fn classify_bad_line(
         return None;
     }
     let id = id.and_then(|id| serde_json::from_value::<RequestId>(id).ok());
+    // A request whose only fault is params that are not an object: the params are invalid
+    // (every MCP method takes an object), the request itself is well formed.
+    if let (Some(method), Some(params)) = (
+        value.get("method").and_then(serde_json::Value::as_str),
+        value.get("params"),
+    ) && id.is_some()
+        && value.get("jsonrpc").and_then(serde_json::Value::as_str) == Some("2.0")
+        && !params.is_object()
+        && !params.is_null()
+    {
+        return Some((
+            ErrorData::invalid_params(
+                format!(
+                    "invalid params for `{}`: MCP params are a JSON object, not {}",
+                    crate::render::clip(method, 100),
+                    crate::render::clip(&params.to_string(), 80)
+                ),
+                None,
+            ),
+            id,
+        ));
+    }
     Some((
         ErrorData::invalid_request(
             format!(
@@ -184,6 +374,86 @@ fn classify_bad_line(
         ),
         id,
     ))
+}
+
+/// An id as the client wrote it, for messages (a huge string id is cut).
+fn shown_id(id: &RequestId) -> String {
+    match id {
+        NumberOrString::Number(n) => n.to_string(),
+        NumberOrString::String(s) => {
+            let shown = serde_json::to_string(&**s).unwrap_or_default();
+            crate::render::clip(&shown, 200)
+        }
+    }
+}
+
+/// The error for a request that cannot be served as it is: a known method with invalid
+/// params, or a request before the session is initialized.
+fn request_error(request: &ClientRequest, started: bool) -> Option<ErrorData> {
+    if let ClientRequest::CustomRequest(custom) = request
+        && let Some(reason) = invalid_params(&custom.method, custom.params.as_ref())
+    {
+        return Some(ErrorData::invalid_params(
+            format!(
+                "invalid params for `{}`: {reason}",
+                crate::render::clip(&custom.method, 100)
+            ),
+            None,
+        ));
+    }
+    let lifecycle = matches!(
+        request,
+        ClientRequest::InitializeRequest(_)
+            | ClientRequest::PingRequest(_)
+            | ClientRequest::DiscoverRequest(_)
+    );
+    // A stateless client names its protocol version in every request's `_meta`: rmcp
+    // serves (or refuses) those itself.
+    if !started && !lifecycle && request.get_meta().protocol_version().is_none() {
+        return Some(ErrorData::invalid_request(
+            format!(
+                "the session is not initialized: send an `initialize` request first, then \
+                 the `notifications/initialized` notification; only `ping` may come before \
+                 it (this request was `{}`)",
+                crate::render::clip(request.method(), 100)
+            ),
+            None,
+        ));
+    }
+    None
+}
+
+/// Why `params` do not fit `method`, when it is a method this server knows (rmcp reads a
+/// known method whose params do not parse as a custom request).
+fn invalid_params(method: &str, params: Option<&serde_json::Value>) -> Option<String> {
+    use rmcp::model::{
+        CallToolRequest, CompleteRequest, GetPromptRequest, InitializeRequest, ListPromptsRequest,
+        ListResourceTemplatesRequest, ListResourcesRequest, ListToolsRequest, ReadResourceRequest,
+    };
+    fn check<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Option<String> {
+        Some(match serde_json::from_value::<T>(value) {
+            Err(e) => e.to_string(),
+            // The method's own type takes it, but the request as a whole did not parse.
+            Ok(_) => "the params do not have the shape the method takes".to_owned(),
+        })
+    }
+    let mut value = serde_json::json!({ "method": method });
+    if let Some(params) = params {
+        value["params"] = params.clone();
+    }
+    match method {
+        "initialize" => check::<InitializeRequest>(value),
+        "tools/call" => check::<CallToolRequest>(value),
+        "tools/list" => check::<ListToolsRequest>(value),
+        "resources/read" => check::<ReadResourceRequest>(value),
+        "resources/list" => check::<ListResourcesRequest>(value),
+        "resources/templates/list" => check::<ListResourceTemplatesRequest>(value),
+        "prompts/get" => check::<GetPromptRequest>(value),
+        "prompts/list" => check::<ListPromptsRequest>(value),
+        "completion/complete" => check::<CompleteRequest>(value),
+        "ping" => Some("`ping` takes no params, or an object".to_owned()),
+        _ => None,
+    }
 }
 
 /// The `"id"` of a request from the first bytes of its line, when they hold it whole: a
@@ -275,14 +545,38 @@ where
 
     fn send(
         &mut self,
-        item: TxJsonRpcMessage<RoleServer>,
+        mut item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        // An answer goes back under the client's id (server-to-client requests keep theirs).
+        match &mut item {
+            JsonRpcMessage::Response(response) => {
+                if let Some(id) = self.ids.answered(&response.id) {
+                    response.id = id;
+                }
+            }
+            JsonRpcMessage::Error(error) => {
+                if let Some(id) = error.id.as_ref().and_then(|id| self.ids.answered(id)) {
+                    error.id = Some(id);
+                }
+            }
+            JsonRpcMessage::Request(_) | JsonRpcMessage::Notification(_) => {}
+        }
         let write = self.write.clone();
         async move { Self::write_message(&write, &item).await }
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
+            if let Some(deadline) = self.end_deadline {
+                // Input ended and the calls still in flight were told to stop: end the
+                // session only once they are answered (rmcp gives up on answers 5 s after
+                // this returns `None`, less than a stopped program's grace). Each answer is
+                // an event that drops this future; the next call looks again.
+                if !self.ids.by_client.is_empty() {
+                    tokio::time::sleep_until(deadline).await;
+                }
+                return None;
+            }
             match self.read_line().await {
                 Ok(Line::Complete) => {}
                 Ok(Line::Oversized) => {
@@ -297,15 +591,17 @@ where
                     );
                     let id = id_in_prefix(&self.line);
                     self.line.clear();
-                    if self.reply_error(error, id).await.is_err() {
-                        return None;
-                    }
+                    self.spawn_reply(error, id);
                     continue;
                 }
-                Ok(Line::Eof) => return None,
+                Ok(Line::Eof) => {
+                    self.ended();
+                    continue;
+                }
                 Err(e) => {
                     tracing::error!("reading requests failed: {e}");
-                    return None;
+                    self.ended();
+                    continue;
                 }
             }
             let line = std::mem::take(&mut self.line);
@@ -326,11 +622,14 @@ where
             self.line = line;
             self.line.clear();
             match (parsed, reply) {
-                (Ok(message), _) => return Some(message),
-                (Err(_), Some((error, id))) => {
-                    if self.reply_error(error, id).await.is_err() {
-                        return None;
+                (Ok(message), _) => match self.admit(message) {
+                    Ok(message) => return Some(message),
+                    Err((error, id)) => {
+                        self.spawn_reply(error, Some(id));
                     }
+                },
+                (Err(_), Some((error, id))) => {
+                    self.spawn_reply(error, id);
                 }
                 (Err(_), None) => {}
             }
@@ -338,6 +637,7 @@ where
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
+        while self.replies.join_next().await.is_some() {}
         let mut guard = self.write.lock().await;
         if let Some(mut w) = guard.take() {
             w.shutdown().await?;
@@ -356,7 +656,8 @@ mod tests {
     async fn exchange(input: &[u8], max: usize) -> (Vec<String>, String) {
         let (mut client, server) = tokio::io::duplex(1 << 16);
         let (read, write) = tokio::io::split(server);
-        let mut transport = LineTransport::new(BufReader::new(read), write, max);
+        let mut transport = LineTransport::new(BufReader::new(read), write, max)
+            .end_wait(std::time::Duration::ZERO);
         client.write_all(input).await.unwrap();
         client.shutdown().await.unwrap();
         let mut methods = Vec::new();

@@ -89,6 +89,7 @@ pub struct AgentOptions {
     current_dir: Option<PathBuf>,
     env: Vec<(OsString, Option<OsString>)>,
     result_sink: Option<(ResultSink, Option<OsString>)>,
+    program: Option<PathBuf>,
 }
 
 impl AgentOptions {
@@ -107,7 +108,16 @@ impl AgentOptions {
             current_dir: None,
             env: Vec::new(),
             result_sink: None,
+            program: None,
         }
+    }
+
+    /// Runs the harness (and, for OpenCode, its `opencode export`) from the executable at
+    /// `path` instead of looking the harness's program up in `PATH`: for a caller that
+    /// resolved it itself, against trusted directories only.
+    pub fn program(mut self, path: impl Into<PathBuf>) -> Self {
+        self.program = Some(path.into());
+        self
     }
 
     /// Requests a model (passed to the harness verbatim).
@@ -217,6 +227,9 @@ impl AgentOptions {
                 ..PreviewLimits::default()
             })
             .stop_signals(self.harness.stop_signals().sequence);
+        if let Some(program) = &self.program {
+            options.program = program.clone().into_os_string();
+        }
         if let Some(t) = self.timeout {
             options = options.timeout(t);
         }
@@ -785,7 +798,11 @@ async fn opencode_export<R: Runtime>(
     options: &AgentOptions,
     id: &str,
 ) -> Result<Vec<u8>, String> {
-    let mut export = RunOptions::new("opencode")
+    let program = options
+        .program
+        .as_deref()
+        .map_or(OsStr::new("opencode"), Path::as_os_str);
+    let mut export = RunOptions::new(program)
         .args(["export", id])
         .timeout(EXPORT_TIMEOUT)
         .kill_grace(Duration::from_secs(1));
