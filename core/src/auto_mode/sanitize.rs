@@ -340,7 +340,7 @@ fn push_view(c: char, emit: &mut dyn FnMut(char)) {
 struct View {
     chars: Vec<char>,
     /// Byte offset in the cleaned text of the character each view character came from.
-    origin: Vec<u32>,
+    origin: Vec<usize>,
 }
 
 impl View {
@@ -349,18 +349,16 @@ impl View {
         let mut origin = Vec::with_capacity(text.len());
         let mut i = 0;
         while let Some(c) = text[i..].chars().next() {
-            // The input is capped far below 4 GiB; saturating keeps this total anyway.
-            let at = u32::try_from(i).unwrap_or(u32::MAX);
             let len = source_len(text, i);
             if len == REDACTED.len() && c == '[' {
                 // A marker of an earlier pass separates words, so a phrase that hid behind a
                 // token (`ignore <|im_start|> all previous instructions`) is found next pass.
                 chars.push(' ');
-                origin.push(at);
+                origin.push(i);
             } else {
                 push_view(c, &mut |v| {
                     chars.push(v);
-                    origin.push(at);
+                    origin.push(i);
                 });
             }
             i += len;
@@ -413,8 +411,8 @@ impl View {
 
     /// Byte range in the cleaned text `text` of view characters `start..end`.
     fn original(&self, text: &str, start: usize, end: usize) -> (usize, usize) {
-        let first = self.origin[start] as usize;
-        let last = self.origin[end - 1] as usize;
+        let first = self.origin[start];
+        let last = self.origin[end - 1];
         (first, last + source_len(text, last))
     }
 }
