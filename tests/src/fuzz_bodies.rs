@@ -39,6 +39,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("harness_opencode", harness_opencode),
     ("auto_mode_text", auto_mode_text),
     ("compaction", compaction),
+    ("sanitize_phrase", sanitize_phrase),
 ];
 
 /// The harness decoder targets: both bodies of one dialect on every input, arbitrary bytes as
@@ -392,6 +393,41 @@ pub fn auto_mode_text(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     crate::auto_mode_checks::check_sanitizer(&text);
     crate::auto_mode_checks::check_verdict(&text);
+}
+
+/// A case of the phrase target, decoded from the input with `arbitrary`: in the input, the
+/// three bytes first, then `before` (its length is taken from the last byte of the input),
+/// then `after` (the rest); invalid UTF-8 cuts a string at its last valid character.
+#[derive(Debug, arbitrary::Arbitrary)]
+pub struct PhraseCase {
+    /// Index into `agentrun_core::auto_mode::sanitize::fuzzing::PHRASES` (modulo its length).
+    pub phrase: u8,
+    /// Disguises (`fuzzing::flags`), combined.
+    pub flags: u8,
+    /// Picks the variants of each disguise and the two line breaks around the phrase.
+    pub seed: u8,
+    /// Noise before the phrase.
+    pub before: String,
+    /// Noise after the phrase.
+    pub after: String,
+}
+
+/// Phrase target: a known injection phrase, disguised (case, look-alikes, marks, invisible
+/// characters, separators, fullwidth or mathematical letters), between line breaks in
+/// arbitrary noise, never survives sanitizing: neither verbatim nor once the output is
+/// normalized the way the sanitizer matches.
+pub fn sanitize_phrase(data: &[u8]) {
+    use arbitrary::Arbitrary;
+    let Ok(case) = PhraseCase::arbitrary_take_rest(arbitrary::Unstructured::new(data)) else {
+        return;
+    };
+    agentrun_core::auto_mode::sanitize::fuzzing::check_phrase_removed(
+        &case.before,
+        usize::from(case.phrase),
+        case.flags,
+        case.seed,
+        &case.after,
+    );
 }
 
 /// Compaction target: the input twice. First as a transcript document (bounded to
