@@ -462,3 +462,50 @@ fn two_empty_streams_leave_no_orphan_when_publication_fails() {
         "an orphan was left"
     );
 }
+
+#[test]
+fn a_final_display_larger_than_the_room_left_gives_the_minimal_record() {
+    let Some(tmpfs) = Tmpfs::mount("8m") else {
+        return;
+    };
+    let store = Store::open(tmpfs.path().join("s")).unwrap();
+    let sent = lines_of(24 << 20);
+    let mut s = store
+        .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
+        .unwrap();
+    s.write_channel(&named("stderr"), b"progress\n").unwrap();
+    for chunk in sent.chunks(1 << 20) {
+        if s.write_channel(&named("stdout"), chunk).is_err() {
+            break;
+        }
+    }
+    let progress = b"progress\n".repeat(455);
+    while s.write_channel(&named("stderr"), &progress).is_ok() {}
+    // The largest final display, of control bytes (six bytes of JSON each): 6 MiB that the
+    // full disk has no room for.
+    let display = "\u{1}".repeat(agentrun_core::capture::MAX_DISPLAY_BYTES);
+    let record = s
+        .finish(CaptureCompletion::Streamed {
+            display: Some(display),
+            status: CaptureStatus::Succeeded,
+        })
+        .unwrap();
+    assert!(
+        record.display.is_empty(),
+        "the minimal record has no display"
+    );
+    check_kept_minimal(&store, &record, &sent);
+}
+
+/// [`check_kept`] for a minimal record: no previews, everything else.
+fn check_kept_minimal(store: &Store, record: &ResultRecord, sent: &[u8]) {
+    assert!(record.incomplete, "{record:?}");
+    assert_eq!(store.record(&record.run_id).unwrap(), *record);
+    let kept = read_all(store, record, "stdout");
+    assert!(!kept.is_empty() && kept.len() < sent.len());
+    assert_eq!(kept, sent[..kept.len()]);
+    let preview = &record.stream("stdout").unwrap().preview;
+    assert!(preview.text.is_empty() && preview.truncated && preview.raw_bytes == 0);
+    let report = store.verify().unwrap();
+    assert!(report.is_healthy(), "{:?}", report.problems);
+}
