@@ -123,10 +123,14 @@ pub(crate) fn publish_object(
     } else {
         Published::Repaired
     };
-    clear_directory(&object_idx)?;
-    fault::fail_io("publishing an index").at("publish index", &object_idx)?;
-    rename(index, &object_idx, "publish index")?;
-    fsync_dir(&dir)?;
+    // A publication tried again after a full disk may have moved the index already.
+    let moved = !layout::exists(index)? && layout::exists(&object_idx)?;
+    if !moved {
+        clear_directory(&object_idx)?;
+        fault::fail_io("publishing an index").at("publish index", &object_idx)?;
+        rename(index, &object_idx, "publish index")?;
+        fsync_dir(&dir)?;
+    }
     clear_directory(&object)?;
     fault::fail_io("publishing an object").at("publish object", &object)?;
     rename(data, &object, "publish object")?;

@@ -8,8 +8,8 @@
 //! * `m` and `m.idx`: the manifest of named output, written at finish;
 //! * `protect`: the digests being published, roots for any GC that runs while the lock is
 //!   held;
-//! * `reserve`: room allocated when the capture starts and freed when publication starts, so
-//!   that a disk the output fills still has room for the record (see `Reserve`).
+//! * `reserve`: room allocated when the capture starts that becomes the record, so that a
+//!   disk the output (or anything else) fills still has room for it (see `Reserve`).
 //!
 //! Every chunk is appended to its capture file **before** the core machine accepts it, so the
 //! machine's digest, counts and index describe exactly the bytes on disk (a failed write is
@@ -30,7 +30,7 @@ use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::BorrowedFd;
-use std::os::unix::fs::{DirBuilderExt, FileExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::thread;
@@ -364,33 +364,76 @@ fn start_writeback(files: &mut StreamFiles) {
 /// How many fresh run ids to try when a capture directory name is already taken.
 const RUN_ID_ATTEMPTS: usize = 16;
 
-/// The worst growth of text in a JSON string: a control byte becomes `\u00XX`.
-const JSON_GROWTH: u64 = 6;
+/// The worst growth of text in a JSON string that a reserve is sized for: printable text,
+/// tabs and newlines, quotes and backslashes each take at most two bytes. Only other control
+/// bytes take more (`\u00XX`, six); a record whose previews hold many of them may not fit its
+/// reserve, and then falls back to the minimal record (see [`minimal_record`]).
+const JSON_GROWTH: u64 = 2;
 
-/// Room publication needs whatever the limits: the record's fixed fields and its faults, the
-/// manifest and its index, the index headers and last entries of every stream, the `protect`
-/// file, the record's temporary file name and a directory block or two.
-const RESERVE_BASE: u64 = 256 << 10;
+/// The growth of the command's text: every byte at its worst (`\u00XX`), since the run's
+/// description is part of the minimal record and must always fit. Commands are short.
+const COMMAND_JSON_GROWTH: u64 = 6;
+
+/// Room the publication steps before the record may need (the last index entries of every
+/// stream, the manifest and its index, the `protect` file, a directory block or two): given
+/// back from the reserve in [`STEP_ROOM`] pieces, only when a step finds the disk full.
+const RESERVE_BASE: u64 = 128 << 10;
+
+/// The piece of the reserve a publication step that found the disk full is given back before
+/// it is tried again.
+const STEP_ROOM: u64 = 32 << 10;
+
+/// A kept artifact in the record's JSON: `"sha256:<64 hex>",` on its own indented line.
+const KEEP_JSON_BYTES: u64 = 80;
+
+/// Room for the record's fixed fields, its faults and its stream URIs: what the minimal
+/// record needs besides the run's command.
+const RECORD_FIXED: u64 = 32 << 10;
+
+/// Most room set aside for previews and display: past it, a record that does not fit on a
+/// full disk is written as the minimal record.
+const MAX_PREVIEW_ROOM: u64 = 8 << 20;
+
+/// The smallest reserve a capture may start with: publication's steps and the minimal record.
+pub(crate) const MIN_RESERVE: u64 = RESERVE_BASE + RECORD_FIXED;
 
 /// The bytes set aside before a capture starts for everything its publication writes (see
-/// [`Reserve`]): [`RESERVE_BASE`] plus, at the worst JSON growth, the live display and every
-/// stream's head and tail previews, which are what makes a record large.
-pub(crate) fn reserve_len(streams: usize, limits: &PreviewLimits) -> u64 {
+/// [`Reserve`]): [`MIN_RESERVE`] plus, at the JSON growth of text ([`JSON_GROWTH`]), the live
+/// display and every stream's head and tail previews (up to [`MAX_PREVIEW_ROOM`]).
+pub(crate) fn reserve_len(streams: usize, limits: &PreviewLimits, display_bytes: usize) -> u64 {
     let tail = if limits.tail_lines > 0 {
         limits.tail_budget(streams)
     } else {
         0
     };
-    let per_stream = (limits.stream_budget(streams) + tail) as u64 * JSON_GROWTH;
-    let display = agentrun_core::capture::DEFAULT_DISPLAY_BYTES as u64 * JSON_GROWTH;
-    RESERVE_BASE + display + streams as u64 * per_stream
+    let previews = streams as u64 * (limits.stream_budget(streams) + tail) as u64;
+    let room = (previews + display_bytes as u64) * JSON_GROWTH;
+    MIN_RESERVE + room.min(MAX_PREVIEW_ROOM)
 }
 
-/// The file `captures/<run_id>/reserve`: space allocated when the capture starts and freed
-/// only when it is published, so that a disk filled by the output (or by anything else while
-/// the run goes on) still has room for the index, the manifest and the record. Freed at
-/// publication rather than when a write first fails, so the run's own processes, still
-/// running, cannot take the room back in between.
+/// Whether an error is a full disk: `ENOSPC`, or a disk quota reached (`EDQUOT`).
+fn is_no_space(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(n) if n == rustix::io::Errno::NOSPC.raw_os_error()
+            || n == rustix::io::Errno::DQUOT.raw_os_error()
+    )
+}
+
+/// Whether a store error is a full disk (see [`is_no_space`]).
+fn store_no_space(e: &StoreError) -> bool {
+    match e {
+        StoreError::Io(io) => is_no_space(&io.source),
+        StoreError::NoSpace { .. } => true,
+        _ => false,
+    }
+}
+
+/// The file `captures/<run_id>/reserve`: space allocated when the capture starts that becomes
+/// the record. Publication never frees it and then allocates again (anything else on the file
+/// system could take the room in between): the record's JSON is written into its blocks in
+/// place, the file is cut to the record's length and renamed into `records/`. Only a step
+/// before the record that finds the disk full gets a piece of it back ([`STEP_ROOM`]).
 #[derive(Debug)]
 struct Reserve {
     path: PathBuf,
@@ -426,7 +469,12 @@ impl Reserve {
             // the record is a file of its own, under the same limit, so the reserve goes
             // without the bytes the limit refuses.
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::FBIG.raw_os_error()) => Ok(()),
-            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) => {
+            Err(e) if is_no_space(&e) => {
+                // What a failed allocation left allocated is given back.
+                let _ = OpenOptions::new()
+                    .write(true)
+                    .open(&self.path)
+                    .and_then(|f| f.set_len(self.len));
                 Err(StoreError::NoSpace {
                     // `<root>/captures/<run_id>/reserve`: the store is what the user knows.
                     path: self
@@ -443,16 +491,55 @@ impl Reserve {
         }
     }
 
-    /// Frees the room for publication (best effort: a reserve that cannot be removed only
-    /// leaves less room, and goes with the capture directory).
+    /// Gives [`STEP_ROOM`] back to the file system for a publication step that found the disk
+    /// full, keeping at least [`RECORD_FIXED`] for the record. `false` if there is nothing
+    /// left to give.
+    fn give_back(&mut self) -> bool {
+        if self.len <= RECORD_FIXED {
+            return false;
+        }
+        let len = self.len.saturating_sub(STEP_ROOM).max(RECORD_FIXED);
+        let cut = OpenOptions::new()
+            .write(true)
+            .open(&self.path)
+            .and_then(|f| f.set_len(len));
+        if cut.is_err() {
+            return false;
+        }
+        self.len = len;
+        true
+    }
+
+    /// Writes `json` into the reserve's blocks and makes it `records/<name>`: written in
+    /// place, cut to its length, synced, renamed, the directory synced. A record longer than
+    /// the reserve needs more blocks, and may find the disk full.
+    fn become_record(&self, records: &Path, name: &str, json: &[u8]) -> Result<(), IoError> {
+        let file = OpenOptions::new()
+            .write(true)
+            .open(&self.path)
+            .at("open", &self.path)?;
+        crate::fault::fail_io("writing the record").at("write", &self.path)?;
+        file.write_all_at(json, 0).at("write", &self.path)?;
+        file.set_len(json.len() as u64).at("truncate", &self.path)?;
+        atomic::sync_file(&file, &self.path)?;
+        let target = records.join(name);
+        crate::fault::point("before a rename");
+        fs::rename(&self.path, &target).at("rename into place", &target)?;
+        crate::fault::point("after a rename");
+        fsync_dir(records)
+    }
+
+    /// Frees the room (best effort: a reserve that cannot be removed goes with the capture
+    /// directory).
     fn release(self) {
         let _ = fs::remove_file(&self.path);
     }
 }
 
 /// Allocates the bytes of `file` from `from` to `to`: `fallocate` where the file system has
-/// it, else by writing zeros (which a file system that compresses or deduplicates may not
-/// store, so there the reserve is only as good as the file system makes it).
+/// it, else by writing zeros and syncing them (which a file system that compresses or
+/// deduplicates may not store, so there the reserve is only as good as the file system makes
+/// it).
 fn allocate(file: &File, from: u64, to: u64) -> io::Result<()> {
     crate::fault::fail_io("allocating the reserve")?;
     match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, to) {
@@ -469,7 +556,76 @@ fn allocate(file: &File, from: u64, to: u64) -> io::Result<()> {
         file.write_all_at(&zeros[..n], at)?;
         at += n as u64;
     }
-    Ok(())
+    // Written back now: a delayed-allocation file system finds a full disk here, not later
+    // when the blocks are needed.
+    file.sync_data()
+}
+
+/// The record cut down to what must always be kept, when the full record does not fit the
+/// room left: status, faults, exit and run, every URI and kept artifact, but no preview
+/// text and no display. Each preview then covers no bytes (and says the stream goes on), so
+/// the record stays true: the output is read through its URI.
+fn minimal_record(record: &ResultRecord) -> ResultRecord {
+    let mut minimal = record.clone();
+    minimal.display.clear();
+    let streams = match &mut minimal.output {
+        agentrun_core::record::RecordOutput::Single { stream } => std::slice::from_mut(stream),
+        agentrun_core::record::RecordOutput::Named { streams, .. } => streams.as_mut_slice(),
+    };
+    for stream in streams {
+        stream.preview.truncated = stream.bytes > 0;
+        stream.preview.text.clear();
+        stream.preview.raw_bytes = 0;
+        stream.preview.newlines = 0;
+        stream.tail = None;
+    }
+    minimal
+}
+
+/// Sets aside the reserve of a capture of `streams` streams under `limits`: all of it
+/// ([`reserve_len`]) when the file system has the room, else the most it has, halving down to
+/// [`MIN_RESERVE`], with the preview and display budgets cut to fit what was had (returned with
+/// the live display bound): a small run is never refused because the room for large previews
+/// is missing. [`StoreError::NoSpace`] only when not even [`MIN_RESERVE`] is free.
+fn take_reserve(
+    dir: &Path,
+    streams: usize,
+    limits: PreviewLimits,
+) -> Result<(Reserve, Option<(PreviewLimits, usize)>), StoreError> {
+    let display = agentrun_core::capture::DEFAULT_DISPLAY_BYTES;
+    let full = reserve_len(streams, &limits, display);
+    let mut reserve = Reserve::take(dir, 0)?;
+    let mut len = full;
+    loop {
+        match reserve.grow_to(len) {
+            Ok(()) => break,
+            Err(StoreError::NoSpace { .. }) if len > MIN_RESERVE => {
+                len = (len / 2).max(MIN_RESERVE);
+            }
+            Err(e) => {
+                reserve.release();
+                return Err(e);
+            }
+        }
+    }
+    if len >= full {
+        return Ok((reserve, None));
+    }
+    // The text the room left holds: a quarter for the display, the rest for the previews,
+    // each stream's head and (when on) its tail, which is a quarter of the head.
+    let text = (len - MIN_RESERVE) / JSON_GROWTH;
+    let display = usize::try_from(text / 4).unwrap_or(usize::MAX).min(display);
+    let previews = text - display as u64;
+    let per_stream = if limits.tail_lines > 0 {
+        previews * 4 / 5
+    } else {
+        previews
+    } / streams.max(1) as u64;
+    let mut shrunk = limits;
+    shrunk.max_bytes = usize::try_from(per_stream)
+        .unwrap_or(usize::MAX)
+        .clamp(1, limits.max_bytes);
+    Ok((reserve, Some((shrunk, display))))
 }
 
 /// Why a chunk was not captured.
@@ -502,7 +658,8 @@ impl Store {
         declaration: OutputDeclaration,
         limits: PreviewLimits,
     ) -> Result<CaptureSession, StoreError> {
-        let capture = Capture::new(declaration, limits)?;
+        // Validated before anything is created; made again below if the room is short.
+        let capture = Capture::new(declaration.clone(), limits)?;
         // Shared GC lock while the directory exists without its lock taken: a GC in that
         // window would take it for a crashed run's leftovers.
         let _gc = GcLock::shared(&self.layout)?;
@@ -514,14 +671,25 @@ impl Store {
             .and_then(|f| f.lock().map(|()| f))
             .at("create and lock", &lock_path);
         let dir = match lock {
-            Ok(lock) => CaptureDir { path, _lock: lock },
+            Ok(lock) => CaptureDir {
+                path,
+                _lock: lock,
+                keep: false,
+            },
             Err(e) => {
                 let _ = fs::remove_dir_all(&path);
                 return Err(e.into());
             }
         };
         let streams_declared = capture.declaration().indexes().count();
-        let reserve = Reserve::take(&dir.path, reserve_len(streams_declared, &limits))?;
+        let (reserve, shrunk) = take_reserve(&dir.path, streams_declared, limits)?;
+        let capture = match shrunk {
+            None => capture,
+            Some((limits, display)) => Capture::with_display_bound(declaration, limits, display)?,
+        };
+        for name in ["m", "m.idx", "protect"] {
+            preallocate(&dir.path.join(name), MANIFEST_ROOM)?;
+        }
         let mut streams = Vec::new();
         let mut indexes = Vec::new();
         for ix in capture.declaration().indexes() {
@@ -573,13 +741,18 @@ fn label(declaration: &OutputDeclaration, ix: StreamIndex) -> String {
 struct CaptureDir {
     path: PathBuf,
     _lock: File,
+    /// Left in place when dropped: publication failed on a full disk, and what the directory
+    /// holds is not taken back (GC removes it once its lock is free).
+    keep: bool,
 }
 
 impl Drop for CaptureDir {
     fn drop(&mut self) {
         // Removed while the lock is still held (the field drops after this), so a concurrent
         // GC never sees a lock-free directory that is still in use.
-        let _ = fs::remove_dir_all(&self.path);
+        if !self.keep {
+            let _ = fs::remove_dir_all(&self.path);
+        }
     }
 }
 
@@ -620,6 +793,14 @@ impl StreamFiles {
         index
             .write_all(&[0u8; HEADER_LEN])
             .at("write", &index_path)?;
+        // Room past the end for the last entries, which are written at finish, perhaps on a
+        // full disk. Best effort, like `preallocate`.
+        let _ = rustix::fs::fallocate(
+            &index,
+            rustix::fs::FallocateFlags::KEEP_SIZE,
+            0,
+            MANIFEST_ROOM,
+        );
         let files = Self {
             label,
             data_path,
@@ -716,10 +897,18 @@ impl CaptureSession {
     /// has run yet.
     pub fn reserve_record_room(&mut self, text_bytes: usize) -> Result<(), StoreError> {
         if let Some(reserve) = self.reserve.as_mut() {
-            let len = reserve.len + text_bytes as u64 * JSON_GROWTH;
+            let len = reserve.len + text_bytes as u64 * COMMAND_JSON_GROWTH;
             reserve.grow_to(len)?;
         }
         Ok(())
+    }
+
+    /// Grows the reserve by `bytes`, best effort (see [`minimal_record`] for what a record
+    /// that does not fit keeps).
+    fn grow_reserve(&mut self, bytes: u64) {
+        if let Some(reserve) = self.reserve.as_mut() {
+            let _ = reserve.grow_to(reserve.len + bytes);
+        }
     }
 
     /// Makes the record keep these artifacts too (GC roots them with the output). The caller
@@ -728,11 +917,17 @@ impl CaptureSession {
     pub(crate) fn keep(&mut self, digests: impl IntoIterator<Item = Digest>) {
         // A set, not a search of the list per digest: a record may keep tens of thousands.
         let mut seen: HashSet<Digest> = self.keeps.iter().copied().collect();
+        let before = self.keeps.len();
         for digest in digests {
             if seen.insert(digest) {
                 self.keeps.push(digest);
             }
         }
+        // Room for the record's list of them. Best effort: kept artifacts are part of the
+        // minimal record, and a record that then finds the disk full fails publication
+        // without taking any object back.
+        let added = (self.keeps.len() - before) as u64 * KEEP_JSON_BYTES;
+        self.grow_reserve(added);
     }
 
     /// Adds digests to this live capture's protection: no GC removes them while the session
@@ -1182,9 +1377,10 @@ impl CaptureSession {
             let _ = self.settle(ix);
             self.streams[ix.get()].hasher = None;
         }
-        // Nothing is written to the streams any more: the room set aside is publication's.
-        if let Some(reserve) = self.reserve.take() {
-            reserve.release();
+        // A final display is text the reserve did not count yet: room for it, best effort (a
+        // record that then does not fit is written without it, see `minimal_record`).
+        if let Some(text) = &display {
+            self.grow_reserve(text.len() as u64 * JSON_GROWTH);
         }
         let CaptureSession {
             store,
@@ -1195,8 +1391,8 @@ impl CaptureSession {
             run: run_info,
             keeps,
             protected: _,
-            reserve: _,
-            dir,
+            mut reserve,
+            mut dir,
         } = self;
         // A hasher that panicked may have left the machine half way through a piece: then
         // every stream is checked against its capture file before anything is published.
@@ -1212,43 +1408,55 @@ impl CaptureSession {
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner);
         let summary = capture.finish(display, status);
-        for ((files, index), s) in streams.iter_mut().zip(&mut indexes).zip(&summary.streams) {
-            index.broken |= poisoned;
-            seal_stream(files, index, s)?;
-        }
-        let manifest = write_manifest(&dir.path, &summary)?;
-
         let layout = &store.layout;
-        let gc = GcLock::shared(layout)?;
-        let mut digests: Vec<Digest> = summary.streams.iter().map(|s| s.digest).collect();
-        digests.extend(manifest.as_ref().map(|(d, _, _)| *d));
         let kept_by_keeper = keeper.is_some();
-        match keeper {
-            Some(keeper) => keeper.protect_new(&digests)?,
-            None => protect(&dir.path, &digests)?,
-        }
         // The objects this capture put in place for the first time, with their mtime: should
-        // the record not be written after all, they are taken out again (`unpublish`), so no
-        // object is left that nothing points at.
+        // the record not be written after all for a reason other than a full disk, they are
+        // taken out again (`unpublish`), so no object is left that nothing points at.
         let mut fresh: Vec<(Digest, Option<SystemTime>)> = Vec::new();
         let publishing_since = SystemTime::now();
         // The object being published when publication failed: its index may be in place.
         let mut attempted = None;
-        let mut publish = |digest: &Digest, data: &Path, index: &Path| {
-            attempted = Some(*digest);
-            if publish_object(layout, digest, data, index)? == Published::New {
-                let mtime = fs::metadata(layout.object(digest)).and_then(|m| m.modified());
-                fresh.push((*digest, mtime.ok()));
-            }
-            attempted = None;
-            Ok::<(), StoreError>(())
-        };
+        let mut gc = None;
+        // Every step that writes gets a piece of the reserve back if it finds the disk full,
+        // and is tried again (`with_room`); the reserve itself becomes the record.
         let published = (|| {
+            for ((files, index), s) in streams.iter_mut().zip(&mut indexes).zip(&summary.streams) {
+                index.broken |= poisoned;
+                with_room(&mut reserve, || seal_stream(files, index, s))?;
+            }
+            let manifest = with_room(&mut reserve, || write_manifest(&dir.path, &summary))?;
+            gc = Some(GcLock::shared(layout)?);
+            let mut digests: Vec<Digest> = summary.streams.iter().map(|s| s.digest).collect();
+            digests.extend(manifest.as_ref().map(|(d, _, _)| *d));
+            match keeper {
+                Some(keeper) => with_room(&mut reserve, || keeper.protect_new(&digests))?,
+                None => with_room(&mut reserve, || protect(&dir.path, &digests))?,
+            }
+            // Each digest once: two streams with the same bytes (both empty, say) are one
+            // object, and a second publication would count this capture's own object as a
+            // dedupe hit.
+            let mut seen = HashSet::new();
+            let mut publish =
+                |reserve: &mut Option<Reserve>, digest: &Digest, data: &Path, index: &Path| {
+                    if !seen.insert(*digest) {
+                        return Ok::<(), StoreError>(());
+                    }
+                    attempted = Some(*digest);
+                    let published =
+                        with_room(reserve, || Ok(publish_object(layout, digest, data, index)?))?;
+                    if published == Published::New {
+                        let mtime = fs::metadata(layout.object(digest)).and_then(|m| m.modified());
+                        fresh.push((*digest, mtime.ok()));
+                    }
+                    attempted = None;
+                    Ok(())
+                };
             for ((files, index), s) in streams.iter().zip(&indexes).zip(&summary.streams) {
-                publish(&s.digest, &files.data_path, &index.path)?;
+                publish(&mut reserve, &s.digest, &files.data_path, &index.path)?;
             }
             if let Some((digest, data, index)) = &manifest {
-                publish(digest, data, index)?;
+                publish(&mut reserve, digest, data, index)?;
             }
             // The record goes last: once it exists, everything it references is published.
             // It is written before the GC lock and the capture lock (the protection) are
@@ -1259,34 +1467,86 @@ impl CaptureSession {
             if kept_by_keeper {
                 return Ok(record);
             }
-            let json = serde_json::to_vec_pretty(&record).map_err(io::Error::other);
-            let json = json.at("serialize the record of", &layout.record(&run_id))?;
-            // Every field is bounded where it enters, so this never refuses; it guarantees
-            // that no record is written that its own reader would refuse.
-            if json.len() as u64 > MAX_RECORD_BYTES {
-                return Err(StoreError::RecordTooLarge {
-                    path: layout.record(&run_id),
-                    size: json.len() as u64,
-                    limit: MAX_RECORD_BYTES,
-                });
+            let name = format!("{run_id}{RECORD_SUFFIX}");
+            let json = record_json(layout, &run_id, &record)?;
+            let written = match reserve.as_ref() {
+                Some(room) => room.become_record(&layout.records(), &name, &json),
+                None => write_atomic(&layout.records(), &name, &json),
+            };
+            match written {
+                Ok(()) => {}
+                // The full record needed more than the room set aside (previews of control
+                // bytes, a long display): the minimal one fits it.
+                Err(e) if is_no_space(&e.source) => {
+                    record = minimal_record(&record);
+                    let json = record_json(layout, &run_id, &record)?;
+                    match reserve.as_ref() {
+                        Some(room) => room.become_record(&layout.records(), &name, &json)?,
+                        None => write_atomic(&layout.records(), &name, &json)?,
+                    }
+                }
+                Err(e) => return Err(e.into()),
             }
-            write_atomic(
-                &layout.records(),
-                &format!("{run_id}{RECORD_SUFFIX}"),
-                &json,
-            )?;
+            // The reserve is the record now.
+            reserve = None;
             crate::fault::point("after the record, before the capture directory is removed");
             Ok(record)
         })();
-        drop(gc);
-        if published.is_err() && !kept_by_keeper {
-            // A keeper's objects stay protected by it; its caller decides about them.
-            unpublish(layout, &dir.path, &fresh, attempted, publishing_since);
+        if let Some(reserve) = reserve.take() {
+            reserve.release();
         }
+        match &published {
+            // On a full disk nothing is taken back and the capture directory is kept: what
+            // was published, and what was not yet, stays on disk. A later `agentrun gc`
+            // removes it once nothing holds its lock.
+            Err(e) if store_no_space(e) => dir.keep = true,
+            // A keeper's objects stay protected by it; its caller decides about them.
+            Err(_) if !kept_by_keeper => {
+                drop(gc.take());
+                unpublish(layout, &dir.path, &fresh, attempted, publishing_since);
+            }
+            _ => {}
+        }
+        drop(gc);
         drop((streams, indexes));
         drop(dir);
         published
     }
+}
+
+/// Runs a publication step; each time it finds the disk full, a piece of the reserve is given
+/// back and it is tried again, until the reserve has nothing more to give (every step can be
+/// run again after a failure).
+fn with_room<T>(
+    reserve: &mut Option<Reserve>,
+    mut step: impl FnMut() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    loop {
+        match step() {
+            Err(e) if store_no_space(&e) && reserve.as_mut().is_some_and(Reserve::give_back) => {}
+            done => return done,
+        }
+    }
+}
+
+/// The record's JSON, refused if its own reader would refuse it.
+fn record_json(
+    layout: &layout::Layout,
+    run_id: &str,
+    record: &ResultRecord,
+) -> Result<Vec<u8>, StoreError> {
+    let json = serde_json::to_vec_pretty(record).map_err(io::Error::other);
+    let json = json.at("serialize the record of", &layout.record(run_id))?;
+    // Every field is bounded where it enters, so this never refuses; it guarantees that no
+    // record is written that its own reader would refuse.
+    if json.len() as u64 > MAX_RECORD_BYTES {
+        return Err(StoreError::RecordTooLarge {
+            path: layout.record(run_id),
+            size: json.len() as u64,
+            limit: MAX_RECORD_BYTES,
+        });
+    }
+    Ok(json)
 }
 
 /// Takes back the objects a capture published for the first time (`fresh`, each with the
@@ -1402,17 +1662,19 @@ fn seal_stream(
     if index.broken || !complete {
         rebuild_index(&files.data_path, index, s.digest)?;
     } else {
+        let mut tail = Vec::with_capacity(s.index_entries.len() * agentrun_core::index::ENTRY_LEN);
         for (k, entry) in s.index_entries.iter().enumerate() {
-            let block = index.entries_written + k as u64;
-            index
-                .file
-                .write_all(&entry.encode(block))
-                .at("write", &index.path)?;
+            tail.extend_from_slice(&entry.encode(index.entries_written + k as u64));
         }
-        index
+        let written = index
             .file
-            .write_all_at(&header, 0)
-            .at("write", &index.path)?;
+            .write_all(&tail)
+            .and_then(|()| index.file.write_all_at(&header, 0));
+        if let Err(e) = written {
+            // Part of the entries may be in the file: sealing again rebuilds the index.
+            index.broken = true;
+            return Err(IoError::at("write", &index.path, e).into());
+        }
     }
     atomic::sync_file(&files.data, &files.data_path)?;
     atomic::sync_file(&index.file, &index.path)?;
@@ -1430,9 +1692,10 @@ fn rebuild_index(path: &Path, index_file: &IndexFile, digest: Digest) -> Result<
     let mut buf = vec![0u8; agentrun_core::index::BLOCK_SIZE as usize];
     let mut entries: Vec<IndexEntry> = Vec::new();
     let idx_path = &index_file.path;
+    // Rewritten in place and cut to length at the end, not truncated first: on a full disk
+    // the blocks it has are the room it needs.
     let mut index = OpenOptions::new()
         .write(true)
-        .truncate(true)
         .open(idx_path)
         .at("open", idx_path)?;
     index.write_all(&[0u8; HEADER_LEN]).at("write", idx_path)?;
@@ -1459,6 +1722,8 @@ fn rebuild_index(path: &Path, index_file: &IndexFile, digest: Digest) -> Result<
         index.write_all(&e.encode(block)).at("write", idx_path)?;
         block += 1;
     }
+    let len = HEADER_LEN as u64 + block * agentrun_core::index::ENTRY_LEN as u64;
+    index.set_len(len).at("truncate", idx_path)?;
     index.seek(SeekFrom::Start(0)).at("seek", idx_path)?;
     index.write_all(&header.encode()).at("write", idx_path)?;
     atomic::sync_file(&index, idx_path)?;
@@ -1479,9 +1744,38 @@ fn write_manifest(
     let index = dir.join("m.idx");
     let sidecar = agentrun_core::index::encode_index_of(&bytes, agentrun_core::index::BLOCK_SIZE);
     crate::fault::fail_io("writing the manifest").at("write", &data)?;
-    atomic::write_new_file(&data, &bytes)?;
-    atomic::write_new_file(&index, &sidecar)?;
+    write_in_place(&data, &bytes)?;
+    write_in_place(&index, &sidecar)?;
     Ok(Some((digest, data, index)))
+}
+
+/// Room allocated beyond the end of the manifest, its index and the `protect` file when a
+/// capture starts, so that writing them on a full disk needs no block of its own.
+const MANIFEST_ROOM: u64 = 16 << 10;
+
+/// Creates `path` (owner-only, empty) with `room` bytes allocated past its end
+/// (`FALLOC_FL_KEEP_SIZE`): later writes use those blocks. Best effort: without them a write
+/// on a full disk gets room from the reserve (see `with_room`).
+fn preallocate(path: &Path, room: u64) -> Result<(), IoError> {
+    let file = layout::new_private_file().open(path).at("create", path)?;
+    let _ = rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::KEEP_SIZE, 0, room);
+    Ok(())
+}
+
+/// Makes `path` (created by [`preallocate`], or created now) hold exactly `bytes`, synced:
+/// written from its start into the blocks it has, so that writing it again after a full disk
+/// replaces what an attempt left.
+fn write_in_place(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .mode(layout::FILE_MODE)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .at("open", path)?;
+    file.write_all_at(bytes, 0).at("write", path)?;
+    file.set_len(bytes.len() as u64).at("truncate", path)?;
+    atomic::sync_file(&file, path)
 }
 
 /// Appends the digests about to be published to the capture's `protect` file.
@@ -1489,8 +1783,14 @@ fn protect(dir: &Path, digests: &[Digest]) -> Result<(), StoreError> {
     let path = dir.join("protect");
     let mut f = layout::append_private_file(&path)?;
     let text: String = digests.iter().map(|d| format!("{d}\n")).collect();
-    crate::fault::fail_io("protecting the digests").at("write", &path)?;
-    f.write_all(text.as_bytes()).at("write", &path)?;
+    let before = f.metadata().at("inspect", &path)?.len();
+    let written =
+        crate::fault::fail_io("protecting the digests").and_then(|()| f.write_all(text.as_bytes()));
+    if let Err(e) = written {
+        // No half line is left for GC to read: an attempt again appends whole lines.
+        let _ = f.set_len(before);
+        return Err(IoError::at("write", &path, e).into());
+    }
     atomic::sync_file(&f, &path)?;
     fsync_dir(dir)?;
     Ok(())

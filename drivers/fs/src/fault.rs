@@ -45,7 +45,7 @@ pub(crate) fn point(_name: &'static str) {}
 thread_local! {
     /// The step at which the current thread's [`fail_io`] reports a full disk, and how many
     /// times the step is passed first.
-    static NO_SPACE_AT: std::cell::Cell<Option<(&'static str, u32)>> =
+    static NO_SPACE_AT: std::cell::Cell<Option<(&'static str, u32, rustix::io::Errno)>> =
         const { std::cell::Cell::new(None) };
 }
 
@@ -54,7 +54,13 @@ thread_local! {
 /// each other's faults.
 #[cfg(test)]
 pub(crate) fn no_space_at(step: &'static str, passes: u32) {
-    NO_SPACE_AT.set(Some((step, passes)));
+    fail_with_at(step, passes, rustix::io::Errno::NOSPC);
+}
+
+/// Like [`no_space_at`], with another error than a full disk.
+#[cfg(test)]
+pub(crate) fn fail_with_at(step: &'static str, passes: u32, error: rustix::io::Errno) {
+    NO_SPACE_AT.set(Some((step, passes, error)));
 }
 
 /// A step of publication that writes to the disk; in a test build, where [`no_space_at`]
@@ -62,14 +68,12 @@ pub(crate) fn no_space_at(step: &'static str, passes: u32) {
 #[cfg(test)]
 pub(crate) fn fail_io(step: &'static str) -> std::io::Result<()> {
     match NO_SPACE_AT.get() {
-        Some((at, 0)) if at == step => {
+        Some((at, 0, error)) if at == step => {
             NO_SPACE_AT.set(None);
-            Err(std::io::Error::from_raw_os_error(
-                rustix::io::Errno::NOSPC.raw_os_error(),
-            ))
+            Err(std::io::Error::from_raw_os_error(error.raw_os_error()))
         }
-        Some((at, passes)) if at == step => {
-            NO_SPACE_AT.set(Some((at, passes - 1)));
+        Some((at, passes, error)) if at == step => {
+            NO_SPACE_AT.set(Some((at, passes - 1, error)));
             Ok(())
         }
         _ => Ok(()),

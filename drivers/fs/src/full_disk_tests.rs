@@ -1,9 +1,10 @@
 //! A full disk never loses a run: on a real, small tmpfs (when the tests run as root) the disk
-//! fills during the stream writes, and the output that fit is published with its record; and
-//! at each step of publication in turn (sealing the streams, the manifest, the protection,
-//! each index and object, the record) a full disk injected
-//! with [`crate::fault::no_space_at`] fails the finish with the disk's error, leaving no
-//! object that nothing points at, no temporary file, and a store that keeps working.
+//! fills during the stream writes, and the output that fit is published with its record, also
+//! while something else keeps taking every block that is freed; and at each step of
+//! publication in turn (sealing the streams, the manifest, the protection, each index and
+//! object, the record) a full disk injected with [`crate::fault::no_space_at`] still gives a
+//! record (the minimal one when the record itself found the disk full) whose output reads
+//! back, and a store that keeps working.
 
 use std::io;
 use std::os::fd::AsFd;
@@ -233,18 +234,33 @@ fn a_disk_filled_through_a_pipe_keeps_what_fit_and_the_writer_never_blocks() {
     let record = s.finish(done()).unwrap();
     check_kept(&store, &record, &sent);
 
-    // The disk is still full of that run's output: the next capture is refused before
-    // anything runs, and leaves nothing behind.
+    // The disk is still full of that run's output, but a small run works: its reserve is
+    // what the disk has left, with the preview budget cut to fit.
+    let mut s = store
+        .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
+        .unwrap();
+    s.write_channel(&named("stdout"), b"small\n").unwrap();
+    let small = s.finish(done()).unwrap();
+    assert!(!small.incomplete, "{:?}", small.faults);
+    assert_eq!(read_all(&store, &small, "stdout"), b"small\n");
+    assert_eq!(small.stream("stdout").unwrap().preview.text, "small\n");
+    // With the last blocks taken too, the next capture is refused before anything runs,
+    // naming the remedy, and leaves nothing behind.
+    let filler = tmpfs.path().join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    while io::Write::write_all(&mut f, &[0u8; 4096]).is_ok() {}
+    drop(f);
     let err = store
         .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
         .unwrap_err();
     assert!(matches!(err, StoreError::NoSpace { .. }), "{err:?}");
-    assert!(
-        err.to_string().contains("no room for a run's record"),
-        "{err}"
-    );
+    let message = err.to_string();
+    assert!(message.contains("no room for a run's record"), "{message}");
+    assert!(message.contains("agentrun gc"), "{message}");
     let captures = std::fs::read_dir(store.root().join("captures")).unwrap();
     assert_eq!(captures.count(), 0);
+    std::fs::remove_file(&filler).unwrap();
+    std::fs::remove_file(store.layout.record(&small.run_id)).unwrap();
     // Once room is made, captures work again.
     std::fs::remove_file(store.layout.record(&record.run_id)).unwrap();
     let gc = GcOptions {
@@ -281,7 +297,11 @@ fn the_room_for_the_record_is_set_aside_before_the_capture_starts() {
     let room = rustix::fs::statvfs(tmpfs.path()).unwrap();
     let free = room.f_bavail * room.f_frsize;
     let mut f = std::fs::File::create(&filler).unwrap();
-    let keep_free = super::capture::reserve_len(1, &PreviewLimits::default()) + (256 << 10);
+    let keep_free = super::capture::reserve_len(
+        1,
+        &PreviewLimits::default(),
+        agentrun_core::capture::DEFAULT_DISPLAY_BYTES,
+    ) + (256 << 10);
     let fill = vec![0u8; (free - keep_free) as usize];
     io::Write::write_all(&mut f, &fill).unwrap();
     drop(f);
@@ -306,23 +326,22 @@ const STEPS: [(&str, u32); 9] = [
     ("publishing an object", 0),
     ("publishing an object", 1),
     ("writing the manifest", 0),
-    ("writing a file atomically", 0),
+    ("writing the record", 0),
 ];
 
 #[test]
-fn a_full_disk_at_each_step_of_publication_leaves_no_orphan_and_a_working_store() {
+fn a_full_disk_at_each_step_of_publication_still_gives_a_record_and_a_working_store() {
     for (step, passes) in STEPS {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open(tmp.path().join("s")).unwrap();
         // An earlier run whose stderr the failing run repeats: its objects are found as
-        // dedupe hits, and must survive the failure.
+        // dedupe hits, and must survive.
         let mut s = store
             .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
             .unwrap();
         s.write_channel(&named("stdout"), b"earlier\n").unwrap();
         s.write_channel(&named("stderr"), b"shared\n").unwrap();
         let earlier = s.finish(done()).unwrap();
-        let objects_before = files_under(&store.root().join("objects"));
 
         let mut s = store
             .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
@@ -331,32 +350,27 @@ fn a_full_disk_at_each_step_of_publication_leaves_no_orphan_and_a_working_store(
             .unwrap();
         s.write_channel(&named("stderr"), b"shared\n").unwrap();
         crate::fault::no_space_at(step, passes);
-        let err = s.finish(done()).unwrap_err();
-        let StoreError::Io(io) = &err else {
-            panic!("{step}/{passes}: {err:?}");
-        };
-        assert_eq!(
-            io.source.raw_os_error(),
-            Some(rustix::io::Errno::NOSPC.raw_os_error()),
-            "{step}/{passes}: {err}"
-        );
-        // Only the earlier run and what it references are left: no orphan, no temp file,
-        // no capture directory.
-        assert_eq!(
-            store.records().unwrap(),
-            std::slice::from_ref(&earlier.run_id),
-            "{step}"
-        );
-        let mut objects_after = files_under(&store.root().join("objects"));
-        objects_after.sort();
-        let mut objects_before = objects_before.clone();
-        objects_before.sort();
-        assert_eq!(objects_after, objects_before, "{step}/{passes}");
-        assert_eq!(
-            files_under(&store.root().join("records")).len(),
-            1,
-            "{step}"
-        );
+        let record = s
+            .finish(done())
+            .unwrap_or_else(|e| panic!("{step}/{passes}: {e}"));
+        // The record is there, and everything it points at reads back.
+        assert_eq!(store.record(&record.run_id).unwrap(), record, "{step}");
+        assert_eq!(read_all(&store, &record, "stdout"), lines_of(300_000));
+        assert_eq!(read_all(&store, &record, "stderr"), b"shared\n");
+        let preview = &record.stream("stdout").unwrap().preview;
+        if step == "writing the record" {
+            // The minimal record: no preview, and it says the stream goes on past it.
+            assert!(preview.text.is_empty() && preview.truncated, "{preview:?}");
+            assert_eq!(preview.raw_bytes, 0);
+        } else {
+            assert!(preview.text.starts_with("aaaa"), "{step}/{passes}");
+        }
+        assert_eq!(read_all(&store, &earlier, "stderr"), b"shared\n");
+        let mut records = store.records().unwrap();
+        records.sort();
+        let mut expected = vec![earlier.run_id.clone(), record.run_id.clone()];
+        expected.sort();
+        assert_eq!(records, expected, "{step}");
         assert_eq!(
             files_under(&store.root().join("captures")).len(),
             0,
@@ -368,15 +382,6 @@ fn a_full_disk_at_each_step_of_publication_leaves_no_orphan_and_a_working_store(
             "{step}/{passes}: {:?}",
             report.problems
         );
-        assert_eq!(read_all(&store, &earlier, "stderr"), b"shared\n");
-        // The store keeps working: the same output is published now.
-        let mut s = store
-            .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
-            .unwrap();
-        s.write_channel(&named("stdout"), &lines_of(300_000))
-            .unwrap();
-        let record = s.finish(done()).unwrap();
-        assert_eq!(read_all(&store, &record, "stdout"), lines_of(300_000));
         // Nothing unreferenced is left, however young.
         let gc = GcOptions {
             grace: std::time::Duration::ZERO,
@@ -384,4 +389,123 @@ fn a_full_disk_at_each_step_of_publication_leaves_no_orphan_and_a_working_store(
         };
         assert_eq!(store.gc(&gc).unwrap().objects_removed, 0, "{step}/{passes}");
     }
+}
+
+#[test]
+fn a_record_is_published_while_something_else_takes_every_free_block() {
+    let Some(tmpfs) = Tmpfs::mount("8m") else {
+        return;
+    };
+    let store = Store::open(tmpfs.path().join("s")).unwrap();
+    let sent = lines_of(3 << 20);
+    let mut s = store
+        .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
+        .unwrap();
+    s.write_channel(&named("stdout"), &sent).unwrap();
+    s.write_channel(&named("stderr"), b"progress\n").unwrap();
+    // Another writer on the same file system: it writes 4 KiB at a time for as long as the
+    // test runs, taking every block that becomes free, while the capture is published.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let full = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let filler = {
+        let (stop, full) = (stop.clone(), full.clone());
+        let path = tmpfs.path().join("filler");
+        thread::spawn(move || {
+            use std::sync::atomic::Ordering;
+            let mut f = std::fs::File::create(path).unwrap();
+            while !stop.load(Ordering::SeqCst) {
+                if io::Write::write_all(&mut f, &[b'f'; 4096]).is_err() {
+                    full.store(true, Ordering::SeqCst);
+                }
+            }
+        })
+    };
+    // Waits (generously) for the disk to be full before publication starts.
+    for _ in 0..6000 {
+        if full.load(std::sync::atomic::Ordering::SeqCst) {
+            break;
+        }
+        thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        full.load(std::sync::atomic::Ordering::SeqCst),
+        "the disk never filled"
+    );
+    let finished = s.finish(done());
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    filler.join().unwrap();
+    let record = finished.unwrap();
+    assert_eq!(store.record(&record.run_id).unwrap(), record);
+    assert_eq!(read_all(&store, &record, "stdout"), sent);
+    assert_eq!(read_all(&store, &record, "stderr"), b"progress\n");
+    let report = store.verify().unwrap();
+    assert!(report.is_healthy(), "{:?}", report.problems);
+}
+
+#[test]
+fn two_empty_streams_leave_no_orphan_when_publication_fails() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path().join("s")).unwrap();
+    let s = store
+        .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
+        .unwrap();
+    // Not a full disk: a failure that takes the objects back.
+    crate::fault::fail_with_at("publishing an object", 1, rustix::io::Errno::ACCESS);
+    s.finish(done()).unwrap_err();
+    let gc = GcOptions {
+        grace: std::time::Duration::ZERO,
+        ..GcOptions::default()
+    };
+    assert_eq!(
+        store.gc(&gc).unwrap().objects_removed,
+        0,
+        "an orphan was left"
+    );
+}
+
+#[test]
+fn a_final_display_larger_than_the_room_left_gives_the_minimal_record() {
+    let Some(tmpfs) = Tmpfs::mount("8m") else {
+        return;
+    };
+    let store = Store::open(tmpfs.path().join("s")).unwrap();
+    let sent = lines_of(24 << 20);
+    let mut s = store
+        .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
+        .unwrap();
+    s.write_channel(&named("stderr"), b"progress\n").unwrap();
+    for chunk in sent.chunks(1 << 20) {
+        if s.write_channel(&named("stdout"), chunk).is_err() {
+            break;
+        }
+    }
+    let progress = b"progress\n".repeat(455);
+    while s.write_channel(&named("stderr"), &progress).is_ok() {}
+    // The largest final display, of control bytes (six bytes of JSON each): 6 MiB that the
+    // full disk has no room for.
+    let display = "\u{1}".repeat(agentrun_core::capture::MAX_DISPLAY_BYTES);
+    let record = s
+        .finish(CaptureCompletion::Streamed {
+            display: Some(display),
+            status: CaptureStatus::Succeeded,
+        })
+        .unwrap();
+    assert!(
+        record.display.is_empty(),
+        "the minimal record has no display"
+    );
+    check_kept_minimal(&store, &record, &sent);
+}
+
+/// [`check_kept`] for a minimal record: no previews, everything else.
+fn check_kept_minimal(store: &Store, record: &ResultRecord, sent: &[u8]) {
+    assert!(record.incomplete, "{record:?}");
+    assert_eq!(store.record(&record.run_id).unwrap(), *record);
+    let kept = read_all(store, record, "stdout");
+    assert!(!kept.is_empty() && kept.len() < sent.len());
+    assert_eq!(kept, sent[..kept.len()]);
+    let preview = &record.stream("stdout").unwrap().preview;
+    assert!(preview.text.is_empty() && preview.truncated && preview.raw_bytes == 0);
+    let report = store.verify().unwrap();
+    assert!(report.is_healthy(), "{:?}", report.problems);
 }

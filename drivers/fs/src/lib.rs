@@ -68,12 +68,15 @@
 //!   and after each `fsync` and `rename`; `crash_tests`, with the test-only fault points of
 //!   `fault`) and checking the store after each crash.
 //! * **A full disk loses no run.** A capture sets aside room for its publication before it
-//!   starts (`reserve`, refused with [`StoreError::NoSpace`] when there is none); a failed
-//!   write ends only its stream, and the bytes before it are published with a record marked
-//!   incomplete. If publication fails all the same, the objects it published for the first
-//!   time are taken back (under the exclusive GC lock, unless another live capture protects
-//!   them, a record written meanwhile names them, or a dedupe hit refreshed them), so none is
-//!   left without a record.
+//!   starts (`reserve`, with smaller preview budgets when the full room is missing, refused
+//!   with [`StoreError::NoSpace`] only when not even the minimum is there); a failed write
+//!   ends only its stream, and the bytes before it are published with a record marked
+//!   incomplete, written into the reserve's own blocks (never freed first), or as the
+//!   minimal record (no previews) when it does not fit them. If publication fails all the
+//!   same on a full disk, nothing is taken back (GC removes what no record names later); for
+//!   any other failure the objects it published for the first time are taken back (under the
+//!   exclusive GC lock, unless another live capture protects them, a record written meanwhile
+//!   names them, or a dedupe hit refreshed them), so none is left without a record.
 //! * Leftovers of a crash (an unlocked capture directory, a record temp file, an index whose
 //!   object is gone, unreferenced objects) are harmless and removed by the next GC.
 //!

@@ -203,9 +203,10 @@ pub enum StoreError {
     /// the index and manifest), which is set aside before the run starts so that a disk the
     /// output fills still gets the run's record. Nothing was run.
     #[error(
-        "no room for a run's record in {}: {needed} bytes are set aside before a run starts, so \
-         that its record can be written even if the output fills the disk, and the file system \
-         has less ({source}); free space there and run again",
+        "no room for a run's record in {}: at least {needed} bytes are set aside before a run \
+         starts, so that its record can be written even if the output fills the disk, and the \
+         file system has less ({source}); free space there (delete the records of runs you no \
+         longer need, then `agentrun gc` removes their output) and run again",
         .path.display()
     )]
     NoSpace {

@@ -79,9 +79,28 @@ pub enum RunError {
         /// Why.
         source: InputError,
     },
+    /// The program ran to its end, but its output could not be published or its record
+    /// written (the store's disk is full even after the room set aside for it, say). How it
+    /// ended is still told; what was captured stays in the store for `agentrun gc` to clear.
+    #[error("the program {}, but its result could not be recorded: {source}", ended(.exit))]
+    Unrecorded {
+        /// How the program ended (`None` if that is unknown).
+        exit: Option<Exit>,
+        /// Why publication failed.
+        source: StoreError,
+    },
     /// Talking to the child failed.
     #[error("process I/O failed: {0}")]
     Io(#[from] io::Error),
+}
+
+/// How a program ended, for an error message.
+fn ended(exit: &Option<Exit>) -> String {
+    match exit {
+        Some(Exit::Code(code)) => format!("exited with code {code}"),
+        Some(Exit::Signal(signal)) => format!("was killed by signal {signal}"),
+        None => "ended in a way that is unknown".to_owned(),
+    }
 }
 
 impl RunError {
@@ -496,10 +515,12 @@ impl LiveRun {
             // describes no run.
             let _ = session.record_fault(None, &e.to_string());
         }
-        let record = session.finish(CaptureCompletion::Streamed {
-            display: None,
-            status: outcome.capture_status(),
-        })?;
+        let record = session
+            .finish(CaptureCompletion::Streamed {
+                display: None,
+                status: outcome.capture_status(),
+            })
+            .map_err(|source| RunError::Unrecorded { exit, source })?;
         Ok(ProcessResult {
             outcome,
             exit,
@@ -523,5 +544,34 @@ impl LiveRun {
             });
         }
         drop(self.sink);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn disk_full() -> StoreError {
+        StoreError::Io(agentrun_fs::IoError {
+            op: "write",
+            path: Some(PathBuf::from("/s/records/r.json")),
+            source: io::Error::from_raw_os_error(28),
+        })
+    }
+
+    #[test]
+    fn a_result_that_could_not_be_recorded_still_says_how_the_program_ended() {
+        let e = RunError::Unrecorded {
+            exit: Some(Exit::Code(3)),
+            source: disk_full(),
+        };
+        let message = e.to_string();
+        assert!(message.contains("exited with code 3"), "{message}");
+        assert!(message.contains("No space left on device"), "{message}");
+        let e = RunError::Unrecorded {
+            exit: Some(Exit::Signal(9)),
+            source: disk_full(),
+        };
+        assert!(e.to_string().contains("killed by signal 9"), "{e}");
     }
 }
