@@ -3,9 +3,10 @@
 //!
 //! Every body panics only when a property is violated: feeding never panics, every progress
 //! line is a single line, and the observed models (live and reported) never contain an empty
-//! name, `<synthetic>` or a duplicate.
+//! name, `<synthetic>` or a duplicate, never more than `MAX_MODELS` names nor a name longer
+//! than the bound.
 
-use super::interpretation::SYNTHETIC_MODEL;
+use super::interpretation::{MAX_MODEL_NAME_BYTES, MAX_MODELS, MODEL_NAME_CUT, SYNTHETIC_MODEL};
 use super::{Harness, HarnessExit, Interpretation};
 
 /// Most lines one input is split into (keeps each run fast).
@@ -18,7 +19,13 @@ const MAX_LINES: usize = 4096;
 pub const MAX_EVENTS: usize = 48;
 
 fn check_models(models: &[String]) {
+    assert!(models.len() <= MAX_MODELS, "{} models kept", models.len());
     for m in models {
+        assert!(
+            m.len() <= MAX_MODEL_NAME_BYTES + MODEL_NAME_CUT.len(),
+            "a model name of {} bytes kept",
+            m.len()
+        );
         assert!(!m.trim().is_empty(), "empty observed model in {models:?}");
         assert_ne!(m.trim(), SYNTHETIC_MODEL, "synthetic observed model");
     }

@@ -1,0 +1,215 @@
+//! Work and memory bounds of interpretation: a model list keeps at most `MAX_MODELS` names
+//! (the rest counted), each at most `MAX_MODEL_NAME_BYTES`; adding a model is constant time,
+//! so a stream of many distinct names decodes in linear time.
+
+use agentrun_core::harness::interpretation::{MAX_MODEL_NAME_BYTES, MAX_MODELS, MODEL_NAME_CUT};
+use agentrun_core::harness::{Harness, HarnessExit, Interpretation, RetainedKind, TurnSummary};
+
+fn assistant(model: &str) -> String {
+    format!(r#"{{"type":"assistant","message":{{"model":"{model}","content":[]}}}}"#)
+}
+
+/// 100 000 distinct names: with a linear scan per name (the quadratic accumulation) this is
+/// about 5·10⁹ string comparisons, minutes on a small machine; with a set it is a moment. The
+/// test asserts the result, not the time, but a regression makes it impractically slow.
+#[test]
+fn many_distinct_models_keep_the_first_ones_and_count_the_rest() {
+    const N: usize = 100_000;
+    let mut interp = Interpretation::new(Harness::Claude);
+    interp.for_security(None);
+    for i in 0..N {
+        interp.handle_line(assistant(&format!("model-{i}")).as_bytes());
+    }
+    // Seen again: neither kept twice nor counted twice.
+    for i in [0, 1, MAX_MODELS - 1, MAX_MODELS, N - 1] {
+        interp.handle_line(assistant(&format!("model-{i}")).as_bytes());
+    }
+    let expected: Vec<String> = (0..MAX_MODELS).map(|i| format!("model-{i}")).collect();
+    assert_eq!(interp.observed_models(), expected.as_slice());
+    let omitted = (N - MAX_MODELS) as u64;
+    assert_eq!(interp.observed_models_omitted(), omitted);
+    let finished = interp.finish(HarnessExit::Success);
+    assert_eq!(finished.observed_models_omitted(), omitted);
+    let models = finished.observed_models().to_vec();
+    let completion = finished.complete(None);
+    assert_eq!(completion.report.models, expected);
+    assert_eq!(completion.report.models_omitted, omitted);
+    let json = serde_json::to_value(
+        TurnSummary::new(Harness::Claude, &models, Some(&completion))
+            .with_observed_models_omitted(omitted),
+    )
+    .expect("json");
+    assert_eq!(json["observed_models_omitted"], omitted);
+    assert_eq!(json["report"]["models_omitted"], omitted);
+}
+
+#[test]
+fn a_model_beyond_the_cap_is_still_shown_as_progress() {
+    let mut interp = Interpretation::new(Harness::Claude);
+    interp.for_security(None);
+    for i in 0..MAX_MODELS {
+        interp.handle_line(assistant(&format!("m{i}")).as_bytes());
+    }
+    let progress = interp.handle_line(assistant("the-one-beyond").as_bytes());
+    assert_eq!(progress, vec!["Model: the-one-beyond".to_owned()]);
+    assert_eq!(interp.observed_models().len(), MAX_MODELS);
+    assert_eq!(interp.observed_models_omitted(), 1);
+}
+
+#[test]
+fn no_omitted_count_in_json_when_nothing_was_left_out() {
+    let mut interp = Interpretation::new(Harness::Claude);
+    interp.handle_line(assistant("m").as_bytes());
+    assert_eq!(interp.observed_models_omitted(), 0);
+    let completion = interp.finish(HarnessExit::Success).complete(None);
+    let json = serde_json::to_value(TurnSummary::new(
+        Harness::Claude,
+        &completion.report.models,
+        Some(&completion),
+    ))
+    .expect("json");
+    assert!(json.get("observed_models_omitted").is_none(), "{json}");
+    assert!(json["report"].get("models_omitted").is_none(), "{json}");
+}
+
+#[test]
+fn a_huge_model_name_is_cut_on_a_character_boundary_with_a_marker() {
+    // Three-byte characters, so the byte bound falls inside one.
+    let huge = "é".to_owned() + &"€".repeat((5 << 20) / 3);
+    assert!(huge.len() > 5_000_000);
+    let mut interp = Interpretation::new(Harness::Claude);
+    interp.for_security(None);
+    let progress = interp.handle_line(assistant(&huge).as_bytes());
+    let kept = &interp.observed_models()[0];
+    assert!(kept.ends_with(MODEL_NAME_CUT), "{}", kept.len());
+    let body = kept.strip_suffix(MODEL_NAME_CUT).expect("marker");
+    assert!(body.len() <= MAX_MODEL_NAME_BYTES);
+    assert!(body.len() > MAX_MODEL_NAME_BYTES - 4);
+    assert!(huge.starts_with(body));
+    // The progress line shows the cut name, not 5 MB.
+    assert_eq!(progress, vec![format!("Model: {kept}")]);
+    // The same huge name again is the same model.
+    interp.handle_line(assistant(&huge).as_bytes());
+    assert_eq!(interp.observed_models().len(), 1);
+    assert_eq!(interp.observed_models_omitted(), 0);
+}
+
+#[test]
+fn a_name_at_the_bound_is_kept_whole() {
+    let name = "a".repeat(MAX_MODEL_NAME_BYTES);
+    let mut interp = Interpretation::new(Harness::Claude);
+    interp.handle_line(assistant(&name).as_bytes());
+    assert_eq!(interp.observed_models(), [name]);
+}
+
+#[test]
+fn one_result_naming_many_models_is_bounded_too() {
+    let keys: Vec<String> = (0..1000).map(|i| format!(r#""u{i}":{{}}"#)).collect();
+    let line = format!(
+        r#"{{"type":"result","subtype":"success","result":"ok","modelUsage":{{{}}}}}"#,
+        keys.join(",")
+    );
+    let mut interp = Interpretation::new(Harness::Claude);
+    interp.handle_line(line.as_bytes());
+    assert_eq!(interp.observed_models().len(), MAX_MODELS);
+    assert_eq!(interp.observed_models_omitted(), 1000 - MAX_MODELS as u64);
+}
+
+#[test]
+fn retained_records_cap_their_model_lists() {
+    // OpenCode export.
+    let messages: Vec<String> = (0..200)
+        .map(|i| format!(r#"{{"info":{{"role":"assistant","providerID":"p","modelID":"m{i}"}}}}"#))
+        .collect();
+    let doc = format!(
+        r#"{{"info":{{"id":"s"}},"messages":[{}]}}"#,
+        messages.join(",")
+    );
+    let record = RetainedKind::OpenCodeExport
+        .parse(None, doc.as_bytes())
+        .expect("export");
+    assert_eq!(record.models.len(), MAX_MODELS);
+    assert_eq!(record.models[0], "p/m0");
+    assert_eq!(record.models_omitted, 200 - MAX_MODELS as u64);
+    // Codex session file, with a huge name among them.
+    let mut lines: Vec<String> = (0..100)
+        .map(|i| format!(r#"{{"type":"turn_context","payload":{{"model":"c{i}"}}}}"#))
+        .collect();
+    lines.insert(
+        0,
+        format!(
+            r#"{{"type":"turn_context","payload":{{"model":"{}"}}}}"#,
+            "x".repeat(1 << 20)
+        ),
+    );
+    let record = RetainedKind::CodexSession
+        .parse(None, lines.join("\n").as_bytes())
+        .expect("codex");
+    assert_eq!(record.models.len(), MAX_MODELS);
+    assert!(record.models[0].len() <= MAX_MODEL_NAME_BYTES + MODEL_NAME_CUT.len());
+    assert_eq!(record.models_omitted, 101 - MAX_MODELS as u64);
+    // The completion carries the record's count.
+    let mut interp = Interpretation::new(Harness::Codex);
+    interp.handle_line(br#"{"type":"thread.started","thread_id":"t"}"#);
+    let completion = interp.finish(HarnessExit::Success).complete(Some(record));
+    assert_eq!(completion.report.models_omitted, 101 - MAX_MODELS as u64);
+    // Muse session log.
+    let lines: Vec<String> = (0..100)
+        .map(|i| {
+            format!(
+                r#"{{"stream":{{"kind":"session","id":"s"}},"payload":{{"kind":"run","event":{{"kind":"model_completed","model":"u{i}"}}}}}}"#
+            )
+        })
+        .collect();
+    let record = RetainedKind::MuseSessionLog
+        .parse(Some("s"), lines.join("\n").as_bytes())
+        .expect("muse");
+    assert_eq!(record.models.len(), MAX_MODELS);
+    assert_eq!(record.models_omitted, 100 - MAX_MODELS as u64);
+}
+
+/// Killed work is deduplicated with a set as well: many distinct killed tasks decode in
+/// linear time and keep their order.
+#[test]
+fn many_killed_tasks_keep_their_order() {
+    const N: usize = 50_000;
+    let mut interp = Interpretation::new(Harness::Claude);
+    for i in 0..N {
+        let line = format!(
+            r#"{{"type":"system","subtype":"task_notification","status":"stopped","task_id":"t{i}"}}"#
+        );
+        interp.handle_line(line.as_bytes());
+        // Twice: deduplicated.
+        interp.handle_line(line.as_bytes());
+    }
+    let completion = interp.finish(HarnessExit::Success).complete(None);
+    assert_eq!(completion.outcome.killed_work.len(), N);
+    assert_eq!(completion.outcome.killed_work[0], "t0");
+    assert_eq!(completion.outcome.killed_work[N - 1], format!("t{}", N - 1));
+}
+
+#[test]
+fn many_unfinished_codex_items_are_killed_work_in_start_order() {
+    const N: usize = 50_000;
+    let mut interp = Interpretation::new(Harness::Codex);
+    interp.handle_line(br#"{"type":"thread.started","thread_id":"t"}"#);
+    for i in 0..N {
+        let line = format!(
+            r#"{{"type":"item.started","item":{{"id":"i{i}","type":"command_execution","command":"c{i}","status":"in_progress"}}}}"#
+        );
+        interp.handle_line(line.as_bytes());
+    }
+    // Every other one completes.
+    for i in (0..N).step_by(2) {
+        let line = format!(
+            r#"{{"type":"item.completed","item":{{"id":"i{i}","type":"command_execution","command":"c{i}","status":"completed"}}}}"#
+        );
+        interp.handle_line(line.as_bytes());
+    }
+    interp.handle_line(br#"{"type":"turn.completed","usage":{}}"#);
+    let completion = interp.finish(HarnessExit::Success).complete(None);
+    let killed = &completion.outcome.killed_work;
+    assert_eq!(killed.len(), N / 2);
+    assert!(killed[0].contains("c1"), "{}", killed[0]);
+    assert!(killed[N / 2 - 1].contains(&format!("c{}", N - 1)));
+}
