@@ -1,9 +1,13 @@
 //! Work and memory bounds of interpretation: a model list keeps at most `MAX_MODELS` names
 //! (the rest counted), each at most `MAX_MODEL_NAME_BYTES`; adding a model is constant time,
-//! so a stream of many distinct names decodes in linear time.
+//! so a stream of many distinct names decodes in linear time. A line past the JSON budget
+//! (depth, values) is skipped before any value is built, with a warning.
 
 use agentrun_core::harness::interpretation::{MAX_MODEL_NAME_BYTES, MAX_MODELS, MODEL_NAME_CUT};
-use agentrun_core::harness::{Harness, HarnessExit, Interpretation, RetainedKind, TurnSummary};
+use agentrun_core::harness::{
+    Harness, HarnessExit, Interpretation, MAX_JSON_DEPTH, MAX_JSON_VALUES, OutcomeStatus,
+    RetainedError, RetainedKind, TurnSummary, UNREADABLE_END,
+};
 
 fn assistant(model: &str) -> String {
     format!(r#"{{"type":"assistant","message":{{"model":"{model}","content":[]}}}}"#)
@@ -212,4 +216,147 @@ fn many_unfinished_codex_items_are_killed_work_in_start_order() {
     assert_eq!(killed.len(), N / 2);
     assert!(killed[0].contains("c1"), "{}", killed[0]);
     assert!(killed[N / 2 - 1].contains(&format!("c{}", N - 1)));
+}
+
+/// A line of `n` empty arrays inside an event of `h`'s dialect.
+fn wide_line(h: Harness, n: usize) -> String {
+    let body = format!("[{}[]]", "[],".repeat(n - 1));
+    match h {
+        Harness::Claude | Harness::Grok => {
+            format!(r#"{{"type":"result","subtype":"success","result":"ok","x":{body}}}"#)
+        }
+        Harness::Antigravity => format!(r#"{{"event":"result","x":{body}}}"#),
+        Harness::Codex => format!(r#"{{"type":"turn.completed","usage":{{}},"x":{body}}}"#),
+        Harness::Muse => format!(r#"{{"payload_type":"run.terminal.completed","x":{body}}}"#),
+        Harness::OpenCode => format!(r#"{{"type":"step_finish","x":{body}}}"#),
+    }
+}
+
+fn deep_line(depth: usize) -> String {
+    // The object is depth 1; `depth - 1` nested arrays inside it.
+    format!(
+        r#"{{"type":"result","subtype":"success","result":"ok","x":{}{}}}"#,
+        "[".repeat(depth - 1),
+        "]".repeat(depth - 1)
+    )
+}
+
+#[test]
+fn a_line_over_the_value_budget_is_skipped_with_a_warning_and_later_lines_decode() {
+    for h in Harness::ALL {
+        let mut interp = Interpretation::new(h);
+        let progress = interp.handle_line(wide_line(h, MAX_JSON_VALUES + 1).as_bytes());
+        assert!(progress.is_empty(), "{h}: {progress:?}");
+        // The next line still decodes.
+        let probe = match h {
+            Harness::Claude | Harness::Grok => {
+                r#"{"type":"assistant","message":{"model":"after","content":[]}}"#
+            }
+            Harness::Antigravity => r#"{"event":"init","init":{"model":"after"}}"#,
+            _ => "",
+        };
+        if !probe.is_empty() {
+            interp.handle_line(probe.as_bytes());
+            assert_eq!(interp.observed_models(), ["after".to_owned()], "{h}");
+        }
+        let c = interp.finish(HarnessExit::Success).complete(None);
+        assert!(
+            c.report
+                .warnings
+                .iter()
+                .any(|w| w.starts_with("1 line exceeds the JSON budget")),
+            "{h}: {:?}",
+            c.report.warnings
+        );
+        // Not format drift.
+        assert!(
+            !c.report.warnings.iter().any(|w| w.contains("unrecognized")),
+            "{h}: {:?}",
+            c.report.warnings
+        );
+    }
+}
+
+#[test]
+fn a_line_within_the_budget_decodes() {
+    // The widest and the deepest line the budget allows are events as usual.
+    let mut interp = Interpretation::new(Harness::Claude);
+    // `[` + n-1 × `[],` + `[]]`: n + 1 containers and n - 1 commas, plus the object and its
+    // 3 commas: 2n + 4 values, exactly the budget.
+    interp.handle_line(wide_line(Harness::Claude, MAX_JSON_VALUES / 2 - 2).as_bytes());
+    interp.handle_line(deep_line(MAX_JSON_DEPTH).as_bytes());
+    let c = interp.finish(HarnessExit::Success).complete(None);
+    assert!(c.report.warnings.is_empty(), "{:?}", c.report.warnings);
+    assert!(c.outcome.terminal_seen);
+}
+
+#[test]
+fn a_line_nested_past_the_depth_budget_is_skipped_and_named_in_the_diagnostic() {
+    let mut interp = Interpretation::new(Harness::Claude);
+    assert!(
+        interp
+            .handle_line(deep_line(MAX_JSON_DEPTH + 1).as_bytes())
+            .is_empty()
+    );
+    let c = interp.finish(HarnessExit::Success).complete(None);
+    // The only result was the skipped line: the end is unreadable, not known to be missing.
+    match &c.outcome.status {
+        OutcomeStatus::TurnFailed { diagnostic } => {
+            assert!(diagnostic.starts_with(UNREADABLE_END), "{diagnostic}");
+            assert!(diagnostic.contains("JSON budget"), "{diagnostic}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Brackets and commas inside strings are text, not values.
+#[test]
+fn strings_do_not_count_against_the_budget() {
+    let text = "[[{,".repeat(MAX_JSON_VALUES) + "\\\"[[[";
+    let line =
+        format!(r#"{{"type":"result","subtype":"success","result":"{text}","num_turns":1}}"#);
+    let mut interp = Interpretation::new(Harness::Claude);
+    interp.handle_line(line.as_bytes());
+    let c = interp.finish(HarnessExit::Success).complete(None);
+    assert!(c.report.warnings.is_empty(), "{:?}", c.report.warnings);
+    assert!(
+        c.outcome
+            .final_message
+            .is_some_and(|m| m.ends_with("\"[[["))
+    );
+}
+
+/// An assistant frame of many empty blocks (each costs a whole typed view) is refused before
+/// it is read, on the typed path and the value fallback alike.
+#[test]
+fn an_assistant_frame_of_many_empty_blocks_is_over_budget() {
+    let blocks = "{},".repeat(MAX_JSON_VALUES);
+    let line =
+        format!(r#"{{"type":"assistant","message":{{"model":"bomb","content":[{blocks}{{}}]}}}}"#);
+    let mut interp = Interpretation::new(Harness::Claude);
+    interp.for_security(None);
+    assert!(interp.handle_line(line.as_bytes()).is_empty());
+    assert!(interp.observed_models().is_empty());
+    let c = interp.finish(HarnessExit::Success).complete(None);
+    assert!(
+        c.report.warnings.iter().any(|w| w.contains("JSON budget")),
+        "{:?}",
+        c.report.warnings
+    );
+}
+
+#[test]
+fn a_retained_line_over_the_budget_makes_the_record_unreadable() {
+    let line = format!(
+        r#"{{"stream":{{"kind":"session","id":"s"}},"x":[{}0]}}"#,
+        "0,".repeat(MAX_JSON_VALUES)
+    );
+    let err = RetainedKind::MuseSessionLog
+        .parse(Some("s"), line.as_bytes())
+        .expect_err("over budget");
+    assert!(
+        matches!(err, RetainedError::LineOverBudget { line: 1, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("more than"), "{err}");
 }

@@ -106,7 +106,9 @@ impl CodexDecoder {
 /// (`{"type":"error","status":400,"error":{"type":…,"message":…}}`): the inner message, then
 /// the error type and HTTP status. `None` when `message` is not such a body.
 fn provider_error_text(message: &str) -> Option<String> {
-    if !message.starts_with('{') {
+    // The line was within the JSON budget, but a string in it may hold a document that is
+    // not.
+    if !message.starts_with('{') || !json::within_budget(message.as_bytes()) {
         return None;
     }
     let body: Value = serde_json::from_str(message).ok()?;

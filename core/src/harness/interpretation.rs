@@ -498,6 +498,10 @@ impl Finished {
         if let Some(o) = &facts.oversized_lines {
             warnings.push(o.warning());
         }
+        let over_budget = over_budget_warning(facts.over_budget_lines);
+        if let Some(w) = &over_budget {
+            warnings.push(w.clone());
+        }
         let mut report = Report {
             oversized_lines: facts.oversized_lines,
             warnings,
@@ -559,9 +563,10 @@ impl Finished {
             // before it (a crash, a killed pipe, a partial log) is not a verified success.
             // When lines were too long to decode, the terminal event may be among them: the
             // session is then not known to have finished, rather than known not to have.
-            let diagnostic = match &report.oversized_lines {
-                Some(o) => format!("{UNREADABLE_END}: {}", o.warning()),
-                None => UNFINISHED.to_owned(),
+            let diagnostic = match (&report.oversized_lines, &over_budget) {
+                (Some(o), _) => format!("{UNREADABLE_END}: {}", o.warning()),
+                (None, Some(w)) => format!("{UNREADABLE_END}: {w}"),
+                (None, None) => UNFINISHED.to_owned(),
             };
             OutcomeStatus::TurnFailed { diagnostic }
         } else {
@@ -624,6 +629,24 @@ impl<'a> TurnSummary<'a> {
     pub fn with_observed_models_omitted(mut self, omitted: u64) -> Self {
         self.observed_models_omitted = omitted;
         self
+    }
+}
+
+/// The warning for lines past the JSON budget, if any.
+fn over_budget_warning(count: u64) -> Option<String> {
+    let limits = format!(
+        "nesting deeper than {} or more than {} values",
+        super::MAX_JSON_DEPTH,
+        super::MAX_JSON_VALUES
+    );
+    match count {
+        0 => None,
+        1 => Some(format!(
+            "1 line exceeds the JSON budget ({limits}): it was not interpreted"
+        )),
+        n => Some(format!(
+            "{n} lines exceed the JSON budget ({limits}): they were not interpreted"
+        )),
     }
 }
 

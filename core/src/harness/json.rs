@@ -3,18 +3,81 @@
 
 use serde_json::Value;
 
+/// Deepest nesting of arrays and objects a line may have to be decoded (the line itself is
+/// depth 1): the deepest serde_json parses (its recursion limit is 128), so a line the parser
+/// would refuse for its depth is reported as over the budget rather than as malformed. No
+/// event comes near it.
+pub const MAX_JSON_DEPTH: usize = 127;
+
+/// Most values a line may hold to be decoded, counted as its arrays and objects plus the
+/// commas between elements and members (an upper bound of its values, a scan of the bytes can
+/// count it). A parsed value costs tens of bytes however short its text (`[]` is 2 bytes and
+/// a 32-byte value; `{}` read into a typed view is a few hundred), so without a bound a 64 MiB
+/// line of `[],` or `{},` costs gigabytes. Events carry their bulk in strings; a line past the
+/// bound is not an event of any dialect.
+pub const MAX_JSON_VALUES: usize = 1 << 18;
+
+/// Whether `line` is within [`MAX_JSON_DEPTH`] and [`MAX_JSON_VALUES`], by a scan of its bytes
+/// that builds nothing (string contents are skipped with `memchr`). It does not check the
+/// syntax: the parser does, on lines within the budget.
+pub(crate) fn within_budget(line: &[u8]) -> bool {
+    let mut depth = 0usize;
+    let mut values = 0usize;
+    let mut i = 0;
+    while i < line.len() {
+        match line[i] {
+            b'"' => {
+                // Skip to the closing quote, past escapes.
+                i += 1;
+                loop {
+                    match memchr::memchr2(b'"', b'\\', &line[i..]) {
+                        None => return true,
+                        Some(j) if line[i + j] == b'\\' => i += j + 2,
+                        Some(j) => {
+                            i += j;
+                            break;
+                        }
+                    }
+                    if i >= line.len() {
+                        return true;
+                    }
+                }
+            }
+            b'[' | b'{' => {
+                depth += 1;
+                values += 1;
+                if depth > MAX_JSON_DEPTH || values > MAX_JSON_VALUES {
+                    return false;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b',' => {
+                values += 1;
+                if values > MAX_JSON_VALUES {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    true
+}
+
 /// How one raw line parsed.
 pub(crate) enum Line {
     /// Empty or whitespace only: not an event, not counted.
     Blank,
     /// Not a JSON object (malformed, truncated, non-UTF-8, an array, too deep, …).
     Malformed,
+    /// An object-looking line past [`MAX_JSON_DEPTH`] or [`MAX_JSON_VALUES`]: not parsed.
+    OverBudget,
     /// A JSON object.
     Object(Value),
 }
 
-/// Parses one line. Never panics; serde_json's recursion limit turns very deep nesting into
-/// [`Line::Malformed`].
+/// Parses one line. Never panics, and never builds a value for a line past the budget
+/// ([`within_budget`]): that is [`Line::OverBudget`].
 pub(crate) fn parse(line: &[u8]) -> Line {
     let trimmed = line.trim_ascii();
     if trimmed.is_empty() {
@@ -23,6 +86,9 @@ pub(crate) fn parse(line: &[u8]) -> Line {
     // Cheap pre-check: every event of every dialect is an object.
     if trimmed.first() != Some(&b'{') {
         return Line::Malformed;
+    }
+    if !within_budget(trimmed) {
+        return Line::OverBudget;
     }
     match serde_json::from_slice::<Value>(trimmed) {
         Ok(v @ Value::Object(_)) => Line::Object(v),
@@ -446,10 +512,12 @@ pub(crate) mod lenient {
     }
 
     /// Reads a typed view from a line's bytes; only a JSON object qualifies (a derived
-    /// struct would otherwise accept an array positionally).
+    /// struct would otherwise accept an array positionally), and only within the budget
+    /// ([`within_budget`](super::within_budget)): every element of a [`Seq`] costs its whole
+    /// view, however short its text.
     pub(crate) fn from_slice<'a, T: Deserialize<'a>>(line: &'a [u8]) -> Option<T> {
         let trimmed = line.trim_ascii();
-        if trimmed.first() != Some(&b'{') {
+        if trimmed.first() != Some(&b'{') || !super::within_budget(trimmed) {
             return None;
         }
         serde_json::from_slice(trimmed).ok()
@@ -511,5 +579,37 @@ pub(crate) mod lenient {
             let p: Probe<'_> = from_value(&v).expect("from value");
             assert_eq!(p.s.get(), Some("b"));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_scan_counts_structure_outside_strings_only() {
+        assert!(within_budget(br#"{"a":"[[[[,,,,\"]]]{{"}"#));
+        // Unterminated strings and trailing escapes end the scan without panicking.
+        for line in [&b"{\"a"[..], b"{\"a\\", b"{\"\\", b"\"", b"\\", b""] {
+            assert!(within_budget(line));
+        }
+        let deep = |d: usize| format!("{}{}", "[".repeat(d), "]".repeat(d));
+        assert!(within_budget(deep(MAX_JSON_DEPTH).as_bytes()));
+        assert!(!within_budget(deep(MAX_JSON_DEPTH + 1).as_bytes()));
+        // Closing brackets bring the depth back down: siblings do not add up.
+        let siblings = format!("[{}]", vec![deep(MAX_JSON_DEPTH - 1); 10].join(","));
+        assert!(within_budget(siblings.as_bytes()));
+        let wide = |n: usize| format!("[{}]", vec!["0"; n].join(","));
+        // One array and n - 1 commas.
+        assert!(within_budget(wide(MAX_JSON_VALUES).as_bytes()));
+        assert!(!within_budget(wide(MAX_JSON_VALUES + 1).as_bytes()));
+        assert!(matches!(
+            parse(
+                wide(MAX_JSON_VALUES + 1)
+                    .replace('[', "{\"a\":[")
+                    .as_bytes()
+            ),
+            Line::OverBudget
+        ));
     }
 }

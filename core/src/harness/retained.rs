@@ -118,6 +118,19 @@ impl RetainedRecord {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RetainedError {
+    /// A line of a JSON-lines record is past the JSON budget
+    /// ([`MAX_JSON_DEPTH`](super::MAX_JSON_DEPTH), [`MAX_JSON_VALUES`](super::MAX_JSON_VALUES)).
+    #[error(
+        "line {line} of {what} is nested deeper than {} or holds more than {} values",
+        super::MAX_JSON_DEPTH,
+        super::MAX_JSON_VALUES
+    )]
+    LineOverBudget {
+        /// Which record (`the Muse session log`).
+        what: &'static str,
+        /// The 1-based line number.
+        line: usize,
+    },
     /// The OpenCode export is not a JSON object.
     #[error("the OpenCode session export is not a JSON object: {0}")]
     NotJson(String),
@@ -150,6 +163,9 @@ fn object_lines<'a>(
             json::Line::Blank => None,
             json::Line::Object(v) => Some(Ok((n + 1, v))),
             json::Line::Malformed => Some(Err(RetainedError::MalformedLine { what, line: n + 1 })),
+            json::Line::OverBudget => {
+                Some(Err(RetainedError::LineOverBudget { what, line: n + 1 }))
+            }
         })
 }
 
