@@ -278,19 +278,170 @@ fn describe(failure: &SummarizerFailure) -> String {
     }
 }
 
-/// Reads and parses the transcript within the default limits.
+/// Reads and parses the transcript within the default limits, streaming: the bytes are never
+/// held whole, only the transcript being built. A regular file larger than the limit is
+/// refused from its size before a byte is read; any other input (a pipe, a device) is read up
+/// to the limit and one byte more, so `/dev/zero` or an endless pipe costs a bounded read and
+/// no memory, and is refused at its first byte that is not JSON or at the limit.
 fn load(path: &Path) -> Result<Transcript, Failure> {
     let limits = TranscriptLimits::default();
-    let cap = limits.max_bytes as u64 + 1;
-    let mut bytes = Vec::new();
-    let read = if path == Path::new("-") {
-        io::stdin().lock().take(cap).read_to_end(&mut bytes)
-    } else {
-        File::open(path).and_then(|f| f.take(cap).read_to_end(&mut bytes))
+    if path == Path::new("-") {
+        return parse_stream(path, io::stdin().lock(), &limits);
+    }
+    let cannot = |e: io::Error| Failure::runtime(format!("cannot read {}: {e}", path.display()));
+    let file = File::open(path).map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    if meta.is_file() && meta.len() > limits.max_bytes as u64 {
+        return Err(Failure::usage(format!(
+            "{}: the transcript is {} bytes; at most {} bytes are accepted",
+            path.display(),
+            meta.len(),
+            limits.max_bytes
+        )));
+    }
+    parse_stream(path, file, &limits)
+}
+
+/// Parses a transcript from `input`, reading at most `limits.max_bytes + 1` bytes.
+fn parse_stream(
+    path: &Path,
+    input: impl Read,
+    limits: &TranscriptLimits,
+) -> Result<Transcript, Failure> {
+    let limited = Limited {
+        inner: input,
+        left: limits.max_bytes as u64,
+        over: false,
+        error: None,
     };
-    read.map_err(|e| Failure::runtime(format!("cannot read {}: {e}", path.display())))?;
-    Transcript::from_json(&bytes, &limits)
-        .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
+    // Buffered above the limit, so serde_json's byte-at-a-time reads stay cheap.
+    let mut reader = io::BufReader::with_capacity(64 * 1024, limited);
+    let parsed = {
+        let mut de = serde_json::Deserializer::from_reader(&mut reader);
+        Transcript::from_deserializer(&mut de, limits).and_then(|t| {
+            de.end()
+                .map(|()| t)
+                .map_err(|e| agentrun_core::transcript::TranscriptError::Json(e.to_string()))
+        })
+    };
+    let limited = reader.into_inner();
+    if limited.over {
+        return Err(Failure::usage(format!(
+            "{}: the transcript is more than {} bytes; at most {} bytes are accepted",
+            path.display(),
+            limits.max_bytes,
+            limits.max_bytes
+        )));
+    }
+    if let Some(e) = limited.error {
+        return Err(Failure::runtime(format!(
+            "cannot read {}: {e}",
+            path.display()
+        )));
+    }
+    parsed.map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
+}
+
+/// A reader that yields at most `left` bytes and fails (setting `over`) when its input has
+/// more; it remembers a read error, so it is reported as one and not as invalid JSON.
+struct Limited<R> {
+    inner: R,
+    left: u64,
+    over: bool,
+    error: Option<io::Error>,
+}
+
+impl<R: Read> Read for Limited<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.left == 0 {
+            // At the limit: one more byte means the input is too large.
+            let mut probe = [0u8; 1];
+            return match self.read_inner(&mut probe)? {
+                0 => Ok(0),
+                _ => {
+                    self.over = true;
+                    Err(io::Error::other("the transcript is larger than the limit"))
+                }
+            };
+        }
+        let want = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.read_inner(&mut buf[..want])?;
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+impl<R: Read> Limited<R> {
+    fn read_inner(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.inner.read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let copy = io::Error::new(e.kind(), e.to_string());
+                    self.error = Some(e);
+                    return Err(copy);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod input_tests {
+    use super::*;
+
+    fn limits(max_bytes: usize) -> TranscriptLimits {
+        TranscriptLimits {
+            max_bytes,
+            ..TranscriptLimits::default()
+        }
+    }
+
+    #[test]
+    fn a_stream_over_the_limit_is_refused_after_one_byte_more() {
+        let doc = br#"[{"role":"user","content":"a"}]"#;
+        // Exactly at the limit: read whole and parsed.
+        match parse_stream(Path::new("-"), &doc[..], &limits(doc.len())) {
+            Ok(t) => assert_eq!(t.messages.len(), 1),
+            Err(e) => panic!("at the limit: {}", e.message),
+        }
+        // Whitespace past the limit: valid JSON so far, refused for its size.
+        let mut long = doc.to_vec();
+        long.extend_from_slice(b"    ");
+        let e = parse_stream(Path::new("-"), &long[..], &limits(doc.len())).expect_err("long");
+        assert!(e.message.contains("more than 31 bytes"), "{}", e.message);
+        // An endless stream stops at the limit.
+        let endless = io::repeat(b' ');
+        let e = parse_stream(Path::new("-"), endless, &limits(1 << 20)).expect_err("endless");
+        assert!(
+            e.message.contains("more than 1048576 bytes"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn a_read_error_is_reported_as_one() {
+        struct Broken;
+        impl Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+                Err(io::Error::other("the disk is on fire"))
+            }
+        }
+        let e = parse_stream(Path::new("t.json"), Broken, &limits(100)).expect_err("broken");
+        assert!(
+            e.message
+                .contains("cannot read t.json: the disk is on fire"),
+            "{}",
+            e.message
+        );
+    }
 }
 
 fn write_transcript(path: &Path, transcript: &Transcript) -> Result<(), Failure> {
