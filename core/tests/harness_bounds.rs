@@ -360,3 +360,25 @@ fn a_retained_line_over_the_budget_makes_the_record_unreadable() {
     );
     assert!(err.to_string().contains("more than"), "{err}");
 }
+
+#[test]
+fn an_opencode_export_over_the_document_budget_is_unreadable() {
+    let doc = format!(
+        r#"{{"info":{{"id":"s"}},"messages":[],"x":[{}[]]}}"#,
+        "[],".repeat(agentrun_core::harness::MAX_JSON_DOCUMENT_VALUES)
+    );
+    let err = RetainedKind::OpenCodeExport
+        .parse(None, doc.as_bytes())
+        .expect_err("over budget");
+    assert_eq!(err, RetainedError::DocumentOverBudget);
+    // Within it (and past the per-line budget), the export parses.
+    let doc = format!(
+        r#"{{"info":{{"id":"s"}},"messages":[],"x":[{}[]]}}"#,
+        "[],".repeat(MAX_JSON_VALUES)
+    );
+    assert!(
+        RetainedKind::OpenCodeExport
+            .parse(None, doc.as_bytes())
+            .is_ok()
+    );
+}

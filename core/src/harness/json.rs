@@ -21,6 +21,17 @@ pub const MAX_JSON_VALUES: usize = 1 << 18;
 /// that builds nothing (string contents are skipped with `memchr`). It does not check the
 /// syntax: the parser does, on lines within the budget.
 pub(crate) fn within_budget(line: &[u8]) -> bool {
+    within_values(line, MAX_JSON_VALUES)
+}
+
+/// Most values a retained JSON document (the OpenCode session export, one document of up to
+/// the driver's retained-record cap) may hold to be parsed, counted as for
+/// [`MAX_JSON_VALUES`]: a long session's export holds many events, each a handful of values
+/// around its strings.
+pub const MAX_JSON_DOCUMENT_VALUES: usize = 1 << 21;
+
+/// [`within_budget`] with another bound on the values.
+pub(crate) fn within_values(line: &[u8], max_values: usize) -> bool {
     let mut depth = 0usize;
     let mut values = 0usize;
     let mut i = 0;
@@ -46,14 +57,14 @@ pub(crate) fn within_budget(line: &[u8]) -> bool {
             b'[' | b'{' => {
                 depth += 1;
                 values += 1;
-                if depth > MAX_JSON_DEPTH || values > MAX_JSON_VALUES {
+                if depth > MAX_JSON_DEPTH || values > max_values {
                     return false;
                 }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
             b',' => {
                 values += 1;
-                if values > MAX_JSON_VALUES {
+                if values > max_values {
                     return false;
                 }
             }

@@ -36,7 +36,7 @@ pub use interpretation::{
     Completion, Finished, HarnessExit, Interrupted, Outcome, OutcomeStatus, OversizedLines, Report,
     TurnSummary, UNFINISHED, UNREADABLE_END,
 };
-pub use json::{MAX_JSON_DEPTH, MAX_JSON_VALUES};
+pub use json::{MAX_JSON_DEPTH, MAX_JSON_DOCUMENT_VALUES, MAX_JSON_VALUES};
 pub use retained::{RetainedError, RetainedKind, RetainedRecord, RetainedRequest};
 pub use usage::{Usage, UsageLedger, UsageScope};
 

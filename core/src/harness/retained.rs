@@ -131,6 +131,15 @@ pub enum RetainedError {
         /// The 1-based line number.
         line: usize,
     },
+    /// The OpenCode export is nested deeper than [`MAX_JSON_DEPTH`](super::MAX_JSON_DEPTH)
+    /// or holds more than [`MAX_JSON_DOCUMENT_VALUES`](super::MAX_JSON_DOCUMENT_VALUES)
+    /// values.
+    #[error(
+        "the OpenCode session export is nested deeper than {} or holds more than {} values",
+        super::MAX_JSON_DEPTH,
+        super::MAX_JSON_DOCUMENT_VALUES
+    )]
+    DocumentOverBudget,
     /// The OpenCode export is not a JSON object.
     #[error("the OpenCode session export is not a JSON object: {0}")]
     NotJson(String),
@@ -263,6 +272,9 @@ fn apply_muse_record(
 
 /// Parses an OpenCode session export (one JSON document).
 pub fn parse_opencode_export(bytes: &[u8]) -> Result<RetainedRecord, RetainedError> {
+    if !json::within_values(bytes, json::MAX_JSON_DOCUMENT_VALUES) {
+        return Err(RetainedError::DocumentOverBudget);
+    }
     let doc: Value =
         serde_json::from_slice(bytes).map_err(|e| RetainedError::NotJson(e.to_string()))?;
     if !doc.is_object() {
