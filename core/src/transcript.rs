@@ -541,8 +541,15 @@ fn parse_message(
     Ok(Message {
         role,
         content,
-        extra: m,
+        extra: released(m),
     })
+}
+
+/// `m`, or a new empty map when `m` is empty: a parsed object keeps its allocated node after
+/// its known keys are removed (hundreds of bytes each, several per message), and a new empty
+/// map allocates nothing.
+fn released(m: Map<String, Value>) -> Map<String, Value> {
+    if m.is_empty() { Map::new() } else { m }
 }
 
 fn parse_block(at: &str, value: Value) -> Result<Block, TranscriptError> {
@@ -557,7 +564,10 @@ fn parse_block(at: &str, value: Value) -> Result<Block, TranscriptError> {
         "text" => match m.remove("text") {
             Some(Value::String(text)) => {
                 m.remove("type");
-                Ok(Block::Text { text, extra: m })
+                Ok(Block::Text {
+                    text,
+                    extra: released(m),
+                })
             }
             // A text block without text is not ours to judge: carried through as it came.
             other => {
@@ -578,7 +588,7 @@ fn parse_block(at: &str, value: Value) -> Result<Block, TranscriptError> {
                 id,
                 name,
                 input,
-                extra: m,
+                extra: released(m),
             }))
         }
         "tool_result" => {
@@ -620,7 +630,7 @@ fn parse_block(at: &str, value: Value) -> Result<Block, TranscriptError> {
                 content,
                 is_error,
                 artifacts,
-                extra: m,
+                extra: released(m),
             }))
         }
         _ => Ok(Block::Other(Value::Object(m))),
