@@ -232,10 +232,12 @@ fn wide_line(h: Harness, n: usize) -> String {
     }
 }
 
+/// A line nested `depth` deep, long enough (a long string) to be scanned for the budget.
 fn deep_line(depth: usize) -> String {
     // The object is depth 1; `depth - 1` nested arrays inside it.
     format!(
-        r#"{{"type":"result","subtype":"success","result":"ok","x":{}{}}}"#,
+        r#"{{"type":"result","subtype":"success","result":"ok","pad":"{}","x":{}{}}}"#,
+        "p".repeat(MAX_JSON_VALUES),
         "[".repeat(depth - 1),
         "]".repeat(depth - 1)
     )
@@ -298,7 +300,21 @@ fn a_line_nested_past_the_depth_budget_is_skipped_and_named_in_the_diagnostic() 
             .handle_line(deep_line(MAX_JSON_DEPTH + 1).as_bytes())
             .is_empty()
     );
+    // A short line nested as deep is refused by the parser itself: malformed.
+    let short = format!(
+        r#"{{"type":"result","x":{}}}"#,
+        "[".repeat(MAX_JSON_DEPTH + 1)
+    );
+    assert!(interp.handle_line(short.as_bytes()).is_empty());
     let c = interp.finish(HarnessExit::Success).complete(None);
+    assert!(
+        c.report
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("1 unrecognized line")),
+        "{:?}",
+        c.report.warnings
+    );
     // The only result was the skipped line: the end is unreadable, not known to be missing.
     match &c.outcome.status {
         OutcomeStatus::TurnFailed { diagnostic } => {

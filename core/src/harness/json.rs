@@ -20,6 +20,11 @@ pub const MAX_JSON_VALUES: usize = 1 << 18;
 /// Whether `line` is within [`MAX_JSON_DEPTH`] and [`MAX_JSON_VALUES`], by a scan of its bytes
 /// that builds nothing (string contents are skipped with `memchr`). It does not check the
 /// syntax: the parser does, on lines within the budget.
+///
+/// A line of at most [`MAX_JSON_VALUES`] bytes cannot hold more values than that (each takes
+/// a byte at least) and is not scanned: most lines are, and their decoding stays one pass.
+/// Its depth is still bounded, by the parser's own recursion limit (such a line is
+/// malformed).
 pub(crate) fn within_budget(line: &[u8]) -> bool {
     within_values(line, MAX_JSON_VALUES)
 }
@@ -32,28 +37,18 @@ pub const MAX_JSON_DOCUMENT_VALUES: usize = 1 << 21;
 
 /// [`within_budget`] with another bound on the values.
 pub(crate) fn within_values(line: &[u8], max_values: usize) -> bool {
+    if line.len() <= max_values {
+        return true;
+    }
     let mut depth = 0usize;
     let mut values = 0usize;
     let mut i = 0;
     while i < line.len() {
         match line[i] {
-            b'"' => {
-                // Skip to the closing quote, past escapes.
-                i += 1;
-                loop {
-                    match memchr::memchr2(b'"', b'\\', &line[i..]) {
-                        None => return true,
-                        Some(j) if line[i + j] == b'\\' => i += j + 2,
-                        Some(j) => {
-                            i += j;
-                            break;
-                        }
-                    }
-                    if i >= line.len() {
-                        return true;
-                    }
-                }
-            }
+            b'"' => match string_end(line, i + 1) {
+                Some(end) => i = end,
+                None => return true,
+            },
             b'[' | b'{' => {
                 depth += 1;
                 values += 1;
@@ -73,6 +68,27 @@ pub(crate) fn within_values(line: &[u8], max_values: usize) -> bool {
         i += 1;
     }
     true
+}
+
+/// The index of the quote that closes the string whose contents start at `start`, or `None`
+/// when it is not closed. Only quotes are searched for (escapes are frequent in tool output,
+/// quotes much rarer); a quote preceded by an odd number of backslashes is escaped.
+fn string_end(line: &[u8], start: usize) -> Option<usize> {
+    let mut from = start;
+    loop {
+        let q = from + memchr::memchr(b'"', &line[from..])?;
+        // The run of backslashes before the quote lies inside the string: the byte before
+        // `from` is a quote (the opening one, or an escaped one).
+        let backslashes = line[from..q]
+            .iter()
+            .rev()
+            .take_while(|&&b| b == b'\\')
+            .count();
+        if backslashes % 2 == 0 {
+            return Some(q);
+        }
+        from = q + 1;
+    }
 }
 
 /// How one raw line parsed.
@@ -599,17 +615,32 @@ mod tests {
 
     #[test]
     fn the_budget_scan_counts_structure_outside_strings_only() {
-        assert!(within_budget(br#"{"a":"[[[[,,,,\"]]]{{"}"#));
+        // Padding makes a line long enough to be scanned.
+        let pad = " ".repeat(MAX_JSON_VALUES);
+        let long = |s: &str| format!("{s}{pad}");
+        assert!(within_budget(long(r#"{"a":"[[[[,,,,\"]]]{{"}"#).as_bytes()));
+        // An escaped backslash before a quote does not escape it.
+        let closed = format!(r#"["\\"{}]"#, ",0".repeat(MAX_JSON_VALUES));
+        assert!(!within_budget(closed.as_bytes()));
+        let escaped = format!(r#"["\"{}"]"#, ",0".repeat(MAX_JSON_VALUES));
+        assert!(within_budget(escaped.as_bytes()));
         // Unterminated strings and trailing escapes end the scan without panicking.
-        for line in [&b"{\"a"[..], b"{\"a\\", b"{\"\\", b"\"", b"\\", b""] {
-            assert!(within_budget(line));
+        for end in ["{\"a", "{\"a\\", "{\"\\", "\"", "\\", ""] {
+            assert!(within_budget(format!("{pad}{end}").as_bytes()));
         }
-        let deep = |d: usize| format!("{}{}", "[".repeat(d), "]".repeat(d));
+        let deep = |d: usize| long(&format!("{}{}", "[".repeat(d), "]".repeat(d)));
         assert!(within_budget(deep(MAX_JSON_DEPTH).as_bytes()));
         assert!(!within_budget(deep(MAX_JSON_DEPTH + 1).as_bytes()));
         // Closing brackets bring the depth back down: siblings do not add up.
-        let siblings = format!("[{}]", vec![deep(MAX_JSON_DEPTH - 1); 10].join(","));
+        let sibling = format!(
+            "{}{}",
+            "[".repeat(MAX_JSON_DEPTH - 1),
+            "]".repeat(MAX_JSON_DEPTH - 1)
+        );
+        let siblings = long(&format!("[{}]", vec![sibling; 10].join(",")));
         assert!(within_budget(siblings.as_bytes()));
+        // A short line is never scanned: it cannot hold more values than bytes.
+        assert!(within_budget("[".repeat(MAX_JSON_VALUES).as_bytes()));
         let wide = |n: usize| format!("[{}]", vec!["0"; n].join(","));
         // One array and n - 1 commas.
         assert!(within_budget(wide(MAX_JSON_VALUES).as_bytes()));
