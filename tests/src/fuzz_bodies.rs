@@ -39,6 +39,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("harness_opencode", harness_opencode),
     ("auto_mode_text", auto_mode_text),
     ("compaction", compaction),
+    ("json_budget", json_budget),
 ];
 
 /// The harness decoder targets: both bodies of one dialect on every input, arbitrary bytes as
@@ -60,6 +61,12 @@ harness_bodies! {
     harness_codex => codex_bytes, codex_events;
     harness_muse => muse_bytes, muse_events;
     harness_opencode => opencode_bytes, opencode_events;
+}
+
+/// JSON budget target: the byte scan that decides whether a long line is parsed agrees with
+/// the parser's own count (see `agentrun_core::harness::fuzzing::json_budget`).
+pub fn json_budget(data: &[u8]) {
+    fuzzing::json_budget(data);
 }
 
 /// Reads fields off the front of a fuzz input.
