@@ -132,13 +132,23 @@ fn bounded_model_name(name: &str) -> String {
 /// An ordered, deduplicated, bounded list of model names: first-seen order, at most
 /// [`MAX_MODELS`] kept, the distinct names beyond counted. Adding is O(1) (a set beside the
 /// list), so a stream of many distinct names costs linear time.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub(crate) struct ModelList {
     kept: Vec<String>,
     index: HashSet<String>,
     /// 64-bit hashes of the distinct names not kept (8 bytes each, not the names): enough to
     /// count them; two names colliding would be counted once (chance about n²/2⁶⁵).
     omitted: HashSet<u64>,
+}
+
+impl std::fmt::Debug for ModelList {
+    // The names kept and the count, not the hashes of every name left out.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelList")
+            .field("kept", &self.kept)
+            .field("omitted", &self.omitted())
+            .finish()
+    }
 }
 
 impl ModelList {
