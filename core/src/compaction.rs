@@ -57,7 +57,7 @@
 //! [`StateError`] and change nothing.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt::Write as _;
+use std::fmt::Write;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -518,37 +518,58 @@ fn refer(
 }
 
 /// Renders the summarizer input: instructions, then the transcript as tagged text.
+///
+/// Two passes: the first only counts the bytes, so the text is allocated once at its exact
+/// size. The input can be as large as the transcript, and a string grown by doubling holds up
+/// to twice its length, with the old and the new buffer both alive while it moves.
 pub fn render(instructions: &str, transcript: &Transcript) -> String {
-    let mut out = String::new();
-    out.push_str(instructions);
-    out.push_str("\n\n<transcript>\n");
+    let mut count = Count(0);
+    render_into(&mut count, instructions, transcript);
+    let mut out = String::with_capacity(count.0);
+    render_into(&mut out, instructions, transcript);
+    out
+}
+
+/// A `fmt::Write` that only counts bytes.
+struct Count(usize);
+
+impl Write for Count {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0 += s.len();
+        Ok(())
+    }
+}
+
+fn render_into(out: &mut impl Write, instructions: &str, transcript: &Transcript) {
+    // Writing to a `String` or a `Count` never fails.
+    let _ = out.write_str(instructions);
+    let _ = out.write_str("\n\n<transcript>\n");
     if let Some(summary) = &transcript.summary {
-        out.push_str("[summary of the earlier conversation]\n");
-        push_line(&mut out, summary);
+        let _ = out.write_str("[summary of the earlier conversation]\n");
+        push_line(out, summary);
     }
     for message in &transcript.messages {
         let _ = writeln!(out, "[{}]", message.role.as_str());
         match &message.content {
-            Content::Text(s) => push_line(&mut out, s),
+            Content::Text(s) => push_line(out, s),
             Content::Blocks(blocks) => {
                 for block in blocks {
-                    render_block(&mut out, block);
+                    render_block(out, block);
                 }
             }
         }
     }
-    out.push_str("</transcript>\n");
-    out
+    let _ = out.write_str("</transcript>\n");
 }
 
-fn push_line(out: &mut String, s: &str) {
-    out.push_str(s);
+fn push_line(out: &mut impl Write, s: &str) {
+    let _ = out.write_str(s);
     if !s.ends_with('\n') {
-        out.push('\n');
+        let _ = out.write_char('\n');
     }
 }
 
-fn render_block(out: &mut String, block: &Block) {
+fn render_block(out: &mut impl Write, block: &Block) {
     match block {
         Block::Text { text, .. } => push_line(out, text),
         Block::ToolUse(call) => {

@@ -28,7 +28,10 @@
 //! `tool_result`, is carried through untouched (JSON object key order is not kept).
 //!
 //! Parsing is bounded: the document size, message count and block count have limits
-//! ([`TranscriptLimits`]) and JSON nesting is limited by the parser's recursion limit.
+//! ([`TranscriptLimits`]) and JSON nesting is limited by the parser's recursion limit. It is
+//! streaming: messages are converted one at a time as they are read, so no value tree of the
+//! whole document exists beside the transcript ([`Transcript::from_deserializer`] reads from
+//! any serde deserializer, such as one over a file reader).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -258,7 +261,9 @@ pub struct Transcript {
 }
 
 impl Transcript {
-    /// Parses the JSON form (see the module documentation) within `limits`.
+    /// Parses the JSON form (see the module documentation) within `limits`. The document's
+    /// value tree is never built: messages are converted one at a time as they are read
+    /// ([`Transcript::from_deserializer`]).
     pub fn from_json(bytes: &[u8], limits: &TranscriptLimits) -> Result<Self, TranscriptError> {
         if bytes.len() > limits.max_bytes {
             return Err(TranscriptError::TooLarge {
@@ -266,14 +271,40 @@ impl Transcript {
                 limit: limits.max_bytes,
             });
         }
-        let value: Value =
-            serde_json::from_slice(bytes).map_err(|e| TranscriptError::Json(e.to_string()))?;
-        Self::from_value(value, limits)
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let transcript = Self::from_deserializer(&mut de, limits)?;
+        de.end().map_err(|e| TranscriptError::Json(e.to_string()))?;
+        Ok(transcript)
+    }
+
+    /// Parses the JSON form from any serde deserializer (a caller streaming a file uses
+    /// `serde_json::Deserializer::from_reader`, and checks the input's size and the end of
+    /// the document itself). Each message is read as a value and converted before the next
+    /// is read, so the memory needed is the transcript's and one message's, not a value tree
+    /// of the whole document beside it; [`TranscriptLimits::max_messages`] and
+    /// [`TranscriptLimits::max_blocks`] stop the read as soon as they are exceeded. An error
+    /// of the deserializer itself (syntax, recursion limit, a read error of its source) is
+    /// [`TranscriptError::Json`].
+    pub fn from_deserializer<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+        limits: &TranscriptLimits,
+    ) -> Result<Self, TranscriptError> {
+        let mut parse = stream::Parse {
+            limits,
+            error: None,
+        };
+        match serde::de::DeserializeSeed::deserialize(stream::Top(&mut parse), deserializer) {
+            Ok((messages, extra)) => Self::assemble(messages, extra),
+            Err(e) => Err(parse
+                .error
+                .take()
+                .unwrap_or_else(|| TranscriptError::Json(e.to_string()))),
+        }
     }
 
     /// Converts a parsed JSON value (moved, so large strings are not copied).
     pub fn from_value(value: Value, limits: &TranscriptLimits) -> Result<Self, TranscriptError> {
-        let (messages, mut extra) = match value {
+        let (messages, extra) = match value {
             Value::Array(messages) => (messages, Map::new()),
             Value::Object(mut top) => match top.remove("messages") {
                 Some(Value::Array(messages)) => (messages, top),
@@ -290,6 +321,21 @@ impl Transcript {
         if messages.len() > limits.max_messages {
             return Err(TranscriptError::TooManyMessages(limits.max_messages));
         }
+        let mut blocks = 0usize;
+        let messages = messages
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| parse_message(i, m, &mut blocks, limits))
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::assemble(messages, extra)
+    }
+
+    /// The transcript of converted messages and the other top-level fields (`summary` and
+    /// `recent_start` among them).
+    fn assemble(
+        messages: Vec<Message>,
+        mut extra: Map<String, Value>,
+    ) -> Result<Self, TranscriptError> {
         let summary = match extra.remove("summary") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s),
@@ -303,12 +349,6 @@ impl Transcript {
                     .ok_or_else(|| shape("recent_start", "expected a message index"))?,
             ),
         };
-        let mut blocks = 0usize;
-        let messages = messages
-            .into_iter()
-            .enumerate()
-            .map(|(i, m)| parse_message(i, m, &mut blocks, limits))
-            .collect::<Result<Vec<_>, _>>()?;
         let transcript = Transcript {
             summary,
             messages,
@@ -501,8 +541,15 @@ fn parse_message(
     Ok(Message {
         role,
         content,
-        extra: m,
+        extra: released(m),
     })
+}
+
+/// `m`, or a new empty map when `m` is empty: a parsed object keeps its allocated node after
+/// its known keys are removed (hundreds of bytes each, several per message), and a new empty
+/// map allocates nothing.
+fn released(m: Map<String, Value>) -> Map<String, Value> {
+    if m.is_empty() { Map::new() } else { m }
 }
 
 fn parse_block(at: &str, value: Value) -> Result<Block, TranscriptError> {
@@ -517,7 +564,10 @@ fn parse_block(at: &str, value: Value) -> Result<Block, TranscriptError> {
         "text" => match m.remove("text") {
             Some(Value::String(text)) => {
                 m.remove("type");
-                Ok(Block::Text { text, extra: m })
+                Ok(Block::Text {
+                    text,
+                    extra: released(m),
+                })
             }
             // A text block without text is not ours to judge: carried through as it came.
             other => {
@@ -538,7 +588,7 @@ fn parse_block(at: &str, value: Value) -> Result<Block, TranscriptError> {
                 id,
                 name,
                 input,
-                extra: m,
+                extra: released(m),
             }))
         }
         "tool_result" => {
@@ -580,10 +630,147 @@ fn parse_block(at: &str, value: Value) -> Result<Block, TranscriptError> {
                 content,
                 is_error,
                 artifacts,
-                extra: m,
+                extra: released(m),
             }))
         }
         _ => Ok(Block::Other(Value::Object(m))),
+    }
+}
+
+/// The streaming reader behind [`Transcript::from_deserializer`]: serde seeds that convert
+/// each message as soon as it is read.
+mod stream {
+    use std::fmt;
+
+    use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+    use serde_json::{Map, Value};
+
+    use super::{Message, TranscriptError, TranscriptLimits, parse_message, shape};
+
+    /// The limits, and the transcript error that stopped the read (the deserializer's own
+    /// error only carries text).
+    pub(super) struct Parse<'l> {
+        pub(super) limits: &'l TranscriptLimits,
+        pub(super) error: Option<TranscriptError>,
+    }
+
+    impl Parse<'_> {
+        fn fail<E: de::Error>(&mut self, e: TranscriptError) -> E {
+            let text = e.to_string();
+            self.error = Some(e);
+            E::custom(text)
+        }
+    }
+
+    /// The document: an array of messages, or an object with `messages`.
+    pub(super) struct Top<'a, 'l>(pub(super) &'a mut Parse<'l>);
+
+    /// The messages and every other top-level field.
+    type Parts = (Vec<Message>, Map<String, Value>);
+
+    impl<'de> DeserializeSeed<'de> for Top<'_, '_> {
+        type Value = Parts;
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Parts, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    /// Implements every visitor method but `visit_seq` and `visit_map` as a shape error.
+    macro_rules! other_values_fail {
+        ($at:expr, $problem:expr) => {
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Err(self.0.fail(shape($at, $problem)))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Err(self.0.fail(shape($at, $problem)))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Err(self.0.fail(shape($at, $problem)))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Err(self.0.fail(shape($at, $problem)))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Err(self.0.fail(shape($at, $problem)))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Err(self.0.fail(shape($at, $problem)))
+            }
+        };
+    }
+
+    const TOP_PROBLEM: &str = "expected an array of messages or an object with \"messages\"";
+
+    impl<'de> Visitor<'de> for Top<'_, '_> {
+        type Value = Parts;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(TOP_PROBLEM)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Parts, A::Error> {
+            Ok((messages(self.0, seq)?, Map::new()))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parts, A::Error> {
+            let mut extra = Map::new();
+            let mut list = None;
+            while let Some(key) = map.next_key::<String>()? {
+                if key == "messages" {
+                    // A repeated key replaces the earlier value, as in a parsed object.
+                    list = Some(map.next_value_seed(Messages(&mut *self.0))?);
+                } else {
+                    extra.insert(key, map.next_value::<Value>()?);
+                }
+            }
+            match list {
+                Some(list) => Ok((list, extra)),
+                None => Err(self.0.fail(shape("$", "expected a \"messages\" array"))),
+            }
+        }
+        other_values_fail!("$", TOP_PROBLEM);
+    }
+
+    /// The `messages` array.
+    struct Messages<'a, 'l>(&'a mut Parse<'l>);
+
+    impl<'de> DeserializeSeed<'de> for Messages<'_, '_> {
+        type Value = Vec<Message>;
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Vec<Message>, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Messages<'_, '_> {
+        type Value = Vec<Message>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an array of messages")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Vec<Message>, A::Error> {
+            messages(self.0, seq)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, _: A) -> Result<Vec<Message>, A::Error> {
+            Err(self
+                .0
+                .fail(shape("messages", "expected an array of messages")))
+        }
+        other_values_fail!("messages", "expected an array of messages");
+    }
+
+    /// Reads the messages one value at a time, converting each before reading the next.
+    fn messages<'de, A: SeqAccess<'de>>(
+        parse: &mut Parse<'_>,
+        mut seq: A,
+    ) -> Result<Vec<Message>, A::Error> {
+        let mut out = Vec::new();
+        let mut blocks = 0usize;
+        while let Some(value) = seq.next_element::<Value>()? {
+            if out.len() >= parse.limits.max_messages {
+                return Err(parse.fail(TranscriptError::TooManyMessages(parse.limits.max_messages)));
+            }
+            match parse_message(out.len(), value, &mut blocks, parse.limits) {
+                Ok(message) => out.push(message),
+                Err(e) => return Err(parse.fail(e)),
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -697,6 +884,74 @@ mod tests {
         );
         let deep = "[".repeat(10_000);
         assert!(matches!(parse(&deep), Err(TranscriptError::Json(_))));
+    }
+
+    /// The read stops at the first message over the limit, before the rest of the document
+    /// is even read: a later syntax error is never reached (a whole-document parse would
+    /// report it first).
+    #[test]
+    fn limits_stop_the_read_where_they_are_exceeded() {
+        let limits = TranscriptLimits {
+            max_messages: 1,
+            ..Default::default()
+        };
+        let doc = br#"[{"role":"user","content":"a"},{"role":"user","content":"b"}, !!! not json"#;
+        assert_eq!(
+            Transcript::from_json(doc, &limits),
+            Err(TranscriptError::TooManyMessages(1))
+        );
+        let doc = br#"{"messages":[{"content":"no role"}], !!!"#;
+        let err = Transcript::from_json(doc, &TranscriptLimits::default()).unwrap_err();
+        assert!(err.to_string().starts_with("messages[0]:"), "{err}");
+    }
+
+    /// The streaming read gives what the value conversion gives, from bytes or a reader.
+    #[test]
+    fn streaming_matches_the_value_conversion() {
+        let limits = TranscriptLimits::default();
+        for doc in [
+            r#"[]"#,
+            r#"[{"role":"user","content":"a"}]"#,
+            r#"{"model":"m","summary":"s","messages":[{"role":"assistant","x":1,"content":[
+                {"type":"tool_use","id":"t","name":"bash","input":{"c":[1,2]}},
+                {"type":"thinking","thinking":"…"}]},
+                {"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"o"}]}],
+                "recent_start":2,"extra":{"deep":[[[]]]}}"#,
+            // A repeated key: the last value wins, as in a parsed object.
+            r#"{"messages":[{"role":"user","content":"first"}],"messages":[],"summary":"s"}"#,
+        ] {
+            let streamed = Transcript::from_json(doc.as_bytes(), &limits).expect(doc);
+            let value: Value = serde_json::from_str(doc).expect(doc);
+            assert_eq!(
+                streamed,
+                Transcript::from_value(value, &limits).expect(doc),
+                "{doc}"
+            );
+            let mut de = serde_json::Deserializer::from_reader(doc.as_bytes());
+            let read = Transcript::from_deserializer(&mut de, &limits).expect(doc);
+            de.end().expect(doc);
+            assert_eq!(read, streamed, "{doc}");
+        }
+        for bad in [
+            r#"{"messages":{}}"#,
+            r#"{"messages":"x"}"#,
+            r#"{"messages":null}"#,
+        ] {
+            let err = Transcript::from_json(bad.as_bytes(), &limits).unwrap_err();
+            assert!(
+                err.to_string().starts_with("messages: expected an array"),
+                "{bad}: {err}"
+            );
+        }
+        for bad in [r#"{}"#, r#""x""#, "7", "null", "true"] {
+            let err = Transcript::from_json(bad.as_bytes(), &limits).unwrap_err();
+            assert!(
+                matches!(err, TranscriptError::Shape { ref at, .. } if at == "$"),
+                "{bad}: {err}"
+            );
+        }
+        let err = Transcript::from_json(b"[] []", &limits).unwrap_err();
+        assert!(matches!(err, TranscriptError::Json(_)), "{err}");
     }
 
     #[test]

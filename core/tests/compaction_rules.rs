@@ -588,3 +588,31 @@ fn too_long_plain() -> SummarizerFailure {
         detail: "too long".into(),
     }
 }
+
+/// The summarizer input is allocated once at its exact size (a string grown by doubling can
+/// hold twice the text, and the input can be as large as the transcript).
+#[test]
+fn the_rendered_input_is_allocated_at_its_exact_size() {
+    let mut messages = vec![json!({"role": "user", "content": "start ✓"})];
+    for i in 0..200 {
+        messages.push(call(
+            &format!("t{i}"),
+            "bash",
+            json!({"command": format!("make {i}")}),
+        ));
+        messages.push(result(
+            &format!("t{i}"),
+            json!(format!("output {i}\n").repeat(i)),
+        ));
+    }
+    messages.push(json!({"role": "assistant", "content": [{"type": "thinking", "thinking": "…"}, {"type": "image"}]}));
+    let t = transcript(json!({"summary": "before", "messages": messages}));
+    let text = agentrun_core::compaction::render("Summarize.", &t);
+    assert_eq!(text.capacity(), text.len());
+    assert!(text.starts_with("Summarize.\n\n<transcript>\n[summary of the earlier conversation]\nbefore\n[user]\nstart ✓\n"));
+    assert!(
+        text.ends_with("[thinking]\n…\n[image block]\n</transcript>\n"),
+        "{}",
+        &text[text.len() - 80..]
+    );
+}

@@ -139,7 +139,7 @@ fn malformed_lines_never_panic_nor_stop_later_lines() {
 }
 
 #[test]
-fn a_huge_model_name_is_kept_whole_and_a_truncated_one_is_not_invented() {
+fn a_huge_model_name_is_cut_and_a_truncated_one_is_not_invented() {
     let bad = malformed_lines();
     let mut interp = Interpretation::new(Harness::Claude);
     for (_, line) in &bad {
@@ -147,7 +147,11 @@ fn a_huge_model_name_is_kept_whole_and_a_truncated_one_is_not_invented() {
     }
     let models = interp.observed_models();
     assert!(!models.iter().any(|m| m == "trunc" || m == "in-array"));
-    assert!(models.iter().any(|m| m.len() == 10 << 20));
+    // The 10 MiB name is kept as its first bytes and the cut marker, not whole.
+    assert!(models.iter().any(|m| m.len()
+        == agentrun_core::harness::interpretation::MAX_MODEL_NAME_BYTES
+            + agentrun_core::harness::interpretation::MODEL_NAME_CUT.len()));
+    assert!(models.iter().all(|m| m.len() < 1024));
     assert!(models.iter().any(|m| m == "deep-but-fine"));
 }
 

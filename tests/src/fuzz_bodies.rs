@@ -40,6 +40,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("auto_mode_text", auto_mode_text),
     ("compaction", compaction),
     ("sanitize_phrase", sanitize_phrase),
+    ("json_budget", json_budget),
 ];
 
 /// The harness decoder targets: both bodies of one dialect on every input, arbitrary bytes as
@@ -61,6 +62,12 @@ harness_bodies! {
     harness_codex => codex_bytes, codex_events;
     harness_muse => muse_bytes, muse_events;
     harness_opencode => opencode_bytes, opencode_events;
+}
+
+/// JSON budget target: the byte scan that decides whether a long line is parsed agrees with
+/// the parser's own count (see `agentrun_core::harness::fuzzing::json_budget`).
+pub fn json_budget(data: &[u8]) {
+    fuzzing::json_budget(data);
 }
 
 /// Reads fields off the front of a fuzz input.
@@ -443,7 +450,34 @@ pub fn compaction(data: &[u8]) {
         max_messages: 256,
         max_blocks: 1024,
     };
-    if let Ok(t) = agentrun_core::transcript::Transcript::from_json(data, &limits) {
+    let parsed = agentrun_core::transcript::Transcript::from_json(data, &limits);
+    // The streaming read from a reader (as `agentrun compact` reads a file) agrees with the
+    // one from bytes, and a transcript it accepts is the value conversion's.
+    let mut de = serde_json::Deserializer::from_reader(data);
+    let read =
+        agentrun_core::transcript::Transcript::from_deserializer(&mut de, &limits).and_then(|t| {
+            de.end()
+                .map(|()| t)
+                .map_err(|e| agentrun_core::transcript::TranscriptError::Json(e.to_string()))
+        });
+    // (The reader's caller checks the size itself; `from_json` refuses a longer input.)
+    if data.len() <= limits.max_bytes {
+        assert_eq!(
+            parsed.is_ok(),
+            read.is_ok(),
+            "bytes: {parsed:?}, reader: {read:?}"
+        );
+    }
+    if let (Ok(a), Ok(b)) = (&parsed, &read) {
+        assert_eq!(a, b, "reader and bytes disagree");
+        let value: serde_json::Value = serde_json::from_slice(data).expect("parsed, so JSON");
+        assert_eq!(
+            agentrun_core::transcript::Transcript::from_value(value, &limits).as_ref(),
+            Ok(a),
+            "streaming and value conversion disagree"
+        );
+    }
+    if let Ok(t) = parsed {
         let empty = compaction_checks::ModelStore::default();
         compaction_checks::check_prune(&t, &empty);
         for (a, b, limit) in DOCUMENT_SCRIPTS {

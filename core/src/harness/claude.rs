@@ -2,7 +2,7 @@
 //! (`streaming-messages-json`, plus Grok's ACP-derived `streaming-json`). The dialect
 //! differences (SPEC §12) are private to this file.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -70,6 +70,8 @@ pub(crate) struct ClaudeDecoder {
     tasks: HashMap<String, String>,
     /// Tasks killed since the last root result, in order, deduplicated.
     killed: Vec<String>,
+    /// The ids in `killed`, for constant-time deduplication.
+    killed_set: HashSet<String>,
     /// Grok ACP: the text of the current reply.
     acp_text: String,
     acp_tool_since_text: bool,
@@ -95,6 +97,7 @@ impl ClaudeDecoder {
             api_error_text: None,
             tasks: HashMap::new(),
             killed: Vec::new(),
+            killed_set: HashSet::new(),
             acp_text: String::new(),
             acp_tool_since_text: false,
         }
@@ -155,7 +158,7 @@ impl ClaudeDecoder {
     }
 
     fn kill(&mut self, id: &str) {
-        if !self.killed.iter().any(|k| k == id) {
+        if self.killed_set.insert(id.to_owned()) {
             self.killed.push(id.to_owned());
         }
     }
@@ -292,6 +295,7 @@ impl ClaudeDecoder {
         // Killed work counts only after the last root result, and an API error belongs to
         // the turn this result ended.
         self.killed.clear();
+        self.killed_set.clear();
         self.api_error_text = None;
     }
 

@@ -1,6 +1,6 @@
 //! The Codex decoder (`codex exec --json`, SPEC §12).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -26,9 +26,14 @@ pub(crate) struct CodexDecoder {
     started: bool,
     /// Item ids that already produced their progress line.
     shown: HashSet<String>,
-    /// Items started and not yet completed: (id, description).
-    in_progress: Vec<(String, String)>,
+    /// Items started and not yet completed: id → start order, and start order →
+    /// description (two maps, so a stream of many items costs linear time, in start order).
+    in_progress: HashMap<String, u64>,
+    in_progress_order: BTreeMap<u64, String>,
+    started_items: u64,
     killed: Vec<String>,
+    /// The descriptions in `killed`, for constant-time deduplication.
+    killed_set: HashSet<String>,
     final_message: Option<String>,
     failure: Option<String>,
     failure_kind: Option<FailureKind>,
@@ -62,11 +67,16 @@ impl CodexDecoder {
             None => event != "item.completed",
         };
         if !running {
-            self.in_progress.retain(|(i, _)| i != id);
+            if let Some(seq) = self.in_progress.remove(id) {
+                self.in_progress_order.remove(&seq);
+            }
         } else if let Some(line) = &line
-            && !self.in_progress.iter().any(|(i, _)| i == id)
+            && !self.in_progress.contains_key(id)
         {
-            self.in_progress.push((id.to_owned(), line.clone()));
+            let seq = self.started_items;
+            self.started_items += 1;
+            self.in_progress.insert(id.to_owned(), seq);
+            self.in_progress_order.insert(seq, line.clone());
         }
         if let Some(line) = line
             && !self.shown.contains(id)
@@ -96,7 +106,9 @@ impl CodexDecoder {
 /// (`{"type":"error","status":400,"error":{"type":…,"message":…}}`): the inner message, then
 /// the error type and HTTP status. `None` when `message` is not such a body.
 fn provider_error_text(message: &str) -> Option<String> {
-    if !message.starts_with('{') {
+    // The line was within the JSON budget, but a string in it may hold a document that is
+    // not.
+    if !message.starts_with('{') || !json::within_budget(message.as_bytes()) {
         return None;
     }
     let body: Value = serde_json::from_str(message).ok()?;
@@ -189,8 +201,9 @@ impl StreamDecoder for CodexDecoder {
                         .get_or_insert_with(Usage::default)
                         .add_tokens(u, TOKEN_KEYS);
                 }
-                for (_, desc) in self.in_progress.drain(..) {
-                    if !self.killed.contains(&desc) {
+                self.in_progress.clear();
+                for desc in std::mem::take(&mut self.in_progress_order).into_values() {
+                    if self.killed_set.insert(desc.clone()) {
                         self.killed.push(desc);
                     }
                 }

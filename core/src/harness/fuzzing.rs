@@ -3,9 +3,10 @@
 //!
 //! Every body panics only when a property is violated: feeding never panics, every progress
 //! line is a single line, and the observed models (live and reported) never contain an empty
-//! name, `<synthetic>` or a duplicate.
+//! name, `<synthetic>` or a duplicate, never more than `MAX_MODELS` names nor a name longer
+//! than the bound.
 
-use super::interpretation::SYNTHETIC_MODEL;
+use super::interpretation::{MAX_MODEL_NAME_BYTES, MAX_MODELS, MODEL_NAME_CUT, SYNTHETIC_MODEL};
 use super::{Harness, HarnessExit, Interpretation};
 
 /// Most lines one input is split into (keeps each run fast).
@@ -18,7 +19,13 @@ const MAX_LINES: usize = 4096;
 pub const MAX_EVENTS: usize = 48;
 
 fn check_models(models: &[String]) {
+    assert!(models.len() <= MAX_MODELS, "{} models kept", models.len());
     for m in models {
+        assert!(
+            m.len() <= MAX_MODEL_NAME_BYTES + MODEL_NAME_CUT.len(),
+            "a model name of {} bytes kept",
+            m.len()
+        );
         assert!(!m.trim().is_empty(), "empty observed model in {models:?}");
         assert_ne!(m.trim(), SYNTHETIC_MODEL, "synthetic observed model");
     }
@@ -173,4 +180,99 @@ per_dialect! {
     codex_bytes, codex_events => Harness::Codex;
     muse_bytes, muse_events => Harness::Muse;
     opencode_bytes, opencode_events => Harness::OpenCode;
+}
+
+/// The JSON budget scan (`within_values`) against a reference count made by the parser: for
+/// every input that parses as JSON, the scan with a small bound (so that short inputs are
+/// scanned too) accepts it exactly when its arrays and objects plus the commas between their
+/// elements fit the bound and its nesting fits [`MAX_JSON_DEPTH`](super::MAX_JSON_DEPTH).
+/// Byte 0 chooses the bound (1 to 256). Any input, parsed or not, must not panic the scan.
+pub fn json_budget(data: &[u8]) {
+    let (&control, rest) = data.split_first().unwrap_or((&0, &[]));
+    let bound = usize::from(control) + 1;
+    let scanned = super::json::within_values(rest, bound);
+    let mut de = serde_json::Deserializer::from_slice(rest);
+    let Ok(shape) = <Shape as serde::Deserialize>::deserialize(&mut de) else {
+        return;
+    };
+    if de.end().is_err() {
+        return;
+    }
+    if rest.len() <= bound {
+        assert!(
+            scanned,
+            "an input no longer than the bound is never over it"
+        );
+        return;
+    }
+    let within = shape.values <= bound && shape.depth <= super::MAX_JSON_DEPTH;
+    assert_eq!(
+        scanned, within,
+        "{} values, depth {}, bound {bound}",
+        shape.values, shape.depth
+    );
+}
+
+/// What the parser saw of a JSON value: containers plus commas, and the nesting depth.
+/// Counted by a visitor, so a repeated key counts like in the text.
+#[derive(Default)]
+struct Shape {
+    values: usize,
+    depth: usize,
+}
+
+impl<'de> serde::Deserialize<'de> for Shape {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+        struct V;
+        impl V {
+            fn container(children: Vec<Shape>) -> Shape {
+                Shape {
+                    values: 1
+                        + children.len().saturating_sub(1)
+                        + children.iter().map(|c| c.values).sum::<usize>(),
+                    depth: 1 + children.iter().map(|c| c.depth).max().unwrap_or(0),
+                }
+            }
+        }
+        impl<'de> Visitor<'de> for V {
+            type Value = Shape;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Shape, E> {
+                Ok(Shape::default())
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Shape, E> {
+                Ok(Shape::default())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Shape, E> {
+                Ok(Shape::default())
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Shape, E> {
+                Ok(Shape::default())
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Shape, E> {
+                Ok(Shape::default())
+            }
+            fn visit_unit<E>(self) -> Result<Shape, E> {
+                Ok(Shape::default())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Shape, A::Error> {
+                let mut children = Vec::new();
+                while let Some(c) = a.next_element::<Shape>()? {
+                    children.push(c);
+                }
+                Ok(V::container(children))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Shape, A::Error> {
+                let mut children = Vec::new();
+                while a.next_key::<IgnoredAny>()?.is_some() {
+                    children.push(a.next_value::<Shape>()?);
+                }
+                Ok(V::container(children))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }

@@ -29,6 +29,9 @@
 //!    * the run was interrupted: [`Interpretation::interrupt`] consumes it and returns
 //!      [`Interrupted`]: no report, no retained read, the observed models still readable.
 
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+
 use serde::Serialize;
 
 use super::retained::{RetainedRecord, RetainedRequest};
@@ -95,6 +98,98 @@ pub(crate) fn is_reportable_model(name: &str) -> bool {
     !t.is_empty() && t != SYNTHETIC_MODEL
 }
 
+/// Most distinct models a model list keeps (observed on the stream, or from a retained
+/// record). A session uses a handful; a stream naming more is hostile or broken, and every
+/// name kept is memory and output. Later distinct names are only counted
+/// ([`Report::models_omitted`], [`Interpretation::observed_models_omitted`]).
+pub const MAX_MODELS: usize = 64;
+
+/// Longest model name kept, in bytes (launch requests refuse names over 256 characters). A
+/// longer name is cut at a character boundary at most this many bytes in and ends with
+/// [`MODEL_NAME_CUT`]; the cut name is the model's identity (two names that agree on their
+/// first bytes are one model).
+pub const MAX_MODEL_NAME_BYTES: usize = 256;
+
+/// What ends a model name cut at [`MAX_MODEL_NAME_BYTES`].
+pub const MODEL_NAME_CUT: &str = "…";
+
+/// The trimmed, bounded form of a reportable model name.
+fn bounded_model_name(name: &str) -> String {
+    let name = name.trim();
+    if name.len() <= MAX_MODEL_NAME_BYTES {
+        return name.to_owned();
+    }
+    let mut end = MAX_MODEL_NAME_BYTES;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut cut = String::with_capacity(end + MODEL_NAME_CUT.len());
+    cut.push_str(&name[..end]);
+    cut.push_str(MODEL_NAME_CUT);
+    cut
+}
+
+/// An ordered, deduplicated, bounded list of model names: first-seen order, at most
+/// [`MAX_MODELS`] kept, the distinct names beyond counted. Adding is O(1) (a set beside the
+/// list), so a stream of many distinct names costs linear time.
+#[derive(Clone, Default)]
+pub(crate) struct ModelList {
+    kept: Vec<String>,
+    index: HashSet<String>,
+    /// 64-bit hashes of the distinct names not kept (8 bytes each, not the names): enough to
+    /// count them; two names colliding would be counted once (chance about n²/2⁶⁵).
+    omitted: HashSet<u64>,
+}
+
+impl std::fmt::Debug for ModelList {
+    // The names kept and the count, not the hashes of every name left out.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelList")
+            .field("kept", &self.kept)
+            .field("omitted", &self.omitted())
+            .finish()
+    }
+}
+
+impl ModelList {
+    /// Adds `name` (trimmed and bounded) unless it is not reportable; returns the stored
+    /// form for a reportable name, kept or not.
+    pub(crate) fn add(&mut self, name: &str) -> Option<String> {
+        if !is_reportable_model(name) {
+            return None;
+        }
+        let name = bounded_model_name(name);
+        if !self.index.contains(&name) {
+            if self.kept.len() < MAX_MODELS {
+                self.index.insert(name.clone());
+                self.kept.push(name.clone());
+            } else {
+                // A fixed-key hasher: the count must not depend on the process.
+                let mut h = std::hash::DefaultHasher::new();
+                name.hash(&mut h);
+                self.omitted.insert(h.finish());
+            }
+        }
+        Some(name)
+    }
+
+    /// The names kept, in first-seen order.
+    pub(crate) fn kept(&self) -> &[String] {
+        &self.kept
+    }
+
+    /// How many distinct names were not kept.
+    pub(crate) fn omitted(&self) -> u64 {
+        self.omitted.len() as u64
+    }
+
+    /// The kept names and the omitted count.
+    pub(crate) fn into_parts(self) -> (Vec<String>, u64) {
+        let omitted = self.omitted();
+        (self.kept, omitted)
+    }
+}
+
 /// The optional security policy's state.
 #[derive(Debug, Clone, Default)]
 struct Security {
@@ -108,7 +203,7 @@ struct Security {
 pub struct Interpretation {
     harness: Harness,
     decoder: Box<dyn StreamDecoder + Send>,
-    models: Vec<String>,
+    models: ModelList,
     security: Option<Security>,
     lines: u64,
     oversized: Option<OversizedLines>,
@@ -134,7 +229,7 @@ impl Interpretation {
         Self {
             harness,
             decoder: harness.decoder(),
-            models: Vec::new(),
+            models: ModelList::default(),
             security: None,
             lines: 0,
             oversized: None,
@@ -218,20 +313,17 @@ impl Interpretation {
     fn apply(&mut self, evidence: Evidence, progress: &mut Vec<String>) {
         match evidence {
             Evidence::ObservedModel { name, scope } => {
-                if !is_reportable_model(&name) {
+                // Trimmed (`" m "` and `"m"` are one model) and bounded; a name beyond the
+                // cap of the list is still shown as progress, it is what the session runs on.
+                let Some(name) = self.models.add(&name) else {
                     return;
-                }
-                // `" m "` and `"m"` are one model.
-                let name = name.trim().to_owned();
+                };
                 if let Some(sec) = &mut self.security
                     && scope == ModelScope::MainLoop
                     && sec.last_progress_model.as_deref() != Some(name.as_str())
                 {
                     progress.push(format!("Model: {name}"));
-                    sec.last_progress_model = Some(name.clone());
-                }
-                if !self.models.contains(&name) {
-                    self.models.push(name);
+                    sec.last_progress_model = Some(name);
                 }
             }
             Evidence::RequestedModelFallback => {
@@ -256,9 +348,16 @@ impl Interpretation {
     }
 
     /// The observed models so far: first-seen order, deduplicated, without empty names or
-    /// `<synthetic>`. Requested models never appear here.
+    /// `<synthetic>`, at most [`MAX_MODELS`], each at most [`MAX_MODEL_NAME_BYTES`] (plus
+    /// [`MODEL_NAME_CUT`]). Requested models never appear here.
     pub fn observed_models(&self) -> &[String] {
-        &self.models
+        self.models.kept()
+    }
+
+    /// How many distinct observed models [`Interpretation::observed_models`] left out (beyond
+    /// [`MAX_MODELS`]).
+    pub fn observed_models_omitted(&self) -> u64 {
+        self.models.omitted()
     }
 
     /// The sticky safeguard refusal seen since security was last enabled or reset; always
@@ -272,10 +371,12 @@ impl Interpretation {
         let refusal = self.refusal();
         let mut facts = self.decoder.complete();
         facts.oversized_lines = self.oversized;
+        let (models, models_omitted) = self.models.into_parts();
         Finished {
             harness: self.harness,
             facts,
-            models: self.models,
+            models,
+            models_omitted,
             refusal,
             exit,
             new_session: self.new_session,
@@ -284,8 +385,10 @@ impl Interpretation {
 
     /// The run was interrupted: no report and no retained read; the models stay readable.
     pub fn interrupt(self) -> Interrupted {
+        let (models, models_omitted) = self.models.into_parts();
         Interrupted {
-            models: self.models,
+            models,
+            models_omitted,
         }
     }
 }
@@ -306,12 +409,18 @@ pub enum HarnessExit {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interrupted {
     models: Vec<String>,
+    models_omitted: u64,
 }
 
 impl Interrupted {
     /// The models observed before the interruption.
     pub fn observed_models(&self) -> &[String] {
         &self.models
+    }
+
+    /// How many distinct observed models were left out (beyond [`MAX_MODELS`]).
+    pub fn observed_models_omitted(&self) -> u64 {
+        self.models_omitted
     }
 }
 
@@ -321,6 +430,7 @@ pub struct Finished {
     harness: Harness,
     facts: Facts,
     models: Vec<String>,
+    models_omitted: u64,
     refusal: Option<RefusalCategory>,
     exit: HarnessExit,
     new_session: bool,
@@ -341,6 +451,11 @@ impl Finished {
         &self.models
     }
 
+    /// How many distinct observed models were left out (beyond [`MAX_MODELS`]).
+    pub fn observed_models_omitted(&self) -> u64 {
+        self.models_omitted
+    }
+
     /// The session id from the stream.
     pub fn session_id(&self) -> Option<&str> {
         self.facts.session_id.as_deref()
@@ -353,6 +468,7 @@ impl Finished {
             harness,
             facts,
             models,
+            models_omitted,
             refusal,
             exit,
             new_session,
@@ -392,12 +508,17 @@ impl Finished {
         if let Some(o) = &facts.oversized_lines {
             warnings.push(o.warning());
         }
+        let over_budget = over_budget_warning(facts.over_budget_lines);
+        if let Some(w) = &over_budget {
+            warnings.push(w.clone());
+        }
         let mut report = Report {
             oversized_lines: facts.oversized_lines,
             warnings,
             diagnostics: facts.diagnostics,
             summary: facts.summary,
             models,
+            models_omitted,
             usage: facts.usage.map(scoped),
             retained: false,
             session_usage: None,
@@ -409,6 +530,7 @@ impl Finished {
                 Some(record) => {
                     report.retained = true;
                     report.models = record.models;
+                    report.models_omitted = record.models_omitted;
                     let recounted = record.usage.is_some() || record.usage_baseline.is_some();
                     if let Some(usage) = record.usage {
                         report.usage = Some(scoped(usage));
@@ -451,9 +573,10 @@ impl Finished {
             // before it (a crash, a killed pipe, a partial log) is not a verified success.
             // When lines were too long to decode, the terminal event may be among them: the
             // session is then not known to have finished, rather than known not to have.
-            let diagnostic = match &report.oversized_lines {
-                Some(o) => format!("{UNREADABLE_END}: {}", o.warning()),
-                None => UNFINISHED.to_owned(),
+            let diagnostic = match (&report.oversized_lines, &over_budget) {
+                (Some(o), _) => format!("{UNREADABLE_END}: {}", o.warning()),
+                (None, Some(w)) => format!("{UNREADABLE_END}: {w}"),
+                (None, None) => UNFINISHED.to_owned(),
             };
             OutcomeStatus::TurnFailed { diagnostic }
         } else {
@@ -488,6 +611,10 @@ pub struct TurnSummary<'a> {
     pub harness: Harness,
     /// The models observed on the stream.
     pub observed_models: &'a [String],
+    /// How many distinct observed models `observed_models` left out (beyond [`MAX_MODELS`]);
+    /// absent from JSON when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub observed_models_omitted: u64,
     /// The completion, `None` when the session was interrupted.
     #[serde(flatten)]
     pub completion: Option<&'a Completion>,
@@ -503,9 +630,38 @@ impl<'a> TurnSummary<'a> {
         Self {
             harness,
             observed_models,
+            observed_models_omitted: 0,
             completion,
         }
     }
+
+    /// Says how many distinct observed models `observed_models` left out.
+    pub fn with_observed_models_omitted(mut self, omitted: u64) -> Self {
+        self.observed_models_omitted = omitted;
+        self
+    }
+}
+
+/// The warning for lines past the JSON budget, if any.
+fn over_budget_warning(count: u64) -> Option<String> {
+    let limits = format!(
+        "nesting deeper than {} or more than {} values",
+        super::MAX_JSON_DEPTH,
+        super::MAX_JSON_VALUES
+    );
+    match count {
+        0 => None,
+        1 => Some(format!(
+            "1 line exceeds the JSON budget ({limits}): it was not interpreted"
+        )),
+        n => Some(format!(
+            "{n} lines exceed the JSON budget ({limits}): they were not interpreted"
+        )),
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn harness_name<S: serde::Serializer>(harness: &Harness, s: S) -> Result<S::Ok, S::Error> {
@@ -538,8 +694,13 @@ pub struct Report {
     pub diagnostics: Vec<String>,
     /// The human summary (`N turns, $X.XX`, token counts).
     pub summary: Option<String>,
-    /// The models: observed on the stream, or the retained record's when it was present.
+    /// The models: observed on the stream, or the retained record's when it was present; at
+    /// most [`MAX_MODELS`].
     pub models: Vec<String>,
+    /// How many distinct models [`Report::models`] left out (beyond [`MAX_MODELS`]); absent
+    /// from JSON when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub models_omitted: u64,
     /// Usage, when known.
     pub usage: Option<Usage>,
     /// Whether a retained record replaced the stream's models.

@@ -3,18 +3,108 @@
 
 use serde_json::Value;
 
+/// Deepest nesting of arrays and objects a line may have to be decoded (the line itself is
+/// depth 1): the deepest serde_json parses (its recursion limit is 128), so a line the parser
+/// would refuse for its depth is reported as over the budget rather than as malformed. No
+/// event comes near it.
+pub const MAX_JSON_DEPTH: usize = 127;
+
+/// Most values a line may hold to be decoded, counted as its arrays and objects plus the
+/// commas between elements and members (an upper bound of its values, a scan of the bytes can
+/// count it). A parsed value costs tens of bytes however short its text (`[]` is 2 bytes and
+/// a 32-byte value; `{}` read into a typed view is a few hundred), so without a bound a 64 MiB
+/// line of `[],` or `{},` costs gigabytes. Events carry their bulk in strings; a line past the
+/// bound is not an event of any dialect.
+pub const MAX_JSON_VALUES: usize = 1 << 18;
+
+/// Whether `line` is within [`MAX_JSON_DEPTH`] and [`MAX_JSON_VALUES`], by a scan of its bytes
+/// that builds nothing (string contents are skipped with `memchr`). It does not check the
+/// syntax: the parser does, on lines within the budget.
+///
+/// A line of at most [`MAX_JSON_VALUES`] bytes cannot hold more values than that (each takes
+/// a byte at least) and is not scanned: most lines are, and their decoding stays one pass.
+/// Its depth is still bounded, by the parser's own recursion limit (such a line is
+/// malformed).
+pub(crate) fn within_budget(line: &[u8]) -> bool {
+    within_values(line, MAX_JSON_VALUES)
+}
+
+/// Most values a retained JSON document (the OpenCode session export, one document of up to
+/// the driver's retained-record cap) may hold to be parsed, counted as for
+/// [`MAX_JSON_VALUES`]: a long session's export holds many events, each a handful of values
+/// around its strings.
+pub const MAX_JSON_DOCUMENT_VALUES: usize = 1 << 21;
+
+/// [`within_budget`] with another bound on the values.
+pub(crate) fn within_values(line: &[u8], max_values: usize) -> bool {
+    if line.len() <= max_values {
+        return true;
+    }
+    let mut depth = 0usize;
+    let mut values = 0usize;
+    let mut i = 0;
+    while i < line.len() {
+        match line[i] {
+            b'"' => match string_end(line, i + 1) {
+                Some(end) => i = end,
+                None => return true,
+            },
+            b'[' | b'{' => {
+                depth += 1;
+                values += 1;
+                if depth > MAX_JSON_DEPTH || values > max_values {
+                    return false;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b',' => {
+                values += 1;
+                if values > max_values {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The index of the quote that closes the string whose contents start at `start`, or `None`
+/// when it is not closed. Only quotes are searched for (escapes are frequent in tool output,
+/// quotes much rarer); a quote preceded by an odd number of backslashes is escaped.
+fn string_end(line: &[u8], start: usize) -> Option<usize> {
+    let mut from = start;
+    loop {
+        let q = from + memchr::memchr(b'"', &line[from..])?;
+        // The run of backslashes before the quote lies inside the string: the byte before
+        // `from` is a quote (the opening one, or an escaped one).
+        let backslashes = line[from..q]
+            .iter()
+            .rev()
+            .take_while(|&&b| b == b'\\')
+            .count();
+        if backslashes % 2 == 0 {
+            return Some(q);
+        }
+        from = q + 1;
+    }
+}
+
 /// How one raw line parsed.
 pub(crate) enum Line {
     /// Empty or whitespace only: not an event, not counted.
     Blank,
     /// Not a JSON object (malformed, truncated, non-UTF-8, an array, too deep, …).
     Malformed,
+    /// An object-looking line past [`MAX_JSON_DEPTH`] or [`MAX_JSON_VALUES`]: not parsed.
+    OverBudget,
     /// A JSON object.
     Object(Value),
 }
 
-/// Parses one line. Never panics; serde_json's recursion limit turns very deep nesting into
-/// [`Line::Malformed`].
+/// Parses one line. Never panics, and never builds a value for a line past the budget
+/// ([`within_budget`]): that is [`Line::OverBudget`].
 pub(crate) fn parse(line: &[u8]) -> Line {
     let trimmed = line.trim_ascii();
     if trimmed.is_empty() {
@@ -23,6 +113,9 @@ pub(crate) fn parse(line: &[u8]) -> Line {
     // Cheap pre-check: every event of every dialect is an object.
     if trimmed.first() != Some(&b'{') {
         return Line::Malformed;
+    }
+    if !within_budget(trimmed) {
+        return Line::OverBudget;
     }
     match serde_json::from_slice::<Value>(trimmed) {
         Ok(v @ Value::Object(_)) => Line::Object(v),
@@ -446,10 +539,12 @@ pub(crate) mod lenient {
     }
 
     /// Reads a typed view from a line's bytes; only a JSON object qualifies (a derived
-    /// struct would otherwise accept an array positionally).
+    /// struct would otherwise accept an array positionally), and only within the budget
+    /// ([`within_budget`](super::within_budget)): every element of a [`Seq`] costs its whole
+    /// view, however short its text.
     pub(crate) fn from_slice<'a, T: Deserialize<'a>>(line: &'a [u8]) -> Option<T> {
         let trimmed = line.trim_ascii();
-        if trimmed.first() != Some(&b'{') {
+        if trimmed.first() != Some(&b'{') || !super::within_budget(trimmed) {
             return None;
         }
         serde_json::from_slice(trimmed).ok()
@@ -511,5 +606,52 @@ pub(crate) mod lenient {
             let p: Probe<'_> = from_value(&v).expect("from value");
             assert_eq!(p.s.get(), Some("b"));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_scan_counts_structure_outside_strings_only() {
+        // Padding makes a line long enough to be scanned.
+        let pad = " ".repeat(MAX_JSON_VALUES);
+        let long = |s: &str| format!("{s}{pad}");
+        assert!(within_budget(long(r#"{"a":"[[[[,,,,\"]]]{{"}"#).as_bytes()));
+        // An escaped backslash before a quote does not escape it.
+        let closed = format!(r#"["\\"{}]"#, ",0".repeat(MAX_JSON_VALUES));
+        assert!(!within_budget(closed.as_bytes()));
+        let escaped = format!(r#"["\"{}"]"#, ",0".repeat(MAX_JSON_VALUES));
+        assert!(within_budget(escaped.as_bytes()));
+        // Unterminated strings and trailing escapes end the scan without panicking.
+        for end in ["{\"a", "{\"a\\", "{\"\\", "\"", "\\", ""] {
+            assert!(within_budget(format!("{pad}{end}").as_bytes()));
+        }
+        let deep = |d: usize| long(&format!("{}{}", "[".repeat(d), "]".repeat(d)));
+        assert!(within_budget(deep(MAX_JSON_DEPTH).as_bytes()));
+        assert!(!within_budget(deep(MAX_JSON_DEPTH + 1).as_bytes()));
+        // Closing brackets bring the depth back down: siblings do not add up.
+        let sibling = format!(
+            "{}{}",
+            "[".repeat(MAX_JSON_DEPTH - 1),
+            "]".repeat(MAX_JSON_DEPTH - 1)
+        );
+        let siblings = long(&format!("[{}]", vec![sibling; 10].join(",")));
+        assert!(within_budget(siblings.as_bytes()));
+        // A short line is never scanned: it cannot hold more values than bytes.
+        assert!(within_budget("[".repeat(MAX_JSON_VALUES).as_bytes()));
+        let wide = |n: usize| format!("[{}]", vec!["0"; n].join(","));
+        // One array and n - 1 commas.
+        assert!(within_budget(wide(MAX_JSON_VALUES).as_bytes()));
+        assert!(!within_budget(wide(MAX_JSON_VALUES + 1).as_bytes()));
+        assert!(matches!(
+            parse(
+                wide(MAX_JSON_VALUES + 1)
+                    .replace('[', "{\"a\":[")
+                    .as_bytes()
+            ),
+            Line::OverBudget
+        ));
     }
 }

@@ -36,6 +36,7 @@ pub use interpretation::{
     Completion, Finished, HarnessExit, Interrupted, Outcome, OutcomeStatus, OversizedLines, Report,
     TurnSummary, UNFINISHED, UNREADABLE_END,
 };
+pub use json::{MAX_JSON_DEPTH, MAX_JSON_DOCUMENT_VALUES, MAX_JSON_VALUES};
 pub use retained::{RetainedError, RetainedKind, RetainedRecord, RetainedRequest};
 pub use usage::{Usage, UsageLedger, UsageScope};
 
@@ -562,6 +563,10 @@ pub struct Facts {
     pub oversized_lines: Option<OversizedLines>,
     /// The unknown event types seen, sorted (bounded).
     pub unknown_types: Vec<String>,
+    /// Lines nested deeper than [`json::MAX_JSON_DEPTH`](MAX_JSON_DEPTH) or holding more than
+    /// [`MAX_JSON_VALUES`] values: not parsed (a value tree of such a line costs many times
+    /// its size), not counted in [`Facts::unrecognized_lines`].
+    pub over_budget_lines: u64,
 }
 
 /// A stream decoder: one per dialect, fed one raw line at a time.
@@ -585,6 +590,7 @@ const MAX_UNKNOWN_TYPE_CHARS: usize = 64;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Drift {
     unrecognized: u64,
+    over_budget: u64,
     unknown: BTreeSet<String>,
 }
 
@@ -594,13 +600,18 @@ impl Drift {
         self.unrecognized += 1;
     }
 
-    /// Parses `line` as an event object: a blank line is `None` and not counted; anything
-    /// that is not a JSON object is `None` and counted as unrecognized.
+    /// Parses `line` as an event object: a blank line is `None` and not counted; a line past
+    /// the JSON budget is `None` and counted as such; anything else that is not a JSON object
+    /// is `None` and counted as unrecognized.
     pub(crate) fn object(&mut self, line: &[u8]) -> Option<serde_json::Value> {
         match json::parse(line) {
             json::Line::Blank => None,
             json::Line::Malformed => {
                 self.malformed();
+                None
+            }
+            json::Line::OverBudget => {
+                self.over_budget += 1;
                 None
             }
             json::Line::Object(v) => Some(v),
@@ -619,6 +630,7 @@ impl Drift {
     /// Moves the counts into the facts.
     pub(crate) fn into_facts(self, facts: &mut Facts) {
         facts.unrecognized_lines = self.unrecognized;
+        facts.over_budget_lines = self.over_budget;
         facts.unknown_types = self.unknown.into_iter().collect();
     }
 }

@@ -29,6 +29,8 @@ pub(crate) struct MuseDecoder {
     tool_tasks: HashMap<String, String>,
     shown_tasks: HashSet<String>,
     killed: Vec<String>,
+    /// The kinds in `killed`, for constant-time deduplication.
+    killed_set: HashSet<String>,
 }
 
 /// Payload type prefixes Muse is known to emit.
@@ -124,7 +126,7 @@ impl MuseDecoder {
         let reason = json::str(task.fields, "reason").unwrap_or("");
         if reason.contains("session ended")
             && let Some(kind) = self.tool_tasks.get(task.id)
-            && !self.killed.contains(kind)
+            && self.killed_set.insert(kind.clone())
         {
             self.killed.push(kind.clone());
         }

@@ -33,6 +33,7 @@
 use serde_json::Value;
 
 use super::Usage;
+use super::interpretation::ModelList;
 use super::json;
 
 /// Which retained record a harness has.
@@ -89,8 +90,12 @@ pub struct RetainedRequest {
 pub struct RetainedRecord {
     /// The session id the record names, if any.
     pub session_id: Option<String>,
-    /// Models, ordered by first appearance, deduplicated (may be empty: still authoritative).
+    /// Models, ordered by first appearance, deduplicated (may be empty: still authoritative);
+    /// at most [`MAX_MODELS`](super::interpretation::MAX_MODELS), names bounded like the
+    /// stream's.
     pub models: Vec<String>,
+    /// How many distinct models `models` left out (beyond the cap).
+    pub models_omitted: u64,
     /// Summed usage, when the record carries any.
     pub usage: Option<Usage>,
     /// The final message, when the record has one (it replaces the stream's).
@@ -103,13 +108,9 @@ pub struct RetainedRecord {
 }
 
 impl RetainedRecord {
-    fn add_model(&mut self, name: &str) {
-        let name = name.trim();
-        if super::interpretation::is_reportable_model(name)
-            && !self.models.iter().any(|m| m == name)
-        {
-            self.models.push(name.to_owned());
-        }
+    /// Moves a parser's model list into the record.
+    fn set_models(&mut self, list: ModelList) {
+        (self.models, self.models_omitted) = list.into_parts();
     }
 }
 
@@ -117,6 +118,28 @@ impl RetainedRecord {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RetainedError {
+    /// A line of a JSON-lines record is past the JSON budget
+    /// ([`MAX_JSON_DEPTH`](super::MAX_JSON_DEPTH), [`MAX_JSON_VALUES`](super::MAX_JSON_VALUES)).
+    #[error(
+        "line {line} of {what} is nested deeper than {} or holds more than {} values",
+        super::MAX_JSON_DEPTH,
+        super::MAX_JSON_VALUES
+    )]
+    LineOverBudget {
+        /// Which record (`the Muse session log`).
+        what: &'static str,
+        /// The 1-based line number.
+        line: usize,
+    },
+    /// The OpenCode export is nested deeper than [`MAX_JSON_DEPTH`](super::MAX_JSON_DEPTH)
+    /// or holds more than [`MAX_JSON_DOCUMENT_VALUES`](super::MAX_JSON_DOCUMENT_VALUES)
+    /// values.
+    #[error(
+        "the OpenCode session export is nested deeper than {} or holds more than {} values",
+        super::MAX_JSON_DEPTH,
+        super::MAX_JSON_DOCUMENT_VALUES
+    )]
+    DocumentOverBudget,
     /// The OpenCode export is not a JSON object.
     #[error("the OpenCode session export is not a JSON object: {0}")]
     NotJson(String),
@@ -149,6 +172,9 @@ fn object_lines<'a>(
             json::Line::Blank => None,
             json::Line::Object(v) => Some(Ok((n + 1, v))),
             json::Line::Malformed => Some(Err(RetainedError::MalformedLine { what, line: n + 1 })),
+            json::Line::OverBudget => {
+                Some(Err(RetainedError::LineOverBudget { what, line: n + 1 }))
+            }
         })
 }
 
@@ -159,76 +185,96 @@ pub fn parse_muse_session_log(
     bytes: &[u8],
 ) -> Result<RetainedRecord, RetainedError> {
     const WHAT: &str = "the Muse session log";
-    let mut records = Vec::new();
+    let mut record = RetainedRecord {
+        session_id: session_id.map(str::to_owned),
+        ..RetainedRecord::default()
+    };
+    let mut models = ModelList::default();
+    // Each record is applied as it is read (in log order), so only one line's value is held
+    // at a time, never the whole log's.
+    let mut any = false;
     for line in object_lines(bytes, WHAT) {
         let (n, v) = line?;
         match v.get("children").and_then(Value::as_array) {
             Some(children) if v.get("retained_frame").is_some() => {
                 for child in children {
-                    let record = json::str(child, "record_json")
-                        .and_then(|text| serde_json::from_str::<Value>(text).ok())
-                        .filter(Value::is_object)
+                    let record_value = json::str(child, "record_json")
+                        .and_then(|text| match json::parse(text.as_bytes()) {
+                            json::Line::Object(v) => Some(v),
+                            _ => None,
+                        })
                         .ok_or(RetainedError::MalformedLine {
                             what: WHAT,
                             line: n,
                         })?;
-                    records.push(record);
+                    any = true;
+                    apply_muse_record(session_id, &record_value, &mut record, &mut models);
                 }
             }
-            _ => records.push(v),
+            _ => {
+                any = true;
+                apply_muse_record(session_id, &v, &mut record, &mut models);
+            }
         }
     }
-    if records.is_empty() {
+    if !any {
         return Err(RetainedError::EmptyLog);
     }
-    let mut record = RetainedRecord {
-        session_id: session_id.map(str::to_owned),
-        ..RetainedRecord::default()
-    };
-    for v in &records {
-        let stream_id = v.get("stream").and_then(|s| json::str(s, "id"));
-        if session_id.is_some() && stream_id != session_id {
-            continue;
-        }
-        let Some(payload) = v
-            .get("payload")
-            .filter(|p| json::str(p, "kind") == Some("run"))
-        else {
-            continue;
-        };
-        let event = payload.get("event").unwrap_or(&Value::Null);
-        match json::str(event, "kind") {
-            Some("assistant_message_committed") => {
-                if let Some(text) = json::first_str(event, &["text", "content", "message"]) {
-                    record.final_message = Some(text.to_owned());
-                }
-            }
-            Some("model_completed") => {
-                if let Some(model) = json::str(event, "model") {
-                    record.add_model(model);
-                }
-                let usage = event
-                    .get("usage")
-                    .filter(|u| u.is_object())
-                    .unwrap_or(event);
-                record.usage.get_or_insert_with(Usage::default).add_tokens(
-                    usage,
-                    [
-                        "input_tokens",
-                        "cached_tokens",
-                        "output_tokens",
-                        "reasoning_tokens",
-                    ],
-                );
-            }
-            _ => {}
-        }
-    }
+    record.set_models(models);
     Ok(record)
+}
+
+/// Applies one Muse log record to the record being built.
+fn apply_muse_record(
+    session_id: Option<&str>,
+    v: &Value,
+    record: &mut RetainedRecord,
+    models: &mut ModelList,
+) {
+    let stream_id = v.get("stream").and_then(|s| json::str(s, "id"));
+    if session_id.is_some() && stream_id != session_id {
+        return;
+    }
+    let Some(payload) = v
+        .get("payload")
+        .filter(|p| json::str(p, "kind") == Some("run"))
+    else {
+        return;
+    };
+    let event = payload.get("event").unwrap_or(&Value::Null);
+    match json::str(event, "kind") {
+        Some("assistant_message_committed") => {
+            if let Some(text) = json::first_str(event, &["text", "content", "message"]) {
+                record.final_message = Some(text.to_owned());
+            }
+        }
+        Some("model_completed") => {
+            if let Some(model) = json::str(event, "model") {
+                models.add(model);
+            }
+            let usage = event
+                .get("usage")
+                .filter(|u| u.is_object())
+                .unwrap_or(event);
+            record.usage.get_or_insert_with(Usage::default).add_tokens(
+                usage,
+                [
+                    "input_tokens",
+                    "cached_tokens",
+                    "output_tokens",
+                    "reasoning_tokens",
+                ],
+            );
+        }
+        _ => {}
+    }
 }
 
 /// Parses an OpenCode session export (one JSON document).
 pub fn parse_opencode_export(bytes: &[u8]) -> Result<RetainedRecord, RetainedError> {
+    if !json::within_values(bytes, json::MAX_JSON_DOCUMENT_VALUES) {
+        return Err(RetainedError::DocumentOverBudget);
+    }
     let doc: Value =
         serde_json::from_slice(bytes).map_err(|e| RetainedError::NotJson(e.to_string()))?;
     if !doc.is_object() {
@@ -245,6 +291,7 @@ pub fn parse_opencode_export(bytes: &[u8]) -> Result<RetainedRecord, RetainedErr
             .map(str::to_owned),
         ..RetainedRecord::default()
     };
+    let mut models = ModelList::default();
     // One `opencode run` adds one user message and the assistant's answers to it; a resumed
     // session's export holds the earlier runs too, which are not this run's.
     let role = |m: &Value| json::str(m.get("info").unwrap_or(m), "role").map(str::to_owned);
@@ -259,9 +306,9 @@ pub fn parse_opencode_export(bytes: &[u8]) -> Result<RetainedRecord, RetainedErr
         }
         if let Some(model) = json::nonempty(info, "modelID") {
             match json::nonempty(info, "providerID") {
-                Some(provider) => record.add_model(&format!("{provider}/{model}")),
-                None => record.add_model(model),
-            }
+                Some(provider) => models.add(&format!("{provider}/{model}")),
+                None => models.add(model),
+            };
         }
         if let Some(t) = info.get("tokens") {
             super::opencode::add_tokens(record.usage.get_or_insert_with(Usage::default), t);
@@ -281,6 +328,7 @@ pub fn parse_opencode_export(bytes: &[u8]) -> Result<RetainedRecord, RetainedErr
             .filter(|e| !e.is_null())
             .map(|e| super::opencode::error_text(e).1);
     }
+    record.set_models(models);
     Ok(record)
 }
 
@@ -288,13 +336,14 @@ pub fn parse_opencode_export(bytes: &[u8]) -> Result<RetainedRecord, RetainedErr
 /// `turn_context` records, and the session id of a `session_meta` record.
 pub fn parse_codex_session(bytes: &[u8]) -> Result<RetainedRecord, RetainedError> {
     let mut record = RetainedRecord::default();
+    let mut models = ModelList::default();
     for line in object_lines(bytes, "the Codex session file") {
         let (_, v) = line?;
         let payload = v.get("payload").unwrap_or(&Value::Null);
         match json::str(&v, "type") {
             Some("turn_context") => {
                 if let Some(model) = json::str(payload, "model") {
-                    record.add_model(model);
+                    models.add(model);
                 }
             }
             Some("session_meta") if record.session_id.is_none() => {
@@ -303,6 +352,7 @@ pub fn parse_codex_session(bytes: &[u8]) -> Result<RetainedRecord, RetainedError
             _ => {}
         }
     }
+    record.set_models(models);
     Ok(record)
 }
 

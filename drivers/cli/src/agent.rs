@@ -235,7 +235,10 @@ fn report(
         if args.json {
             out.line(&turn_json(turn)?)?;
         } else {
-            out.line(&models_line(&turn.observed_models))?;
+            out.line(&models_line(
+                &turn.observed_models,
+                turn.observed_models_omitted,
+            ))?;
             out.line(&format!("status: interrupted ({})", why.replace('_', " ")))?;
         }
         out.flush()?;
@@ -247,7 +250,12 @@ fn report(
     if args.json {
         out.line(&turn_json(turn)?)?;
     } else {
-        out.line(&human(&turn.observed_models, completion, true))?;
+        out.line(&human(
+            &turn.observed_models,
+            turn.observed_models_omitted,
+            completion,
+            true,
+        ))?;
     }
     out.flush()?;
     let mut code = exit_code(completion);

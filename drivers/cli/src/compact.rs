@@ -295,12 +295,14 @@ fn file_id(meta: &std::fs::Metadata) -> FileId {
     (meta.dev(), meta.ino())
 }
 
-/// Reads and parses the transcript within the default limits; also returns which file it
-/// was read from (for stdin, the file or pipe stdin is), so `--output` can never be it.
+/// Reads and parses the transcript within the default limits, streaming: the bytes are never
+/// held whole, only the transcript being built. A regular file larger than the limit is
+/// refused from its size before a byte is read; a pipe or FIFO is read up to the limit and one
+/// byte more, and is refused at its first byte that is not JSON or at the limit; a directory,
+/// socket or device is refused by its type before anything is read. Also returns which file
+/// it was read from (for stdin, the file or pipe stdin is), so `--output` can never be it.
 fn load(path: &Path) -> Result<(Transcript, Option<FileId>), Failure> {
     let limits = TranscriptLimits::default();
-    let cap = limits.max_bytes as u64 + 1;
-    let mut bytes = Vec::new();
     let cannot = |e: &dyn std::fmt::Display| {
         Failure::runtime(format!("cannot read {}: {e}", path.display()))
     };
@@ -308,8 +310,7 @@ fn load(path: &Path) -> Result<(Transcript, Option<FileId>), Failure> {
         use std::os::fd::AsFd as _;
         io::stdin().as_fd().try_clone_to_owned().map(File::from)
     } else {
-        // A FIFO opens without waiting and is read as stdin would be; a directory, a socket
-        // or a device is refused by its type before anything is read.
+        // A FIFO opens without waiting and is read as stdin would be.
         let input = agentrun_fs::special::open_input(path).map_err(|e| cannot(&e))?;
         let kind = input.metadata().map_err(|e| cannot(&e))?.file_type();
         if std::os::unix::fs::FileTypeExt::is_char_device(&kind) {
@@ -319,13 +320,158 @@ fn load(path: &Path) -> Result<(Transcript, Option<FileId>), Failure> {
     }
     .map_err(|e| cannot(&e))?;
     let meta = file.metadata().map_err(|e| cannot(&e))?;
-    let id = Some(file_id(&meta));
-    file.take(cap)
-        .read_to_end(&mut bytes)
-        .map_err(|e| cannot(&e))?;
-    let transcript = Transcript::from_json(&bytes, &limits)
-        .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
-    Ok((transcript, id))
+    if meta.is_file() && meta.len() > limits.max_bytes as u64 {
+        return Err(Failure::usage(format!(
+            "{}: the transcript is {} bytes; at most {} bytes are accepted",
+            path.display(),
+            meta.len(),
+            limits.max_bytes
+        )));
+    }
+    let transcript = parse_stream(path, file, &limits)?;
+    Ok((transcript, Some(file_id(&meta))))
+}
+
+/// Parses a transcript from `input`, reading at most `limits.max_bytes + 1` bytes.
+fn parse_stream(
+    path: &Path,
+    input: impl Read,
+    limits: &TranscriptLimits,
+) -> Result<Transcript, Failure> {
+    let limited = Limited {
+        inner: input,
+        left: limits.max_bytes as u64,
+        over: false,
+        error: None,
+    };
+    // Buffered above the limit, so serde_json's byte-at-a-time reads stay cheap.
+    let mut reader = io::BufReader::with_capacity(64 * 1024, limited);
+    let parsed = {
+        let mut de = serde_json::Deserializer::from_reader(&mut reader);
+        Transcript::from_deserializer(&mut de, limits).and_then(|t| {
+            de.end()
+                .map(|()| t)
+                .map_err(|e| agentrun_core::transcript::TranscriptError::Json(e.to_string()))
+        })
+    };
+    let limited = reader.into_inner();
+    if limited.over {
+        return Err(Failure::usage(format!(
+            "{}: the transcript is more than {} bytes; at most {} bytes are accepted",
+            path.display(),
+            limits.max_bytes,
+            limits.max_bytes
+        )));
+    }
+    if let Some(e) = limited.error {
+        return Err(Failure::runtime(format!(
+            "cannot read {}: {e}",
+            path.display()
+        )));
+    }
+    parsed.map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
+}
+
+/// A reader that yields at most `left` bytes and fails (setting `over`) when its input has
+/// more; it remembers a read error, so it is reported as one and not as invalid JSON.
+struct Limited<R> {
+    inner: R,
+    left: u64,
+    over: bool,
+    error: Option<io::Error>,
+}
+
+impl<R: Read> Read for Limited<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.left == 0 {
+            // At the limit: one more byte means the input is too large.
+            let mut probe = [0u8; 1];
+            return match self.read_inner(&mut probe)? {
+                0 => Ok(0),
+                _ => {
+                    self.over = true;
+                    Err(io::Error::other("the transcript is larger than the limit"))
+                }
+            };
+        }
+        let want = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.read_inner(&mut buf[..want])?;
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+impl<R: Read> Limited<R> {
+    fn read_inner(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.inner.read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let copy = io::Error::new(e.kind(), e.to_string());
+                    self.error = Some(e);
+                    return Err(copy);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod input_tests {
+    use super::*;
+
+    fn limits(max_bytes: usize) -> TranscriptLimits {
+        TranscriptLimits {
+            max_bytes,
+            ..TranscriptLimits::default()
+        }
+    }
+
+    #[test]
+    fn a_stream_over_the_limit_is_refused_after_one_byte_more() {
+        let doc = br#"[{"role":"user","content":"a"}]"#;
+        // Exactly at the limit: read whole and parsed.
+        match parse_stream(Path::new("-"), &doc[..], &limits(doc.len())) {
+            Ok(t) => assert_eq!(t.messages.len(), 1),
+            Err(e) => panic!("at the limit: {}", e.message),
+        }
+        // Whitespace past the limit: valid JSON so far, refused for its size.
+        let mut long = doc.to_vec();
+        long.extend_from_slice(b"    ");
+        let e = parse_stream(Path::new("-"), &long[..], &limits(doc.len())).expect_err("long");
+        assert!(e.message.contains("more than 31 bytes"), "{}", e.message);
+        // An endless stream stops at the limit.
+        let endless = io::repeat(b' ');
+        let e = parse_stream(Path::new("-"), endless, &limits(1 << 20)).expect_err("endless");
+        assert!(
+            e.message.contains("more than 1048576 bytes"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn a_read_error_is_reported_as_one() {
+        struct Broken;
+        impl Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+                Err(io::Error::other("the disk is on fire"))
+            }
+        }
+        let e = parse_stream(Path::new("t.json"), Broken, &limits(100)).expect_err("broken");
+        assert!(
+            e.message
+                .contains("cannot read t.json: the disk is on fire"),
+            "{}",
+            e.message
+        );
+    }
 }
 
 /// Refuses an `--output` that is the transcript (by device and inode, so no other path to

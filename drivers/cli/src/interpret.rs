@@ -111,12 +111,14 @@ pub(crate) fn run(args: InterpretArgs) -> Result<ExitCode, Failure> {
         _ => None,
     };
     let models = finished.observed_models().to_vec();
+    let omitted = finished.observed_models_omitted();
     let completion = finished.complete(retained);
     if args.json {
-        let summary = TurnSummary::new(args.harness, &models, Some(&completion));
+        let summary = TurnSummary::new(args.harness, &models, Some(&completion))
+            .with_observed_models_omitted(omitted);
         out.line(&serde_json::to_string(&summary).map_err(Failure::runtime)?)?;
     } else {
-        out.line(&human(&models, &completion, false))?;
+        out.line(&human(&models, omitted, &completion, false))?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
@@ -148,21 +150,14 @@ fn feed<W: Write>(
 /// diagnostics, warnings, then the final message (no trailing newline). With `resumable`
 /// (a run that knows whether it resumed a session), a usage that is not all the run's own —
 /// a resumed session's running totals — gets a `usage:` line saying so.
-pub(crate) fn human(models: &[String], c: &Completion, resumable: bool) -> String {
+pub(crate) fn human(models: &[String], omitted: u64, c: &Completion, resumable: bool) -> String {
     let mut s = String::new();
-    let list = |m: &[String]| {
-        if m.is_empty() {
-            "(none)".to_owned()
-        } else {
-            m.join(", ")
-        }
-    };
-    s.push_str(&models_line(models));
+    s.push_str(&models_line(models, omitted));
     s.push('\n');
     if c.report.retained {
         s.push_str(&format!(
             "models (retained record): {}\n",
-            list(&c.report.models)
+            model_list(&c.report.models, c.report.models_omitted)
         ));
     }
     let status = match &c.outcome.status {
@@ -207,13 +202,22 @@ pub(crate) fn human(models: &[String], c: &Completion, resumable: bool) -> Strin
     s
 }
 
-/// `observed models: a, b` (or `(none)`).
-pub(crate) fn models_line(models: &[String]) -> String {
-    if models.is_empty() {
-        "observed models: (none)".to_owned()
+/// `observed models: a, b` (or `(none)`), with `(and N more)` when models were left out.
+pub(crate) fn models_line(models: &[String], omitted: u64) -> String {
+    format!("observed models: {}", model_list(models, omitted))
+}
+
+/// `a, b`, `a, b (and N more)` or `(none)`.
+fn model_list(models: &[String], omitted: u64) -> String {
+    let mut s = if models.is_empty() {
+        "(none)".to_owned()
     } else {
-        format!("observed models: {}", models.join(", "))
+        models.join(", ")
+    };
+    if omitted > 0 {
+        s.push_str(&format!(" (and {omitted} more)"));
     }
+    s
 }
 
 /// Stdout that ends quietly on a closed pipe (`agentrun interpret … | head`).

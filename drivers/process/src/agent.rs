@@ -303,6 +303,9 @@ pub struct AgentRun {
     pub harness: Harness,
     /// The models observed on the stream (before the retained record's reconciliation).
     pub observed_models: Vec<String>,
+    /// How many distinct observed models `observed_models` left out (beyond
+    /// [`MAX_MODELS`](agentrun_core::harness::interpretation::MAX_MODELS)).
+    pub observed_models_omitted: u64,
     /// The completion: report and outcome. `None` when the run was stopped (timeout, idle
     /// timeout, cancellation): then there is no report and no retained read.
     pub completion: Option<Completion>,
@@ -333,7 +336,8 @@ impl Serialize for AgentRun {
                 self.harness,
                 &self.observed_models,
                 self.completion.as_ref(),
-            ),
+            )
+            .with_observed_models_omitted(self.observed_models_omitted),
             interrupted: self.stopped(),
             run: self.process.summary(),
             truncated_lines: self.truncated_lines,
@@ -540,6 +544,7 @@ async fn run_turn<R: Runtime>(
         return Ok(AgentRun {
             harness,
             observed_models: interrupted.observed_models().to_vec(),
+            observed_models_omitted: interrupted.observed_models_omitted(),
             completion: None,
             process,
             truncated_lines,
@@ -555,6 +560,7 @@ async fn run_turn<R: Runtime>(
     };
     let finished = interp.finish(exit);
     let observed_models = finished.observed_models().to_vec();
+    let observed_models_omitted = finished.observed_models_omitted();
     let (retained, retained_error) = match finished.retained_request() {
         Some(request) => match acquire(runner, &options, &request, codex_before).await {
             Ok(record) => (Some(record), None),
@@ -566,6 +572,7 @@ async fn run_turn<R: Runtime>(
     Ok(AgentRun {
         harness,
         observed_models,
+        observed_models_omitted,
         completion: Some(completion),
         process,
         truncated_lines,
