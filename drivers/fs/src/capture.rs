@@ -394,8 +394,14 @@ const RECORD_FIXED: u64 = 32 << 10;
 /// full disk is written as the minimal record.
 const MAX_PREVIEW_ROOM: u64 = 8 << 20;
 
-/// The smallest reserve a capture may start with: publication's steps and the minimal record.
-pub(crate) const MIN_RESERVE: u64 = RESERVE_BASE + RECORD_FIXED;
+/// Room for the run's command taken with every reserve (4 KiB of command text at its worst
+/// growth): a command this short needs no allocation of its own once the run is set up, so a
+/// disk that had just the room for the reserve does not refuse it for the last few bytes.
+const COMMAND_ROOM: u64 = (4 << 10) * COMMAND_JSON_GROWTH;
+
+/// The smallest reserve a capture may start with: publication's steps and the minimal record
+/// with a short command.
+pub(crate) const MIN_RESERVE: u64 = RESERVE_BASE + RECORD_FIXED + COMMAND_ROOM;
 
 /// The bytes set aside before a capture starts for everything its publication writes (see
 /// [`Reserve`]): [`MIN_RESERVE`] plus, at the JSON growth of text ([`JSON_GROWTH`]), the live
@@ -438,6 +444,8 @@ fn store_no_space(e: &StoreError) -> bool {
 struct Reserve {
     path: PathBuf,
     len: u64,
+    /// What is left of [`COMMAND_ROOM`] for [`CaptureSession::reserve_record_room`].
+    command_room: u64,
 }
 
 impl Reserve {
@@ -446,7 +454,11 @@ impl Reserve {
     fn take(dir: &Path, len: u64) -> Result<Self, StoreError> {
         let path = dir.join("reserve");
         layout::new_private_file().open(&path).at("create", &path)?;
-        let mut reserve = Self { path, len: 0 };
+        let mut reserve = Self {
+            path,
+            len: 0,
+            command_room: COMMAND_ROOM,
+        };
         reserve.grow_to(len)?;
         Ok(reserve)
     }
@@ -681,22 +693,37 @@ impl Store {
                 return Err(e.into());
             }
         };
-        let streams_declared = capture.declaration().indexes().count();
-        let (reserve, shrunk) = take_reserve(&dir.path, streams_declared, limits)?;
+        // The stream files first (their index headers take a block each), then the reserve,
+        // which may take all the room that is left, then the best-effort room past the ends
+        // of the files publication writes.
+        let mut streams = Vec::new();
+        let mut indexes = Vec::new();
+        for ix in capture.declaration().indexes() {
+            let label = label(capture.declaration(), ix);
+            let (data, index) = StreamFiles::create(&dir.path, ix.get(), label).map_err(|e| {
+                if is_no_space(&e.source) {
+                    // Not even an index header fits: the run is refused as for its reserve.
+                    StoreError::NoSpace {
+                        path: self.layout.root().to_owned(),
+                        needed: MIN_RESERVE,
+                        source: e.source,
+                    }
+                } else {
+                    e.into()
+                }
+            })?;
+            streams.push(data);
+            indexes.push(index);
+        }
+        let (reserve, shrunk) = take_reserve(&dir.path, streams.len(), limits)?;
+        // Stream numbers and labels depend only on the declaration, so the files created
+        // above serve a capture made again with smaller budgets.
         let capture = match shrunk {
             None => capture,
             Some((limits, display)) => Capture::with_display_bound(declaration, limits, display)?,
         };
         for name in ["m", "m.idx", "protect"] {
             preallocate(&dir.path.join(name), MANIFEST_ROOM)?;
-        }
-        let mut streams = Vec::new();
-        let mut indexes = Vec::new();
-        for ix in capture.declaration().indexes() {
-            let label = label(capture.declaration(), ix);
-            let (data, index) = StreamFiles::create(&dir.path, ix.get(), label)?;
-            streams.push(data);
-            indexes.push(index);
         }
         Ok(CaptureSession {
             store: self.clone(),
@@ -894,11 +921,15 @@ impl CaptureSession {
     /// and display [`Store::begin_capture`] already made room for: the command that
     /// [`describe_run`](Self::describe_run) will add at the end, say. Call it before the run
     /// starts: on a file system without that room it is [`StoreError::NoSpace`], and nothing
-    /// has run yet.
+    /// has run yet. The first few KiB come out of room every reserve already holds, so a
+    /// short command never needs more of the disk.
     pub fn reserve_record_room(&mut self, text_bytes: usize) -> Result<(), StoreError> {
         if let Some(reserve) = self.reserve.as_mut() {
-            let len = reserve.len + text_bytes as u64 * COMMAND_JSON_GROWTH;
+            let wanted = text_bytes as u64 * COMMAND_JSON_GROWTH;
+            let from_room = wanted.min(reserve.command_room);
+            let len = reserve.len + (wanted - from_room);
             reserve.grow_to(len)?;
+            reserve.command_room -= from_room;
         }
         Ok(())
     }
