@@ -214,7 +214,7 @@ pub(crate) struct Prepared {
 
 /// Checks `options` and opens the run: the capture session and, on opt-in, the result sink.
 /// Blocking; nothing is spawned. Errors name what to fix.
-pub(crate) fn prepare(store: &Store, options: RunOptions) -> Result<Prepared, RunError> {
+pub(crate) fn prepare(store: &Store, mut options: RunOptions) -> Result<Prepared, RunError> {
     options.validate()?;
     // Giving the child's group the terminal instead (tcsetpgrp) would also hand it the job
     // control keys: a Ctrl-Z would stop it where the runner cannot see it, with the terminal
@@ -242,8 +242,9 @@ pub(crate) fn prepare(store: &Store, options: RunOptions) -> Result<Prepared, Ru
     // Opened now, before the capture starts and without waiting for a writer: a regular
     // file becomes the child's stdin itself, anything else that can be read is passed on
     // by the stdin job as it comes.
-    let mut stdin = match &options.stdin {
-        StdinMode::Bytes(bytes) => Some(StdinFeed::Bytes(bytes.clone())),
+    let mut stdin = match &mut options.stdin {
+        // Moved, not copied: a summarizer's input may be hundreds of megabytes.
+        StdinMode::Bytes(bytes) => Some(StdinFeed::Bytes(std::mem::take(bytes))),
         StdinMode::File(path) => {
             let refused = |source| RunError::StdinFile {
                 path: path.clone(),
