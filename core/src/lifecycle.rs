@@ -109,7 +109,8 @@ pub enum RunAction {
     /// Send SIGKILL to the child's process group.
     Kill,
     /// Look whether the child's process group still has a process (signal 0) and report an
-    /// empty one with [`RunLifecycle::handle_group_empty`]; nothing to report otherwise.
+    /// empty one with [`RunLifecycle::handle_group_empty`], or one whose members all seem to
+    /// be zombies with [`RunLifecycle::handle_group_zombies`]; nothing to report otherwise.
     Probe,
     /// The run is over: finalize it with this outcome and the child's exit.
     Finish {
@@ -179,8 +180,8 @@ pub struct RunLifecycle {
     signals: Vec<StopSignal>,
     /// Leave the group alone after a normal exit whose pipes closed.
     keep_background: bool,
-    /// The group was found empty after the child was reaped: its id may be reused, so it gets
-    /// no more signals.
+    /// The group was found empty after the child was reaped (or got SIGKILL when it seemed to
+    /// hold only zombies): its id may be reused, so it gets no more signals.
     group_empty: bool,
     phase: Phase,
     /// How the run ends when stopped (set by the first cause: deadline, idle or cancel).
