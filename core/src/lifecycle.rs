@@ -15,7 +15,9 @@
 //!       [`RunAction::Signal`] (send that signal to the child's process group; if the group
 //!       has no process left, report it with [`RunLifecycle::handle_group_empty`]),
 //!       [`RunAction::Kill`] (SIGKILL to the group, same report), [`RunAction::Probe`] (look
-//!       whether the group still has a process, e.g. signal 0; same report), or
+//!       whether the group still has a process, e.g. signal 0; same report; a group whose
+//!       members all turn out to be zombies is reported with
+//!       [`RunLifecycle::handle_group_zombies`], which asks for SIGKILL first), or
 //!       [`RunAction::Finish`]
 //!       (stop waiting: finalize the run with that outcome and exit, and say in the record
 //!       what it reports as unfinished: output pipes still open, a child never reaped; the
@@ -45,7 +47,10 @@
 //!   is asked to look at the group at once and then every [`GROUP_PROBE`]
 //!   ([`RunAction::Probe`]); the grace ends when it ends or when the group is found empty,
 //!   whichever comes first, and only a group still holding a process gets the next signal or
-//!   SIGKILL. After SIGKILL (or an empty group) the output pipes get [`DRAIN_AFTER_KILL`]; a
+//!   SIGKILL. A group that seems to hold only zombies (orphans nobody reaps) gets SIGKILL at
+//!   once and then counts as empty: only signal 0 failing proves a group empty, a look at its
+//!   members can miss one that runs, and SIGKILL costs a true zombie nothing.
+//!   After SIGKILL (or an empty group) the output pipes get [`DRAIN_AFTER_KILL`]; a
 //!   process that left the group (`setsid`) and still holds them is not waited for longer.
 //! * A group found empty is never signalled again: once the child is reaped and its group
 //!   empty, the group's id is free and may be reused by an unrelated group.
@@ -104,7 +109,8 @@ pub enum RunAction {
     /// Send SIGKILL to the child's process group.
     Kill,
     /// Look whether the child's process group still has a process (signal 0) and report an
-    /// empty one with [`RunLifecycle::handle_group_empty`]; nothing to report otherwise.
+    /// empty one with [`RunLifecycle::handle_group_empty`], or one whose members all seem to
+    /// be zombies with [`RunLifecycle::handle_group_zombies`]; nothing to report otherwise.
     Probe,
     /// The run is over: finalize it with this outcome and the child's exit.
     Finish {
@@ -174,8 +180,8 @@ pub struct RunLifecycle {
     signals: Vec<StopSignal>,
     /// Leave the group alone after a normal exit whose pipes closed.
     keep_background: bool,
-    /// The group was found empty after the child was reaped: its id may be reused, so it gets
-    /// no more signals.
+    /// The group was found empty after the child was reaped (or got SIGKILL when it seemed to
+    /// hold only zombies): its id may be reused, so it gets no more signals.
     group_empty: bool,
     phase: Phase,
     /// How the run ends when stopped (set by the first cause: deadline, idle or cancel).
@@ -339,6 +345,29 @@ impl RunLifecycle {
                 }
             }
             Phase::Running | Phase::Draining { .. } | Phase::Killed { .. } | Phase::Done => {}
+        }
+    }
+
+    /// A look at the group at `now` found no process in it that runs (only zombies, or no
+    /// member the driver could see although signal 0 still finds the group). Such a look can
+    /// miss a live process (a thread behind a zombie leader, a process the driver's view of
+    /// the system does not show), so the grace ends with SIGKILL ([`RunAction::Kill`]), never
+    /// without it: the zombies keep the group's id taken, so it cannot have been reused yet.
+    /// Then the group counts as empty, as with [`RunLifecycle::handle_group_empty`].
+    pub fn handle_group_zombies(&mut self, now: Instant) {
+        if self.exit.is_none() || self.phase == Phase::Done {
+            // The child itself is in the group until reaped: the report is stale.
+            return;
+        }
+        match self.phase {
+            Phase::Stopping { .. } => {
+                self.kill(now);
+                self.group_empty = true;
+            }
+            // After SIGKILL: nothing more to send.
+            Phase::Killed { .. } => self.group_empty = true,
+            // No look is asked for outside a stop; a stale report changes nothing.
+            Phase::Running | Phase::Draining { .. } | Phase::Done => {}
         }
     }
 

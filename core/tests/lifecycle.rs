@@ -352,6 +352,61 @@ fn an_empty_group_gets_no_more_signals() {
     );
 }
 
+/// A look at the group that finds no process running (only zombies, or none the driver can
+/// see although signal 0 still finds the group) ends the grace with SIGKILL, never without
+/// it: the look may miss a live process (a thread behind a zombie leader, a `/proc` of
+/// another PID namespace), and the zombies keep the group's id from being reused. Then the
+/// group counts as empty.
+#[test]
+fn a_group_of_zombies_gets_sigkill_before_it_counts_as_empty() {
+    // After a normal exit whose pipes closed: TERM, a probe, the zombies-only verdict.
+    let mut sim = Sim::new(opts());
+    sim.run.handle_exit(sim.at(10), Some(Exit::Code(0)));
+    sim.run.handle_pipes_closed(sim.at(10));
+    assert_eq!(sim.actions(), [TERM]);
+    assert_eq!(sim.wake(), Some(WakeReason::GroupProbe));
+    assert_eq!(sim.actions(), [RunAction::Probe]);
+    sim.run.handle_group_zombies(sim.now);
+    assert_eq!(
+        sim.actions(),
+        [
+            RunAction::Kill,
+            finish(RunOutcome::Completed, Some(Exit::Code(0)))
+        ]
+    );
+    assert!(sim.elapsed_ms() < 5000, "before the grace ended");
+    // During a timeout's grace, with a pipe still open: SIGKILL, then the last drain, and
+    // the group gets nothing more.
+    let mut sim = Sim::new(opts().timeout(Duration::from_secs(1)));
+    sim.wake();
+    assert_eq!(sim.actions(), [TERM]);
+    sim.set(1100);
+    sim.run.handle_exit(sim.now, Some(Exit::Signal(15)));
+    assert_eq!(sim.actions(), [RunAction::Probe]);
+    sim.run.handle_group_zombies(sim.now);
+    assert_eq!(sim.actions(), [RunAction::Kill]);
+    sim.run.handle_cancel(sim.at(1200));
+    assert_eq!(
+        sim.actions(),
+        [],
+        "no second SIGKILL to a group counted empty"
+    );
+    assert_eq!(sim.wake(), Some(WakeReason::DrainAfterKill));
+    assert_eq!(sim.elapsed_ms(), 1100 + DRAIN_AFTER_KILL.as_millis());
+    assert_eq!(
+        sim.actions(),
+        [finish_open(RunOutcome::TimedOut, Some(Exit::Signal(15)))]
+    );
+    // Before the child was reaped the verdict is stale (the child itself is in the group).
+    let mut sim = Sim::new(opts().timeout(Duration::from_secs(1)));
+    sim.wake();
+    assert_eq!(sim.actions(), [TERM]);
+    sim.run.handle_group_zombies(sim.now);
+    assert_eq!(sim.actions(), []);
+    assert_eq!(sim.wake(), Some(WakeReason::Grace));
+    assert_eq!(sim.actions(), [RunAction::Kill]);
+}
+
 #[test]
 fn a_grandchild_holding_the_pipes_after_sigkill_is_not_waited_for() {
     let mut sim = Sim::new(opts().timeout(Duration::from_secs(1)));

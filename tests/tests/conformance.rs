@@ -1184,6 +1184,89 @@ fn a_group_of_zombies_does_not_cost_the_grace<D: Driver>() {
     assert_eq!(env.stdout(&r), "done\n");
 }
 
+/// A leader whose main thread called `pthread_exit`: `/proc` shows the process as a zombie
+/// while its other thread still runs. It ignores SIGTERM, so it must get SIGKILL when the
+/// grace ends; its worker thread (which appends to a file every 50 ms) is gone after the run.
+/// Built with `cc` into the test's directory; skipped without a C compiler.
+fn a_live_thread_behind_a_zombie_leader_gets_sigkill<D: Driver>() {
+    let env = Env::new();
+    let source = env.path("leader.c");
+    let program = env.path("leader");
+    fs::write(
+        &source,
+        r#"#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+static const char *path;
+static void *work(void *arg) {
+    (void)arg;
+    for (;;) {
+        int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0600);
+        if (fd >= 0) { (void)write(fd, "x", 1); close(fd); }
+        usleep(50000);
+    }
+    return 0;
+}
+int main(int argc, char **argv) {
+    pthread_t worker;
+    if (argc < 2) return 2;
+    path = argv[1];
+    signal(SIGTERM, SIG_IGN);
+    if (pthread_create(&worker, 0, work, 0) != 0) return 3;
+    pthread_exit(0);
+}
+"#,
+    )
+    .unwrap();
+    match std::process::Command::new("cc")
+        .arg("-pthread")
+        .arg("-o")
+        .arg(&program)
+        .arg(&source)
+        .status()
+    {
+        Ok(status) if status.success() => {}
+        other => {
+            eprintln!("skipped: no working C compiler (`cc`): {other:?}");
+            return;
+        }
+    }
+    let appended = env.path("appended");
+    let pidfile = env.path("leader.pid");
+    let script = format!(
+        "'{}' '{}' >/dev/null 2>&1 </dev/null & echo $! > '{}'; sleep 0.5; exit 0",
+        program.display(),
+        appended.display(),
+        pidfile.display()
+    );
+    let r = D::run(&env.store, sh(&script).kill_grace(Duration::from_secs(2)));
+    let leader: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The worker ran (so the leader was a zombie with a live thread), then every thread of
+    // the process ended: the process is gone, or only its zombie leader is left.
+    let worker_ran = eventually(WIRING_BOUND, || appended.exists());
+    let threads_ended = eventually(WIRING_BOUND, || {
+        fs::read_to_string(format!("/proc/{leader}/status")).map_or(true, |status| {
+            status
+                .lines()
+                .any(|l| l.split_whitespace().eq(["Threads:", "1"]))
+        })
+    });
+    // Cleaned up before asserting, so a failure leaves nothing behind.
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &leader.to_string()])
+        .status();
+    let r = r.unwrap();
+    assert!(worker_ran, "the worker thread started");
+    assert!(threads_ended, "the worker thread of {leader} was killed");
+    assert_eq!(r.outcome, RunOutcome::Completed);
+    assert_eq!(r.exit, Some(Exit::Code(0)));
+}
+
 /// `RunOptions::keep_background`: the background process outlives the run (a daemon started
 /// on purpose), and the run is completed as usual.
 fn keep_background_keeps_what_the_child_left_running<D: Driver>() {
@@ -1801,6 +1884,11 @@ macro_rules! conformance {
             #[test]
             fn a_group_of_zombies_does_not_cost_the_grace() {
                 super::a_group_of_zombies_does_not_cost_the_grace::<$driver>();
+            }
+
+            #[test]
+            fn a_live_thread_behind_a_zombie_leader_gets_sigkill() {
+                super::a_live_thread_behind_a_zombie_leader_gets_sigkill::<$driver>();
             }
 
             #[test]

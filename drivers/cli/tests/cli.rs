@@ -608,6 +608,95 @@ fn background_processes_are_stopped_unless_kept() {
     assert!(kept, "--keep-background kept {bg}");
 }
 
+/// agentrun in a PID namespace of its own that still sees the `/proc` of the outer one
+/// (`unshare --pid` without `--mount-proc`): the ids in `/proc` are not the ones its signals
+/// use, so it cannot look past zombies there; a background process that ignores SIGTERM is
+/// still killed when the grace ends. Skipped where `unshare` cannot make a PID namespace.
+#[test]
+fn a_foreign_proc_does_not_spare_the_group_its_sigkill() {
+    let env = Sandbox::new();
+    // Namespaces as root, or as an ordinary user with a user namespace of their own.
+    let unshare = [
+        &["--pid", "--fork", "--kill-child"][..],
+        &[
+            "--user",
+            "--map-root-user",
+            "--pid",
+            "--fork",
+            "--kill-child",
+        ][..],
+    ]
+    .into_iter()
+    .find(|flags| {
+        Command::new("unshare")
+            .args(*flags)
+            .arg("true")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    let Some(unshare) = unshare else {
+        eprintln!("skipped: `unshare` cannot make a PID namespace here");
+        return;
+    };
+    // A duration no other test uses, to find the process from outside the namespace.
+    let marker = "301.4137";
+    let inner = format!("trap '' TERM; sleep {marker} >/dev/null 2>&1 </dev/null & exit 0");
+    let rc = env.path("rc");
+    // The namespace's first process stays (so the namespace does) after the run returned.
+    let outer =
+        r#""$0" --store "$1" run --kill-grace 2s -- sh -c "$2"; echo $? > "$3"; exec sleep 120"#;
+    let mut namespace = sandbox::command("unshare")
+        .args(unshare)
+        .args(["sh", "-c", outer])
+        .arg(env!("CARGO_BIN_EXE_agentrun"))
+        .arg(&env.store)
+        .arg(&inner)
+        .arg(&rc)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let patience = std::time::Duration::from_secs(60);
+    let eventually = |mut f: Box<dyn FnMut() -> bool + '_>| {
+        let until = std::time::Instant::now() + patience;
+        while !f() && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        f()
+    };
+    let mut sleeper = None;
+    let found = eventually(Box::new(|| {
+        sleeper = process_with_args(&["sleep", marker]);
+        sleeper.is_some()
+    }));
+    let returned = eventually(Box::new(|| {
+        fs::read_to_string(&rc).is_ok_and(|c| c.ends_with('\n'))
+    }));
+    let killed =
+        sleeper.is_some_and(|pid| eventually(Box::new(|| agentrun_tests::processes::ended(pid))));
+    // Ending the namespace's first process ends every process in it.
+    let _ = namespace.kill();
+    let _ = namespace.wait();
+    assert!(found, "the background process started");
+    assert!(returned, "the run returned");
+    assert_eq!(fs::read_to_string(&rc).unwrap(), "0\n");
+    assert!(killed, "the background process ignoring SIGTERM was killed");
+}
+
+/// The first process whose argv is `args`, from /proc.
+fn process_with_args(args: &[&str]) -> Option<i32> {
+    let wanted: Vec<u8> = args
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+        (fs::read(entry.path().join("cmdline")).ok()? == wanted).then_some(pid)
+    })
+}
+
 /// Processes of group `pgid` that are not zombies, from /proc.
 fn live_group_members(pgid: i32) -> Vec<i32> {
     let mut live = Vec::new();

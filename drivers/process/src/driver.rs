@@ -469,8 +469,11 @@ impl<R: Runtime> State<R> {
                     os::probe_group(self.group, scan)
                 }
             };
-            if delivery == Delivery::NoGroup {
-                self.lifecycle.handle_group_empty(now);
+            match delivery {
+                Delivery::NoGroup => self.lifecycle.handle_group_empty(now),
+                // SIGKILL comes as the lifecycle's next action, then the group counts empty.
+                Delivery::OnlyZombies => self.lifecycle.handle_group_zombies(now),
+                _ => {}
             }
         }
         None
