@@ -383,6 +383,17 @@ fn allowed_paths_must_be_absolute() {
 /// A fake `claude` on PATH that prints a Claude Code stream-json turn whose assistant
 /// messages name the models `models` (a shell expression printing one name per line).
 fn fake_claude(dir: &Path, models: &str, diagnostic_bytes: usize) -> PathBuf {
+    fake_claude_ending(dir, models, diagnostic_bytes, false)
+}
+
+/// As [`fake_claude`], the turn ending with a success whose final message is `bytes` long
+/// when `success`, else with an error whose diagnostic is.
+fn fake_claude_ending(dir: &Path, models: &str, diagnostic_bytes: usize, success: bool) -> PathBuf {
+    let (subtype, is_error) = if success {
+        ("success", "false")
+    } else {
+        ("error_during_execution", "true")
+    };
     let bin = dir.join("fakebin");
     let script = format!(
         r#"cat >/dev/null
@@ -391,7 +402,7 @@ printf '%s\n' '{{"type":"system","subtype":"init","session_id":"00000000-0000-40
   printf '{{"type":"assistant","message":{{"content":[{{"text":"working","type":"text"}}],"id":"msg_1","model":"%s","role":"assistant","type":"message"}},"session_id":"00000000-0000-4000-8000-000000000009"}}\n' "$model"
 done
 diag=$(head -c {diagnostic_bytes} /dev/zero | tr '\0' d)
-printf '{{"type":"result","subtype":"error_during_execution","is_error":true,"result":"%s","session_id":"00000000-0000-4000-8000-000000000009","num_turns":1,"total_cost_usd":0.01}}\n' "$diag"
+printf '{{"type":"result","subtype":"{subtype}","is_error":{is_error},"result":"%s","session_id":"00000000-0000-4000-8000-000000000009","num_turns":1,"total_cost_usd":0.01}}\n' "$diag"
 "#
     );
     write_script(&bin.join("claude"), &script);
@@ -487,6 +498,71 @@ fn a_run_result_with_a_clean_answer_stays_within_the_payload_bound() {
         let message = answer["error"]["message"].as_str().unwrap_or_default();
         assert_bounded(message, 8704, method);
     }
+}
+
+/// With --structured-content, the structured content is bounded by --max-payload-bytes too
+/// (some clients show it instead of the text): long strings are cut, and when that is not
+/// enough the big fields are dropped and named, the artifact URIs kept.
+#[test]
+fn structured_content_stays_within_the_payload_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = fake_claude_ending(dir.path(), "seq 1 20000 | sed 's/^/model-/'", 100_000, true);
+    let path = format!("{}:{}", bin.display(), system_path());
+    let mut server = Server::start(
+        &dir.path().join("store"),
+        &path,
+        dir.path(),
+        &[
+            "--allow",
+            "claude",
+            "--allow",
+            "sh",
+            "--structured-content",
+            "--max-payload-bytes",
+            "8704",
+        ],
+    );
+    server.initialize();
+    let answer = server.call(
+        json!(1),
+        "agent",
+        json!({"harness": "claude", "prompt": "hi", "cwd": dir.path()}),
+    );
+    assert_bounded(&text_of(&answer), 8704, "agent text");
+    let structured = &answer["result"]["structuredContent"];
+    let json = structured.to_string();
+    assert_bounded(&json, 8704, "agent structured content");
+    assert!(json.contains("\"artifact://"), "the URIs are kept: {json}");
+    assert!(
+        structured.get("strings_cut_at").is_some() || structured.get("omitted_fields").is_some(),
+        "says what was cut: {json}"
+    );
+    assert_eq!(
+        structured["observed_models_omitted"],
+        json!(20_000 - 32),
+        "{json}"
+    );
+
+    let script = "seq 1 100000; seq 1 100000 >&2; \
+                  head -c 50000 /dev/zero | tr '\\0' a > \"$AGENTRUN_RESULT_SINK\"";
+    let answer = server.call(
+        json!(2),
+        "run",
+        json!({"command": ["sh", "-c", script], "sink": true}),
+    );
+    assert_bounded(&text_of(&answer), 8704, "run text");
+    let structured = &answer["result"]["structuredContent"];
+    let json = structured.to_string();
+    assert_bounded(&json, 8704, "run structured content");
+    assert!(json.contains("\"artifact://"), "the URIs are kept: {json}");
+    assert!(
+        structured.get("strings_cut_at").is_some() || structured.get("omitted_fields").is_some(),
+        "says what was cut: {json}"
+    );
+    assert!(
+        structured["duration_ms"].is_number(),
+        "counts are kept: {json}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

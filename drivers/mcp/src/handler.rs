@@ -411,7 +411,10 @@ impl McpServer {
         inner.remember(&result, &call.program);
         let mut out = CallToolResult::success(vec![ContentBlock::text(parts.text(&answer, max))]);
         if inner.structured_content {
-            out.structured_content = Some(render::run_json(&result, &answer));
+            out.structured_content = Some(render::bound_structured(
+                render::run_json(&result, &answer),
+                max,
+            ));
         }
         Ok(out)
     }
