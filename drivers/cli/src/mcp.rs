@@ -78,6 +78,11 @@ pub(crate) fn run(settings: &Settings, args: McpArgs) -> Result<ExitCode, Failur
             .collect::<Vec<_>>()
             .join(", "),
     };
+    // A missing program does not keep the client from connecting; calls to it are refused
+    // with the same explanation.
+    for (name, why) in server.unavailable_programs() {
+        eprintln!("agentrun mcp: warning: {name} is allowed but cannot run: {why}");
+    }
     eprintln!(
         "agentrun mcp: serving MCP on stdio; store {}; run allows {allowed}",
         root.display()

@@ -339,22 +339,61 @@ fn an_allowed_program_gets_a_path_without_relative_entries() {
     assert!(!area.marker().exists());
 }
 
-/// An allowed name that no absolute `PATH` entry holds is refused at start-up, naming it.
+/// An allowed name that no absolute `PATH` entry holds does not stop the server: it starts
+/// with a warning naming it, the other allowed programs run, and calls to that name (by
+/// `run` or `agent`) are refused with the same explanation; the copy found through the
+/// relative entry never runs, even from a `cwd` that has it.
 #[test]
-fn an_allowed_name_found_only_through_a_relative_entry_is_refused_at_start() {
+fn an_allowed_name_found_only_through_a_relative_entry_is_refused_with_a_warning() {
     let area = Area::new();
-    write_script(&area.home().join("bin/only-here"), "echo only");
+    let only = format!("echo only > '{}'", area.marker().display());
+    for place in [area.home(), area.work()] {
+        write_script(&place.join("bin/only-here"), &only);
+        write_script(&place.join("bin/claude"), &only);
+    }
     let path = format!("bin:{}", system_path());
-    let server = Server::start(
+    let mut server = Server::start(
         &area.store(),
         &path,
         &area.home(),
-        &["--allow", "echo", "--allow", "only-here"],
+        &[
+            "--allow",
+            "echo",
+            "--allow",
+            "only-here",
+            "--allow",
+            "claude",
+        ],
+    );
+    server.initialize();
+    let answer = server.call(
+        json!(1),
+        "run",
+        json!({"command": ["only-here"], "cwd": area.work()}),
+    );
+    assert_eq!(answer["result"]["isError"], json!(true), "{answer}");
+    let text = text_of(&answer);
+    assert!(
+        text.contains("only-here") && text.contains("PATH") && text.contains("not found"),
+        "{text}"
+    );
+    let answer = server.call(
+        json!(2),
+        "agent",
+        json!({"harness": "claude", "prompt": "hi", "cwd": area.work()}),
+    );
+    assert_eq!(answer["result"]["isError"], json!(true), "{answer}");
+    assert!(text_of(&answer).contains("claude"), "{answer}");
+    let answer = server.call(json!(3), "run", json!({"command": ["echo", "fine"]}));
+    assert!(text_of(&answer).contains("fine"), "{answer}");
+    assert!(
+        !area.marker().exists(),
+        "a relative PATH entry was searched"
     );
     let (status, stderr) = server.wait();
-    assert!(!status.success(), "{stderr}");
+    assert!(status.success(), "{stderr}");
     assert!(
-        stderr.contains("only-here") && stderr.contains("PATH"),
+        stderr.contains("warning: only-here") && stderr.contains("warning: claude"),
         "{stderr}"
     );
 }

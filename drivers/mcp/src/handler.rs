@@ -245,9 +245,16 @@ impl Inner {
         program: &str,
     ) -> Result<Option<std::path::PathBuf>, ArgError> {
         if let Allow::Programs(set) = &self.allow
-            && let Some(path) = set.get(program)
+            && let Some(found) = set.get(program)
         {
-            return Ok(Some(path.clone()));
+            return match found {
+                Ok(path) => Ok(Some(path.clone())),
+                Err(why) => Err(ArgError(format!(
+                    "`{program}` is allowed on this server but cannot run: it was not found \
+                     when the server started ({why}). The user has to make it available and \
+                     restart the server"
+                ))),
+            };
         }
         // The name is echoed back to the model: a huge one is cut.
         let shown = render::clip(program, 200);
