@@ -728,6 +728,24 @@ fn a_request_before_initialize_is_told_to_initialize() {
     assert!(answer["result"]["tools"].is_array(), "{answer}");
 }
 
+/// A notification before `initialize` is dropped (and logged), not the end of the server: the
+/// session then starts normally.
+#[test]
+fn a_notification_before_initialize_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(&dir.path().join("store"), &system_path(), dir.path(), &[]);
+    server.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    server.initialize();
+    let answer = server.request(json!(1), "tools/list", json!({}));
+    assert!(answer["result"]["tools"].is_array(), "{answer}");
+    let (status, stderr) = server.wait();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("notifications/initialized") && stderr.contains("before `initialize`"),
+        "{stderr}"
+    );
+}
+
 /// A script that runs until `go` exists, then prints `what`.
 fn waiter(go: &Path, what: &str) -> Value {
     json!([
