@@ -607,8 +607,10 @@ fn structured_content_stays_within_the_payload_bound() {
 // ---------------------------------------------------------------------------------------
 // A client disconnect.
 
-/// Closing stdin stops an in-flight run at once, as a cancel does: the program gets its stop
-/// signal (its TERM trap runs), and its result is still written before the server exits.
+/// Closing stdin stops an in-flight run, as a cancel does: the program gets its stop signal
+/// (its TERM trap runs), and its result is still written before the server exits. That the
+/// stop comes at once, before the transport waits for answers, is proven in virtual time by
+/// the transport's `end_of_input_calls_the_stop_hook_before_waiting_for_answers`.
 #[test]
 fn a_disconnect_stops_in_flight_runs_at_once() {
     let dir = tempfile::tempdir().unwrap();

@@ -721,6 +721,46 @@ mod tests {
         assert_eq!(replies[2]["id"], 7, "the id of a bad request is echoed");
     }
 
+    /// End of input calls the stop hook at once, before the receive loop waits for the
+    /// answers of the calls in flight and long before it returns. In paused (virtual) time:
+    /// the hook must come with no time passed at all, and the loop must still be waiting.
+    #[tokio::test(start_paused = true)]
+    async fn end_of_input_calls_the_stop_hook_before_waiting_for_answers() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(server);
+        let (tx, mut hook) = tokio::sync::oneshot::channel();
+        let mut transport =
+            LineTransport::new(BufReader::new(read), write, 1 << 16).on_end(move || {
+                let _ = tx.send(tokio::time::Instant::now());
+            });
+        let start = tokio::time::Instant::now();
+        // A request in flight: delivered, never answered here.
+        client
+            .write_all(
+                b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":\
+                  {\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},\
+                  \"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}\n",
+            )
+            .await
+            .unwrap();
+        assert!(transport.receive().await.is_some());
+        client.shutdown().await.unwrap();
+        let receive = transport.receive();
+        tokio::pin!(receive);
+        tokio::select! {
+            biased;
+            _ = &mut receive => panic!("the receive loop ended before the stop hook was called"),
+            at = &mut hook => assert_eq!(
+                at.unwrap(),
+                start,
+                "the stop hook waited before it was called"
+            ),
+        }
+        // Then the loop waits for the answer in flight, up to its bound, before it ends.
+        assert!(receive.await.is_none());
+        assert!(start.elapsed() >= END_WAIT, "{:?}", start.elapsed());
+    }
+
     #[tokio::test]
     async fn notifications_before_initialize_are_dropped() {
         let input = concat!(
