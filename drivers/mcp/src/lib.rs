@@ -178,8 +178,9 @@ impl McpServerBuilder {
     /// Lets `run` execute `program`: a `command[0]` equal to this string. A bare name is looked
     /// up once, by [`build`](Self::build), in the absolute directories of the search path
     /// (relative entries are skipped), and calls run the executable found then; allowing
-    /// `cargo` does not allow `/tmp/cargo` or `./cargo`. An absolute path is run as it is; a
-    /// relative path is refused by `build`.
+    /// `cargo` does not allow `/tmp/cargo` or `./cargo`; a name found nowhere is listed by
+    /// [`McpServer::unavailable_programs`] and calls to it are refused. An absolute path is
+    /// run as it is; a relative path is refused by `build`.
     pub fn allow(mut self, program: impl Into<String>) -> Self {
         self.allowed.insert(program.into());
         self
