@@ -122,6 +122,7 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
     // Before anything runs: a summary that cannot be written is not worth its cost.
     if let Some(path) = &args.output {
         check_output(path, input, args.force)?;
+        check_output_dir(path)?;
     }
     let store = settings.open_store()?;
     let summarizer = match (args.harness, args.summarizer.clone()) {
@@ -228,8 +229,18 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
     let mut out = Out::new(io::stdout());
     match outcome {
         Ok(done) => {
-            if let Some(path) = &args.output {
-                write_transcript(path, input, args.force, &done.transcript)?;
+            // A transcript that cannot be written (its directory went away meanwhile) does
+            // not lose the summary that was paid for: it is still printed, then the failure
+            // is the exit status.
+            let written = match &args.output {
+                Some(path) => write_transcript(path, input, args.force, &done.transcript),
+                None => Ok(()),
+            };
+            if let Err(failed) = &written {
+                progress(&format!(
+                    "agentrun: error: {}; the summary is printed on stdout all the same",
+                    failed.message
+                ));
             }
             if args.json {
                 out.line(&success_json(&done, retained.as_ref()).to_string())?;
@@ -243,7 +254,7 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
                 out.line(&done.summary)?;
             }
             out.flush()?;
-            Ok(ExitCode::SUCCESS)
+            written.map(|()| ExitCode::SUCCESS)
         }
         Err(failed) => {
             if args.json {
@@ -511,6 +522,68 @@ fn check_output(path: &Path, input: Option<FileId>, force: bool) -> Result<(), F
     Ok(())
 }
 
+/// The directory `--output` is written in.
+fn output_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// A hidden file beside `path` (`.NAME.agentrun-PID.WHAT`), for a temporary file or a probe.
+fn beside(path: &Path, what: &str) -> Result<std::path::PathBuf, Failure> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| Failure::usage(format!("--output {}: not a file name", path.display())))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".agentrun-{}.{what}", std::process::id()));
+    Ok(output_dir(path).join(tmp_name))
+}
+
+/// Refuses, before the summarizer runs, an `--output` whose directory is missing, is not a
+/// directory, or does not let a file be created there (a probe file is created and removed
+/// at once: this also catches a read-only file system, which permission bits do not show).
+fn check_output_dir(path: &Path) -> Result<(), Failure> {
+    let refuse = |why: String| Failure::usage(format!("--output {}: {why}", path.display()));
+    let dir = output_dir(path);
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(meta) => {
+            return Err(refuse(format!(
+                "its directory {} is {}, not a directory",
+                dir.display(),
+                agentrun_fs::special::describe_file_type(meta.file_type())
+            )));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(refuse(format!(
+                "its directory {} does not exist; create it first",
+                dir.display()
+            )));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
+            // A file where a directory of the path should be.
+            return Err(refuse(format!(
+                "its directory {} is not a directory",
+                dir.display()
+            )));
+        }
+        Err(e) => return Err(refuse(format!("its directory {}: {e}", dir.display()))),
+    }
+    let probe = beside(path, "probe")?;
+    match File::options().write(true).create_new(true).open(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(refuse(format!(
+            "no file can be created in its directory {}: {e}",
+            dir.display()
+        ))),
+    }
+}
+
 /// Writes the compacted transcript through a temporary file in the same directory, then
 /// moves it into place: a new name without `--force` (never replacing what appeared there
 /// meanwhile), renamed over the old file with it (a link is replaced, never written
@@ -525,17 +598,7 @@ fn write_transcript(
     let fail = |e: io::Error| Failure::runtime(format!("cannot write {}: {e}", path.display()));
     // Again at the end: the summarizer may have run for minutes.
     check_output(path, input, force)?;
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| Failure::usage(format!("--output {}: not a file name", path.display())))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".agentrun-{}.tmp", std::process::id()));
-    let tmp = dir.join(tmp_name);
+    let tmp = beside(path, "tmp")?;
     let written = (|| {
         let mut file = File::options().write(true).create_new(true).open(&tmp)?;
         file.write_all(&transcript.to_json())?;

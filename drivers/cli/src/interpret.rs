@@ -9,7 +9,6 @@
 //! before the next chunk is read. At the end: the observed models, then the completion (human form, or one JSON
 //! object per line with `--json`).
 
-use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,11 +51,29 @@ fn parse_harness(s: &str) -> Result<Harness, String> {
 
 /// Runs `agentrun interpret`.
 pub(crate) fn run(args: InterpretArgs) -> Result<ExitCode, Failure> {
+    // The retained file must be a regular file; opened (and judged) before the stream is
+    // read, so that a FIFO or a directory there is refused at once, not after the stream.
+    let retained_file = match &args.retained {
+        Some(path) => Some(
+            agentrun_fs::special::open_regular_file(path)
+                .map_err(|e| Failure::runtime(format!("--retained {}: {e}", path.display())))?
+                .0,
+        ),
+        None => None,
+    };
     let input: Box<dyn Read> = match args.input.as_deref() {
         None => Box::new(io::stdin().lock()),
         Some(p) if p.as_os_str() == "-" => Box::new(io::stdin().lock()),
         Some(p) => {
-            Box::new(File::open(p).map_err(|e| Failure::runtime(format!("{}: {e}", p.display())))?)
+            // A FIFO (a live stream piped in by name) opens without waiting and is read as
+            // stdin would be; a directory or a socket is refused by its type.
+            let cannot =
+                |e: &dyn std::fmt::Display| Failure::runtime(format!("{}: {e}", p.display()));
+            let file = agentrun_fs::special::open_input(p)
+                .map_err(|e| cannot(&e))?
+                .into_blocking()
+                .map_err(|e| cannot(&e))?;
+            Box::new(file)
         }
     };
     let mut input = input;
@@ -90,8 +107,11 @@ pub(crate) fn run(args: InterpretArgs) -> Result<ExitCode, Failure> {
     let finished = interp.finish(HarnessExit::Success);
     let retained = match (finished.retained_request(), &args.retained) {
         (Some(request), Some(path)) => {
-            let bytes = std::fs::read(path)
-                .map_err(|e| Failure::runtime(format!("{}: {e}", path.display())))?;
+            let mut bytes = Vec::new();
+            if let Some(mut file) = retained_file {
+                file.read_to_end(&mut bytes)
+                    .map_err(|e| Failure::runtime(format!("{}: {e}", path.display())))?;
+            }
             match request.kind.parse(request.session_id.as_deref(), &bytes) {
                 Ok(record) => Some(record),
                 Err(e) => {

@@ -23,8 +23,8 @@ pub(crate) struct McpArgs {
     limits: LimitFlags,
     /// Let the `run` tool execute PROGRAM: a command whose first element is exactly this
     /// string. A bare name is looked up at start-up in the absolute directories of PATH
-    /// (relative entries such as `.` are skipped) and runs from there; a path must be
-    /// absolute. Repeatable. Without --allow or --allow-all, `run` refuses every program.
+    /// (relative entries such as `.` are skipped) and runs from there (a name not found
+    /// there is a warning, and calls to it are refused); a path must be absolute. Repeatable. Without --allow or --allow-all, `run` refuses every program.
     #[arg(long, value_name = "PROGRAM")]
     allow: Vec<String>,
     /// Let the `run` tool execute ANY program. The MCP client, and the model behind it, can
@@ -78,6 +78,11 @@ pub(crate) fn run(settings: &Settings, args: McpArgs) -> Result<ExitCode, Failur
             .collect::<Vec<_>>()
             .join(", "),
     };
+    // A missing program does not keep the client from connecting; calls to it are refused
+    // with the same explanation.
+    for (name, why) in server.unavailable_programs() {
+        eprintln!("agentrun mcp: warning: {name} is allowed but cannot run: {why}");
+    }
     eprintln!(
         "agentrun mcp: serving MCP on stdio; store {}; run allows {allowed}",
         root.display()

@@ -456,3 +456,71 @@ fn a_fifo_socket_or_directory_anywhere_a_path_is_opened_is_refused_at_once_by_it
     let o = ends(env.cmd(&["compact", "/dev/zero", "--summarizer", SUMMARIZER]));
     assert_exit_says(&o, 125, "character device");
 }
+
+/// `compact --output` into a directory that is missing, or is a file, is refused before the
+/// summarizer runs (nothing is paid for a summary that cannot be written); one that cannot
+/// be written to is refused too (checked only where permissions bind: not as root). When
+/// the write still fails at the end (the directory went away meanwhile), the summary is
+/// printed on stdout all the same, and the exit status says the write failed.
+#[test]
+fn compact_output_into_a_missing_or_unwritable_directory_is_refused_before_summarizing() {
+    let env = Sandbox::new();
+    let t = env.path("t.json");
+    fs::write(&t, serde_json::to_vec(&transcript()).unwrap()).unwrap();
+    let t_str = t.to_str().unwrap();
+    let ran = env.path("summarizer-ran");
+    let summarizer = format!(
+        "touch '{}'; cat >/dev/null; echo the summary",
+        ran.display()
+    );
+    let attempt = |output: &Path| {
+        env.run(&[
+            "compact",
+            t_str,
+            "--summarizer",
+            &summarizer,
+            "--output",
+            output.to_str().unwrap(),
+        ])
+    };
+    let o = attempt(&env.path("missing/out.json"));
+    assert_exit_says(&o, 125, "does not exist");
+    let o = attempt(&t.join("out.json"));
+    assert_exit_says(&o, 125, "directory");
+    let o = attempt(&env.path("missing/deeper/out.json"));
+    assert_exit_says(&o, 125, "does not exist");
+    let locked = env.path("locked");
+    fs::create_dir(&locked).unwrap();
+    fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o555)).unwrap();
+    if fs::write(locked.join("probe"), b"").is_err() {
+        let o = attempt(&locked.join("out.json"));
+        assert_exit_says(&o, 125, "no file can be created");
+    }
+    assert!(
+        !ran.exists(),
+        "the summarizer ran for an output that cannot be written"
+    );
+
+    // The directory disappears while the summarizer runs: the summary is not lost.
+    let doomed = env.path("doomed");
+    fs::create_dir(&doomed).unwrap();
+    let output = doomed.join("out.json");
+    let o = env.run(&[
+        "compact",
+        t_str,
+        "--summarizer",
+        &format!(
+            "rm -r '{}'; cat >/dev/null; echo the summary",
+            doomed.display()
+        ),
+        "--output",
+        output.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(stdout(&o).contains("the summary"), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("cannot write") && stderr(&o).contains("printed on stdout"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -240,3 +240,77 @@ fn streams_progress_from_a_live_pipe_before_eof() {
     assert_eq!(rest[0], "observed models: live-model");
     assert_eq!(rest.last().unwrap(), "done live");
 }
+
+fn mkfifo(path: &std::path::Path) {
+    let status = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// The output of `command`, or a failure (the child killed) when it has not ended after a
+/// generous while: an open that waited on a FIFO would never end.
+fn output_or_hang(mut command: Command) -> Output {
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("agentrun interpret waited on a FIFO");
+        }
+    }
+}
+
+/// A FIFO given as `--retained` (a retained record is a file at rest) is refused at once by
+/// its type, before the stream is read; a FIFO given as the stream is read as stdin is.
+#[test]
+fn a_fifo_is_read_as_the_stream_but_refused_as_the_retained_record() {
+    let env = Sandbox::new();
+    let fifo = env.path("export.fifo");
+    mkfifo(&fifo);
+    let stream = fixture("opencode/takopi-opencode_stream_success.jsonl");
+    let o = output_or_hang(cmd(
+        &env,
+        &[
+            "--harness",
+            "opencode",
+            "--retained",
+            fifo.to_str().unwrap(),
+            stream.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(o.status.code(), Some(125), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--retained") && err.contains("FIFO") && err.contains("not a regular file"),
+        "{err}"
+    );
+
+    // The stream through a FIFO, written once the reader is there.
+    let input = env.path("stream.fifo");
+    mkfifo(&input);
+    let writer = {
+        let (input, stream) = (input.clone(), stream.clone());
+        std::thread::spawn(move || {
+            let bytes = std::fs::read(stream).unwrap();
+            std::fs::write(input, bytes).unwrap();
+        })
+    };
+    let o = output_or_hang(cmd(
+        &env,
+        &["--harness", "opencode", input.to_str().unwrap()],
+    ));
+    writer.join().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    assert!(stdout(&o).contains("session: "), "{}", stdout(&o));
+}

@@ -339,22 +339,61 @@ fn an_allowed_program_gets_a_path_without_relative_entries() {
     assert!(!area.marker().exists());
 }
 
-/// An allowed name that no absolute `PATH` entry holds is refused at start-up, naming it.
+/// An allowed name that no absolute `PATH` entry holds does not stop the server: it starts
+/// with a warning naming it, the other allowed programs run, and calls to that name (by
+/// `run` or `agent`) are refused with the same explanation; the copy found through the
+/// relative entry never runs, even from a `cwd` that has it.
 #[test]
-fn an_allowed_name_found_only_through_a_relative_entry_is_refused_at_start() {
+fn an_allowed_name_found_only_through_a_relative_entry_is_refused_with_a_warning() {
     let area = Area::new();
-    write_script(&area.home().join("bin/only-here"), "echo only");
+    let only = format!("echo only > '{}'", area.marker().display());
+    for place in [area.home(), area.work()] {
+        write_script(&place.join("bin/only-here"), &only);
+        write_script(&place.join("bin/claude"), &only);
+    }
     let path = format!("bin:{}", system_path());
-    let server = Server::start(
+    let mut server = Server::start(
         &area.store(),
         &path,
         &area.home(),
-        &["--allow", "echo", "--allow", "only-here"],
+        &[
+            "--allow",
+            "echo",
+            "--allow",
+            "only-here",
+            "--allow",
+            "claude",
+        ],
+    );
+    server.initialize();
+    let answer = server.call(
+        json!(1),
+        "run",
+        json!({"command": ["only-here"], "cwd": area.work()}),
+    );
+    assert_eq!(answer["result"]["isError"], json!(true), "{answer}");
+    let text = text_of(&answer);
+    assert!(
+        text.contains("only-here") && text.contains("PATH") && text.contains("not found"),
+        "{text}"
+    );
+    let answer = server.call(
+        json!(2),
+        "agent",
+        json!({"harness": "claude", "prompt": "hi", "cwd": area.work()}),
+    );
+    assert_eq!(answer["result"]["isError"], json!(true), "{answer}");
+    assert!(text_of(&answer).contains("claude"), "{answer}");
+    let answer = server.call(json!(3), "run", json!({"command": ["echo", "fine"]}));
+    assert!(text_of(&answer).contains("fine"), "{answer}");
+    assert!(
+        !area.marker().exists(),
+        "a relative PATH entry was searched"
     );
     let (status, stderr) = server.wait();
-    assert!(!status.success(), "{stderr}");
+    assert!(status.success(), "{stderr}");
     assert!(
-        stderr.contains("only-here") && stderr.contains("PATH"),
+        stderr.contains("warning: only-here") && stderr.contains("warning: claude"),
         "{stderr}"
     );
 }
@@ -383,6 +422,17 @@ fn allowed_paths_must_be_absolute() {
 /// A fake `claude` on PATH that prints a Claude Code stream-json turn whose assistant
 /// messages name the models `models` (a shell expression printing one name per line).
 fn fake_claude(dir: &Path, models: &str, diagnostic_bytes: usize) -> PathBuf {
+    fake_claude_ending(dir, models, diagnostic_bytes, false)
+}
+
+/// As [`fake_claude`], the turn ending with a success whose final message is `bytes` long
+/// when `success`, else with an error whose diagnostic is.
+fn fake_claude_ending(dir: &Path, models: &str, diagnostic_bytes: usize, success: bool) -> PathBuf {
+    let (subtype, is_error) = if success {
+        ("success", "false")
+    } else {
+        ("error_during_execution", "true")
+    };
     let bin = dir.join("fakebin");
     let script = format!(
         r#"cat >/dev/null
@@ -391,7 +441,7 @@ printf '%s\n' '{{"type":"system","subtype":"init","session_id":"00000000-0000-40
   printf '{{"type":"assistant","message":{{"content":[{{"text":"working","type":"text"}}],"id":"msg_1","model":"%s","role":"assistant","type":"message"}},"session_id":"00000000-0000-4000-8000-000000000009"}}\n' "$model"
 done
 diag=$(head -c {diagnostic_bytes} /dev/zero | tr '\0' d)
-printf '{{"type":"result","subtype":"error_during_execution","is_error":true,"result":"%s","session_id":"00000000-0000-4000-8000-000000000009","num_turns":1,"total_cost_usd":0.01}}\n' "$diag"
+printf '{{"type":"result","subtype":"{subtype}","is_error":{is_error},"result":"%s","session_id":"00000000-0000-4000-8000-000000000009","num_turns":1,"total_cost_usd":0.01}}\n' "$diag"
 "#
     );
     write_script(&bin.join("claude"), &script);
@@ -489,11 +539,78 @@ fn a_run_result_with_a_clean_answer_stays_within_the_payload_bound() {
     }
 }
 
+/// With --structured-content, the structured content is bounded by --max-payload-bytes too
+/// (some clients show it instead of the text): long strings are cut, and when that is not
+/// enough the big fields are dropped and named, the artifact URIs kept.
+#[test]
+fn structured_content_stays_within_the_payload_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = fake_claude_ending(dir.path(), "seq 1 20000 | sed 's/^/model-/'", 100_000, true);
+    let path = format!("{}:{}", bin.display(), system_path());
+    let mut server = Server::start(
+        &dir.path().join("store"),
+        &path,
+        dir.path(),
+        &[
+            "--allow",
+            "claude",
+            "--allow",
+            "sh",
+            "--structured-content",
+            "--max-payload-bytes",
+            "8704",
+        ],
+    );
+    server.initialize();
+    let answer = server.call(
+        json!(1),
+        "agent",
+        json!({"harness": "claude", "prompt": "hi", "cwd": dir.path()}),
+    );
+    assert_bounded(&text_of(&answer), 8704, "agent text");
+    let structured = &answer["result"]["structuredContent"];
+    let json = structured.to_string();
+    assert_bounded(&json, 8704, "agent structured content");
+    assert!(json.contains("\"artifact://"), "the URIs are kept: {json}");
+    assert!(
+        structured.get("strings_cut_at").is_some() || structured.get("omitted_fields").is_some(),
+        "says what was cut: {json}"
+    );
+    assert_eq!(
+        structured["observed_models_omitted"],
+        json!(20_000 - 32),
+        "{json}"
+    );
+
+    let script = "seq 1 100000; seq 1 100000 >&2; \
+                  head -c 50000 /dev/zero | tr '\\0' a > \"$AGENTRUN_RESULT_SINK\"";
+    let answer = server.call(
+        json!(2),
+        "run",
+        json!({"command": ["sh", "-c", script], "sink": true}),
+    );
+    assert_bounded(&text_of(&answer), 8704, "run text");
+    let structured = &answer["result"]["structuredContent"];
+    let json = structured.to_string();
+    assert_bounded(&json, 8704, "run structured content");
+    assert!(json.contains("\"artifact://"), "the URIs are kept: {json}");
+    assert!(
+        structured.get("strings_cut_at").is_some() || structured.get("omitted_fields").is_some(),
+        "says what was cut: {json}"
+    );
+    assert!(
+        structured["duration_ms"].is_number(),
+        "counts are kept: {json}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // A client disconnect.
 
-/// Closing stdin stops an in-flight run at once, as a cancel does: the program gets its stop
-/// signal (its TERM trap runs), and its result is still written before the server exits.
+/// Closing stdin stops an in-flight run, as a cancel does: the program gets its stop signal
+/// (its TERM trap runs), and its result is still written before the server exits. That the
+/// stop comes at once, before the transport waits for answers, is proven in virtual time by
+/// the transport's `end_of_input_calls_the_stop_hook_before_waiting_for_answers`.
 #[test]
 fn a_disconnect_stops_in_flight_runs_at_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -611,6 +728,24 @@ fn a_request_before_initialize_is_told_to_initialize() {
     server.initialize();
     let answer = server.request(json!(3), "tools/list", json!({}));
     assert!(answer["result"]["tools"].is_array(), "{answer}");
+}
+
+/// A notification before `initialize` is dropped (and logged), not the end of the server: the
+/// session then starts normally.
+#[test]
+fn a_notification_before_initialize_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(&dir.path().join("store"), &system_path(), dir.path(), &[]);
+    server.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    server.initialize();
+    let answer = server.request(json!(1), "tools/list", json!({}));
+    assert!(answer["result"]["tools"].is_array(), "{answer}");
+    let (status, stderr) = server.wait();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("notifications/initialized") && stderr.contains("before `initialize`"),
+        "{stderr}"
+    );
 }
 
 /// A script that runs until `go` exists, then prints `what`.

@@ -72,6 +72,14 @@ pub(crate) fn open_regular(path: &Path, links: Links) -> Result<(File, fs::Metad
     Ok((file, meta))
 }
 
+/// Opens `path` (following links) read-only if it is a regular file, without waiting on a
+/// FIFO: a file that must hold data at rest (a harness's retained record, a session log).
+/// Anything else is refused as `InvalidInput`, naming its type ("it is a FIFO (named pipe),
+/// not a regular file"). The descriptor keeps `O_NONBLOCK`, which regular files ignore.
+pub fn open_regular_file(path: &Path) -> io::Result<(File, fs::Metadata)> {
+    open_regular(path, Links::Follow).map_err(into_io)
+}
+
 /// "a directory", "a FIFO (named pipe)", … for messages.
 pub(crate) fn describe(t: FileType) -> &'static str {
     if t.is_dir() {

@@ -205,9 +205,15 @@ impl AgentParts {
 
 /// The structured content of an `agent` result: the turn's JSON with its model lists cut to
 /// [`render::MAX_MODELS`] names (each bounded; `observed_models_omitted` and
-/// `models_omitted` count the rest) and every string cut to the preview bound.
-fn agent_json(turn: &AgentRun, max_bytes: usize) -> Option<serde_json::Value> {
+/// `models_omitted` count the rest), every string cut to the preview bound, and
+/// `final_message_artifact` naming the final message's own artifact when it was retained.
+/// The caller bounds the whole with [`render::bound_structured`].
+fn agent_json(turn: &AgentRun, answer: &Answer, max_bytes: usize) -> Option<serde_json::Value> {
     let mut value = serde_json::to_value(turn).ok()?;
+    // A final message too large for the text is there as its own artifact: say which.
+    if let Answer::Retained(record) = answer {
+        value["final_message_artifact"] = json!(record.output_uri().to_string());
+    }
     bound_models(&mut value, "observed_models");
     if let Some(report) = value.get_mut("report") {
         bound_models(report, "models");
@@ -292,7 +298,8 @@ impl McpServer {
         let mut out = CallToolResult::success(vec![ContentBlock::text(parts.text(&answer, max))]);
         out.is_error = Some(!turn.succeeded());
         if self.inner.structured_content {
-            out.structured_content = agent_json(&turn, self.inner.limits.max_bytes);
+            out.structured_content = agent_json(&turn, &answer, self.inner.limits.max_bytes)
+                .map(|value| render::bound_structured(value, max));
         }
         Ok(out)
     }

@@ -245,9 +245,16 @@ impl Inner {
         program: &str,
     ) -> Result<Option<std::path::PathBuf>, ArgError> {
         if let Allow::Programs(set) = &self.allow
-            && let Some(path) = set.get(program)
+            && let Some(found) = set.get(program)
         {
-            return Ok(Some(path.clone()));
+            return match found {
+                Ok(path) => Ok(Some(path.clone())),
+                Err(why) => Err(ArgError(format!(
+                    "`{program}` is allowed on this server but cannot run: it was not found \
+                     when the server started ({why}). The user has to make it available and \
+                     restart the server"
+                ))),
+            };
         }
         // The name is echoed back to the model: a huge one is cut.
         let shown = render::clip(program, 200);
@@ -411,7 +418,10 @@ impl McpServer {
         inner.remember(&result, &call.program);
         let mut out = CallToolResult::success(vec![ContentBlock::text(parts.text(&answer, max))]);
         if inner.structured_content {
-            out.structured_content = Some(render::run_json(&result, &answer));
+            out.structured_content = Some(render::bound_structured(
+                render::run_json(&result, &answer),
+                max,
+            ));
         }
         Ok(out)
     }

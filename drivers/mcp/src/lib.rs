@@ -94,8 +94,9 @@ struct Inner {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Allow {
     /// Exactly these `command[0]` strings, each with the executable it was resolved to when
-    /// the server was built (what runs).
-    Programs(BTreeMap<String, PathBuf>),
+    /// the server was built (what runs), or why none was found (calls to it are refused with
+    /// that explanation; the name is never looked up again).
+    Programs(BTreeMap<String, Result<PathBuf, String>>),
     /// Any program.
     All,
 }
@@ -177,8 +178,9 @@ impl McpServerBuilder {
     /// Lets `run` execute `program`: a `command[0]` equal to this string. A bare name is looked
     /// up once, by [`build`](Self::build), in the absolute directories of the search path
     /// (relative entries are skipped), and calls run the executable found then; allowing
-    /// `cargo` does not allow `/tmp/cargo` or `./cargo`. An absolute path is run as it is; a
-    /// relative path is refused by `build`.
+    /// `cargo` does not allow `/tmp/cargo` or `./cargo`; a name found nowhere is listed by
+    /// [`McpServer::unavailable_programs`] and calls to it are refused. An absolute path is
+    /// run as it is; a relative path is refused by `build`.
     pub fn allow(mut self, program: impl Into<String>) -> Self {
         self.allowed.insert(program.into());
         self
@@ -233,7 +235,16 @@ impl McpServerBuilder {
             Allow::Programs(_) => {
                 let mut resolved = BTreeMap::new();
                 for program in &self.allowed {
-                    resolved.insert(program.clone(), resolve(program, &absolute)?);
+                    // A name missing on this machine does not stop the server (one shared
+                    // configuration may list programs some machines lack): calls to it are
+                    // refused. A malformed or relative entry is a mistake in the
+                    // configuration itself, refused here.
+                    let found = match resolve(program, &absolute) {
+                        Ok(path) => Ok(path),
+                        Err(e @ ConfigError::ProgramNotFound { .. }) => Err(e.to_string()),
+                        Err(e) => return Err(e),
+                    };
+                    resolved.insert(program.clone(), found);
                 }
                 // Only the absolute entries: an allowed program that runs another by name
                 // must not find it in the call's `cwd` either.
@@ -324,16 +335,28 @@ impl McpServer {
         &self.inner.store
     }
 
-    /// The allowed programs and the executables they run (resolved by
+    /// The allowed programs that were found and the executables they run (resolved by
     /// [`McpServerBuilder::build`]), in name order; `None` when every program may run.
     pub fn allowed_programs(&self) -> Option<Vec<(&str, &Path)>> {
         match &self.inner.allow {
             Allow::All => None,
             Allow::Programs(set) => Some(
                 set.iter()
-                    .map(|(name, path)| (name.as_str(), path.as_path()))
+                    .filter_map(|(name, path)| Some((name.as_str(), path.as_ref().ok()?.as_path())))
                     .collect(),
             ),
+        }
+    }
+
+    /// The allowed names found in no absolute directory of the search path when the server
+    /// was built, each with the explanation calls to it are refused with, in name order.
+    pub fn unavailable_programs(&self) -> Vec<(&str, &str)> {
+        match &self.inner.allow {
+            Allow::All => Vec::new(),
+            Allow::Programs(set) => set
+                .iter()
+                .filter_map(|(name, path)| Some((name.as_str(), path.as_ref().err()?.as_str())))
+                .collect(),
         }
     }
 
@@ -409,8 +432,19 @@ mod tests {
                 .build()
         };
         for relative in ["bin", ".", "", "./bin"] {
-            let err = build(relative, "tool").unwrap_err();
-            assert!(matches!(err, ConfigError::ProgramNotFound { .. }), "{err}");
+            // Not found: the server starts, says so, and refuses calls to it.
+            let server = build(relative, "tool").unwrap();
+            let unavailable = server.unavailable_programs();
+            assert_eq!(unavailable.len(), 1);
+            assert_eq!(unavailable[0].0, "tool");
+            assert!(unavailable[0].1.contains("PATH"), "{}", unavailable[0].1);
+            let err = server.inner.check_allowed("tool").unwrap_err();
+            assert!(
+                err.0.contains("tool") && err.0.contains("PATH"),
+                "{}",
+                err.0
+            );
+            assert_eq!(server.allowed_programs(), Some(vec![]));
         }
         let path = format!(".:{}:", bin.display());
         let server = build(&path, "tool").unwrap();
@@ -420,7 +454,11 @@ mod tests {
             Some(bin.as_os_str()),
             "children get the absolute entries only"
         );
-        assert!(build(&bin.display().to_string(), "plain").is_err());
+        let plain = build(&bin.display().to_string(), "plain").unwrap();
+        assert!(
+            plain.inner.check_allowed("plain").is_err(),
+            "not executable"
+        );
         assert!(matches!(
             build("/bin", "./tool").unwrap_err(),
             ConfigError::RelativeProgram(_)

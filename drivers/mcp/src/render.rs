@@ -242,6 +242,155 @@ pub(crate) fn run_json(result: &ProcessResult, answer: &Answer) -> Value {
     value
 }
 
+/// Strings are cut to no fewer bytes than this before whole fields are dropped: a URI, a
+/// digest, a model name or a status stays whole.
+const MIN_STRING_BYTES: usize = 256;
+
+/// `value` (a result's structured content) serialized within `max` bytes, like the text
+/// content: some clients give the model the structured content instead of the text, so it is
+/// bounded by the same payload bound. First every long string is cut (with `…`) to the most
+/// bytes that fit, noted in `strings_cut_at`; when even strings of [`MIN_STRING_BYTES`] do
+/// not fit, the largest strings and arrays holding no artifact URI are dropped (set to
+/// `null`), largest first, each named by its JSON pointer in `omitted_fields`. URIs, numbers
+/// and booleans (the counts) are kept; the text content says the rest.
+pub(crate) fn bound_structured(mut value: Value, max: usize) -> Value {
+    if json_len(&value) <= max || !value.is_object() {
+        return value;
+    }
+    // The largest string cap that fits, by bisection over [MIN_STRING_BYTES, longest].
+    let longest = longest_string(&value);
+    let (mut lo, mut hi) = (MIN_STRING_BYTES, longest);
+    let mut best = None;
+    while lo <= hi && lo < longest {
+        let mid = lo + (hi - lo) / 2;
+        let mut cut = value.clone();
+        cap_strings(&mut cut, mid);
+        cut["strings_cut_at"] = json!(mid);
+        if json_len(&cut) <= max {
+            best = Some(cut);
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    if let Some(cut) = best {
+        return cut;
+    }
+    cap_strings(&mut value, MIN_STRING_BYTES);
+    value["strings_cut_at"] = json!(MIN_STRING_BYTES);
+    let mut omitted: Vec<String> = Vec::new();
+    loop {
+        value["omitted_fields"] = json!(omitted);
+        if json_len(&value) <= max {
+            return value;
+        }
+        let mut largest = None;
+        largest_droppable(&value, &mut String::new(), &mut largest);
+        let Some((_, pointer)) = largest else { break };
+        if let Some(field) = value.pointer_mut(&pointer) {
+            *field = Value::Null;
+        }
+        omitted.push(pointer);
+    }
+    // Only URIs and counts are left and they still do not fit: keep the URIs that do.
+    let mut uris = Vec::new();
+    collect_uris(&value, &mut uris);
+    let mut last = json!({"omitted_fields": [""], "artifacts": []});
+    for uri in uris {
+        last["artifacts"]
+            .as_array_mut()
+            .expect("an array")
+            .push(json!(uri));
+        if json_len(&last) > max {
+            last["artifacts"].as_array_mut().expect("an array").pop();
+            break;
+        }
+    }
+    last
+}
+
+fn json_len(value: &Value) -> usize {
+    serde_json::to_vec(value).map_or(usize::MAX, |v| v.len())
+}
+
+fn is_uri(s: &str) -> bool {
+    s.starts_with("artifact://")
+}
+
+fn longest_string(value: &Value) -> usize {
+    match value {
+        Value::String(s) => s.len(),
+        Value::Array(items) => items.iter().map(longest_string).max().unwrap_or(0),
+        Value::Object(map) => map.values().map(longest_string).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Cuts every string but artifact URIs to at most `max` bytes.
+fn cap_strings(value: &mut Value, max: usize) {
+    match value {
+        Value::String(s) if s.len() > max && !is_uri(s) => *s = clip(s, max),
+        Value::Array(items) => items.iter_mut().for_each(|v| cap_strings(v, max)),
+        Value::Object(map) => map.values_mut().for_each(|v| cap_strings(v, max)),
+        _ => {}
+    }
+}
+
+fn contains_uri(value: &Value) -> bool {
+    match value {
+        Value::String(s) => is_uri(s),
+        Value::Array(items) => items.iter().any(contains_uri),
+        Value::Object(map) => map.values().any(contains_uri),
+        _ => false,
+    }
+}
+
+/// The largest string or array under `value` that holds no artifact URI, as (serialized
+/// size, JSON pointer). Objects are searched, never dropped whole: their counts stay.
+fn largest_droppable(value: &Value, at: &mut String, best: &mut Option<(usize, String)>) {
+    let mut consider = |value: &Value, at: &str| {
+        let len = json_len(value);
+        // `null` and tiny values gain nothing from being named in `omitted_fields`.
+        if len > 16 && best.as_ref().is_none_or(|(b, _)| len > *b) && !contains_uri(value) {
+            *best = Some((len, at.to_owned()));
+        }
+    };
+    match value {
+        Value::String(_) => consider(value, at),
+        Value::Array(items) => {
+            consider(value, at);
+            for (i, item) in items.iter().enumerate() {
+                let len = at.len();
+                let _ = write!(at, "/{i}");
+                largest_droppable(item, at, best);
+                at.truncate(len);
+            }
+        }
+        Value::Object(map) => {
+            for (key, item) in map {
+                if key == "omitted_fields" {
+                    continue;
+                }
+                let len = at.len();
+                at.push('/');
+                at.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                largest_droppable(item, at, best);
+                at.truncate(len);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn collect_uris(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::String(s) if is_uri(s) && !out.contains(s) => out.push(s.clone()),
+        Value::Array(items) => items.iter().for_each(|v| collect_uris(v, out)),
+        Value::Object(map) => map.values().for_each(|v| collect_uris(v, out)),
+        _ => {}
+    }
+}
+
 /// The continuation line of a line page: where the next page starts, or the end.
 pub(crate) fn page_continuation(uri: &ArtifactUri, page: &Page) -> String {
     let mut line = match page.next_offset {
@@ -357,6 +506,47 @@ mod tests {
         assert!(line.len() <= MAX_MODELS_BYTES, "{}", line.len());
         assert!(line.contains("m…, small]"), "{line}");
         assert_eq!(models_line(&["a".to_owned()]), "[Models: a]\n");
+    }
+
+    #[test]
+    fn structured_content_is_cut_then_dropped_but_keeps_uris_and_counts() {
+        let uri = format!("artifact://{}/stdout", "a".repeat(64));
+        let small = json!({"uri": uri, "lines": 3});
+        assert_eq!(
+            bound_structured(small.clone(), 8704),
+            small,
+            "what fits is unchanged"
+        );
+
+        // One long string: cut to what is left.
+        let long = json!({"uri": uri, "lines": 3, "text": "x".repeat(100_000)});
+        let cut = bound_structured(long, 8704);
+        assert!(json_len(&cut) <= 8704);
+        assert!(
+            json_len(&cut) > 8000,
+            "the room is used: {}",
+            json_len(&cut)
+        );
+        assert_eq!((&cut["uri"], &cut["lines"]), (&json!(uri), &json!(3)));
+        assert!(cut["strings_cut_at"].is_number(), "{cut}");
+
+        // Many names: even at the smallest cut they do not fit; the lists are dropped.
+        let names: Vec<String> = (0..32).map(|i| format!("{i}{}", "m".repeat(200))).collect();
+        let many = json!({"uri": uri, "count": 7, "a": names, "b": {"models": names}});
+        let dropped = bound_structured(many, 8704);
+        assert!(json_len(&dropped) <= 8704, "{}", json_len(&dropped));
+        assert_eq!(dropped["uri"], json!(uri));
+        assert_eq!(dropped["count"], json!(7));
+        let omitted = dropped["omitted_fields"].as_array().unwrap();
+        assert!(omitted.contains(&json!("/a")), "{dropped}");
+        assert!(dropped["a"].is_null());
+
+        // Nothing but URIs, more than fit: the URIs that fit.
+        let uris: Vec<String> = (0..200).map(|i| format!("{uri}{i}")).collect();
+        let last = bound_structured(json!({ "artifacts": uris }), 8704);
+        assert!(json_len(&last) <= 8704);
+        assert_eq!(last["omitted_fields"], json!([""]));
+        assert_eq!(last["artifacts"][0], json!(format!("{uri}0")));
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //!   wrong (rmcp reads such a request as an unknown custom method and answers `-32601`);
 //! - a request other than `initialize` and `ping` before `initialize` is told that the session
 //!   is not initialized (`-32600`), unless it carries the inline protocol metadata of the
-//!   stateless lifecycle, which rmcp serves;
+//!   stateless lifecycle, which rmcp serves; a notification (or a response) before it is
+//!   dropped with a line on stderr (rmcp would end the session on it);
 //! - a request whose id is that of a request still in flight gets `-32600` naming the id: rmcp
 //!   routes answers by id, so two requests with one id would lose one answer. Ids are
 //!   therefore mapped: rmcp sees each request under a fresh id of its own, and answers go
@@ -40,6 +41,8 @@ use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Mutex;
+
+use crate::render;
 
 /// The default bound on one incoming JSON-RPC message (4 MiB): tool arguments are small; the
 /// largest legitimate one is a `run` call's `stdin` text.
@@ -164,12 +167,28 @@ where
         self.end_deadline = Some(tokio::time::Instant::now() + self.end_wait);
     }
 
-    /// What to do with a parsed message: deliver it (with its id mapped), or answer it here
-    /// with an error.
+    /// What to do with a parsed message: deliver it (with its id mapped), drop it (`None`),
+    /// or answer it here with an error.
     fn admit(
         &mut self,
         mut message: RxJsonRpcMessage<RoleServer>,
-    ) -> Result<RxJsonRpcMessage<RoleServer>, (ErrorData, RequestId)> {
+    ) -> Result<Option<RxJsonRpcMessage<RoleServer>>, (ErrorData, RequestId)> {
+        if !self.started && !matches!(message, JsonRpcMessage::Request(_)) {
+            // rmcp ends the session when its first message is not `initialize`; a
+            // notification (or a stray response) gets no answer anyway, so it is dropped and
+            // the session can still start. Logged on stderr, which is the server's log.
+            let what = match &message {
+                JsonRpcMessage::Notification(n) => {
+                    let value = serde_json::to_value(&n.notification).unwrap_or_default();
+                    let method = value["method"].as_str().unwrap_or("?");
+                    format!("notification `{}`", render::clip(method, 100))
+                }
+                _ => "response".to_owned(),
+            };
+            tracing::warn!("dropped a {what} sent before `initialize`");
+            eprintln!("agentrun mcp: ignored a {what} sent before `initialize`");
+            return Ok(None);
+        }
         match &mut message {
             JsonRpcMessage::Request(request) => {
                 if let Some(error) = request_error(&request.request, self.started) {
@@ -211,7 +230,7 @@ where
             }
             JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) => {}
         }
-        Ok(message)
+        Ok(Some(message))
     }
 
     /// Reads one line into `self.line` without letting it grow past the bound. Cancel-safe:
@@ -623,7 +642,8 @@ where
             self.line.clear();
             match (parsed, reply) {
                 (Ok(message), _) => match self.admit(message) {
-                    Ok(message) => return Some(message),
+                    Ok(Some(message)) => return Some(message),
+                    Ok(None) => {}
                     Err((error, id)) => {
                         self.spawn_reply(error, Some(id));
                     }
@@ -699,6 +719,68 @@ mod tests {
         assert_eq!(replies[1]["error"]["code"], -32600);
         assert_eq!(replies[2]["error"]["code"], -32600);
         assert_eq!(replies[2]["id"], 7, "the id of a bad request is echoed");
+    }
+
+    /// End of input calls the stop hook at once, before the receive loop waits for the
+    /// answers of the calls in flight and long before it returns. In paused (virtual) time:
+    /// the hook must come with no time passed at all, and the loop must still be waiting.
+    #[tokio::test(start_paused = true)]
+    async fn end_of_input_calls_the_stop_hook_before_waiting_for_answers() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(server);
+        let (tx, mut hook) = tokio::sync::oneshot::channel();
+        let mut transport =
+            LineTransport::new(BufReader::new(read), write, 1 << 16).on_end(move || {
+                let _ = tx.send(tokio::time::Instant::now());
+            });
+        let start = tokio::time::Instant::now();
+        // A request in flight: delivered, never answered here.
+        client
+            .write_all(
+                b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":\
+                  {\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},\
+                  \"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}\n",
+            )
+            .await
+            .unwrap();
+        assert!(transport.receive().await.is_some());
+        client.shutdown().await.unwrap();
+        let receive = transport.receive();
+        tokio::pin!(receive);
+        tokio::select! {
+            biased;
+            _ = &mut receive => panic!("the receive loop ended before the stop hook was called"),
+            at = &mut hook => assert_eq!(
+                at.unwrap(),
+                start,
+                "the stop hook waited before it was called"
+            ),
+        }
+        // Then the loop waits for the answer in flight, up to its bound, before it ends.
+        assert!(receive.await.is_none());
+        assert!(start.elapsed() >= END_WAIT, "{:?}", start.elapsed());
+    }
+
+    #[tokio::test]
+    async fn notifications_before_initialize_are_dropped() {
+        let input = concat!(
+            "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n",
+            "{\"jsonrpc\":\"2.0\",\"id\":99,\"result\":{}}\n",
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":",
+            "{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},",
+            "\"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}\n",
+            "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n",
+        );
+        let (methods, written) = exchange(input.as_bytes(), 1024).await;
+        assert_eq!(
+            methods,
+            ["initialize", "notifications/initialized"],
+            "only the notification after `initialize` is delivered"
+        );
+        assert!(
+            written.is_empty(),
+            "a notification is never answered: {written}"
+        );
     }
 
     #[tokio::test]

@@ -28,7 +28,6 @@
 //! the lines Codex appended to its session file — and the completion is built).
 
 use std::ffi::{OsStr, OsString};
-use std::fs::File;
 use std::future::{Future, IntoFuture};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -782,10 +781,12 @@ pub fn plausible_session_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
 }
 
-/// Reads `path` from `offset`, refusing more than [`RETAINED_CAP`] bytes.
+/// Reads `path` from `offset`, refusing more than [`RETAINED_CAP`] bytes, and anything but a
+/// regular file: a FIFO in its place would block the open (and the `await` of the turn that
+/// reads it) until a writer came.
 fn read_capped(path: &Path, offset: u64) -> io::Result<Vec<u8>> {
-    let mut file = File::open(path)?;
-    let len = file.metadata()?.len();
+    let (mut file, meta) = agentrun_fs::special::open_regular_file(path)?;
+    let len = meta.len();
     if len.saturating_sub(offset) > RETAINED_CAP {
         return Err(io::Error::other(format!(
             "larger than {} MiB",
@@ -842,6 +843,30 @@ async fn opencode_export<R: Runtime>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fifo_in_place_of_a_retained_file_is_refused_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("rollout.jsonl");
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::RWXU).unwrap();
+        // On a thread: an open that waits for a writer would never return; the test then
+        // fails on the channel's (generous) timeout instead of hanging.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_capped(&path, 0));
+        });
+        let result = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("reading a FIFO waited for a writer");
+        let err = result.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+        assert!(err.to_string().contains("FIFO"), "{err}");
+        // A regular file is still read, from the offset.
+        let file = dir.path().join("regular.jsonl");
+        std::fs::write(&file, "abcdef").unwrap();
+        assert_eq!(read_capped(&file, 2).unwrap(), b"cdef");
+    }
 
     #[test]
     fn session_ids_from_the_stream_cannot_be_paths_or_options() {
