@@ -166,12 +166,12 @@ impl AgentParts {
                 let _ = writeln!(head, "[Agent {name} ended without a completion]");
             }
         }
-        let models = match &turn.completion {
-            Some(c) if !c.report.models.is_empty() => &c.report.models,
-            _ => &turn.observed_models,
+        let (models, omitted) = match &turn.completion {
+            Some(c) if !c.report.models.is_empty() => (&c.report.models, c.report.models_omitted),
+            _ => (&turn.observed_models, turn.observed_models_omitted),
         };
         if !models.is_empty() {
-            head.push_str(&render::models_line(models));
+            head.push_str(&render::models_line(models, omitted));
         }
         let mut tail = String::new();
         let record = &turn.process.record;
@@ -205,7 +205,7 @@ impl AgentParts {
 
 /// The structured content of an `agent` result: the turn's JSON with its model lists cut to
 /// [`render::MAX_MODELS`] names (each bounded; `observed_models_omitted` and
-/// `models_omitted` count the rest), every string cut to the preview bound, and
+/// `models_omitted` count the rest, including those the interpretation did not keep), every string cut to the preview bound, and
 /// `final_message_artifact` naming the final message's own artifact when it was retained.
 /// The caller bounds the whole with [`render::bound_structured`].
 fn agent_json(turn: &AgentRun, answer: &Answer, max_bytes: usize) -> Option<serde_json::Value> {
@@ -234,7 +234,10 @@ fn bound_models(object: &mut serde_json::Value, key: &str) {
         }
     }
     if omitted > 0 {
-        object[format!("{key}_omitted")] = json!(omitted);
+        // Added to what the interpretation itself left out past its own cap.
+        let field = format!("{key}_omitted");
+        let before = object.get(&field).and_then(serde_json::Value::as_u64);
+        object[field] = json!(before.unwrap_or(0) + omitted as u64);
     }
 }
 

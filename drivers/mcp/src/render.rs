@@ -180,8 +180,9 @@ pub(crate) fn summary(text: &str) -> String {
 }
 
 /// The `[Models: …]` line: the first names (each cut to a bounded length) that fit the line's
-/// bound, and how many more there were.
-pub(crate) fn models_line(models: &[String]) -> String {
+/// bound, and how many more there were (`omitted`: those the interpretation already left out
+/// past its own cap).
+pub(crate) fn models_line(models: &[String], omitted: u64) -> String {
     let mut line = String::from("[Models: ");
     let mut shown = 0;
     for model in models {
@@ -196,7 +197,7 @@ pub(crate) fn models_line(models: &[String]) -> String {
         line.push_str(&name);
         shown += 1;
     }
-    let rest = models.len() - shown;
+    let rest = (models.len() - shown) as u64 + omitted;
     if rest > 0 {
         let _ = write!(line, "{}and {rest} more", if shown > 0 { ", " } else { "" });
     }
@@ -492,7 +493,7 @@ mod tests {
     #[test]
     fn the_models_line_is_bounded_and_counts_the_rest() {
         let many: Vec<String> = (0..20_000).map(|i| format!("model-{i}")).collect();
-        let line = models_line(&many);
+        let line = models_line(&many, 0);
         assert!(line.len() <= MAX_MODELS_BYTES, "{}", line.len());
         assert!(line.starts_with("[Models: model-0, model-1, "), "{line}");
         let shown = line.matches("model-").count();
@@ -500,12 +501,15 @@ mod tests {
             line.ends_with(&format!(", and {} more]\n", 20_000 - shown)),
             "{line}"
         );
+        // Those the interpretation did not keep are counted too.
+        let line = models_line(&many[..2], 7);
+        assert_eq!(line, "[Models: model-0, model-1, and 7 more]\n");
 
         let huge = vec!["m".repeat(5_000_000), "small".to_owned()];
-        let line = models_line(&huge);
+        let line = models_line(&huge, 0);
         assert!(line.len() <= MAX_MODELS_BYTES, "{}", line.len());
         assert!(line.contains("m…, small]"), "{line}");
-        assert_eq!(models_line(&["a".to_owned()]), "[Models: a]\n");
+        assert_eq!(models_line(&["a".to_owned()], 0), "[Models: a]\n");
     }
 
     #[test]
