@@ -132,7 +132,7 @@ pub(crate) fn run(store: Store, args: AgentArgs) -> Result<ExitCode, Failure> {
         .validate()
         .map_err(Failure::usage)?;
     if let (Some(path), None) = (&args.retained, harness.retained_kind()) {
-        eprintln!(
+        say!(
             "agentrun: warning: {harness} has no retained record; ignoring {}",
             path.display()
         );
@@ -182,7 +182,7 @@ pub(crate) fn run(store: Store, args: AgentArgs) -> Result<ExitCode, Failure> {
         .take()
     {
         // stdout failed (a full disk): the session is still kept, and stderr says where.
-        eprintln!("{}", footer(&turn.process));
+        say!("{}", footer(&turn.process));
         crate::run::report_faults(&turn.process.record);
         return Err(f);
     }
@@ -217,14 +217,14 @@ fn report(
     let result = &turn.process;
     let mut out = Out::new(io::stdout());
     if turn.truncated_lines > 0 {
-        eprintln!(
+        say!(
             "agentrun: warning: {} stdout line(s) longer than {} MiB were not interpreted; \
              the stdout artifact holds them in full",
             turn.truncated_lines,
             agentrun_process::MAX_LINE_BYTES >> 20
         );
     }
-    eprintln!("{}", footer(result));
+    say!("{}", footer(result));
     crate::run::report_faults(&result.record);
     let Some(completion) = &turn.completion else {
         let why = match result.outcome {
@@ -245,7 +245,7 @@ fn report(
         return Ok(ExitCode::from(interrupts.exit_code().unwrap_or(124)));
     };
     if let Some(why) = &turn.retained_error {
-        eprintln!("agentrun: warning: {why}; models and usage come from the stream");
+        say!("agentrun: warning: {why}; models and usage come from the stream");
     }
     if args.json {
         out.line(&turn_json(turn)?)?;

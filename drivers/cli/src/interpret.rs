@@ -115,13 +115,13 @@ pub(crate) fn run(args: InterpretArgs) -> Result<ExitCode, Failure> {
             match request.kind.parse(request.session_id.as_deref(), &bytes) {
                 Ok(record) => Some(record),
                 Err(e) => {
-                    eprintln!("agentrun: warning: {}: {e}; ignoring it", path.display());
+                    say!("agentrun: warning: {}: {e}; ignoring it", path.display());
                     None
                 }
             }
         }
         (None, Some(path)) => {
-            eprintln!(
+            say!(
                 "agentrun: warning: {} has no retained record; ignoring {}",
                 args.harness,
                 path.display()

@@ -23,9 +23,7 @@ impl Interrupts {
     pub(crate) fn install() -> Self {
         let signals = Signals::new([Signal::Int, Signal::Term, Signal::Hup, Signal::Xfsz]);
         if let Err(e) = &signals {
-            eprintln!(
-                "agentrun: warning: cannot handle signals ({e}); Ctrl-C will not keep the output"
-            );
+            say!("agentrun: warning: cannot handle signals ({e}); Ctrl-C will not keep the output");
         }
         Self {
             signals: signals.ok(),

@@ -8,6 +8,23 @@
 //! child's code passes through, agentrun's own failures (usage errors included) exit 125,
 //! a timeout 124, a program that cannot be run 126/127 — the table is `EXIT_CODES` below.
 
+/// `eprintln!` that never panics: a diagnostic that cannot be written (stderr closed, or on a
+/// full device) is dropped, and the command keeps its own exit code.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `eprint!` that never panics (see `say!`).
+macro_rules! say_inline {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod agent;
 mod auto;
 mod compact;

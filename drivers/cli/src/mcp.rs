@@ -81,9 +81,9 @@ pub(crate) fn run(settings: &Settings, args: McpArgs) -> Result<ExitCode, Failur
     // A missing program does not keep the client from connecting; calls to it are refused
     // with the same explanation.
     for (name, why) in server.unavailable_programs() {
-        eprintln!("agentrun mcp: warning: {name} is allowed but cannot run: {why}");
+        say!("agentrun mcp: warning: {name} is allowed but cannot run: {why}");
     }
-    eprintln!(
+    say!(
         "agentrun mcp: serving MCP on stdio; store {}; run allows {allowed}",
         root.display()
     );

@@ -99,12 +99,12 @@ pub(crate) fn read(settings: &Settings, args: ReadArgs) -> Result<ExitCode, Fail
         return Ok(ExitCode::SUCCESS);
     }
     write_or_quiet(&mut out, &page.bytes)?;
-    eprintln!("{}", line_status(&page, &uri, args.limit));
+    say!("{}", line_status(&page, &uri, args.limit));
     if offset == 0
         && uri.stream.is_none()
         && let Some(note) = manifest_note(&store, &uri)
     {
-        eprintln!("agentrun: {note}");
+        say!("agentrun: {note}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -161,12 +161,12 @@ fn read_bytes(
     let total = plural(page.total_bytes, "byte", "bytes");
     let keep_limit = limit.map_or(String::new(), |l| format!(" --byte-limit {l}"));
     match page.next_byte_offset {
-        Some(next) => eprintln!(
+        Some(next) => say!(
             "agentrun: bytes {}-{end} of {total}; next: agentrun read {uri} --byte-offset \
              {next}{keep_limit}",
             page.offset
         ),
-        None => eprintln!("agentrun: bytes {}-{end} of {total} (end)", page.offset),
+        None => say!("agentrun: bytes {}-{end} of {total} (end)", page.offset),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -178,12 +178,12 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
         write_or_quiet(&mut out, format!("{json}\n").as_bytes())
     } else if args.sink {
         // stdout is the clean channel: the answer alone, verbatim; everything else on stderr.
-        eprint!("{}", result.model_text());
-        eprintln!("{footer}");
+        say_inline!("{}", result.model_text());
+        say!("{footer}");
         match &result.result {
             Some(answer) => write_or_quiet(&mut out, answer.as_bytes()),
             None => {
-                eprintln!(
+                say!(
                     "agentrun: no clean result: the sink was {}; the preview above is the \
                      fallback",
                     result.sink.describe()
@@ -193,18 +193,18 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
         }
     } else if args.live {
         // The output was shown as it came: only where it is kept remains to be said.
-        eprintln!("{footer}");
+        say!("{footer}");
         match live_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
             Some(e) => Err(Failure::stdout_write(e)),
             None => Ok(()),
         }
     } else {
         let written = write_or_quiet(&mut out, result.model_text().as_bytes());
-        eprintln!("{footer}");
+        say!("{footer}");
         written
     };
     if let Some(error) = &result.sink_cleanup_error {
-        eprintln!("agentrun: warning: {error}; `agentrun gc` removes what is left");
+        say!("agentrun: warning: {error}; `agentrun gc` removes what is left");
     }
     report_faults(&result.record);
     written?;
@@ -215,7 +215,7 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
 pub(crate) fn report_faults(record: &ResultRecord) {
     for fault in &record.faults {
         let stream = fault.stream.as_ref().map_or("output", |s| s.as_str());
-        eprintln!(
+        say!(
             "agentrun: error: {stream} is incomplete: {}; what was captured is retained",
             fault.message
         );

@@ -121,7 +121,7 @@ pub(crate) fn show(settings: &Settings, args: ShowArgs) -> Result<ExitCode, Fail
         return Ok(ExitCode::SUCCESS);
     }
     write_or_quiet(&mut out, record.render().as_bytes())?;
-    eprintln!(
+    say!(
         "{}",
         crate::run::read_commands(&store, &record, &summary(&record))
     );
@@ -164,7 +164,7 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
         if args.json {
             write_or_quiet(&mut out, b"[]\n")?;
         } else {
-            eprintln!(
+            say!(
                 "agentrun: no runs yet: there is no store at {}",
                 settings.store_root()?.value.display()
             );
@@ -213,7 +213,7 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
     }
     if runs.is_empty() {
         if listing.is_complete() {
-            eprintln!("agentrun: no runs recorded in {}", store.root().display());
+            say!("agentrun: no runs recorded in {}", store.root().display());
         }
         return Ok(report_unreadable(&listing));
     }
@@ -281,7 +281,7 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
         text.push('\n');
     }
     write_or_quiet(&mut out, text.as_bytes())?;
-    eprintln!("agentrun: `agentrun show RUN_ID` shows a run again; * marks incomplete output");
+    say!("agentrun: `agentrun show RUN_ID` shows a run again; * marks incomplete output");
     Ok(report_unreadable(&listing))
 }
 
@@ -359,7 +359,7 @@ pub(crate) fn gc(settings: &Settings, args: GcArgs) -> Result<ExitCode, Failure>
             let json = serde_json::json!({ "store_missing": root.display().to_string() });
             write_or_quiet(&mut io::stdout().lock(), format!("{json:#}\n").as_bytes())?;
         } else {
-            eprintln!(
+            say!(
                 "agentrun: there is no store at {}; nothing to collect",
                 root.display()
             );

@@ -323,3 +323,38 @@ fn a_stdout_that_cannot_be_written_is_an_error() {
 
 /// A recorded Claude Code session with progress lines.
 const REPLAYED: &str = "claude/agentrun-cyber-discussion-synthetic.jsonl";
+
+/// A stderr that cannot be written (a full device, a closed pipe) loses the diagnostics, never
+/// the command: no panic, and the exit code is what it would have been.
+#[test]
+fn a_stderr_that_cannot_be_written_changes_no_exit_code() {
+    let h = Harness::new();
+    let Ok(full) = fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("skipped: this system has no /dev/full");
+        return;
+    };
+    for (argv, code) in [
+        (&["run", "echo", "hi"][..], 0),
+        (&["run", "sh", "-c", "exit 3"], 3),
+        (&["run", "--max-lines", "1", "seq", "1", "10"], 0),
+        (&["runs"], 0),
+        (&["run", "no-such-program-here"], 127),
+    ] {
+        let o = h
+            .cmd(argv)
+            .stderr(Stdio::from(full.try_clone().unwrap()))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(code), "{argv:?}: {o:?}");
+    }
+    // The same with stderr a pipe whose reader is gone.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = h
+        .cmd(&["run", "echo", "hi"])
+        .stderr(Stdio::from(writer))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert!(stdout(&o).contains("hi"), "{o:?}");
+}

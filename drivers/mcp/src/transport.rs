@@ -186,7 +186,12 @@ where
                 _ => "response".to_owned(),
             };
             tracing::warn!("dropped a {what} sent before `initialize`");
-            eprintln!("agentrun mcp: ignored a {what} sent before `initialize`");
+            // A client that closed our stderr must not end the session.
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "agentrun mcp: ignored a {what} sent before `initialize`"
+            );
             return Ok(None);
         }
         match &mut message {
