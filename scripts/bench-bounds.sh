@@ -16,6 +16,8 @@ if [ -z "$bin" ]; then
     cargo build --release -p agentrun >/dev/null
     bin=${CARGO_TARGET_DIR:-$PWD/target}/release/agentrun
 fi
+# Absolute, since the commands run inside WORKDIR.
+bin=$(realpath "$bin")
 mkdir -p "$work"
 cd "$work"
 if [ ! -s d500k.jsonl ]; then
