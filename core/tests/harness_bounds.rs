@@ -1,7 +1,8 @@
 //! Work and memory bounds of interpretation: a model list keeps at most `MAX_MODELS` names
 //! (the rest counted), each at most `MAX_MODEL_NAME_BYTES`; adding a model is constant time,
 //! so a stream of many distinct names decodes in linear time. A line past the JSON budget
-//! (depth, values) is skipped before any value is built, with a warning.
+//! (depth, values) is skipped before any value is built, with a warning; one that ends an
+//! item or a turn is still read for the few small fields that do.
 
 use agentrun_core::harness::interpretation::{MAX_MODEL_NAME_BYTES, MAX_MODELS, MODEL_NAME_CUT};
 use agentrun_core::harness::{
@@ -431,4 +432,76 @@ proptest::proptest! {
             agentrun_core::harness::fuzzing::json_budget(&data);
         }
     }
+}
+
+/// A Codex `item.completed` past the value budget (an MCP result of 300 000 numbers, a
+/// 600 KB line) still ends its item: the turn succeeds with no work reported killed.
+#[test]
+fn a_codex_item_completed_over_the_budget_still_ends_its_item() {
+    let mut interp = Interpretation::new(Harness::Codex);
+    interp.handle_line(br#"{"type":"thread.started","thread_id":"t"}"#);
+    interp.handle_line(
+        br#"{"type":"item.started","item":{"id":"item_1","type":"mcp_tool_call","server":"srv","tool":"numbers","status":"in_progress"}}"#,
+    );
+    let numbers = vec!["1"; 300_000].join(",");
+    let completed = format!(
+        r#"{{"type":"item.completed","item":{{"id":"item_1","type":"mcp_tool_call","server":"srv","tool":"numbers","arguments":{{}},"result":{{"content":[],"structured_content":{{"values":[{numbers}]}}}},"error":null,"status":"completed"}}}}"#
+    );
+    assert!(completed.len() > MAX_JSON_VALUES);
+    interp.handle_line(completed.as_bytes());
+    interp.handle_line(
+        br#"{"type":"item.completed","item":{"id":"item_2","type":"agent_message","text":"done"}}"#,
+    );
+    interp.handle_line(br#"{"type":"turn.completed","usage":{"input_tokens":5}}"#);
+    let c = interp.finish(HarnessExit::Success).complete(None);
+    assert!(
+        c.outcome.killed_work.is_empty(),
+        "{:?}",
+        c.outcome.killed_work
+    );
+    assert!(
+        matches!(c.outcome.status, OutcomeStatus::Succeeded),
+        "{:?}",
+        c.outcome.status
+    );
+    // Still reported as past the budget.
+    assert!(
+        c.report
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("1 line exceeds the JSON budget")),
+        "{:?}",
+        c.report.warnings
+    );
+}
+
+/// A Claude `result` past the value budget (a huge `modelUsage` and payload) still ends the
+/// turn with its outcome and result text.
+#[test]
+fn a_claude_result_over_the_budget_still_ends_the_turn() {
+    let mut interp = Interpretation::new(Harness::Claude);
+    interp
+        .handle_line(br#"{"type":"system","subtype":"init","session_id":"s1","model":"claude-x"}"#);
+    let payload = vec!["{}"; 300_000].join(",");
+    let result = format!(
+        r#"{{"type":"result","subtype":"success","is_error":false,"payload":[{payload}],"modelUsage":{{"claude-x":{{"inputTokens":1}}}},"result":"all done","num_turns":2,"total_cost_usd":0.5,"usage":{{"input_tokens":3,"output_tokens":4}}}}"#
+    );
+    assert!(result.len() > MAX_JSON_VALUES);
+    interp.handle_line(result.as_bytes());
+    let c = interp.finish(HarnessExit::Success).complete(None);
+    assert!(c.outcome.terminal_seen);
+    assert!(
+        matches!(c.outcome.status, OutcomeStatus::Succeeded),
+        "{:?}",
+        c.outcome.status
+    );
+    assert_eq!(c.outcome.final_message.as_deref(), Some("all done"));
+    assert!(
+        c.report
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("1 line exceeds the JSON budget")),
+        "{:?}",
+        c.report.warnings
+    );
 }

@@ -418,6 +418,55 @@ fn first<'a>(fields: &[&'a Str<'_>]) -> Option<&'a str> {
 /// or `API Error:` at the start with `[cyber]` anywhere.
 /// Claude Code's over-long request: `terminal_reason: "prompt_too_long"` (2.1), or, from
 /// versions without that field, the result text it writes for the API's 400 answer.
+/// What is still read of a line past the JSON value budget: the turn's end (a `result`, or a
+/// Grok `error`) with the fields [`ClaudeDecoder::result`] reads, so a large payload does not
+/// make the turn look cut off; the bulk is skipped.
+const PARTIAL: json::Partial = {
+    use json::Keep::{Fields, Keys, Present, Scalar, Strings};
+    json::Partial {
+        types: &["result", "error"],
+        fields: &[
+            ("type", Scalar),
+            ("subtype", Scalar),
+            ("is_error", Scalar),
+            ("result", Scalar),
+            ("parent_tool_use_id", Present),
+            ("num_turns", Scalar),
+            ("total_cost_usd", Scalar),
+            ("terminal_reason", Scalar),
+            ("errors", Strings),
+            ("modelUsage", Keys),
+            ("session_id", Scalar),
+            ("sessionId", Scalar),
+            ("message", Scalar),
+            ("data", Scalar),
+            (
+                "usage",
+                Fields(&[
+                    ("input_tokens", Scalar),
+                    ("inputTokens", Scalar),
+                    ("prompt_tokens", Scalar),
+                    ("cache_read_input_tokens", Scalar),
+                    ("cached_input_tokens", Scalar),
+                    ("cacheReadInputTokens", Scalar),
+                    ("cachedTokens", Scalar),
+                    ("cache_creation_input_tokens", Scalar),
+                    ("output_tokens", Scalar),
+                    ("outputTokens", Scalar),
+                    ("completion_tokens", Scalar),
+                    ("reasoning_tokens", Scalar),
+                    ("reasoningTokens", Scalar),
+                    ("thoughtTokens", Scalar),
+                    (
+                        "output_tokens_details",
+                        Fields(&[("thinking_tokens", Scalar)]),
+                    ),
+                ]),
+            ),
+        ],
+    }
+};
+
 fn is_prompt_too_long(v: &Value, text: Option<&str>) -> bool {
     json::str(v, "terminal_reason") == Some("prompt_too_long")
         || text.is_some_and(|t| t.trim_start().starts_with("Prompt is too long"))
@@ -486,7 +535,7 @@ impl StreamDecoder for ClaudeDecoder {
             self.assistant(&frame, &mut update);
             return update;
         }
-        let Some(v) = self.drift.object(line) else {
+        let Some(v) = self.drift.object_or_partial(line, Some(&PARTIAL)) else {
             return update;
         };
         let Some(kind) = json::str(&v, "type") else {

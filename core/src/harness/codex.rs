@@ -19,6 +19,51 @@ pub(crate) const TOKEN_KEYS: [&str; 4] = [
     "reasoning_output_tokens",
 ];
 
+/// What is still read of a line past the JSON value budget: an item's end (an MCP result can
+/// hold far more values than the budget) and the turn's end, with the small fields their
+/// handling reads; the bulk (results, arguments, file changes) is skipped.
+const PARTIAL: json::Partial = {
+    use json::Keep::{Fields, Scalar};
+    json::Partial {
+        types: &[
+            "item.started",
+            "item.updated",
+            "item.completed",
+            "turn.completed",
+            "turn.failed",
+        ],
+        fields: &[
+            ("type", Scalar),
+            ("message", Scalar),
+            ("error", Fields(&[("message", Scalar)])),
+            (
+                "usage",
+                Fields(&[
+                    (TOKEN_KEYS[0], Scalar),
+                    (TOKEN_KEYS[1], Scalar),
+                    (TOKEN_KEYS[2], Scalar),
+                    (TOKEN_KEYS[3], Scalar),
+                ]),
+            ),
+            (
+                "item",
+                Fields(&[
+                    ("id", Scalar),
+                    ("type", Scalar),
+                    ("status", Scalar),
+                    ("text", Scalar),
+                    ("message", Scalar),
+                    ("command", Scalar),
+                    ("server", Scalar),
+                    ("tool", Scalar),
+                    ("query", Scalar),
+                    ("action", Fields(&[("query", Scalar)])),
+                ]),
+            ),
+        ],
+    }
+};
+
 #[derive(Debug, Default)]
 pub(crate) struct CodexDecoder {
     drift: Drift,
@@ -166,7 +211,7 @@ fn render_item(kind: &str, item: &Value) -> Option<String> {
 impl StreamDecoder for CodexDecoder {
     fn condense(&mut self, line: &[u8]) -> StreamUpdate {
         let mut update = StreamUpdate::default();
-        let Some(v) = self.drift.object(line) else {
+        let Some(v) = self.drift.object_or_partial(line, Some(&PARTIAL)) else {
             return update;
         };
         let Some(kind) = json::str(&v, "type") else {

@@ -652,10 +652,10 @@ fn over_budget_warning(count: u64) -> Option<String> {
     match count {
         0 => None,
         1 => Some(format!(
-            "1 line exceeds the JSON budget ({limits}): it was not interpreted"
+            "1 line exceeds the JSON budget ({limits}): it was not interpreted in full"
         )),
         n => Some(format!(
-            "{n} lines exceed the JSON budget ({limits}): they were not interpreted"
+            "{n} lines exceed the JSON budget ({limits}): they were not interpreted in full"
         )),
     }
 }

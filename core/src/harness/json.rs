@@ -37,8 +37,24 @@ pub const MAX_JSON_DOCUMENT_VALUES: usize = 1 << 21;
 
 /// [`within_budget`] with another bound on the values.
 pub(crate) fn within_values(line: &[u8], max_values: usize) -> bool {
+    scan(line, max_values) == Budget::Within
+}
+
+/// What the budget scan of a line found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Budget {
+    Within,
+    /// Nested past [`MAX_JSON_DEPTH`]: no parse of it is attempted (serde_json refuses it).
+    TooDeep,
+    /// Within the depth, but holding more values than the bound.
+    TooMany,
+}
+
+/// Scans `line` for its depth and its values (see [`within_budget`]). Past the value bound the
+/// scan goes on for the depth only, so [`Budget::TooMany`] means the depth is within.
+fn scan(line: &[u8], max_values: usize) -> Budget {
     if line.len() <= max_values {
-        return true;
+        return Budget::Within;
     }
     let mut depth = 0usize;
     let mut values = 0usize;
@@ -47,27 +63,26 @@ pub(crate) fn within_values(line: &[u8], max_values: usize) -> bool {
         match line[i] {
             b'"' => match string_end(line, i + 1) {
                 Some(end) => i = end,
-                None => return true,
+                None => break,
             },
             b'[' | b'{' => {
                 depth += 1;
                 values += 1;
-                if depth > MAX_JSON_DEPTH || values > max_values {
-                    return false;
+                if depth > MAX_JSON_DEPTH {
+                    return Budget::TooDeep;
                 }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
-            b',' => {
-                values += 1;
-                if values > max_values {
-                    return false;
-                }
-            }
+            b',' => values += 1,
             _ => {}
         }
         i += 1;
     }
-    true
+    if values > max_values {
+        Budget::TooMany
+    } else {
+        Budget::Within
+    }
 }
 
 /// The index of the quote that closes the string whose contents start at `start`, or `None`
@@ -120,6 +135,174 @@ pub(crate) fn parse(line: &[u8]) -> Line {
     match serde_json::from_slice::<Value>(trimmed) {
         Ok(v @ Value::Object(_)) => Line::Object(v),
         _ => Line::Malformed,
+    }
+}
+
+/// What a decoder still reads of a line past the value budget: the event types whose end of an
+/// item or a turn must not be lost, and the few small fields it needs of them.
+#[derive(Debug)]
+pub(crate) struct Partial {
+    /// The `type` values read; a line of another type stays skipped.
+    pub(crate) types: &'static [&'static str],
+    /// The fields kept (`type` among them).
+    pub(crate) fields: &'static [(&'static str, Keep)],
+}
+
+/// How one field of a [`Partial`] read is kept.
+#[derive(Debug)]
+pub(crate) enum Keep {
+    /// A string, number, boolean or null; an array or object is left out.
+    Scalar,
+    /// Present and not null: kept as `true` (its value skipped).
+    Present,
+    /// An object, of which only these fields are kept.
+    Fields(&'static [(&'static str, Keep)]),
+    /// An object's first [`MAX_PARTIAL_ITEMS`] keys, each with a `null` value.
+    Keys,
+    /// An array's first [`MAX_PARTIAL_ITEMS`] string elements.
+    Strings,
+}
+
+/// Most keys ([`Keep::Keys`]) or strings ([`Keep::Strings`]) a partial read keeps of one field.
+const MAX_PARTIAL_ITEMS: usize = 64;
+
+/// For a line past the value budget (not past the depth, which serde_json refuses), the
+/// object of only the fields `partial` names, when its `type` is one of `partial.types`.
+/// Everything else is skipped by serde's `IgnoredAny`, which builds nothing: the cost is a
+/// linear scan plus the few fields kept (each bounded by the line). `None` when the line is
+/// not such an object (or not valid JSON).
+pub(crate) fn parse_partial(line: &[u8], partial: &Partial) -> Option<Value> {
+    let trimmed = line.trim_ascii();
+    if trimmed.first() != Some(&b'{') || scan(trimmed, MAX_JSON_VALUES) != Budget::TooMany {
+        return None;
+    }
+    let mut de = serde_json::Deserializer::from_slice(trimmed);
+    let v = serde::de::DeserializeSeed::deserialize(
+        reduce::Seed(&Keep::Fields(partial.fields)),
+        &mut de,
+    )
+    .ok()?;
+    de.end().ok()?;
+    let kind = v.get("type")?.as_str()?;
+    partial.types.contains(&kind).then_some(v)
+}
+
+/// The deserializer of [`parse_partial`]: a seed per [`Keep`], yielding `Null` for a value of
+/// another shape (the caller leaves such fields out).
+mod reduce {
+    use std::fmt;
+
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use serde_json::{Map, Value};
+
+    use super::{Keep, MAX_PARTIAL_ITEMS};
+
+    pub(super) struct Seed<'k>(pub(super) &'k Keep);
+
+    impl<'de> DeserializeSeed<'de> for Seed<'_> {
+        type Value = Value;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Seed<'_> {
+        type Value = Value;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("any value")
+        }
+        fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+            Ok(self.scalar(Value::Bool(b)))
+        }
+        fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+            Ok(self.scalar(Value::from(n)))
+        }
+        fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+            Ok(self.scalar(Value::from(n)))
+        }
+        fn visit_f64<E>(self, n: f64) -> Result<Value, E> {
+            Ok(self.scalar(Value::from(n)))
+        }
+        fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+            Ok(match self.0 {
+                Keep::Scalar => Value::String(s.to_owned()),
+                Keep::Present => Value::Bool(true),
+                _ => Value::Null,
+            })
+        }
+        fn visit_unit<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_none<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Value, A::Error> {
+            if matches!(self.0, Keep::Strings) {
+                let mut kept = Vec::new();
+                while let Some(v) = a.next_element_seed(Seed(&Keep::Scalar))? {
+                    if let Value::String(s) = v
+                        && kept.len() < MAX_PARTIAL_ITEMS
+                    {
+                        kept.push(Value::String(s));
+                    }
+                }
+                return Ok(Value::Array(kept));
+            }
+            while a.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(self.present_or_null())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Value, A::Error> {
+            let mut out = Map::new();
+            match self.0 {
+                Keep::Fields(fields) => {
+                    while let Some(key) = a.next_key::<String>()? {
+                        match fields.iter().find(|(name, _)| *name == key) {
+                            Some((_, keep)) => {
+                                let v = a.next_value_seed(Seed(keep))?;
+                                // A repeated key: the last one wins, as in a full parse.
+                                out.remove(&key);
+                                if !v.is_null() {
+                                    out.insert(key, v);
+                                }
+                            }
+                            None => {
+                                a.next_value::<IgnoredAny>()?;
+                            }
+                        }
+                    }
+                    Ok(Value::Object(out))
+                }
+                Keep::Keys => {
+                    while let Some(key) = a.next_key::<String>()? {
+                        a.next_value::<IgnoredAny>()?;
+                        if out.len() < MAX_PARTIAL_ITEMS {
+                            out.insert(key, Value::Null);
+                        }
+                    }
+                    Ok(Value::Object(out))
+                }
+                _ => {
+                    while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                    Ok(self.present_or_null())
+                }
+            }
+        }
+    }
+
+    impl Seed<'_> {
+        fn scalar(&self, v: Value) -> Value {
+            match self.0 {
+                Keep::Scalar => v,
+                Keep::Present => Value::Bool(true),
+                _ => Value::Null,
+            }
+        }
+        fn present_or_null(&self) -> Value {
+            match self.0 {
+                Keep::Present => Value::Bool(true),
+                _ => Value::Null,
+            }
+        }
     }
 }
 
@@ -612,6 +795,64 @@ pub(crate) mod lenient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_partial_read_keeps_only_the_named_fields_of_the_named_types() {
+        const P: Partial = Partial {
+            types: &["t"],
+            fields: &[
+                ("type", Keep::Scalar),
+                ("s", Keep::Scalar),
+                ("p", Keep::Present),
+                ("k", Keep::Keys),
+                ("e", Keep::Strings),
+                ("o", Keep::Fields(&[("a", Keep::Scalar)])),
+            ],
+        };
+        let bulk = vec!["[]"; MAX_JSON_VALUES].join(",");
+        let line = |fields: &str| format!(r#"{{{fields},"bulk":[{bulk}]}}"#);
+        let v = parse_partial(
+            line(
+                r#""type":"t","s":"x","s":"last","p":{"q":[1]},"k":{"m1":{},"m2":[]},"e":["a",1,{},"b"],"o":{"a":2,"b":[3]},"other":"dropped""#,
+            )
+            .as_bytes(),
+            &P,
+        )
+        .expect("partial");
+        assert_eq!(
+            v,
+            serde_json::json!({"type":"t","s":"last","p":true,"k":{"m1":null,"m2":null},"e":["a","b"],"o":{"a":2}})
+        );
+        // A field of another shape is left out; caps hold.
+        let keys: Vec<String> = (0..100).map(|i| format!(r#""m{i}":0"#)).collect();
+        let v = parse_partial(
+            line(&format!(
+                r#""type":"t","s":[1],"p":null,"o":"str","k":{{{}}}"#,
+                keys.join(",")
+            ))
+            .as_bytes(),
+            &P,
+        )
+        .expect("partial");
+        assert_eq!(v.get("s"), None);
+        assert_eq!(v.get("p"), None);
+        assert_eq!(v.get("o"), None);
+        assert_eq!(v["k"].as_object().map(|m| m.len()), Some(MAX_PARTIAL_ITEMS));
+        // Another type, a missing type, malformed JSON, a line within the budget or past the
+        // depth: nothing.
+        assert!(parse_partial(line(r#""type":"u""#).as_bytes(), &P).is_none());
+        assert!(parse_partial(line(r#""s":"x""#).as_bytes(), &P).is_none());
+        assert!(parse_partial(format!("{}x", line(r#""type":"t""#)).as_bytes(), &P).is_none());
+        assert!(parse_partial(br#"{"type":"t"}"#, &P).is_none());
+        let deep = format!(
+            r#"{{"type":"t","x":{}{}}}"#,
+            "[".repeat(MAX_JSON_DEPTH),
+            "]".repeat(MAX_JSON_DEPTH)
+        );
+        let deep = line(&deep[1..deep.len() - 1]);
+        assert!(!within_budget(deep.as_bytes()));
+        assert!(parse_partial(deep.as_bytes(), &P).is_none());
+    }
 
     #[test]
     fn the_budget_scan_counts_structure_outside_strings_only() {

@@ -604,6 +604,18 @@ impl Drift {
     /// the JSON budget is `None` and counted as such; anything else that is not a JSON object
     /// is `None` and counted as unrecognized.
     pub(crate) fn object(&mut self, line: &[u8]) -> Option<serde_json::Value> {
+        self.object_or_partial(line, None)
+    }
+
+    /// [`Drift::object`], except that a line past the value budget whose type is one of
+    /// `partial.types` yields the object of only the fields `partial` names
+    /// ([`json::parse_partial`]), still counted as past the budget: a large item or result
+    /// must still end its item or its turn.
+    pub(crate) fn object_or_partial(
+        &mut self,
+        line: &[u8],
+        partial: Option<&json::Partial>,
+    ) -> Option<serde_json::Value> {
         match json::parse(line) {
             json::Line::Blank => None,
             json::Line::Malformed => {
@@ -612,7 +624,7 @@ impl Drift {
             }
             json::Line::OverBudget => {
                 self.over_budget += 1;
-                None
+                partial.and_then(|p| json::parse_partial(line, p))
             }
             json::Line::Object(v) => Some(v),
         }
