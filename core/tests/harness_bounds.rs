@@ -505,3 +505,39 @@ fn a_claude_result_over_the_budget_still_ends_the_turn() {
         c.report.warnings
     );
 }
+
+/// An OpenCode `step_finish` past the value budget still ends the turn with its tokens, and
+/// an `error` past it still fails it with its message.
+#[test]
+fn an_opencode_step_finish_or_error_over_the_budget_still_ends_the_turn() {
+    let bulk = vec!["[]"; 300_000].join(",");
+    let mut interp = Interpretation::new(Harness::OpenCode);
+    interp.handle_line(
+        format!(
+            r#"{{"type":"step_finish","sessionID":"ses_1","part":{{"snapshot":[{bulk}],"reason":"stop","cost":0,"tokens":{{"input":7,"output":2,"cache":{{"read":1,"write":0}}}}}}}}"#
+        )
+        .as_bytes(),
+    );
+    let c = interp.finish(HarnessExit::Success).complete(None);
+    assert!(c.outcome.terminal_seen);
+    assert_eq!(c.outcome.session_id.as_deref(), Some("ses_1"));
+    assert!(
+        matches!(c.outcome.status, OutcomeStatus::Succeeded),
+        "{:?}",
+        c.outcome.status
+    );
+    let mut interp = Interpretation::new(Harness::OpenCode);
+    interp.handle_line(
+        format!(
+            r#"{{"type":"error","sessionID":"ses_1","error":{{"name":"APIError","data":{{"message":"boom","responseBody":[{bulk}]}}}}}}"#
+        )
+        .as_bytes(),
+    );
+    let c = interp.finish(HarnessExit::Success).complete(None);
+    match &c.outcome.status {
+        OutcomeStatus::TurnFailed { diagnostic } => {
+            assert!(diagnostic.contains("APIError: boom"), "{diagnostic}");
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -155,7 +155,8 @@ pub(crate) enum Keep {
     Scalar,
     /// Present and not null: kept as `true` (its value skipped).
     Present,
-    /// An object, of which only these fields are kept.
+    /// An object, of which only these fields are kept; a string, number or boolean is kept
+    /// as is (a decoder reading the object's fields finds none, as in a full parse).
     Fields(&'static [(&'static str, Keep)]),
     /// An object's first [`MAX_PARTIAL_ITEMS`] keys, each with a `null` value.
     Keys,
@@ -225,7 +226,7 @@ mod reduce {
         }
         fn visit_str<E>(self, s: &str) -> Result<Value, E> {
             Ok(match self.0 {
-                Keep::Scalar => Value::String(s.to_owned()),
+                Keep::Scalar | Keep::Fields(_) => Value::String(s.to_owned()),
                 Keep::Present => Value::Bool(true),
                 _ => Value::Null,
             })
@@ -292,7 +293,7 @@ mod reduce {
     impl Seed<'_> {
         fn scalar(&self, v: Value) -> Value {
             match self.0 {
-                Keep::Scalar => v,
+                Keep::Scalar | Keep::Fields(_) => v,
                 Keep::Present => Value::Bool(true),
                 _ => Value::Null,
             }
@@ -836,7 +837,7 @@ mod tests {
         .expect("partial");
         assert_eq!(v.get("s"), None);
         assert_eq!(v.get("p"), None);
-        assert_eq!(v.get("o"), None);
+        assert_eq!(v["o"], "str");
         assert_eq!(v["k"].as_object().map(|m| m.len()), Some(MAX_PARTIAL_ITEMS));
         // Another type, a missing type, malformed JSON, a line within the budget or past the
         // depth: nothing.

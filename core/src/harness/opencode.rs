@@ -31,6 +31,44 @@ pub(crate) fn add_tokens(usage: &mut Usage, tokens: &Value) {
     usage.reasoning_tokens = usage.reasoning_tokens.saturating_add(reasoning);
 }
 
+/// What is still read of a line past the JSON value budget: the step's end and an error, with
+/// the fields their handling reads; the bulk is skipped.
+const PARTIAL: json::Partial = {
+    use json::Keep::{Fields, Scalar};
+    json::Partial {
+        types: &["step_finish", "error"],
+        fields: &[
+            ("type", Scalar),
+            ("sessionID", Scalar),
+            (
+                "part",
+                Fields(&[
+                    ("reason", Scalar),
+                    ("cost", Scalar),
+                    (
+                        "tokens",
+                        Fields(&[
+                            ("input", Scalar),
+                            ("output", Scalar),
+                            ("reasoning", Scalar),
+                            ("cache", Fields(&[("read", Scalar), ("write", Scalar)])),
+                        ]),
+                    ),
+                ]),
+            ),
+            (
+                "error",
+                Fields(&[
+                    ("type", Scalar),
+                    ("name", Scalar),
+                    ("message", Scalar),
+                    ("data", Fields(&[("message", Scalar)])),
+                ]),
+            ),
+        ],
+    }
+};
+
 #[derive(Debug, Default)]
 pub(crate) struct OpenCodeDecoder {
     drift: Drift,
@@ -99,7 +137,7 @@ pub(crate) fn error_text(error: &Value) -> (Option<&str>, String) {
 impl StreamDecoder for OpenCodeDecoder {
     fn condense(&mut self, line: &[u8]) -> StreamUpdate {
         let mut update = StreamUpdate::default();
-        let Some(v) = self.drift.object(line) else {
+        let Some(v) = self.drift.object_or_partial(line, Some(&PARTIAL)) else {
             return update;
         };
         let Some(kind) = json::str(&v, "type") else {
