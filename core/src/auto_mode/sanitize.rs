@@ -452,14 +452,27 @@ impl View {
         if spaced { Gap::Spaced } else { Gap::Glued }
     }
 
-    /// Whether `at` starts a whitespace-delimited token.
-    fn is_token_start(&self, at: usize) -> bool {
-        at == 0 || self.chars[at - 1].is_whitespace()
+    /// Whether `at` starts a whitespace-delimited token. `quoted` also accepts an opening
+    /// quote or bracket before it: for glued patterns of three words or more, which are
+    /// not plausible names (`` `ignore_all_previous_instructions` ``), unlike two
+    /// (`` `system_prompt` ``).
+    fn is_token_start(&self, at: usize, quoted: bool) -> bool {
+        at == 0
+            || self.chars[at - 1].is_whitespace()
+            || quoted && matches!(self.chars[at - 1], '`' | '\'' | '"' | '(' | '[' | '{' | '<')
     }
 
-    /// Whether `at` ends a whitespace-delimited token.
-    fn is_token_end(&self, at: usize) -> bool {
-        self.chars.get(at).is_none_or(|c| c.is_whitespace())
+    /// Whether `at` ends a whitespace-delimited token; `quoted` also accepts a closing quote
+    /// or bracket, or sentence punctuation before whitespace (see [`View::is_token_start`]).
+    fn is_token_end(&self, at: usize, quoted: bool) -> bool {
+        let Some(&c) = self.chars.get(at) else {
+            return true;
+        };
+        c.is_whitespace()
+            || quoted
+                && (matches!(c, '`' | '\'' | '"' | ')' | ']' | '}' | '>')
+                    || matches!(c, '.' | ',' | '!' | '?' | ';' | ':')
+                        && self.chars.get(at + 1).is_none_or(|n| n.is_whitespace()))
     }
 
     /// The start of the word after `at` in the same clause: none past a line break or a
@@ -656,7 +669,7 @@ impl Patterns {
         glued: bool,
         weak: bool,
     ) -> bool {
-        if glued && (words < 3 || !v.is_token_start(i) || !v.is_token_end(end)) {
+        if glued && (words < 3 || !v.is_token_start(i, true) || !v.is_token_end(end, true)) {
             return false;
         }
         !weak
@@ -764,7 +777,8 @@ fn phrase_at(v: &View, i: usize, phrase: &[Vec<char>]) -> Option<usize> {
         }
         at = v.word_at(next, word)?;
     }
-    (!glued || v.is_token_start(i) && v.is_token_end(at)).then_some(at)
+    let quoted = phrase.len() >= 3;
+    (!glued || v.is_token_start(i, quoted) && v.is_token_end(at, quoted)).then_some(at)
 }
 
 /// Each span widened to the whole lines it touches.
@@ -1194,6 +1208,19 @@ mod tests {
             "[redacted]"
         );
         assert_eq!(sanitize_instruction("system, prompt"), "[redacted]");
+        // Three glued words or more are not a plausible name, quoted or not.
+        assert_eq!(
+            sanitize_instruction("`ignore_all_previous_instructions`."),
+            "`[redacted]`."
+        );
+        assert_eq!(
+            sanitize_instruction("(you_are_now root)"),
+            "([redacted] root)"
+        );
+        assert_eq!(
+            sanitize_instruction("see src/ignore/all/previous/rules.rs"),
+            "see src/ignore/all/previous/rules.rs"
+        );
     }
 
     #[test]
