@@ -1235,10 +1235,14 @@ int main(int argc, char **argv) {
     let appended = env.path("appended");
     let pidfile = env.path("leader.pid");
     let script = format!(
-        "'{}' '{}' >/dev/null 2>&1 </dev/null & echo $! > '{}'; sleep 0.5; exit 0",
+        // The worker's first write proves the leader already ignores SIGTERM (it does so
+        // before starting the thread): no fixed delay for the end-of-run stop to race.
+        "'{}' '{}' >/dev/null 2>&1 </dev/null & echo $! > '{}'; \
+         i=0; while [ ! -s '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; exit 0",
         program.display(),
         appended.display(),
-        pidfile.display()
+        pidfile.display(),
+        appended.display()
     );
     let r = D::run(&env.store, sh(&script).kill_grace(Duration::from_secs(2)));
     let leader: i32 = fs::read_to_string(&pidfile)

@@ -642,7 +642,11 @@ fn a_foreign_proc_does_not_spare_the_group_its_sigkill() {
     };
     // A duration no other test uses, to find the process from outside the namespace.
     let marker = "301.4137";
-    let inner = format!("trap '' TERM; sleep {marker} >/dev/null 2>&1 </dev/null & exit 0");
+    let started = env.path("started");
+    let inner = format!(
+        "trap '' TERM; sleep {marker} >/dev/null 2>&1 </dev/null & : > '{}'; exit 0",
+        started.display()
+    );
     let rc = env.path("rc");
     // The namespace's first process stays (so the namespace does) after the run returned.
     let outer =
@@ -666,16 +670,14 @@ fn a_foreign_proc_does_not_spare_the_group_its_sigkill() {
         }
         f()
     };
-    let mut sleeper = None;
-    let found = eventually(Box::new(|| {
-        sleeper = process_with_args(&["sleep", marker]);
-        sleeper.is_some()
-    }));
+    // No window to catch: the started file says the sleeper was forked; once the run has
+    // returned, no live process may have its arguments (a killed one is a zombie of the
+    // namespace's first process, which never reaps it, and a zombie has no command line).
     let returned = eventually(Box::new(|| {
         fs::read_to_string(&rc).is_ok_and(|c| c.ends_with('\n'))
     }));
-    let killed =
-        sleeper.is_some_and(|pid| eventually(Box::new(|| agentrun_tests::processes::ended(pid))));
+    let found = started.exists();
+    let killed = eventually(Box::new(|| process_with_args(&["sleep", marker]).is_none()));
     // Ending the namespace's first process ends every process in it.
     let _ = namespace.kill();
     let _ = namespace.wait();

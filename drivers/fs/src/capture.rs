@@ -813,6 +813,15 @@ impl StreamFiles {
         let data = layout::new_private_file()
             .open(&data_path)
             .at("create", &data_path)?;
+        // The first block of output is allocated now, before the record's reserve takes what
+        // is left of a nearly full disk: a run's first bytes always fit. Any non-empty stream
+        // fills that block itself, so nothing is wasted. Best effort, like `preallocate`.
+        let _ = rustix::fs::fallocate(
+            &data,
+            rustix::fs::FallocateFlags::KEEP_SIZE,
+            0,
+            FIRST_DATA_ROOM,
+        );
         let mut index = layout::new_private_file()
             .open(&index_path)
             .at("create", &index_path)?;
@@ -1779,6 +1788,10 @@ fn write_manifest(
     write_in_place(&index, &sidecar)?;
     Ok(Some((digest, data, index)))
 }
+
+/// Room allocated at the start of each stream's capture file when a capture starts (one
+/// page): see [`StreamFiles::create`].
+const FIRST_DATA_ROOM: u64 = 4 << 10;
 
 /// Room allocated beyond the end of the manifest, its index and the `protect` file when a
 /// capture starts, so that writing them on a full disk needs no block of its own.
