@@ -297,7 +297,7 @@ fn the_room_for_the_record_is_set_aside_before_the_capture_starts() {
     let room = rustix::fs::statvfs(tmpfs.path()).unwrap();
     let free = room.f_bavail * room.f_frsize;
     let mut f = std::fs::File::create(&filler).unwrap();
-    let keep_free = super::capture::reserve_len(
+    let keep_free = super::reserve::reserve_len(
         1,
         &PreviewLimits::default(),
         agentrun_core::capture::DEFAULT_DISPLAY_BYTES,

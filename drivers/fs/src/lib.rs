@@ -108,6 +108,7 @@ mod lock;
 mod mapped;
 mod read;
 mod record_file;
+mod reserve;
 pub mod runs;
 pub mod sink;
 pub mod special;
