@@ -11,6 +11,11 @@
 //! }
 //! ```
 //!
+//! Before each `run_turn` the loop tells the session which harness session the turn continues
+//! ([`AgentSession::continue_harness_session`] with [`Channel::harness_session_id`]): the
+//! channel that decides what runs (auto mode's machine) is the one owner of that id, and a
+//! session never keeps a second copy that could drift from it.
+//!
 //! The only place a turn's result reaches the channel is `publish_output`, so a channel that
 //! makes decisions from results (auto mode) keeps its state machine there, and `next_prompt`
 //! only renders the prompt for whatever the channel already decided.
@@ -22,7 +27,10 @@
 //! The traits use `async fn` so a session or channel can await its runtime's I/O; the core
 //! itself never polls a runtime.
 
+use std::error::Error;
+use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 
 use crate::harness::Usage;
 
@@ -139,6 +147,52 @@ impl TurnOutput {
     }
 }
 
+/// An error from outside the core (a file, a process, a store) carried as the source of a
+/// [`TurnError`] or [`ChannelError`]: shared so those stay `Clone`, compared by identity (two
+/// values are equal when they hold the same error) so they stay `Eq`. It displays as the
+/// error it holds and passes on that error's own source.
+#[derive(Clone)]
+pub struct SharedError(Arc<dyn Error + Send + Sync + 'static>);
+
+impl SharedError {
+    /// Wraps `error`.
+    pub fn new(error: impl Error + Send + Sync + 'static) -> Self {
+        SharedError(Arc::new(error))
+    }
+
+    /// The error held.
+    #[must_use]
+    pub fn get(&self) -> &(dyn Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl fmt::Debug for SharedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for SharedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl Error for SharedError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for SharedError {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SharedError {}
+
 /// Why a turn could not be run at all. A turn that ran and exited non-zero is not an error:
 /// it is an `Ok` [`TurnOutput`] carrying its exit code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -155,8 +209,8 @@ pub enum TurnError {
         exit_code: i32,
     },
     /// The agent ran but its output could not be captured or retained.
-    #[error("the agent's output could not be captured: {0}")]
-    Capture(String),
+    #[error("the agent's output could not be captured")]
+    Capture(#[source] SharedError),
     /// The turn was stopped from outside (Ctrl-C, a signal) before it finished.
     #[error("the turn was interrupted before it finished")]
     Interrupted,
@@ -167,8 +221,12 @@ pub enum TurnError {
 #[non_exhaustive]
 pub enum ChannelError {
     /// The channel's durable state could not be read or written.
-    #[error("{0}")]
-    State(String),
+    #[error("the session state could not be read or written")]
+    State(#[source] SharedError),
+    /// The auto-mode machine refused an event (it was driven out of order, or its state
+    /// contradicts itself).
+    #[error("the auto-mode machine refused an event")]
+    Machine(#[from] crate::auto_mode::AutoModeError),
     /// A step the channel runs itself (e.g. a verification command) could not be run.
     #[error("{0}")]
     Step(String),
@@ -195,6 +253,15 @@ pub trait AgentSession {
 
     /// The stable id of the driven session.
     fn session_id(&self) -> &str;
+
+    /// Which harness session the next [`AgentSession::run_turn`] continues (`None`: a new
+    /// one), as the channel named it ([`Channel::harness_session_id`]);
+    /// [`run_session_loop`] calls it before every turn. A session that resumes harness
+    /// sessions takes the id from here rather than keeping its own copy, so the channel stays
+    /// its one owner. The default ignores it.
+    fn continue_harness_session(&mut self, harness_session_id: Option<&str>) {
+        let _ = harness_session_id;
+    }
 }
 
 /// Decides what an [`AgentSession`] is asked, and receives what it answered.
@@ -211,6 +278,13 @@ pub trait Channel {
 
     /// The next prompt to run, or `Idle`, or `Closed`.
     async fn next_prompt(&mut self) -> Result<NextPrompt, ChannelError>;
+
+    /// The harness session the prompt [`Channel::next_prompt`] returned continues, when the
+    /// channel owns that decision (auto mode resumes the one its machine recorded). The
+    /// default names none: every turn starts a new harness session.
+    fn harness_session_id(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Why [`run_session_loop`] stopped early.
@@ -226,7 +300,9 @@ pub enum LoopError {
 }
 
 /// Drives `session` from `channel` until the channel closes: strictly `next_prompt` →
-/// `run_turn` → `publish_output`. On [`NextPrompt::Idle`] it awaits `idle()` before asking
+/// `run_turn` → `publish_output`, with the channel's harness session handed to the session
+/// (`continue_harness_session(channel.harness_session_id())`) right before each `run_turn`.
+/// On [`NextPrompt::Idle`] it awaits `idle()` before asking
 /// again; the driver chooses what that wait is (a timer, a wake-up).
 ///
 /// Returns the number of turns run. The first error stops the loop; the channel keeps
@@ -246,6 +322,7 @@ where
     loop {
         match channel.next_prompt().await? {
             NextPrompt::Ready(prompt) => {
+                session.continue_harness_session(channel.harness_session_id());
                 let output = session.run_turn(&prompt).await?;
                 turns += 1;
                 channel.publish_output(&output).await?;

@@ -137,7 +137,7 @@ impl Channel for MemoryChannel {
         let now = self.now();
         self.machine
             .handle_turn_finished(now, output)
-            .map_err(|e| ChannelError::State(e.to_string()))?;
+            .map_err(ChannelError::Machine)?;
         assert_eq!(
             self.drain(),
             None,
@@ -154,7 +154,7 @@ impl Channel for MemoryChannel {
         let now = self.now();
         self.machine
             .handle_listen(now)
-            .map_err(|e| ChannelError::State(e.to_string()))?;
+            .map_err(ChannelError::Machine)?;
         Ok(match self.drain() {
             Some(prompt) => NextPrompt::Ready(prompt),
             None if self.machine.is_closed() => NextPrompt::Closed,
@@ -540,10 +540,30 @@ fn a_harness_that_cannot_resume_gets_the_plan_in_later_prompts() {
 }
 
 #[test]
+fn a_harness_that_cannot_resume_is_never_asked_to() {
+    let mut s = settings(3, None);
+    s.harness_resumes = false;
+    let (channel, _) = run(s, vec![ok("c"), ok("p"), ok("e"), ok("IN PROGRESS")]);
+    assert!(
+        channel.resumes.iter().all(Option::is_none),
+        "{:?}",
+        channel.resumes
+    );
+    assert_eq!(channel.machine.harness_session_to_resume(), None);
+    // The id is still recorded: it is the harness's, whatever it can do with it.
+    assert_eq!(
+        channel.machine.state().harness_session_id.as_deref(),
+        Some("harness-sess-1")
+    );
+}
+
+#[test]
 fn too_few_turns_and_empty_objectives_are_refused() {
     let err = AutoMode::new("a", settings(2, None), t(0)).unwrap_err();
     assert_eq!(err, AutoModeError::TooFewTurns(2));
     assert!(err.to_string().contains("at least 3"));
+    // The machine names the concept, not a command-line flag.
+    assert!(err.to_string().starts_with("the turn limit 2 "), "{err}");
     let mut s = settings(3, None);
     s.objective = "  \n".into();
     assert_eq!(

@@ -218,3 +218,100 @@ fn default_publish_output_ignores_the_output() {
     assert_eq!(turns, 1);
     assert_eq!(*journal.borrow(), ["run_turn x"]);
 }
+
+#[test]
+fn the_loop_hands_the_channels_harness_session_to_each_turn() {
+    /// Names harness session `h-N` for its N-th prompt (none for the first) and records the
+    /// session each turn's output reported.
+    struct Owner {
+        prompts: u32,
+        reported: Vec<Option<String>>,
+    }
+    impl Channel for Owner {
+        fn id(&self) -> &str {
+            "owner"
+        }
+        async fn publish_output(&mut self, output: &TurnOutput) -> Result<(), ChannelError> {
+            self.reported
+                .push(output.harness_session_id().map(str::to_owned));
+            Ok(())
+        }
+        async fn next_prompt(&mut self) -> Result<NextPrompt, ChannelError> {
+            self.prompts += 1;
+            Ok(if self.prompts <= 3 {
+                NextPrompt::Ready(format!("p{}", self.prompts))
+            } else {
+                NextPrompt::Closed
+            })
+        }
+        fn harness_session_id(&self) -> Option<&str> {
+            ["", "h-2", "h-3"][self.prompts as usize - 1..]
+                .first()
+                .filter(|id| !id.is_empty())
+                .copied()
+        }
+    }
+    /// Resumes what it is told, and nothing it kept.
+    struct Follower {
+        next: Option<String>,
+    }
+    impl AgentSession for Follower {
+        async fn run_turn(&mut self, _prompt: &str) -> Result<TurnOutput, TurnError> {
+            let out = TurnOutput::from_text("a");
+            Ok(match self.next.take() {
+                Some(id) => out.with_harness_session_id(id),
+                None => out,
+            })
+        }
+        fn session_id(&self) -> &str {
+            "follower"
+        }
+        fn continue_harness_session(&mut self, id: Option<&str>) {
+            self.next = id.map(str::to_owned);
+        }
+    }
+    let mut c = Owner {
+        prompts: 0,
+        reported: Vec::new(),
+    };
+    let mut s = Follower {
+        next: Some("stale".into()),
+    };
+    let turns = block_on(run_session_loop(&mut s, &mut c, || async {})).expect("loop");
+    assert_eq!(turns, 3);
+    // The first turn is told "no session" even though the session held a stale one.
+    assert_eq!(c.reported, [None, Some("h-2".into()), Some("h-3".into())]);
+}
+
+#[test]
+fn turn_and_channel_errors_keep_their_sources() {
+    use std::error::Error;
+    use std::io;
+
+    use agentrun_core::auto_mode::AutoModeError;
+    use agentrun_core::turn::SharedError;
+
+    let disk = SharedError::new(io::Error::other("disk full"));
+    let turn = TurnError::Capture(disk.clone());
+    assert_eq!(turn.to_string(), "the agent's output could not be captured");
+    assert_eq!(
+        turn.source().map(ToString::to_string).as_deref(),
+        Some("disk full")
+    );
+    // Equal to its clone (the same error), not to another error with the same text.
+    assert_eq!(turn.clone(), turn);
+    assert_ne!(
+        turn,
+        TurnError::Capture(SharedError::new(io::Error::other("disk full")))
+    );
+
+    let state = ChannelError::State(disk);
+    assert_eq!(
+        state.source().map(ToString::to_string).as_deref(),
+        Some("disk full")
+    );
+    let refused = ChannelError::from(AutoModeError::TooFewTurns(2));
+    let source = refused.source().expect("the machine's error");
+    assert!(source.to_string().contains("the turn limit 2"), "{source}");
+    assert!(!source.to_string().contains("--max-turns"), "{source}");
+}

@@ -3,8 +3,13 @@
 //!
 //! [`AutoMode`] is the whole control flow as a pure, deterministic machine. It never runs a
 //! turn, a command or a file operation: it asks for them through [`Action`]s and is told
-//! what happened through `handle_*` events. A driver (the `AutoModeChannel` of the smol and
-//! tokio drivers) supplies the I/O.
+//! what happened through `handle_*` events. A driver (agentrun-process's `AutoModeChannel`,
+//! which agentrun-smol and agentrun-tokio re-export) supplies the I/O.
+//!
+//! The machine is the one owner of the harness session id: it records the id a finished turn
+//! reports (when plausible), names it in every [`Action::RunTurn`] and in
+//! [`AutoMode::harness_session_to_resume`], and persists it; a driver resumes that id and
+//! keeps no copy of its own.
 //!
 //! # Phases
 //!
@@ -169,7 +174,8 @@ pub enum Action {
         turn: u32,
         /// The prompt.
         prompt: String,
-        /// The harness session to resume, when one is known.
+        /// The harness session to resume, when one is known and the harness resumes
+        /// sessions ([`AutoMode::harness_session_to_resume`]).
         resume: Option<String>,
     },
     /// Run the verification command (`sh -c COMMAND` in the workspace), then call
@@ -186,7 +192,7 @@ pub enum Action {
 pub enum AutoModeError {
     /// `max_turns` leaves no room for an Execute turn.
     #[error(
-        "--max-turns {0} is too low: auto mode needs at least 3 turns (clarify, plan, execute)"
+        "the turn limit {0} is too low: auto mode needs at least 3 turns (clarify, plan, execute)"
     )]
     TooFewTurns(u32),
     /// The objective is empty.
@@ -618,6 +624,17 @@ impl AutoMode {
         self.state.abort.as_deref()
     }
 
+    /// The harness session the next turn resumes: the last one a turn reported, unless the
+    /// harness does not resume sessions (then the plan is embedded in the prompts instead).
+    #[must_use]
+    pub fn harness_session_to_resume(&self) -> Option<&str> {
+        if self.state.settings.harness_resumes {
+            self.state.harness_session_id.as_deref()
+        } else {
+            None
+        }
+    }
+
     fn start_turn(&mut self, now: SystemTime) {
         let phase = self.state.phase;
         let Some(prompt) = self.render(phase) else {
@@ -630,7 +647,7 @@ impl AutoMode {
             phase,
             turn: self.state.turn,
             prompt,
-            resume: self.state.harness_session_id.clone(),
+            resume: self.harness_session_to_resume().map(str::to_owned),
         });
     }
 
@@ -646,7 +663,7 @@ impl AutoMode {
     fn render(&self, phase: Phase) -> Option<String> {
         let s = &self.state;
         // A harness that resumed its session still has the plan in context.
-        let resumed = s.settings.harness_resumes && s.harness_session_id.is_some();
+        let resumed = self.harness_session_to_resume().is_some();
         let ctx = PromptContext {
             objective: &s.settings.objective,
             turn: s.turn,

@@ -90,6 +90,20 @@ impl Harness {
         }
     }
 
+    /// Whether the harness can resume its own session: read from its invocation, which
+    /// passes a resume id on with the harness's resume flag (so a harness added to the
+    /// registry answers by how it is launched, never by a list kept beside it).
+    pub fn resumes_sessions(self) -> bool {
+        const PROBE: &str = "agentrun-resume-probe";
+        let request = LaunchRequest {
+            prompt: "p".to_owned(),
+            resume: Some(PROBE.to_owned()),
+            ..LaunchRequest::default()
+        };
+        self.invocation(&request)
+            .is_ok_and(|inv| inv.args.iter().any(|arg| arg.contains(PROBE)))
+    }
+
     /// Looks a harness up by name, case-insensitively; `antigravity` is an alias of `agy`.
     pub fn from_name(name: &str) -> Result<Harness, UnknownHarness> {
         let lower = name.trim().to_ascii_lowercase();
@@ -765,6 +779,13 @@ mod tests {
         // The message quotes at most 64 characters of a long effort.
         let err = with_effort(Harness::Claude, &"a".repeat(1000)).unwrap_err();
         assert!(err.to_string().len() < 300, "{err}");
+    }
+
+    #[test]
+    fn every_registered_harness_resumes_its_sessions() {
+        for harness in Harness::ALL {
+            assert!(harness.resumes_sessions(), "{harness}");
+        }
     }
 
     #[test]

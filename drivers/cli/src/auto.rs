@@ -1,9 +1,8 @@
 //! `agentrun auto NAME [OPTIONS] OBJECTIVE…`, `agentrun auto --continue SESSION` and
 //! `agentrun append SESSION TEXT`: auto mode on the command line.
 //!
-//! The session runs `agentrun_core::turn::run_session_loop` over an
-//! `agentrun_smol::AutoModeRunner` (one harness turn per prompt) and an
-//! `agentrun_smol::AutoModeChannel` (the phase machine over the session directory). stderr
+//! Argument parsing and printing only: the session is an `agentrun_smol::AutoSession`
+//! (created from the arguments or resumed from its directory, run to its end). stderr
 //! gets the session id and directory at start, one line per logged event while it runs, the
 //! harness's own progress indented under them, and a summary at the end; `--json` prints the
 //! final state as one JSON document on stdout.
@@ -16,18 +15,16 @@
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use agentrun_core::auto_mode::sanitize::MAX_INPUT_BYTES;
-use agentrun_core::auto_mode::{
-    AutoMode, DEFAULT_MAX_TURNS, DEFAULT_RESULT_SINK_VAR, SessionStatus, Settings,
-};
-use agentrun_core::harness::{Harness, LaunchRequest};
-use agentrun_core::turn::{LoopError, TurnError, run_session_loop};
+use agentrun_core::auto_mode::{AutoModeError, DEFAULT_MAX_TURNS};
+use agentrun_core::harness::Harness;
 use agentrun_fs::Store;
-use agentrun_fs::auto_session::{SessionDir, new_session_id};
-use agentrun_smol::{AutoModeChannel, AutoModeRunner, HarnessLaunch, StopRequests};
+use agentrun_fs::auto_session::SessionDir;
+use agentrun_smol::{
+    AutoEnd, AutoProgress, AutoSession, AutoSessionError, AutoSessionOptions, StopRequests,
+};
 use clap::Args;
 
 use crate::failure::write_or_quiet;
@@ -111,170 +108,144 @@ fn say(line: &str) {
     let _ = writeln!(io::stderr().lock(), "{line}");
 }
 
-/// Runs `agentrun auto`.
+/// Runs `agentrun auto`: parses into a library session, prints its progress and outcome.
 pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
-    let now = SystemTime::now();
-    let (machine, dir) = match &args.continue_session {
-        Some(session) => {
-            let path = SessionDir::resolve(&store, session).map_err(Failure::usage)?;
-            let dir = SessionDir::open(path).map_err(Failure::usage)?;
-            let state = dir.read_state().map_err(Failure::runtime)?;
-            let machine = AutoMode::resume(state, now).map_err(Failure::usage)?;
-            (machine, dir)
+    let runner = agentrun_smol::Runner::new(store);
+    let session = smol::block_on(async {
+        match &args.continue_session {
+            Some(session) => AutoSession::resume(runner, session).await,
+            None => {
+                let Some(harness) = args.harness else {
+                    return Ok(None);
+                };
+                let mut options = AutoSessionOptions::new(harness, args.objective.join(" "))
+                    .max_turns(args.max_turns);
+                if let Some(model) = &args.model {
+                    options = options.model(model);
+                }
+                if let Some(effort) = &args.effort {
+                    options = options.effort(effort);
+                }
+                for arg in &args.harness_args {
+                    options = options.harness_arg(arg);
+                }
+                if let Some(verify) = &args.verify {
+                    options = options.verify(verify);
+                }
+                if let Some(dir) = &args.session_dir {
+                    options = options.session_dir(dir);
+                }
+                AutoSession::create(runner, options).await
+            }
         }
-        None => {
-            let Some(harness) = args.harness else {
-                return Err(Failure::usage("name the harness to drive, e.g. `claude`"));
-            };
-            let workspace = std::env::current_dir()
-                .map_err(|e| Failure::runtime(format!("cannot read the current directory: {e}")))?;
-            let settings = Settings {
-                objective: args.objective.join(" "),
-                harness: harness.name().to_owned(),
-                model: args.model.clone(),
-                effort: args.effort.clone(),
-                harness_args: args.harness_args.clone(),
-                verify: args.verify.clone(),
-                workspace: Some(workspace.to_string_lossy().into_owned()),
-                max_turns: args.max_turns,
-                result_sink_var: DEFAULT_RESULT_SINK_VAR.to_owned(),
-                // Every registered harness has a resume flag.
-                harness_resumes: true,
-            };
-            // A model or effort the harness would refuse fails every turn the same way, and
-            // would be saved in the session: refuse it before anything is created.
-            harness
-                .invocation(&LaunchRequest {
-                    model: args.model.clone(),
-                    effort: args.effort.clone(),
-                    ..LaunchRequest::default()
-                })
-                .map_err(Failure::usage)?;
-            let id = new_session_id();
-            // Refuse bad settings before anything is created.
-            let machine = AutoMode::new(id.clone(), settings, now).map_err(Failure::usage)?;
-            let path = match &args.session_dir {
-                Some(dir) => dir.clone(),
-                None => SessionDir::default_path(&store, &id)
-                    .map_err(Failure::runtime)?
-                    .ok_or_else(|| Failure::runtime("the new session id is not valid"))?,
-            };
-            let dir = SessionDir::create(path).map_err(Failure::usage)?;
-            (machine, dir)
-        }
-    };
-    let state = machine.state();
-    let harness = Harness::from_name(&state.settings.harness).map_err(Failure::runtime)?;
-    let session_id = state.session_id.clone();
+        .map(Some)
+    })
+    .map_err(session_failure)?
+    .ok_or_else(|| Failure::usage("name the harness to drive, e.g. `claude`"))?;
+    let harness = session.state().settings.harness.clone();
     say(&format!(
-        "agentrun: session {session_id} in {}",
-        dir.path().display()
+        "agentrun: session {} in {}",
+        session.id(),
+        session.dir().display()
     ));
-    let launch = HarnessLaunch {
-        env: Vec::new(),
-        model: state.settings.model.clone(),
-        effort: state.settings.effort.clone(),
-        harness_args: state.settings.harness_args.clone(),
-        workspace: state.settings.workspace.as_ref().map(PathBuf::from),
-        sink_var: Some(state.settings.result_sink_var.clone()),
-        turn_timeout: args.turn_timeout,
-        idle_timeout: None,
-    };
-    let resume = state.harness_session_id.clone();
 
     let mut interrupts = Interrupts::install();
-    let runner_core = agentrun_smol::Runner::new(store.clone());
-    let progress: agentrun_smol::ProgressSink = Arc::new(Mutex::new(|line: &str| {
-        say(&format!("  {line}"));
-    }));
-    let log: agentrun_smol::ProgressSink = Arc::new(Mutex::new(|line: &str| {
-        say(&format!("agentrun: {line}"));
-    }));
     let outcome = {
-        let stop = StopRequests::new(interrupts.requests());
-        smol::block_on(async {
-            let mut runner = AutoModeRunner::new(runner_core.clone(), harness, launch, &session_id)
-                .resuming(resume)
-                .stop_on(stop.clone())
-                .progress(progress);
-            let mut channel =
-                AutoModeChannel::new(machine, dir, runner_core, agentrun_smol::SmolRuntime)
-                    .await?
-                    .stop_on(stop)
-                    .log_to(log);
-            // Auto mode never idles; a short wait keeps a misbehaving channel from spinning.
-            let result = run_session_loop(&mut runner, &mut channel, || async {
-                smol::Timer::after(Duration::from_millis(200)).await;
-            })
-            .await;
-            // The channel borrows the signal handlers; keep only what the report needs.
-            let dir = channel.dir().path().to_owned();
-            let state = channel.state().clone();
-            Ok::<_, LoopError>((result, state, dir))
-        })
+        let mut session = session.stop_on(StopRequests::new(interrupts.requests()));
+        if let Some(timeout) = args.turn_timeout {
+            session = session.turn_timeout(timeout);
+        }
+        smol::block_on(session.run(|progress| match progress {
+            AutoProgress::Event(line) => say(&format!("agentrun: {line}")),
+            AutoProgress::Harness(line) => say(&format!("  {line}")),
+            _ => {}
+        }))
+        .map_err(|e| Failure::runtime(chain(&e)))?
     };
-    let (result, state, dir) = outcome.map_err(Failure::runtime)?;
-    let state = &state;
-    if let Err(e) = result {
-        let resume_hint = format!(
+    let state = outcome.state();
+    let resume_hint = || {
+        format!(
             "the session is saved at turn {} ({}); continue it with `agentrun auto --continue {}`",
             state.turn,
             state.phase.as_str(),
-            dir.display()
-        );
-        return match e {
-            LoopError::Turn(TurnError::Interrupted) => {
-                say(&format!("agentrun: interrupted; {resume_hint}"));
-                Ok(ExitCode::from(interrupts.exit_code().unwrap_or(130)))
-            }
-            LoopError::Turn(TurnError::Spawn {
-                program,
-                reason,
-                exit_code,
-            }) => {
-                say(&format!(
-                    "agentrun: error: cannot launch the {harness} harness `{program}`: {reason}; \
-                     {resume_hint}"
-                ));
-                Ok(ExitCode::from(u8::try_from(exit_code).unwrap_or(1)))
-            }
-            other => Err(Failure::runtime(format!("{other}; {resume_hint}"))),
-        };
+            outcome.dir().display()
+        )
+    };
+    match outcome.end() {
+        AutoEnd::Finished => {}
+        AutoEnd::Interrupted => {
+            say(&format!("agentrun: interrupted; {}", resume_hint()));
+            let code = interrupts
+                .exit_code()
+                .map_or(outcome.exit_code(), i32::from);
+            return Ok(exit_code(code));
+        }
+        AutoEnd::SpawnFailed {
+            program, reason, ..
+        } => {
+            say(&format!(
+                "agentrun: error: cannot launch the {harness} harness `{program}`: {reason}; {}",
+                resume_hint()
+            ));
+            return Ok(exit_code(outcome.exit_code()));
+        }
+        AutoEnd::Failed(e) => {
+            return Err(Failure::runtime(format!("{}; {}", chain(e), resume_hint())));
+        }
+        other => {
+            return Err(Failure::runtime(format!(
+                "the session ended unexpectedly ({other:?}); {}",
+                resume_hint()
+            )));
+        }
     }
 
-    if let Some(reason) = &state.abort {
+    if let Some(reason) = outcome.abort() {
         say(&format!("agentrun: error: session aborted: {reason}"));
     }
-    let verification = match (state.status, state.verified, state.verifications.last()) {
-        (SessionStatus::Completed, Some(true), _) => "passed".to_owned(),
-        (SessionStatus::Completed, _, _) => "none configured (completion unverified)".to_owned(),
-        (_, _, Some(v)) => format!(
-            "last run failed ({})",
-            v.exit_code
-                .map_or_else(|| "no exit code".to_owned(), |c| format!("exit {c}"))
-        ),
-        _ if state.settings.verify.is_some() => "never run (no completion claimed)".to_owned(),
-        _ => "none configured".to_owned(),
-    };
-    let usage = state
-        .usage
-        .total()
-        .map_or_else(String::new, |u| format!("; usage: {}", u.line()));
-    say(&format!(
-        "agentrun: session {}: status {}, {} of at most {} turns, {} harness runs; verification: {verification}{usage}",
-        state.session_id,
-        state.status.as_str(),
-        state.turn,
-        state.settings.max_turns,
-        state.harness_turns,
-    ));
+    say(&format!("agentrun: {}", outcome.summary()));
     if args.json {
         let mut json = serde_json::to_string(state).map_err(Failure::runtime)?;
         json.push('\n');
         write_or_quiet(&mut io::stdout().lock(), json.as_bytes())?;
     }
-    let code = state.exit_code;
-    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+    Ok(exit_code(outcome.exit_code()))
+}
+
+/// A session that could not be created or resumed: bad settings and sessions are usage
+/// errors (with the option that set the value named), the rest agentrun's own failures.
+fn session_failure(e: AutoSessionError) -> Failure {
+    match &e {
+        AutoSessionError::Settings(AutoModeError::TooFewTurns(_)) => {
+            Failure::usage(format!("--max-turns: {e}"))
+        }
+        AutoSessionError::Settings(_)
+        | AutoSessionError::Launch(_)
+        | AutoSessionError::SessionDir(_)
+        | AutoSessionError::Resume(_) => Failure::usage(chain(&e)),
+        _ => Failure::runtime(chain(&e)),
+    }
+}
+
+/// `error` and its sources, `: `-separated; a source whose text its error already shows is
+/// not repeated.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(source) = next {
+        let part = source.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        next = source.source();
+    }
+    text
+}
+
+/// A session's exit code as a process's (a code outside 0–255 cannot be one: 1).
+fn exit_code(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
 /// Runs `agentrun append`.

@@ -411,3 +411,18 @@ fn ctrl_c_during_a_turn_then_append_and_continue() {
         .unwrap();
     assert_exit_says(&o, 125, "already finished");
 }
+
+#[test]
+fn a_turn_limit_too_low_is_reported_under_its_option() {
+    let env = Env::new(&[]);
+    let o = env
+        .cmd(&["auto", "claude", "--max-turns", "2", "--", "x"])
+        .output()
+        .unwrap();
+    // The library names the concept; the command line adds the option that set it.
+    assert_exit_says(
+        &o,
+        125,
+        "agentrun: error: --max-turns: the turn limit 2 is too low: auto mode needs at least 3 turns",
+    );
+}

@@ -119,6 +119,12 @@ impl AgentOptions {
         self
     }
 
+    /// The same turn with `prompt` instead (a template of turns that differ by prompt).
+    pub(crate) fn prompt(mut self, prompt: impl Into<String>) -> Self {
+        self.request.prompt = prompt.into();
+        self
+    }
+
     /// Requests a model (passed to the harness verbatim).
     pub fn model(mut self, model: impl Into<String>) -> Self {
         self.request.model = Some(model.into());

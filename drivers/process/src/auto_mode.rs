@@ -6,13 +6,18 @@
 //! registry invocation, live interpretation, output retained as artifacts, the harness's
 //! retained record read), with a result sink for the verdict, and hands back a `TurnOutput`. A harness that ran and exited non-zero is `Ok`
 //! with its code; only failing to start it or to capture its output is a `TurnError`, and a
-//! stop request (Ctrl-C) is `TurnError::Interrupted`. After the first turn it resumes the
-//! harness session decoded from the stream, so the agent keeps its context.
+//! stop request (Ctrl-C) is `TurnError::Interrupted`. It keeps no harness session of its
+//! own: each turn resumes the one the channel names (`Channel::harness_session_id`, handed to
+//! it by `run_session_loop`), which for auto mode is the one the machine recorded, so the
+//! agent keeps its context and the id that is resumed is always the one persisted.
 //!
 //! The channel is authoritative for the control flow: it feeds the machine, carries out its
 //! actions (state persisted, log appended, appended instructions collected and archived,
 //! verification run with `sh -c` in the workspace) and answers the loop. File work runs on
 //! the runtime's blocking pool.
+//!
+//! [`crate::auto_session::AutoSession`] builds both from a session's settings and runs them:
+//! the one call a front end needs.
 
 use std::ffi::OsString;
 use std::io;
@@ -24,10 +29,13 @@ use std::time::{Duration, SystemTime};
 
 use agentrun_core::PreviewLimits;
 use agentrun_core::auto_mode::{Action, AutoMode, AutoModeState, VerificationResult};
+use agentrun_core::capture::CaptureFault;
 use agentrun_core::harness::{Harness, OutcomeStatus};
 use agentrun_core::process::{Exit, ProcessResult, RunOptions, RunOutcome};
 use agentrun_core::sink::ResultSink;
-use agentrun_core::turn::{AgentSession, Channel, ChannelError, NextPrompt, TurnError, TurnOutput};
+use agentrun_core::turn::{
+    AgentSession, Channel, ChannelError, NextPrompt, SharedError, TurnError, TurnOutput,
+};
 use agentrun_fs::auto_session::SessionDir;
 use futures_lite::Stream;
 
@@ -94,9 +102,12 @@ pub struct HarnessLaunch {
 /// Runs one harness turn per prompt; see the module documentation.
 pub struct AutoModeRunner<'a, R> {
     runner: Runner<R>,
-    harness: Harness,
-    launch: HarnessLaunch,
+    /// Every turn's options but the prompt and the resume id (harness, model, effort, harness
+    /// arguments, environment, workspace, timeouts, result sink), built once.
+    turn: AgentOptions,
     session_id: String,
+    /// The harness session the next turn continues, as the channel named it just before;
+    /// that turn takes it, so no id outlives the turn it was named for.
     resume: Option<String>,
     stop: Option<StopRequests<'a>>,
     progress: Option<ProgressSink>,
@@ -105,10 +116,43 @@ pub struct AutoModeRunner<'a, R> {
 impl<R> std::fmt::Debug for AutoModeRunner<'_, R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AutoModeRunner")
-            .field("harness", &self.harness)
+            .field("harness", &self.turn.harness())
             .field("session_id", &self.session_id)
             .field("resume", &self.resume)
             .finish_non_exhaustive()
+    }
+}
+
+impl HarnessLaunch {
+    /// The options of every turn of `harness` launched this way (the prompt and the resume id
+    /// are set per turn); consumes the launch, so each value is held once.
+    pub(crate) fn into_turn(self, harness: Harness) -> AgentOptions {
+        let mut options = AgentOptions::new(harness, String::new()).with_result_sink(
+            ResultSink::Allocate,
+            self.sink_var.as_deref().map(std::ffi::OsStr::new),
+        );
+        if let Some(dir) = self.workspace {
+            options = options.current_dir(dir);
+        }
+        if let Some(model) = self.model {
+            options = options.model(model);
+        }
+        if let Some(effort) = self.effort {
+            options = options.effort(effort);
+        }
+        for arg in self.harness_args {
+            options = options.harness_arg(arg);
+        }
+        for (key, value) in self.env {
+            options = options.env(key, value);
+        }
+        if let Some(t) = self.turn_timeout {
+            options = options.timeout(t);
+        }
+        if let Some(t) = self.idle_timeout {
+            options = options.idle_timeout(t);
+        }
+        options
     }
 }
 
@@ -121,22 +165,19 @@ impl<'a, R: Runtime> AutoModeRunner<'a, R> {
         launch: HarnessLaunch,
         session_id: impl Into<String>,
     ) -> Self {
+        Self::with_turn(runner, launch.into_turn(harness), session_id.into())
+    }
+
+    /// A runner of turns with the options `turn` (its prompt is replaced by each turn's).
+    pub(crate) fn with_turn(runner: Runner<R>, turn: AgentOptions, session_id: String) -> Self {
         AutoModeRunner {
             runner,
-            harness,
-            launch,
-            session_id: session_id.into(),
+            turn,
+            session_id,
             resume: None,
             stop: None,
             progress: None,
         }
-    }
-
-    /// Resumes this harness session on the next turn (a continued auto-mode session).
-    #[must_use]
-    pub fn resuming(mut self, harness_session_id: Option<String>) -> Self {
-        self.resume = harness_session_id;
-        self
     }
 
     /// Stops the running turn on every request (it then fails with
@@ -154,49 +195,27 @@ impl<'a, R: Runtime> AutoModeRunner<'a, R> {
         self
     }
 
-    /// The harness session the next turn resumes.
-    #[must_use]
-    pub fn harness_session_id(&self) -> Option<&str> {
-        self.resume.as_deref()
-    }
-
-    fn options(&self, prompt: &str) -> AgentOptions {
-        let launch = &self.launch;
-        let mut options = AgentOptions::new(self.harness, prompt).with_result_sink(
-            ResultSink::Allocate,
-            launch.sink_var.as_deref().map(std::ffi::OsStr::new),
-        );
-        if let Some(dir) = &launch.workspace {
-            options = options.current_dir(dir);
+    /// The options of the turn that runs `prompt`, resuming the harness session the channel
+    /// named for it.
+    fn options(&mut self, prompt: &str) -> AgentOptions {
+        let options = self.turn.clone().prompt(prompt);
+        match self.resume.take() {
+            Some(id) => options.resume(id),
+            None => options,
         }
-        if let Some(model) = &launch.model {
-            options = options.model(model);
-        }
-        if let Some(effort) = &launch.effort {
-            options = options.effort(effort);
-        }
-        if let Some(id) = &self.resume {
-            options = options.resume(id);
-        }
-        for arg in &launch.harness_args {
-            options = options.harness_arg(arg);
-        }
-        for (key, value) in &launch.env {
-            options = options.env(key, value);
-        }
-        if let Some(t) = launch.turn_timeout {
-            options = options.timeout(t);
-        }
-        if let Some(t) = launch.idle_timeout {
-            options = options.idle_timeout(t);
-        }
-        options
     }
 }
 
+/// A capture fault of a turn's record, as an error (the record keeps it as data).
+#[derive(Debug, thiserror::Error)]
+#[error("{}{}", .0.stream.as_ref().map(|s| format!("stream {s}: ")).unwrap_or_default(), .0.message)]
+struct CaptureFaulted(CaptureFault);
+
 impl<R: Runtime> AgentSession for AutoModeRunner<'_, R> {
     async fn run_turn(&mut self, prompt: &str) -> Result<TurnOutput, TurnError> {
-        let mut turn = self.runner.agent(self.options(prompt));
+        let harness = self.turn.harness();
+        let options = self.options(prompt);
+        let mut turn = self.runner.agent(options);
         if let Some(progress) = &self.progress {
             let progress = progress.clone();
             turn = turn.on_progress(move |line| {
@@ -206,10 +225,12 @@ impl<R: Runtime> AgentSession for AutoModeRunner<'_, R> {
         if let Some(stop) = &self.stop {
             turn = turn.cancel_on(stop.stream());
         }
-        let run = turn.await.map_err(|e| turn_error(self.harness, e))?;
+        let run = turn.await.map_err(|e| turn_error(harness, e))?;
         let result = &run.process;
         if let Some(fault) = result.record.faults.first() {
-            return Err(TurnError::Capture(fault.message.clone()));
+            return Err(TurnError::Capture(SharedError::new(CaptureFaulted(
+                fault.clone(),
+            ))));
         }
         let artifacts = artifact_uris(result);
         let Some(completion) = &run.completion else {
@@ -222,9 +243,6 @@ impl<R: Runtime> AgentSession for AutoModeRunner<'_, R> {
                 .with_models(run.observed_models.clone())
                 .with_artifacts(artifacts));
         };
-        if let Some(id) = &completion.outcome.session_id {
-            self.resume = Some(id.clone());
-        }
         let mut code = result.exit.map(Exit::shell_code);
         // A turn the stream reports as failed is not a success, whatever the exit status.
         if code == Some(0) && matches!(completion.outcome.status, OutcomeStatus::TurnFailed { .. })
@@ -260,6 +278,10 @@ impl<R: Runtime> AgentSession for AutoModeRunner<'_, R> {
     fn session_id(&self) -> &str {
         &self.session_id
     }
+
+    fn continue_harness_session(&mut self, harness_session_id: Option<&str>) {
+        self.resume = harness_session_id.map(str::to_owned);
+    }
 }
 
 fn turn_error(harness: Harness, e: AgentError) -> TurnError {
@@ -279,7 +301,7 @@ fn turn_error(harness: Harness, e: AgentError) -> TurnError {
                 exit_code,
             }
         }
-        other => TurnError::Capture(other.to_string()),
+        other => TurnError::Capture(SharedError::new(other)),
     }
 }
 
@@ -393,8 +415,8 @@ impl<'a, R: Runtime> AutoModeChannel<'a, R> {
         self.runtime
             .spawn_blocking(job)
             .await
-            .map_err(|e| ChannelError::State(e.to_string()))?
-            .map_err(|e| ChannelError::State(e.to_string()))
+            .map_err(|e| ChannelError::State(SharedError::new(e)))?
+            .map_err(|e| ChannelError::State(SharedError::new(e)))
     }
 
     /// Carries out the machine's actions until it asks for a turn (returned) or has none.
@@ -419,9 +441,7 @@ impl<'a, R: Runtime> AutoModeChannel<'a, R> {
                         .blocking(move || dir.pending_instructions(max_files))
                         .await?;
                     let now = SystemTime::now();
-                    self.machine
-                        .handle_appended(now, files)
-                        .map_err(|e| ChannelError::State(e.to_string()))?;
+                    self.machine.handle_appended(now, files)?;
                 }
                 Action::ArchiveAppended(names) => {
                     let dir = self.dir.clone();
@@ -431,9 +451,7 @@ impl<'a, R: Runtime> AutoModeChannel<'a, R> {
                 Action::RunVerification { command } => {
                     let result = self.verify(&command).await;
                     let now = SystemTime::now();
-                    self.machine
-                        .handle_verification(now, result)
-                        .map_err(|e| ChannelError::State(e.to_string()))?;
+                    self.machine.handle_verification(now, result)?;
                 }
                 Action::RunTurn { prompt, .. } => return Ok(Some(prompt)),
                 other => {
@@ -490,11 +508,14 @@ impl<R: Runtime> Channel for AutoModeChannel<'_, R> {
         &self.machine.state().session_id
     }
 
+    /// The machine's: the one owner of the harness session id.
+    fn harness_session_id(&self) -> Option<&str> {
+        self.machine.harness_session_to_resume()
+    }
+
     async fn publish_output(&mut self, output: &TurnOutput) -> Result<(), ChannelError> {
         let now = SystemTime::now();
-        self.machine
-            .handle_turn_finished(now, output)
-            .map_err(|e| ChannelError::State(e.to_string()))?;
+        self.machine.handle_turn_finished(now, output)?;
         match self.drain().await? {
             None => Ok(()),
             Some(_) => Err(ChannelError::Step(
@@ -505,9 +526,7 @@ impl<R: Runtime> Channel for AutoModeChannel<'_, R> {
 
     async fn next_prompt(&mut self) -> Result<NextPrompt, ChannelError> {
         let now = SystemTime::now();
-        self.machine
-            .handle_listen(now)
-            .map_err(|e| ChannelError::State(e.to_string()))?;
+        self.machine.handle_listen(now)?;
         Ok(match self.drain().await? {
             Some(prompt) => NextPrompt::Ready(prompt),
             None if self.machine.is_closed() => NextPrompt::Closed,

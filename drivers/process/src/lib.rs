@@ -9,13 +9,15 @@
 //!   agentrun-fs's business (the store, captures, the result sink).
 //!
 //! * [`auto_mode`]: auto mode's runner (one harness turn per prompt) and channel (the core's
-//!   phase machine over a session directory), generic over the same [`Runtime`].
+//!   phase machine over a session directory), generic over the same [`Runtime`];
+//!   [`auto_session`]: an auto session as library calls (create, resume, run, outcome).
 //!
 //! Applications use it through `agentrun-smol` or `agentrun-tokio`, which implement
 //! [`Runtime`] and re-export the API under the same names.
 
 mod agent;
 pub mod auto_mode;
+pub mod auto_session;
 mod driver;
 mod live;
 pub mod os;
@@ -31,6 +33,10 @@ pub use driver::{ChildProcess, RunBuilder, Runner, Runtime};
 pub mod api {
     pub use crate::agent::{AgentError, AgentOptions, AgentRun, RetainedSource};
     pub use crate::auto_mode::{HarnessLaunch, ProgressSink, StopRequests};
+    pub use crate::auto_session::{
+        AutoEnd, AutoOutcome, AutoProgress, AutoSessionError, AutoSessionOptions,
+        VerificationSummary,
+    };
     pub use crate::live::{RunError, spawn_exit_code};
     pub use agentrun_core::process::{
         Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, StdinMode,
@@ -45,8 +51,8 @@ pub use os::program_exists;
 
 /// Declares a runtime crate's public driver types for its [`Runtime`] implementation, so
 /// `agentrun-smol` and `agentrun-tokio` hold only what differs by runtime:
-/// `runtime_types!(SmolRuntime, "smol")` defines `Runner`, `RunBuilder`, `AutoModeRunner` and
-/// `AutoModeChannel` over `SmolRuntime`.
+/// `runtime_types!(SmolRuntime, "smol")` defines `Runner`, `RunBuilder`, `AutoModeRunner`,
+/// `AutoModeChannel` and `AutoSession` over `SmolRuntime`.
 #[macro_export]
 macro_rules! runtime_types {
     ($runtime:ident, $name:literal) => {
@@ -61,5 +67,8 @@ macro_rules! runtime_types {
 
         /// Auto mode's phase machine over a session directory (`agentrun_core::turn::Channel`).
         pub type AutoModeChannel<'a> = $crate::auto_mode::AutoModeChannel<'a, $runtime>;
+
+        /// An auto session: create or resume it, run it to its end, read its outcome.
+        pub type AutoSession<'a> = $crate::auto_session::AutoSession<'a, $runtime>;
     };
 }
