@@ -5,7 +5,7 @@
 //! (or of the other check modules); it panics only when a property is violated. Two kinds:
 //!
 //! * The targets that drive a machine through a sequence of operations (`capture`,
-//!   `compaction`) decode a structured input with `arbitrary` ([`crate::fuzz_inputs`]); their
+//!   `compaction`, `lifecycle`) decode a structured input with `arbitrary` ([`crate::fuzz_inputs`]); their
 //!   fuzz targets are typed (`fuzz_target!(|input: T| …)`) and their seeds are written from
 //!   typed values by `cargo run -p agentrun-tests --bin make-fuzz-seeds`.
 //! * The byte-level targets (URIs, records, previews and UTF-8 truncation, pages and the binary
@@ -29,6 +29,7 @@ use crate::checks::{self, Delta, PageCase, PreviewCase};
 use crate::compaction_checks::{self, Answer, CompactionInput, Script};
 use crate::fuzz_inputs::{CaptureInput, decode};
 use crate::harness_checks;
+use crate::lifecycle_checks::{self, LifecycleInput};
 
 /// Most stream bytes one preview input may expand to. Keeps every run fast (paging a stream
 /// with one-line pages is quadratic in its length) while still far above `max_bytes`.
@@ -54,6 +55,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("auto_mode_text", auto_mode_text),
     ("compaction", compaction),
     ("transcript", transcript),
+    ("lifecycle", lifecycle),
     ("sanitize_phrase", sanitize_phrase),
 ];
 
@@ -365,6 +367,14 @@ pub fn compaction_input(input: &CompactionInput) {
     let (t, store) = input.case();
     compaction_checks::check_prune(&t, &store);
     compaction_checks::check_machine(&t, &store, &input.script.script());
+}
+
+/// Lifecycle target: the run lifecycle on a virtual clock through arbitrary sequences of
+/// driver events ([`LifecycleInput`]), checked by [`lifecycle_checks::check_lifecycle`].
+pub fn lifecycle(data: &[u8]) {
+    if let Some(input) = decode::<LifecycleInput>(data) {
+        lifecycle_checks::check_lifecycle(&input);
+    }
 }
 
 /// Transcript target: the input is a transcript document (bounded to

@@ -1,4 +1,5 @@
-//! The seed corpora of the sequence fuzz targets (`capture`, `compaction`), as typed values.
+//! The seed corpora of the sequence fuzz targets (`capture`, `compaction`, `lifecycle`), as
+//! typed values.
 //! `cargo run -p agentrun-tests --bin make-fuzz-seeds` writes them to `fuzz/corpus/<target>/`
 //! in the encoding `arbitrary` reads ([`crate::fuzz_inputs::Encode`]); the corpus replay test
 //! checks that every seed here decodes back to itself and is committed as written. Each seed
@@ -14,6 +15,7 @@ use crate::fuzz_inputs::{
     CaptureEnd, CaptureInput, CaptureOutput, CaptureStep, LimitsInput, PagesInput, Payload,
     StatusInput, StreamsInput,
 };
+use crate::lifecycle_checks::{ExitInput, GroupInput, LifecycleInput, LifecycleStep, SignalInput};
 
 /// A seed: its file name and its input.
 pub type Seed<T> = (&'static str, T);
@@ -485,6 +487,139 @@ pub fn compaction() -> Vec<Seed<CompactionInput>> {
                         result(5, ContentInput::Text(5), A::None),
                     ]),
                 ],
+            },
+        ),
+    ]
+}
+
+/// The seeds of the `lifecycle` target.
+pub fn lifecycle() -> Vec<Seed<LifecycleInput>> {
+    use LifecycleStep::{Cancel, Exit, Group, Output, PipesClosed, Wait};
+    let run = |timeout_ms, idle_timeout_ms, signals: &[SignalInput], steps: Vec<LifecycleStep>| {
+        LifecycleInput {
+            timeout_ms,
+            idle_timeout_ms,
+            grace_ms: 500,
+            signals: signals.to_vec(),
+            keep_background: false,
+            steps,
+        }
+    };
+    let term = [SignalInput::Terminate];
+    vec![
+        (
+            "normal-exit-then-pipes",
+            run(
+                None,
+                None,
+                &term,
+                vec![Output, Wait(10), Exit(ExitInput::Code(0)), PipesClosed],
+            ),
+        ),
+        (
+            "pipes-then-exit-group-empty",
+            run(
+                Some(5000),
+                None,
+                &term,
+                vec![
+                    Group(GroupInput::Empty),
+                    PipesClosed,
+                    Wait(10),
+                    Exit(ExitInput::Code(3)),
+                ],
+            ),
+        ),
+        (
+            "deadline-child-ignores-sigterm",
+            run(
+                Some(100),
+                None,
+                &term,
+                vec![Wait(100), Wait(499), Wait(1), Exit(ExitInput::Signal(9))],
+            ),
+        ),
+        (
+            "idle-timeout-after-output",
+            run(
+                None,
+                Some(50),
+                &[SignalInput::Interrupt, SignalInput::Terminate],
+                vec![
+                    Wait(40),
+                    Output,
+                    Wait(40),
+                    Output,
+                    Wait(60),
+                    Exit(ExitInput::Signal(2)),
+                    Wait(100),
+                    PipesClosed,
+                ],
+            ),
+        ),
+        (
+            "cancel-twice-kills",
+            run(
+                Some(10000),
+                None,
+                &term,
+                vec![Wait(5), Cancel, Wait(5), Cancel, Exit(ExitInput::Unknown)],
+            ),
+        ),
+        (
+            "exit-during-grace-then-group-empty",
+            run(
+                Some(10),
+                None,
+                &term,
+                vec![
+                    Wait(10),
+                    Exit(ExitInput::Signal(15)),
+                    Wait(120),
+                    Group(GroupInput::Empty),
+                    Wait(60),
+                    PipesClosed,
+                ],
+            ),
+        ),
+        (
+            "zombie-group-gets-sigkill",
+            run(
+                Some(10),
+                None,
+                &term,
+                vec![
+                    Group(GroupInput::Zombies),
+                    Wait(10),
+                    Exit(ExitInput::Code(1)),
+                    Wait(50),
+                    PipesClosed,
+                ],
+            ),
+        ),
+        (
+            "stuck-child-after-sigkill",
+            run(Some(10), None, &[], vec![Wait(10), Wait(60000), Wait(1)]),
+        ),
+        (
+            "holder-keeps-pipes-after-exit",
+            run(
+                None,
+                None,
+                &term,
+                vec![Exit(ExitInput::Code(0)), Wait(2000), Wait(500), Wait(2000)],
+            ),
+        ),
+        (
+            "keep-background",
+            LifecycleInput {
+                keep_background: true,
+                ..run(
+                    None,
+                    None,
+                    &term,
+                    vec![Exit(ExitInput::Code(0)), PipesClosed],
+                )
             },
         ),
     ]

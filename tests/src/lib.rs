@@ -4,6 +4,7 @@
 //! * [`auto_mode_checks`]: the properties of auto mode's sanitizer and verdict parser;
 //! * [`compaction_checks`]: the properties of compaction (transcripts, pruning, the retry);
 //! * [`harness_checks`]: the properties of the harness decoders through `Interpretation`;
+//! * [`lifecycle_checks`]: the properties of the run lifecycle over arbitrary event sequences;
 //! * [`fuzz_bodies`]: the fuzz targets' bodies, turning arbitrary bytes into those checks;
 //! * [`fuzz_inputs`]: the structured inputs of the sequence fuzz targets (`arbitrary`), and
 //!   their encoder for seeds; [`fuzz_seeds`]: their seeds as typed values;
@@ -21,5 +22,6 @@ pub mod fuzz_bodies;
 pub mod fuzz_inputs;
 pub mod fuzz_seeds;
 pub mod harness_checks;
+pub mod lifecycle_checks;
 pub mod model_server;
 pub mod processes;

@@ -115,4 +115,5 @@ where
 fn typed_seeds_are_committed_and_decode_to_themselves() {
     check_seeds("capture", &fuzz_seeds::capture());
     check_seeds("compaction", &fuzz_seeds::compaction());
+    check_seeds("lifecycle", &fuzz_seeds::lifecycle());
 }
