@@ -5,7 +5,7 @@
 //! (or of the other check modules); it panics only when a property is violated. Two kinds:
 //!
 //! * The targets that drive a machine through a sequence of operations (`capture`,
-//!   `compaction`, `lifecycle`) decode a structured input with `arbitrary` ([`crate::fuzz_inputs`]); their
+//!   `compaction`, `lifecycle`, `auto_mode`) decode a structured input with `arbitrary` ([`crate::fuzz_inputs`]); their
 //!   fuzz targets are typed (`fuzz_target!(|input: T| …)`) and their seeds are written from
 //!   typed values by `cargo run -p agentrun-tests --bin make-fuzz-seeds`.
 //! * The byte-level targets (URIs, records, previews and UTF-8 truncation, pages and the binary
@@ -25,6 +25,7 @@
 use agentrun_core::limits::MIN_PAYLOAD_BYTES;
 use agentrun_core::{CaptureStatus, OutputDeclaration, PreviewLimits};
 
+use crate::auto_mode_checks::AutoModeInput;
 use crate::checks::{self, Delta, PageCase, PreviewCase};
 use crate::compaction_checks::{self, Answer, CompactionInput, Script};
 use crate::fuzz_inputs::{CaptureInput, decode};
@@ -56,6 +57,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("compaction", compaction),
     ("transcript", transcript),
     ("lifecycle", lifecycle),
+    ("auto_mode", auto_mode),
     ("sanitize_phrase", sanitize_phrase),
 ];
 
@@ -374,6 +376,15 @@ pub fn compaction_input(input: &CompactionInput) {
 pub fn lifecycle(data: &[u8]) {
     if let Some(input) = decode::<LifecycleInput>(data) {
         lifecycle_checks::check_lifecycle(&input);
+    }
+}
+
+/// Auto-mode target: the phase machine through arbitrary sequences of turn and verification
+/// results ([`AutoModeInput`]), checked against the phase table by
+/// [`crate::auto_mode_checks::check_auto_mode`].
+pub fn auto_mode(data: &[u8]) {
+    if let Some(input) = decode::<AutoModeInput>(data) {
+        crate::auto_mode_checks::check_auto_mode(&input);
     }
 }
 

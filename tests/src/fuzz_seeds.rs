@@ -1,11 +1,14 @@
-//! The seed corpora of the sequence fuzz targets (`capture`, `compaction`, `lifecycle`), as
-//! typed values.
+//! The seed corpora of the sequence fuzz targets (`capture`, `compaction`, `lifecycle`,
+//! `auto_mode`), as typed values.
 //! `cargo run -p agentrun-tests --bin make-fuzz-seeds` writes them to `fuzz/corpus/<target>/`
 //! in the encoding `arbitrary` reads ([`crate::fuzz_inputs::Encode`]); the corpus replay test
 //! checks that every seed here decodes back to itself and is committed as written. Each seed
 //! is named for what it exercises, so a failing replay says which case broke. Inputs found by
 //! fuzzing are added beside them by hand (they replay like the seeds).
 
+use crate::auto_mode_checks::{
+    AnswerInput, AutoModeInput, CodeInput, StepInput, VerificationInput,
+};
 use crate::checks::Write;
 use crate::compaction_checks::{
     Answer, ArgsInput, ArtifactsInput, BlockInput, CompactionInput, ContentInput, MessageInput,
@@ -621,6 +624,114 @@ pub fn lifecycle() -> Vec<Seed<LifecycleInput>> {
                     vec![Exit(ExitInput::Code(0)), PipesClosed],
                 )
             },
+        ),
+    ]
+}
+
+/// The seeds of the `auto_mode` target.
+pub fn auto_mode() -> Vec<Seed<AutoModeInput>> {
+    use AnswerInput as A;
+    let step = |code, answer, verification| StepInput {
+        code,
+        answer,
+        in_sink: false,
+        verification,
+    };
+    let ok = |answer| step(CodeInput::Success, answer, VerificationInput::Pass);
+    let session = |max_turns: u8, verify, steps: Vec<StepInput>| {
+        let mut steps = steps.into_iter();
+        AutoModeInput {
+            max_turns: max_turns - 3,
+            verify,
+            first: steps.next().expect("a step"),
+            more: steps.collect(),
+        }
+    };
+    vec![
+        (
+            "complete-without-verification",
+            session(
+                3,
+                false,
+                vec![ok(A::Empty), ok(A::Empty), ok(A::Empty), ok(A::Complete)],
+            ),
+        ),
+        (
+            "false-completion-caught-by-verification",
+            session(
+                5,
+                true,
+                vec![
+                    ok(A::Empty),
+                    ok(A::Empty),
+                    ok(A::Empty),
+                    ok(A::Complete),
+                    step(CodeInput::Success, A::Empty, VerificationInput::Fail),
+                    ok(A::Empty),
+                    ok(A::Complete),
+                    ok(A::Empty),
+                ],
+            ),
+        ),
+        (
+            "adjust-then-stop-at-the-turn-bound",
+            session(
+                4,
+                false,
+                vec![
+                    ok(A::Empty),
+                    ok(A::Empty),
+                    ok(A::Empty),
+                    ok(A::NeedsAdjustment),
+                    ok(A::Empty),
+                    ok(A::Empty),
+                    ok(A::InProgress),
+                ],
+            ),
+        ),
+        (
+            "required-phase-failure-aborts",
+            session(
+                6,
+                false,
+                vec![
+                    ok(A::Empty),
+                    step(CodeInput::Other(40), A::Empty, VerificationInput::Pass),
+                ],
+            ),
+        ),
+        (
+            "evaluate-failure-exits-with-its-code",
+            session(
+                6,
+                true,
+                vec![
+                    ok(A::Empty),
+                    ok(A::Empty),
+                    ok(A::Empty),
+                    step(CodeInput::Negative, A::Complete, VerificationInput::Pass),
+                ],
+            ),
+        ),
+        (
+            "verdict-through-the-result-channel",
+            session(
+                5,
+                true,
+                vec![
+                    ok(A::Empty),
+                    ok(A::Empty),
+                    ok(A::Empty),
+                    StepInput {
+                        in_sink: true,
+                        ..ok(A::Complete)
+                    },
+                    step(CodeInput::Success, A::Empty, VerificationInput::Unknown),
+                    ok(A::Ambiguous),
+                    ok(A::NotComplete),
+                    ok(A::Incomplete),
+                ],
+            ),
         ),
     ]
 }

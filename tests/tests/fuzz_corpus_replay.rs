@@ -116,4 +116,5 @@ fn typed_seeds_are_committed_and_decode_to_themselves() {
     check_seeds("capture", &fuzz_seeds::capture());
     check_seeds("compaction", &fuzz_seeds::compaction());
     check_seeds("lifecycle", &fuzz_seeds::lifecycle());
+    check_seeds("auto_mode", &fuzz_seeds::auto_mode());
 }

@@ -1,4 +1,5 @@
-//! Writes the seed corpora of the sequence fuzz targets (`capture`, `compaction`, `lifecycle`) from their
+//! Writes the seed corpora of the sequence fuzz targets (`capture`, `compaction`, `lifecycle`,
+//! `auto_mode`) from their
 //! typed definitions in `agentrun_tests::fuzz_seeds` to `fuzz/corpus/<target>/`, in the
 //! encoding `arbitrary` decodes. Re-running it rewrites the same files; inputs found by
 //! fuzzing, added beside them by hand, are left alone. The byte-level targets' seeds are
@@ -26,5 +27,6 @@ fn write<T: Encode>(target: &str, seeds: &[Seed<T>]) -> std::io::Result<()> {
 fn main() -> std::io::Result<()> {
     write("capture", &fuzz_seeds::capture())?;
     write("compaction", &fuzz_seeds::compaction())?;
-    write("lifecycle", &fuzz_seeds::lifecycle())
+    write("lifecycle", &fuzz_seeds::lifecycle())?;
+    write("auto_mode", &fuzz_seeds::auto_mode())
 }
