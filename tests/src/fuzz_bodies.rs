@@ -5,9 +5,11 @@
 //! (or of the other check modules); it panics only when a property is violated. Two kinds:
 //!
 //! * The targets that drive a machine through a sequence of operations (`capture`,
-//!   `compaction`, `lifecycle`, `auto_mode`) decode a structured input with `arbitrary` ([`crate::fuzz_inputs`]); their
-//!   fuzz targets are typed (`fuzz_target!(|input: T| …)`) and their seeds are written from
-//!   typed values by `cargo run -p agentrun-tests --bin make-fuzz-seeds`.
+//!   `compaction`, `lifecycle`, `auto_mode`) decode a structured input with `arbitrary`
+//!   ([`crate::fuzz_inputs`]: `#[derive(Arbitrary)]` operation enums); their fuzz targets are
+//!   typed (`fuzz_target!(|input: T| …)`, so `cargo fuzz fmt` prints an input as its
+//!   operations) and their seeds are typed values ([`crate::fuzz_seeds`]) written by
+//!   `cargo run -p agentrun-tests --bin make-fuzz-seeds`.
 //! * The byte-level targets (URIs, records, previews and UTF-8 truncation, pages and the binary
 //!   decoders, the harness decoders, transcript documents, the sanitizer's texts) read their
 //!   bytes in simple layouts documented here, so seeds can be written by hand
@@ -20,7 +22,9 @@
 //!
 //! Adding a target: its `[[bin]]` in `fuzz/Cargo.toml` (which `scripts/fuzz.sh` and CI read),
 //! `fuzz/fuzz_targets/<name>.rs` calling its body here, a row in [`TARGETS`] and seeds in
-//! `fuzz/corpus/<name>/`. The replay test fails for a target that lacks any of them.
+//! `fuzz/corpus/<name>/` (for a typed target: its seeds in [`crate::fuzz_seeds`], written by
+//! `make-fuzz-seeds` and checked by the replay test). The replay test fails for a target that
+//! lacks any of them.
 
 use agentrun_core::limits::MIN_PAYLOAD_BYTES;
 use agentrun_core::{CaptureStatus, OutputDeclaration, PreviewLimits};
