@@ -21,6 +21,8 @@
 # the script still runs the remaining targets, then prints how to reproduce each failure and
 # exits non-zero. Once the bug is fixed, copy the input into fuzz/corpus/<target>/ under a
 # descriptive name so that tests/tests/fuzz_corpus_replay.rs replays it on every test run.
+# The sequence targets (capture, compaction, lifecycle, auto_mode) decode a structured input
+# with `arbitrary`; `cargo fuzz fmt TARGET INPUT` prints a saved input as its operations.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -76,6 +78,7 @@ for target in "${targets[@]}"; do
 !! $target failed on the input saved as fuzz/$input
    base64: $(base64 -w0 "$input")
    reproduce with libFuzzer:  cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run --sanitizer $sanitizer $target $input
+   as operations (typed targets):  cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz fmt --sanitizer $sanitizer $target $input
    or on stable:  cp fuzz/$input fuzz/corpus/$target/crash-DESCRIPTION && cargo test -p agentrun-tests --test fuzz_corpus_replay
 EOF
         done

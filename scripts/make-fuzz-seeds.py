@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Writes the seed corpora of the fuzz targets to fuzz/corpus/<target>/.
+"""Writes the seed corpora of the byte-level fuzz targets to fuzz/corpus/<target>/.
 
 Each seed is a small meaningful input in the byte layout documented in
 tests/src/fuzz_bodies.rs (keep the two in step). Seeds are named for what they exercise, so a
 failing replay in tests/tests/fuzz_corpus_replay.rs says which case broke. Re-running the
 script rewrites the same files; inputs found by fuzzing are added beside them by hand.
+
+The sequence targets (capture, compaction) decode a structured input with `arbitrary`; their
+seeds are typed values in tests/src/fuzz_seeds.rs, written by
+`cargo run -p agentrun-tests --bin make-fuzz-seeds`.
 """
 
 import hashlib
@@ -115,105 +119,6 @@ PREVIEWS = {
 }
 
 
-# --- capture --------------------------------------------------------------------------------
-# Write outcomes of a chunk: 0 written, 1 write fails, 2 written but its index write fails.
-
-
-def cap_chunk(stream, data, write=0, repeat=1):
-    assert len(data) <= 255 and 1 <= repeat <= 32
-    return bytes([0, stream, write, repeat - 1, len(data)]) + data
-
-
-def cap_fault(stream, message, repeat=1):
-    data = message.encode()
-    assert len(data) <= 255 and 1 <= repeat <= 4
-    return bytes([3, stream, repeat - 1, len(data)]) + data
-
-
-def cap_display(text):
-    data = text.encode()
-    return bytes([4, len(data)]) + data
-
-
-def cap_foreign(named):
-    return bytes([5, int(named)])
-
-
-def final_display(text):
-    if text is None:
-        return b"\x00"
-    data = text.encode()
-    return bytes([1, len(data)]) + data
-
-
-def cap_streamed(display=None):
-    return bytes([6]) + final_display(display)
-
-
-def cap_full(outputs, display=None, misfit=False):
-    """outputs: (stream, data, write fails, repeat) per supplied output."""
-    out = bytes([7]) + final_display(display) + bytes([int(misfit), len(outputs)])
-    for stream, data, fails, repeat in outputs:
-        out += bytes([stream, int(fails), repeat - 1, len(data)]) + data
-    return out
-
-
-def capture_seed(ops, *, max_lines=50, max_bytes=4096, tail=0, payload_extra=0, status=0,
-                 display_bound=1024, names=(), pages=(2000,)):
-    head = bytes([max_lines - 1]) + struct.pack("<H", max_bytes - 1)
-    head += bytes([tail]) + struct.pack("<H", payload_extra) + bytes([status])
-    head += struct.pack("<H", display_bound - 1) + bytes([len(names)])
-    for name in names:
-        head += name_field(name)
-    head += bytes([len(pages) - 1]) + b"".join(struct.pack("<H", p - 1) for p in pages)
-    return head + b"".join(ops)
-
-
-OUT_ERR = ("stdout", "stderr")
-CAPTURES = {
-    "write-fault-stops-the-stream": capture_seed(
-        [cap_chunk(0, b"o1\n"), cap_chunk(1, b"e1\n"), cap_chunk(1, b"lost\n", write=1),
-         cap_chunk(1, b"refused\n"), cap_chunk(0, LINES40[:100], repeat=3), cap_streamed()],
-        max_lines=5, names=OUT_ERR),
-    "index-write-fails-after-a-block": capture_seed(
-        [cap_chunk(0, b"x" * 254 + b"\n"), cap_chunk(0, b"y" * 255, write=2, repeat=32),
-         cap_chunk(0, b"refused")],
-        max_bytes=100, tail=2),
-    "fault-of-no-stream-while-succeeded": capture_seed(
-        [cap_chunk(0, b"all\n"), cap_fault(9, "disk quota exceeded"), cap_chunk(0, b"more\n")]),
-    "fault-message-cut-in-multibyte": capture_seed(
-        [cap_fault(0, "\u00e9\u20ac\U0001F600" * 25, repeat=3), cap_fault(1, "second")],
-        names=OUT_ERR, status=2),
-    "live-display-bound-multibyte": capture_seed(
-        [cap_display("abc\u00e9"), cap_chunk(0, b"x\n"), cap_display("\u20acdef"),
-         cap_display("\U0001F600")],
-        display_bound=6),
-    "final-display-replaces-live": capture_seed(
-        [cap_display("working"), cap_chunk(0, b"done\n"), cap_streamed("final text")]),
-    "foreign-channels-refused": capture_seed(
-        [cap_foreign(True), cap_foreign(False), cap_chunk(0, b"kept\n"), cap_foreign(True)],
-        names=("results",)),
-    "full-named-one-write-fails": capture_seed(
-        [cap_display("tool ran"),
-         cap_full([(0, LINES40[:120], False, 4), (2, b"diag\n", True, 1),
-                   (1, b"e\n", False, 1)], display="final")],
-        max_lines=3, max_bytes=200, tail=1, names=("a", "b", "c")),
-    "full-after-faulted-stream": capture_seed(
-        [cap_fault(1, "pipe broke"), cap_full([(0, b"out\n", False, 1), (1, b"err\n", False, 1)])],
-        names=OUT_ERR),
-    "full-single-long-line": capture_seed(
-        [cap_full([(0, b"z" * 200, False, 32)])], max_bytes=300, tail=3),
-    "full-after-streaming-is-mixed": capture_seed(
-        [cap_chunk(0, b"streamed\n"), cap_full([(0, b"again\n", False, 1)])]),
-    "full-names-a-stream-twice": capture_seed(
-        [cap_full([(1, b"first\n", False, 1), (1, b"second\n", False, 1)])], names=OUT_ERR),
-    "full-wrong-shape-named": capture_seed(
-        [cap_full([(0, b"single\n", False, 1)], misfit=True)], names=OUT_ERR),
-    "full-wrong-shape-single": capture_seed(
-        [cap_full([(0, b"named\n", False, 1)], misfit=True)]),
-}
-
-
 # --- page -----------------------------------------------------------------------------------
 
 
@@ -275,10 +180,8 @@ PAGES = {
 }
 
 
-# --- compaction -----------------------------------------------------------------------------
-# Either a transcript document (the first three bytes, '[', '{' or ' ', also script the
-# summarizer) or generator bytes (tests/src/compaction_checks.rs: flags, then per message a
-# block count and per block an id byte and a kind byte with its operands).
+# --- transcript -----------------------------------------------------------------------------
+# Transcript documents in the Messages shape (docs/compaction.md).
 def transcript(messages, **top):
     import json
     doc = dict(top, messages=messages)
@@ -293,8 +196,8 @@ def tool_result(id, content, **extra):
     return dict({"type": "tool_result", "tool_use_id": id, "content": content}, **extra)
 
 
-COMPACTION = {
-    "json-artifact-read-and-bash": transcript([
+TRANSCRIPTS = {
+    "artifact-read-and-bash": transcript([
         {"role": "user", "content": "fix it"},
         {"role": "assistant", "content": [
             tool_use("a", "bash", {"command": "make"}),
@@ -306,7 +209,7 @@ COMPACTION = {
         ]},
         {"role": "assistant", "content": "done"},
     ], summary="before", recent_start=3),
-    "json-ordinary-reads": transcript([
+    "ordinary-reads": transcript([
         {"role": "assistant", "content": [
             tool_use("a", "read", {"filePath": "/etc/hosts"}),
             tool_use("b", "read", f'{{"filePath":"artifact://{DIGEST}"}}'),
@@ -315,23 +218,20 @@ COMPACTION = {
         ]},
         {"role": "user", "content": [tool_result(i, "out " + i) for i in "abcd"]},
     ]),
-    "json-existing-artifacts": transcript([
+    "existing-artifacts": transcript([
         {"role": "assistant", "content": [tool_use("a", "bash", {})]},
         {"role": "user", "content": [tool_result("a", "head", is_error=True,
                                                   artifacts=[f"artifact://{DIGEST}/stderr"])]},
     ]),
-    "json-unknown-blocks": transcript([
+    "unknown-blocks": transcript([
         {"role": "assistant", "content": [{"type": "thinking", "thinking": "t"},
                                           {"type": "image", "source": {}}]},
     ]),
-    "json-bare-array": b'[{"role":"user","content":"hi"}]',
-    "json-split-pair": transcript([
+    "bare-array": b'[{"role":"user","content":"hi"}]',
+    "split-pair": transcript([
         {"role": "assistant", "content": [tool_use("a", "bash", {})]},
         {"role": "user", "content": [tool_result("a", "x")]},
     ], recent_start=1),
-    # Generator: summary + recent boundary, then calls (kind 1) and results (kind 2).
-    "gen-call-result-pairs": bytes([3, 2, 2, 0, 1, 0, 0, 0, 2, 1, 0, 0, 2, 1, 2, 1, 3, 0, 2, 1, 6]),
-    "gen-retry-with-fit-limit": bytes([1, 1, 1, 3, 0, 1, 0, 2, 0, 2, 1, 0, 2, 1, 2, 3]),
 }
 
 
@@ -342,10 +242,8 @@ def main():
         write("preview", name, data)
     for name, data in PAGES.items():
         write("page", name, data)
-    for name, data in CAPTURES.items():
-        write("capture", name, data)
-    for name, data in COMPACTION.items():
-        write("compaction", name, data)
+    for name, data in TRANSCRIPTS.items():
+        write("transcript", name, data)
 
 
 if __name__ == "__main__":

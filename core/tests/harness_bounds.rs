@@ -403,37 +403,6 @@ fn an_opencode_export_over_the_document_budget_is_unreadable() {
     );
 }
 
-fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
-    use proptest::prelude::*;
-    use serde_json::Value;
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        // Strings full of what the scan must skip: quotes, backslashes, brackets, commas.
-        "[\"\\\\\\[\\]{},a]{0,6}".prop_map(Value::String),
-    ];
-    leaf.prop_recursive(8, 128, 6, |inner| {
-        prop_oneof![
-            proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            proptest::collection::vec(("[\"\\\\,a-c]{0,3}", inner), 0..6)
-                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
-        ]
-    })
-}
-
-proptest::proptest! {
-    /// The fuzz body of the budget scan on generated documents, compact and pretty-printed.
-    #[test]
-    fn the_budget_scan_agrees_with_the_parser(bound in 0u8..=255, v in json_value()) {
-        for text in [serde_json::to_vec(&v).unwrap(), serde_json::to_vec_pretty(&v).unwrap()] {
-            let mut data = vec![bound];
-            data.extend(text);
-            agentrun_core::harness::fuzzing::json_budget(&data);
-        }
-    }
-}
-
 /// A Codex `item.completed` past the value budget (an MCP result of 300 000 numbers, a
 /// 600 KB line) still ends its item: the turn succeeds with no work reported killed.
 #[test]

@@ -570,7 +570,7 @@ fn follow_pages(
 // ---------------------------------------------------------------------------------------------
 
 /// How a driver's write of one chunk went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, arbitrary::Arbitrary)]
 pub enum Write {
     /// The chunk is on disk: the machine is told about it.
     Written,

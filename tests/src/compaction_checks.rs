@@ -6,7 +6,8 @@
 //!   own, right or wrong), artifact reads omitted, pruning idempotent, bounded output;
 //! * [`check_machine`]: at most one retry, only after a size failure, the retry input is the
 //!   pruned snapshot, the original is never changed, success keeps the recent suffix;
-//! * [`case_from_bytes`] and [`script_from_bytes`]: generators of cases from bytes.
+//! * [`CompactionInput`]: generated cases (a summarizer script, a transcript and the store it
+//!   names artifacts in), decoded from bytes with `arbitrary`.
 
 use std::collections::{HashMap, HashSet};
 
@@ -206,7 +207,7 @@ fn results(t: &Transcript) -> impl Iterator<Item = &ToolResult> {
 }
 
 /// How the scripted summarizer answers one attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, arbitrary::Arbitrary)]
 pub enum Answer {
     /// A valid summary.
     Summary,
@@ -341,132 +342,302 @@ pub fn check_machine(t: &Transcript, store: &ModelStore, script: &Script) {
     }
 }
 
-/// Reads fields off the front of generator input; past the end it yields zeros.
-struct Input<'a>(&'a [u8]);
-
-impl Input<'_> {
-    fn byte(&mut self) -> u8 {
-        let (&b, rest) = self.0.split_first().unwrap_or((&0, &[]));
-        self.0 = rest;
-        b
-    }
-
-    fn pick<'s, T>(&mut self, options: &'s [T]) -> &'s T {
-        &options[usize::from(self.byte()) % options.len()]
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
 const DIGEST: &str = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
 
-/// Builds a transcript and the store it names artifacts in from bytes. Layout: `u8` flags
-/// (bit 0: prior summary, bit 1: recent_start from the next byte), then messages until the
-/// input ends, each `u8` block count (`% 4`, 0 = string content) and per block a `u8` kind:
-/// text, tool call (tool name, argument shape and id picked by the next bytes from small pools
-/// so ids collide and calls go unanswered), tool result (id, content shape, `is_error`, extra
-/// fields, and the artifacts it names: none, right ones, or wrong ones of every kind; see
-/// [`artifacts`]), or an unknown block. Most 64 messages.
-pub fn case_from_bytes(data: &[u8]) -> (Transcript, ModelStore) {
-    let mut store = ModelStore::default();
-    let mut input = Input(data);
-    let flags = input.byte();
-    let summary = (flags & 1 == 1).then(|| "prior summary".to_owned());
-    let recent = (flags & 2 == 2).then(|| usize::from(input.byte()));
-    let mut messages = Vec::new();
-    while !input.is_empty() && messages.len() < 64 {
-        let count = input.byte() % 4;
-        let role = if messages.len() % 2 == 0 {
-            Role::User
-        } else {
-            Role::Assistant
-        };
-        let content = if count == 0 {
-            Content::Text(format!("message {}", messages.len()))
-        } else {
-            Content::Blocks((0..count).map(|_| block(&mut input, &mut store)).collect())
-        };
-        messages.push(Message {
-            role,
-            content,
-            extra: Map::new(),
-        });
-    }
-    let mut t = Transcript {
-        summary,
-        messages,
-        recent_start: recent,
-        extra: Map::new(),
-    };
-    if t.check_recent_start().is_err() {
-        t.recent_start = None;
-    }
-    (t, store)
+/// Most messages of a generated transcript.
+pub const MAX_MESSAGES: usize = 64;
+
+/// A generated compaction case, decoded with `arbitrary`: the summarizer's script, then a
+/// transcript whose tool calls and results reach the artifact-read, pairing and
+/// named-artifact cases that random JSON rarely does. Messages alternate user and assistant;
+/// past [`MAX_MESSAGES`] they are ignored.
+#[derive(Debug, Clone, PartialEq, Eq, arbitrary::Arbitrary)]
+pub struct CompactionInput {
+    /// How the summarizer answers and what the driver checks.
+    pub script: ScriptInput,
+    /// Whether the transcript carries a prior summary.
+    pub summary: bool,
+    /// The recent-suffix boundary (dropped when it would split a call from its result or lies
+    /// past the end).
+    pub recent_start: Option<u8>,
+    /// The messages.
+    pub messages: Vec<MessageInput>,
 }
 
-fn block(input: &mut Input<'_>, store: &mut ModelStore) -> Block {
-    let id = format!("c{}", input.byte() % 6);
-    match input.byte() % 4 {
-        0 => Block::Text {
-            text: input
-                .pick(&["hello", "", "artifact://x", "ünïcode ✓"])
-                .to_string(),
+/// A summarizer script: see [`Script`].
+#[derive(Debug, Clone, PartialEq, Eq, arbitrary::Arbitrary)]
+pub struct ScriptInput {
+    /// The answers to the first and the second run.
+    pub answers: [Answer; 2],
+    /// The local fit limit, `700 + 8 v` bytes: around the size of small rendered
+    /// transcripts, so both sides of the check occur.
+    pub fit_limit: Option<u8>,
+    /// Whether storing the retained outputs fails.
+    pub retention_fails: bool,
+}
+
+impl ScriptInput {
+    /// The script.
+    pub fn script(&self) -> Script {
+        Script {
+            answers: self.answers,
+            max_input_bytes: self.fit_limit.map(|v| 700 + usize::from(v) * 8),
+            retention_ok: !self.retention_fails,
+        }
+    }
+}
+
+/// One message: string content, or up to three blocks (none: string content).
+#[derive(Debug, Clone, PartialEq, Eq, arbitrary::Arbitrary)]
+pub enum MessageInput {
+    /// `"message <i>"` as string content.
+    Text,
+    /// Block content.
+    Blocks(Vec<BlockInput>),
+}
+
+/// One content block. Call and result ids are `c<id % 6>`, so ids collide and calls go
+/// unanswered.
+#[derive(Debug, Clone, PartialEq, Eq, arbitrary::Arbitrary)]
+pub enum BlockInput {
+    /// A text block.
+    Text(TextInput),
+    /// A tool call.
+    Call {
+        /// Its id.
+        id: u8,
+        /// The tool.
+        tool: ToolInput,
+        /// Its arguments.
+        args: ArgsInput,
+    },
+    /// A tool result.
+    Result {
+        /// The id of the call it answers.
+        id: u8,
+        /// Its content.
+        content: ContentInput,
+        /// Whether it carries a `metadata` field.
+        metadata: bool,
+        /// Its `is_error`.
+        is_error: Option<bool>,
+        /// The artifacts it names.
+        artifacts: ArtifactsInput,
+    },
+    /// A block of a kind compaction does not know (a thinking block).
+    Other {
+        /// The id in its signature.
+        id: u8,
+    },
+}
+
+/// Text of a text block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, arbitrary::Arbitrary)]
+pub enum TextInput {
+    /// `hello`.
+    Hello,
+    /// Empty.
+    Empty,
+    /// Text that looks like an artifact URI.
+    ArtifactLike,
+    /// Non-ASCII text.
+    Unicode,
+}
+
+/// The tool a call names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, arbitrary::Arbitrary)]
+pub enum ToolInput {
+    /// `read`, the artifact-reading tool.
+    Read,
+    /// `bash`.
+    Bash,
+    /// `Read`, another tool (names are case-sensitive).
+    ReadCapitalized,
+    /// `cat`.
+    Cat,
+}
+
+/// The arguments of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, arbitrary::Arbitrary)]
+pub enum ArgsInput {
+    /// `filePath` an artifact, with an offset.
+    ArtifactAtOffset,
+    /// `filePath` a stream of an artifact.
+    ArtifactStream,
+    /// `filePath` a local file.
+    LocalPath,
+    /// The arguments as a JSON string holding an artifact `filePath`.
+    ArgsAsString,
+    /// `filePath` an invalid artifact URI.
+    BadUri,
+    /// An artifact under `file_path` instead of `filePath`.
+    SnakeCaseKey,
+    /// `null`.
+    Null,
+}
+
+/// The content of a result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, arbitrary::Arbitrary)]
+pub enum ContentInput {
+    /// No content.
+    None,
+    /// `"output <n>"`.
+    Text(u8),
+    /// Two text blocks.
+    TextBlocks,
+    /// An image block.
+    Image,
+    /// The artifact-read omission marker.
+    Omitted,
+}
+
+/// The artifacts a result names, and what the store holds for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, arbitrary::Arbitrary)]
+pub enum ArtifactsInput {
+    /// None.
+    None,
+    /// An artifact holding exactly the output.
+    Exact,
+    /// A digest nothing holds.
+    Dangling,
+    /// An artifact holding other bytes.
+    OtherBytes,
+    /// A manifest stream holding exactly the output.
+    ManifestStream,
+    /// A manifest stream whose object is not stored (unless another result stores the same
+    /// bytes).
+    ManifestUnstoredObject,
+    /// A manifest that lacks the named stream.
+    ManifestWrongStream,
+    /// A right and a dangling one together.
+    RightAndDangling,
+    /// The result as a pruned snapshot has it: its content the reference text of an artifact
+    /// that holds an earlier output.
+    PrunedRight,
+    /// The same with a dangling artifact.
+    PrunedDangling,
+}
+
+impl CompactionInput {
+    /// The transcript and the store it names artifacts in.
+    pub fn case(&self) -> (Transcript, ModelStore) {
+        let mut store = ModelStore::default();
+        let messages = self
+            .messages
+            .iter()
+            .take(MAX_MESSAGES)
+            .enumerate()
+            .map(|(i, m)| Message {
+                role: if i % 2 == 0 {
+                    Role::User
+                } else {
+                    Role::Assistant
+                },
+                content: match m {
+                    MessageInput::Blocks(blocks) if !blocks.is_empty() => Content::Blocks(
+                        blocks
+                            .iter()
+                            .take(3)
+                            .map(|b| block(b, &mut store))
+                            .collect(),
+                    ),
+                    _ => Content::Text(format!("message {i}")),
+                },
+                extra: Map::new(),
+            })
+            .collect();
+        let mut t = Transcript {
+            summary: self.summary.then(|| "prior summary".to_owned()),
+            messages,
+            recent_start: self.recent_start.map(usize::from),
+            extra: Map::new(),
+        };
+        if t.check_recent_start().is_err() {
+            t.recent_start = None;
+        }
+        (t, store)
+    }
+}
+
+fn block(input: &BlockInput, store: &mut ModelStore) -> Block {
+    let id = |id: &u8| format!("c{}", id % 6);
+    match input {
+        BlockInput::Text(text) => Block::Text {
+            text: match text {
+                TextInput::Hello => "hello",
+                TextInput::Empty => "",
+                TextInput::ArtifactLike => "artifact://x",
+                TextInput::Unicode => "ünïcode ✓",
+            }
+            .to_owned(),
             extra: Map::new(),
         },
-        1 => {
-            let name = input.pick(&["read", "bash", "Read", "cat"]).to_string();
+        BlockInput::Call {
+            id: call,
+            tool,
+            args,
+        } => {
+            let name = match tool {
+                ToolInput::Read => "read",
+                ToolInput::Bash => "bash",
+                ToolInput::ReadCapitalized => "Read",
+                ToolInput::Cat => "cat",
+            };
             let uri = format!("artifact://{DIGEST}");
-            let args = match input.byte() % 8 {
-                0 | 1 => json!({"filePath": uri, "offset": 0}),
-                2 => json!({"filePath": format!("{uri}/stdout")}),
-                3 => json!({"filePath": "/etc/hosts"}),
-                4 => Value::String(format!("{{\"filePath\":\"{uri}\"}}")),
-                5 => json!({"filePath": "artifact://BAD"}),
-                6 => json!({"file_path": uri}),
-                _ => Value::Null,
+            let args = match args {
+                ArgsInput::ArtifactAtOffset => json!({"filePath": uri, "offset": 0}),
+                ArgsInput::ArtifactStream => json!({"filePath": format!("{uri}/stdout")}),
+                ArgsInput::LocalPath => json!({"filePath": "/etc/hosts"}),
+                ArgsInput::ArgsAsString => Value::String(format!("{{\"filePath\":\"{uri}\"}}")),
+                ArgsInput::BadUri => json!({"filePath": "artifact://BAD"}),
+                ArgsInput::SnakeCaseKey => json!({"file_path": uri}),
+                ArgsInput::Null => Value::Null,
             };
             Block::ToolUse(ToolUse {
-                id,
-                name,
+                id: id(call),
+                name: name.to_owned(),
                 input: args,
                 extra: Map::new(),
             })
         }
-        2 => {
-            let content = match input.byte() % 5 {
-                0 => None,
-                1 => Some(Value::from(format!("output {}", input.byte()))),
-                2 => Some(json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}])),
-                3 => Some(json!([{"type": "image", "source": {"data": "AAAA"}}])),
-                _ => Some(Value::from(ARTIFACT_READ_OMITTED)),
+        BlockInput::Result {
+            id: call,
+            content,
+            metadata,
+            is_error,
+            artifacts: kind,
+        } => {
+            let content = match content {
+                ContentInput::None => None,
+                ContentInput::Text(n) => Some(Value::from(format!("output {n}"))),
+                ContentInput::TextBlocks => {
+                    Some(json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]))
+                }
+                ContentInput::Image => Some(json!([{"type": "image", "source": {"data": "AAAA"}}])),
+                ContentInput::Omitted => Some(Value::from(ARTIFACT_READ_OMITTED)),
             };
-            let flags = input.byte();
             let mut extra = Map::new();
-            if flags & 1 == 1 {
+            if *metadata {
                 extra.insert("metadata".into(), json!({"lines": 3}));
             }
             let mut result = ToolResult {
-                tool_use_id: id,
+                tool_use_id: id(call),
                 content,
-                is_error: [None, Some(true), Some(false)][usize::from(flags >> 4) % 3],
+                is_error: *is_error,
                 artifacts: Vec::new(),
                 extra,
             };
-            artifacts(&mut result, input.byte(), store);
+            artifacts(&mut result, *kind, store);
             Block::ToolResult(result)
         }
-        _ => Block::Other(json!({"type": "thinking", "thinking": "hmm", "signature": id})),
+        BlockInput::Other { id: signature } => {
+            Block::Other(json!({"type": "thinking", "thinking": "hmm", "signature": id(signature)}))
+        }
     }
 }
 
-/// Gives `result` the artifacts `kind` picks, and puts what they hold into `store`: none; an
-/// artifact holding exactly the output, or a manifest stream that does; a digest nothing holds;
-/// an artifact holding other bytes; a manifest whose stream object is missing, or that lacks
-/// the stream; a right and a wrong one together; or the result as a pruned snapshot has it (its
-/// content the reference text of its artifact), right or dangling.
-fn artifacts(result: &mut ToolResult, kind: u8, store: &mut ModelStore) {
+/// Gives `result` the artifacts `kind` names, and puts what they hold into `store`.
+fn artifacts(result: &mut ToolResult, kind: ArtifactsInput, store: &mut ModelStore) {
     let output = result.output_text().into_owned();
     let stdout = || StreamName::new("stdout").expect("a valid name");
     let manifest = |store: &mut ModelStore, streams: &[(&str, Digest)]| {
@@ -475,28 +646,27 @@ fn artifacts(result: &mut ToolResult, kind: u8, store: &mut ModelStore) {
         store.manifests.insert(digest, map);
         digest
     };
-    let bogus = ArtifactUri::new(Digest::of(format!("nothing holds {kind}").as_bytes()));
-    result.artifacts = match kind % 12 {
-        0..=2 => Vec::new(),
-        3 => vec![store.put(&output)],
-        4 => vec![bogus],
-        5 => vec![store.put(&format!("not {output}"))],
-        6 => {
+    let dangling = ArtifactUri::new(Digest::of(b"nothing holds this"));
+    result.artifacts = match kind {
+        ArtifactsInput::None => Vec::new(),
+        ArtifactsInput::Exact => vec![store.put(&output)],
+        ArtifactsInput::Dangling => vec![dangling],
+        ArtifactsInput::OtherBytes => vec![store.put(&format!("not {output}"))],
+        ArtifactsInput::ManifestStream => {
             let object = store.put(&output).digest;
             vec![ArtifactUri::stream(
                 manifest(store, &[("stdout", object)]),
                 stdout(),
             )]
         }
-        7 => {
-            // The stream's object is not stored (unless another result stores the same bytes).
+        ArtifactsInput::ManifestUnstoredObject => {
             let object = Digest::of(output.as_bytes());
             vec![ArtifactUri::stream(
                 manifest(store, &[("stdout", object)]),
                 stdout(),
             )]
         }
-        8 => {
+        ArtifactsInput::ManifestWrongStream => {
             let object = store.put(&output).digest;
             let stderr = StreamName::new("stderr").expect("a valid name");
             vec![ArtifactUri::stream(
@@ -504,37 +674,15 @@ fn artifacts(result: &mut ToolResult, kind: u8, store: &mut ModelStore) {
                 stderr,
             )]
         }
-        9 => vec![store.put(&output), bogus],
-        10 | 11 => {
-            let uri = if kind % 12 == 10 {
+        ArtifactsInput::RightAndDangling => vec![store.put(&output), dangling],
+        ArtifactsInput::PrunedRight | ArtifactsInput::PrunedDangling => {
+            let uri = if kind == ArtifactsInput::PrunedRight {
                 store.put("an output pruned earlier")
             } else {
-                bogus
+                dangling
             };
             result.content = Some(Value::from(reference_text(&uri)));
             vec![uri]
         }
-        _ => unreachable!("kind % 12"),
     };
-}
-
-/// A machine script from two bytes and an optional fit limit byte.
-pub fn script_from_bytes(a: u8, b: u8, limit: u8) -> Script {
-    const ANSWERS: [Answer; 6] = [
-        Answer::Summary,
-        Answer::ContextLength,
-        Answer::DoesNotFit,
-        Answer::Other,
-        Answer::Empty,
-        Answer::NotText,
-    ];
-    Script {
-        answers: [
-            ANSWERS[usize::from(a) % ANSWERS.len()],
-            ANSWERS[usize::from(b) % ANSWERS.len()],
-        ],
-        // Around the size of small rendered transcripts, so both sides of the check occur.
-        max_input_bytes: (limit & 1 == 1).then(|| 700 + usize::from(limit) * 8),
-        retention_ok: limit & 2 == 0,
-    }
 }

@@ -1,21 +1,40 @@
 //! The bodies of the fuzz targets (`fuzz/fuzz_targets/*.rs`), kept here so the stable test suite
 //! replays the committed corpora through exactly the same code (`tests/fuzz_corpus_replay.rs`).
 //!
-//! Each body turns arbitrary bytes into a case and runs the matching check of
-//! [`crate::checks`]; it panics only when a property is violated. The byte layouts are simple
-//! and documented so seeds can be written by hand (`scripts/make-fuzz-seeds.py`): a reader
-//! past the end of the input yields zeros.
+//! Each body turns a fuzz input into a case and runs the matching check of [`crate::checks`]
+//! (or of the other check modules); it panics only when a property is violated. Two kinds:
+//!
+//! * The targets that drive a machine through a sequence of operations (`capture`,
+//!   `compaction`, `lifecycle`, `auto_mode`) decode a structured input with `arbitrary`
+//!   ([`crate::fuzz_inputs`]: `#[derive(Arbitrary)]` operation enums); their fuzz targets are
+//!   typed (`fuzz_target!(|input: T| …)`, so `cargo fuzz fmt` prints an input as its
+//!   operations) and their seeds are typed values ([`crate::fuzz_seeds`]) written by
+//!   `cargo run -p agentrun-tests --bin make-fuzz-seeds`.
+//! * The byte-level targets (URIs, records, previews and UTF-8 truncation, pages and the binary
+//!   decoders, the harness decoders, transcript documents, the sanitizer's texts) read their
+//!   bytes in simple layouts documented here, so seeds can be written by hand
+//!   (`scripts/make-fuzz-seeds.py`): a reader past the end of the input yields zeros.
+//!
+//! The `json_budget` target's body is `agentrun_core::harness::fuzzing::json_budget`, in the
+//! core because it checks a private function; the core compiles it for fuzzing and with its
+//! `fuzz-bodies` feature, which this crate enables for its tests only, so the replay test adds
+//! that row itself.
 //!
 //! Adding a target: its `[[bin]]` in `fuzz/Cargo.toml` (which `scripts/fuzz.sh` and CI read),
 //! `fuzz/fuzz_targets/<name>.rs` calling its body here, a row in [`TARGETS`] and seeds in
-//! `fuzz/corpus/<name>/`. The replay test fails for a target that lacks any of them.
+//! `fuzz/corpus/<name>/` (for a typed target: its seeds in [`crate::fuzz_seeds`], written by
+//! `make-fuzz-seeds` and checked by the replay test). The replay test fails for a target that
+//! lacks any of them.
 
-use agentrun_core::harness::fuzzing;
 use agentrun_core::limits::MIN_PAYLOAD_BYTES;
 use agentrun_core::{CaptureStatus, OutputDeclaration, PreviewLimits};
 
-use crate::checks::{self, CaptureCase, CaptureOp, Delta, Ending, PageCase, PreviewCase, Write};
-use crate::compaction_checks;
+use crate::auto_mode_checks::AutoModeInput;
+use crate::checks::{self, Delta, PageCase, PreviewCase};
+use crate::compaction_checks::{self, Answer, CompactionInput, Script};
+use crate::fuzz_inputs::{CaptureInput, decode};
+use crate::harness_checks;
+use crate::lifecycle_checks::{self, LifecycleInput};
 
 /// Most stream bytes one preview input may expand to. Keeps every run fast (paging a stream
 /// with one-line pages is quadratic in its length) while still far above `max_bytes`.
@@ -24,7 +43,8 @@ pub const MAX_PREVIEW_STREAM_BYTES: usize = 64 * 1024;
 /// A fuzz body: panics only when a property is violated.
 pub type Body = fn(&[u8]);
 
-/// Every fuzz target's body by target name (the `[[bin]]` name in `fuzz/Cargo.toml`).
+/// Every fuzz target's body by target name (the `[[bin]]` name in `fuzz/Cargo.toml`), but
+/// `json_budget` (see the module documentation).
 pub const TARGETS: &[(&str, Body)] = &[
     ("uri", uri),
     ("record", record),
@@ -39,18 +59,20 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("harness_opencode", harness_opencode),
     ("auto_mode_text", auto_mode_text),
     ("compaction", compaction),
+    ("transcript", transcript),
+    ("lifecycle", lifecycle),
+    ("auto_mode", auto_mode),
     ("sanitize_phrase", sanitize_phrase),
-    ("json_budget", json_budget),
 ];
 
 /// The harness decoder targets: both bodies of one dialect on every input, arbitrary bytes as
-/// lines and the input as a sequence of plausible events (see `agentrun_core::harness::fuzzing`).
+/// lines and the input as a sequence of plausible events (see [`crate::harness_checks`]).
 macro_rules! harness_bodies {
     ($($target:ident => $bytes:ident, $events:ident;)*) => {$(
         #[doc = concat!("Target `", stringify!($target), "`.")]
         pub fn $target(data: &[u8]) {
-            fuzzing::$bytes(data);
-            fuzzing::$events(data);
+            harness_checks::$bytes(data);
+            harness_checks::$events(data);
         }
     )*};
 }
@@ -62,12 +84,6 @@ harness_bodies! {
     harness_codex => codex_bytes, codex_events;
     harness_muse => muse_bytes, muse_events;
     harness_opencode => opencode_bytes, opencode_events;
-}
-
-/// JSON budget target: the byte scan that decides whether a long line is parsed agrees with
-/// the parser's own count (see `agentrun_core::harness::fuzzing::json_budget`).
-pub fn json_budget(data: &[u8]) {
-    fuzzing::json_budget(data);
 }
 
 /// Reads fields off the front of a fuzz input.
@@ -180,112 +196,19 @@ fn preview_case(data: &[u8]) -> PreviewCase {
     }
 }
 
-/// Most stream bytes one capture input may expand to, all streams together (see
-/// [`MAX_PREVIEW_STREAM_BYTES`]).
-pub const MAX_CAPTURE_STREAM_BYTES: usize = 32 * 1024;
-
 /// Capture target: random sequences of the operations a driver performs on the capture
-/// machine, checked by [`checks::check_capture`]. Layout:
-///
-/// ```text
-/// limits and status as in the preview target, then
-/// u16 display bound = 1 + v % 1024
-/// declaration and pages as in the preview target
-/// then operations until the input ends (a streamed completion) or a completion, each u8 op:
-///     op % 8 == 0, 1, 2: chunk  u8 stream (% streams), u8 write (% 3: written, write fails,
-///                               index write fails), u8 repeat = 1 + b % 32, u8 len, bytes
-///     op % 8 == 3: fault        u8 stream (>= streams: no stream), u8 repeat = 1 + b % 4,
-///                               u8 len, message bytes (lossily decoded, repeated)
-///     op % 8 == 4: display      u8 len, bytes (lossily decoded)
-///     op % 8 == 5: foreign      u8 named (odd)
-///     op % 8 == 6: streamed completion   final display (below)
-///     op % 8 == 7: full completion       final display, u8 flags (bit 0: wrong shape),
-///                               u8 outputs = b % 10, each: u8 stream, u8 write fails (odd),
-///                               u8 repeat, u8 len, bytes
-/// final display: u8 b; odd: u8 len, bytes; even: none (the live display stays)
-/// ```
+/// machine ([`CaptureInput`]: chunks on several streams, write and index-write faults, faults
+/// of no stream, display text, undeclared channels, then a streamed or full completion),
+/// checked by [`checks::check_capture`].
 pub fn capture(data: &[u8]) {
-    checks::check_capture(&capture_case(data));
+    if let Some(input) = decode::<CaptureInput>(data) {
+        capture_input(&input);
+    }
 }
 
-fn capture_case(data: &[u8]) -> CaptureCase {
-    let mut input = Input(data);
-    let limits = limits(&mut input);
-    let status = status(&mut input);
-    let display_bound = 1 + usize::from(input.u16() % 1024);
-    let declaration = declaration(&mut input);
-    let streams = declaration.channel_count();
-    let page_limits = page_limits(&mut input);
-
-    let mut total = 0;
-    let mut repeated = |input: &mut Input<'_>, max_repeat: u8| {
-        let repeat = 1 + usize::from(input.byte() % max_repeat);
-        let len = usize::from(input.byte());
-        let bytes = input.take(len).repeat(repeat);
-        let room = MAX_CAPTURE_STREAM_BYTES.saturating_sub(total);
-        total += bytes.len().min(room);
-        bytes[..bytes.len().min(room)].to_vec()
-    };
-    let final_display = |input: &mut Input<'_>| {
-        (input.byte() % 2 == 1).then(|| {
-            let len = usize::from(input.byte());
-            String::from_utf8_lossy(input.take(len)).into_owned()
-        })
-    };
-    let mut ops = Vec::new();
-    let ending = loop {
-        if input.is_empty() {
-            break Ending::Streamed(None);
-        }
-        match input.byte() % 8 {
-            0..=2 => {
-                let stream = usize::from(input.byte()) % streams;
-                let write = [Write::Written, Write::Failed, Write::IndexFailed]
-                    [usize::from(input.byte() % 3)];
-                ops.push(CaptureOp::Chunk(stream, repeated(&mut input, 32), write));
-            }
-            3 => {
-                let stream = usize::from(input.byte());
-                let message = String::from_utf8_lossy(&repeated(&mut input, 4)).into_owned();
-                ops.push(CaptureOp::Fault(
-                    (stream < streams).then_some(stream),
-                    message,
-                ));
-            }
-            4 => {
-                let len = usize::from(input.byte());
-                let text = String::from_utf8_lossy(input.take(len)).into_owned();
-                ops.push(CaptureOp::Display(text));
-            }
-            5 => ops.push(CaptureOp::Foreign(input.byte() % 2 == 1)),
-            6 => break Ending::Streamed(final_display(&mut input)),
-            _ => {
-                let display = final_display(&mut input);
-                let misfit = input.byte() & 1 == 1;
-                let outputs = (0..input.byte() % 10)
-                    .map(|_| {
-                        let stream = usize::from(input.byte()) % streams;
-                        let fails = input.byte() % 2 == 1;
-                        (stream, repeated(&mut input, 32), fails)
-                    })
-                    .collect();
-                break Ending::Full {
-                    display,
-                    outputs,
-                    misfit,
-                };
-            }
-        }
-    };
-    CaptureCase {
-        declaration,
-        limits,
-        display_bound,
-        ops,
-        ending,
-        status,
-        page_limits,
-    }
+/// The capture target's body on a decoded input (the typed fuzz target calls it directly).
+pub fn capture_input(input: &CaptureInput) {
+    checks::check_capture(&input.case());
 }
 
 fn limits(input: &mut Input<'_>) -> PreviewLimits {
@@ -437,14 +360,44 @@ pub fn sanitize_phrase(data: &[u8]) {
     );
 }
 
-/// Compaction target: the input twice. First as a transcript document (bounded to
-/// [`MAX_TRANSCRIPT_BYTES`]): parsing never panics, and what parses is pruned and compacted
-/// under every summarizer script of [`DOCUMENT_SCRIPTS`]. Then through
-/// [`compaction_checks::case_from_bytes`], whose generated transcripts reach the
-/// artifact-read, pairing and named-artifact cases that random JSON rarely does (the
-/// artifacts a parsed document names are in no store); there the first three bytes
-/// also script the summarizer ([`compaction_checks::script_from_bytes`]).
+/// Compaction target: a generated transcript, the store it names artifacts in and a
+/// summarizer script ([`CompactionInput`]), through pruning and the retry machine.
 pub fn compaction(data: &[u8]) {
+    if let Some(input) = decode::<CompactionInput>(data) {
+        compaction_input(&input);
+    }
+}
+
+/// The compaction target's body on a decoded input (the typed fuzz target calls it directly).
+pub fn compaction_input(input: &CompactionInput) {
+    let (t, store) = input.case();
+    compaction_checks::check_prune(&t, &store);
+    compaction_checks::check_machine(&t, &store, &input.script.script());
+}
+
+/// Lifecycle target: the run lifecycle on a virtual clock through arbitrary sequences of
+/// driver events ([`LifecycleInput`]), checked by [`lifecycle_checks::check_lifecycle`].
+pub fn lifecycle(data: &[u8]) {
+    if let Some(input) = decode::<LifecycleInput>(data) {
+        lifecycle_checks::check_lifecycle(&input);
+    }
+}
+
+/// Auto-mode target: the phase machine through arbitrary sequences of turn and verification
+/// results ([`AutoModeInput`]), checked against the phase table by
+/// [`crate::auto_mode_checks::check_auto_mode`].
+pub fn auto_mode(data: &[u8]) {
+    if let Some(input) = decode::<AutoModeInput>(data) {
+        crate::auto_mode_checks::check_auto_mode(&input);
+    }
+}
+
+/// Transcript target: the input is a transcript document (bounded to
+/// [`MAX_TRANSCRIPT_BYTES`]). Parsing never panics, the streaming read from a reader agrees
+/// with the one from bytes and with the value conversion, and what parses is pruned and
+/// compacted under every summarizer script of [`document_scripts`] (the artifacts a parsed
+/// document names are in no store).
+pub fn transcript(data: &[u8]) {
     let limits = agentrun_core::transcript::TranscriptLimits {
         max_bytes: MAX_TRANSCRIPT_BYTES,
         max_messages: 256,
@@ -480,32 +433,30 @@ pub fn compaction(data: &[u8]) {
     if let Ok(t) = parsed {
         let empty = compaction_checks::ModelStore::default();
         compaction_checks::check_prune(&t, &empty);
-        for (a, b, limit) in DOCUMENT_SCRIPTS {
-            compaction_checks::check_machine(
-                &t,
-                &empty,
-                &compaction_checks::script_from_bytes(a, b, limit),
-            );
+        for script in document_scripts() {
+            compaction_checks::check_machine(&t, &empty, &script);
         }
     }
-    let mut input = Input(data);
-    let script = compaction_checks::script_from_bytes(input.byte(), input.byte(), input.byte());
-    let (t, store) = compaction_checks::case_from_bytes(data);
-    compaction_checks::check_prune(&t, &store);
-    compaction_checks::check_machine(&t, &store, &script);
 }
 
-/// Largest transcript document the compaction target parses.
+/// Largest transcript document the transcript target parses.
 pub const MAX_TRANSCRIPT_BYTES: usize = 64 * 1024;
 
-/// The summarizer scripts a parsed document runs under (see
-/// [`compaction_checks::script_from_bytes`]): success; size failure then success; size failure
-/// twice; an unrelated failure; a fit limit; a size failure with a failing retention.
-pub const DOCUMENT_SCRIPTS: [(u8, u8, u8); 6] = [
-    (0, 0, 0),
-    (1, 0, 0),
-    (1, 1, 0),
-    (3, 0, 0),
-    (0, 0, 1),
-    (2, 0, 2),
-];
+/// The summarizer scripts a parsed document runs under: success; a context-length failure
+/// then success; a context-length failure twice; an unrelated failure; a fit limit; a fit
+/// failure with a failing retention.
+pub fn document_scripts() -> [Script; 6] {
+    let script = |answers, max_input_bytes, retention_ok| Script {
+        answers,
+        max_input_bytes,
+        retention_ok,
+    };
+    [
+        script([Answer::Summary; 2], None, true),
+        script([Answer::ContextLength, Answer::Summary], None, true),
+        script([Answer::ContextLength; 2], None, true),
+        script([Answer::Other, Answer::Summary], None, true),
+        script([Answer::Summary; 2], Some(708), true),
+        script([Answer::DoesNotFit, Answer::Summary], None, false),
+    ]
+}

@@ -22,6 +22,7 @@ use std::fmt;
 mod antigravity;
 mod claude;
 mod codex;
+#[cfg(any(fuzzing, test, feature = "fuzz-bodies"))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod interpretation;
