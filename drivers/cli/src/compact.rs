@@ -32,7 +32,8 @@ use std::time::Duration;
 
 use agentrun_core::compaction::{
     Action, Attempt, AttemptResult, Compacted, Compaction, CompactionConfig,
-    DEFAULT_MAX_SUMMARY_BYTES, Failed, Reference, SummarizerFailure, SummarizerInput,
+    DEFAULT_MAX_SUMMARY_BYTES, Failed, Reference, RetentionFailure, SummarizerFailure,
+    SummarizerInput,
 };
 use agentrun_core::harness::{
     FailureKind, Harness, HarnessExit, Interpretation, LaunchError, LaunchRequest, OutcomeStatus,
@@ -212,7 +213,7 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
                         retained = r;
                         Ok(())
                     }
-                    Err(e) => Err(e.to_string()),
+                    Err(e) => Err(RetentionFailure::new(e)),
                 };
                 machine.handle_retained(result).map_err(Failure::runtime)?;
             }
@@ -261,7 +262,7 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
                 out.line(&failure_json(&failed).to_string())?;
                 out.flush()?;
             } else {
-                progress(&format!("agentrun: error: {}", failed.error));
+                progress(&format!("agentrun: error: {}", with_sources(&failed.error)));
                 progress("agentrun: the transcript is unchanged");
             }
             Ok(ExitCode::from(1))
@@ -284,6 +285,18 @@ fn open_retention<'s>(
 fn progress(line: &str) {
     use std::io::Write as _;
     let _ = writeln!(io::stderr().lock(), "{line}");
+}
+
+/// An error and its sources, `: `-separated, as one line.
+fn with_sources(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        line.push_str(": ");
+        line.push_str(&e.to_string());
+        source = e.source();
+    }
+    line
 }
 
 fn describe(failure: &SummarizerFailure) -> String {
@@ -904,7 +917,7 @@ fn failure_json(failed: &Failed) -> serde_json::Value {
     serde_json::json!({
         "error": {
             "kind": "compaction",
-            "message": failed.error.to_string(),
+            "message": with_sources(&failed.error),
             "exit_code": 1,
         },
         "attempts": attempts_json(&failed.attempts),
