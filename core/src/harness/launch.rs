@@ -11,7 +11,8 @@ impl Harness {
     ///
     /// The prompt is data, never a flag or a subcommand: it comes after `--` (Claude Code,
     /// Antigravity, Codex, Muse), joined to its option as `--single=PROMPT` (Grok), or on
-    /// stdin (OpenCode), so a prompt such as `-x`, `--help me`, `help` or `resume` reaches the
+    /// stdin (OpenCode, and Claude Code and Codex with [`LaunchRequest::prompt_on_stdin`]), so a
+    /// prompt such as `-x`, `--help me`, `help` or `resume` reaches the
     /// model verbatim.
     ///
     /// # Errors
@@ -46,8 +47,14 @@ impl Harness {
                 push(&mut args, "--effort", &request.effort);
                 args.extend(request.harness_args.iter().cloned());
                 push(&mut args, "--resume", &request.resume);
-                args.push("--".to_owned());
-                args.push(request.prompt.clone());
+                if request.prompt_on_stdin {
+                    // `claude -p` without a prompt argument reads it from stdin; no `--` is
+                    // left dangling after the options.
+                    stdin = Stdin::Prompt(request.prompt.clone());
+                } else {
+                    args.push("--".to_owned());
+                    args.push(request.prompt.clone());
+                }
                 "claude"
             }
             Harness::Grok => {
@@ -59,7 +66,7 @@ impl Harness {
                 // `-p, --single <PROMPT>`: joined to the long option with `=`, the prompt is
                 // its value even when it starts with `-` (a separate `-p -x` would be read
                 // as the flag `-x` by most argument parsers).
-                args.push(format!("--single={}", request.prompt));
+                args.push(format!("{GROK_PROMPT_OPTION}{}", request.prompt));
                 env.push(("GROK_DISABLE_AUTOUPDATER".to_owned(), "1".to_owned()));
                 "grok"
             }
@@ -89,7 +96,13 @@ impl Harness {
                     args.push(id.clone());
                 }
                 args.push("--".to_owned());
-                args.push(request.prompt.clone());
+                if request.prompt_on_stdin {
+                    // `codex exec -` reads the prompt from stdin.
+                    args.push("-".to_owned());
+                    stdin = Stdin::Prompt(request.prompt.clone());
+                } else {
+                    args.push(request.prompt.clone());
+                }
                 "codex"
             }
             Harness::Muse => {
@@ -121,6 +134,34 @@ impl Harness {
         })
     }
 
+    /// Whether the harness can read its prompt on stdin (with
+    /// [`LaunchRequest::prompt_on_stdin`], or always for OpenCode).
+    pub fn reads_prompt_on_stdin(self) -> bool {
+        match self {
+            Harness::Claude | Harness::Codex | Harness::OpenCode => true,
+            Harness::Grok | Harness::Antigravity | Harness::Muse => false,
+        }
+    }
+
+    /// How [`Harness::invocation`] delivers the prompt of `request`: on stdin, or as one
+    /// argument whose size the system bounds ([`MAX_ARG_BYTES`], less the option Grok joins
+    /// it to). A caller with a prompt over that bound (a whole transcript to summarize) either
+    /// asks for stdin or treats the prompt as too large, before launching anything.
+    pub fn prompt_delivery(self, request: &LaunchRequest) -> PromptDelivery {
+        match self {
+            Harness::OpenCode => PromptDelivery::Stdin,
+            Harness::Claude | Harness::Codex if request.prompt_on_stdin => PromptDelivery::Stdin,
+            Harness::Grok => PromptDelivery::Argument {
+                max_bytes: MAX_ARG_BYTES - GROK_PROMPT_OPTION.len(),
+            },
+            Harness::Claude | Harness::Codex | Harness::Antigravity | Harness::Muse => {
+                PromptDelivery::Argument {
+                    max_bytes: MAX_ARG_BYTES,
+                }
+            }
+        }
+    }
+
     /// How a driver stops this harness: send the signals in order, waiting the driver's grace
     /// period between them, then kill the process group. Codex gets SIGINT first (it ends
     /// its turn and writes its session file on it); the others SIGTERM.
@@ -136,6 +177,36 @@ impl Harness {
             | Harness::OpenCode => StopSignals {
                 sequence: &[StopSignal::Terminate],
             },
+        }
+    }
+}
+
+/// The longest single argument Linux passes to a program (`MAX_ARG_STRLEN`, 128 KiB with its
+/// terminating NUL); a longer one fails the launch with `E2BIG`.
+pub const MAX_ARG_BYTES: usize = 128 * 1024 - 1;
+
+/// The option Grok's prompt is joined to, in the same argument.
+const GROK_PROMPT_OPTION: &str = "--single=";
+
+/// How a harness gets its prompt ([`Harness::prompt_delivery`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PromptDelivery {
+    /// Written to the harness's stdin, then closed: any size.
+    Stdin,
+    /// As (part of) one command-line argument: at most `max_bytes` bytes of prompt.
+    Argument {
+        /// The largest prompt, in bytes, that fits the argument.
+        max_bytes: usize,
+    },
+}
+
+impl PromptDelivery {
+    /// The largest prompt this delivery takes, in bytes; `None` when unbounded.
+    pub fn max_prompt_bytes(self) -> Option<usize> {
+        match self {
+            PromptDelivery::Stdin => None,
+            PromptDelivery::Argument { max_bytes } => Some(max_bytes),
         }
     }
 }
@@ -240,6 +311,11 @@ pub struct LaunchRequest {
     /// Codex only: run outside a Git repository (`--skip-git-repo-check`); Codex refuses to
     /// otherwise. Ignored by the other harnesses.
     pub skip_git_repo_check: bool,
+    /// Deliver the prompt on stdin wherever the harness can read it there (Claude Code's `-p`
+    /// without a prompt argument, Codex's `exec -`; OpenCode always reads it there), so it is
+    /// not bound by the size of one argument. The others still get it as their argument; see
+    /// [`Harness::prompt_delivery`].
+    pub prompt_on_stdin: bool,
 }
 
 impl LaunchRequest {
@@ -485,6 +561,78 @@ mod tests {
             }
             let model = at("m").expect("model passed");
             assert!(model < extra, "{harness}: {:?}", inv.args);
+        }
+    }
+
+    fn stdin_text(inv: &Invocation) -> Option<&str> {
+        match &inv.stdin {
+            Stdin::Prompt(p) => Some(p),
+            Stdin::Null => None,
+        }
+    }
+
+    #[test]
+    fn the_prompt_goes_on_stdin_where_the_harness_reads_it_there() {
+        let request = LaunchRequest {
+            prompt: "THE INPUT".to_owned(),
+            model: Some("m".to_owned()),
+            prompt_on_stdin: true,
+            ..LaunchRequest::default()
+        };
+        for harness in [Harness::Claude, Harness::Codex, Harness::OpenCode] {
+            assert!(harness.reads_prompt_on_stdin());
+            assert_eq!(harness.prompt_delivery(&request), PromptDelivery::Stdin);
+            let inv = harness.invocation(&request).unwrap();
+            assert_eq!(stdin_text(&inv), Some("THE INPUT"), "{harness}");
+            assert!(
+                !inv.args.iter().any(|a| a.contains("THE INPUT")),
+                "{harness}: {:?}",
+                inv.args
+            );
+        }
+        let claude = Harness::Claude.invocation(&request).unwrap();
+        assert_ne!(claude.args.last().map(String::as_str), Some("--"));
+        let codex = Harness::Codex.invocation(&request).unwrap();
+        assert_eq!(codex.args.last().map(String::as_str), Some("-"));
+        // The others take it as their prompt argument, bounded by one argument's size.
+        for harness in [Harness::Grok, Harness::Antigravity, Harness::Muse] {
+            assert!(!harness.reads_prompt_on_stdin());
+            let inv = harness.invocation(&request).unwrap();
+            let prompt = match harness {
+                Harness::Grok => "--single=THE INPUT",
+                _ => "THE INPUT",
+            };
+            assert!(inv.args.iter().any(|a| a == prompt), "{harness}");
+            assert_eq!(stdin_text(&inv), None);
+            let max = harness
+                .prompt_delivery(&request)
+                .max_prompt_bytes()
+                .unwrap();
+            let joined = if harness == Harness::Grok {
+                "--single=".len()
+            } else {
+                0
+            };
+            assert_eq!(max + joined, MAX_ARG_BYTES, "{harness}");
+        }
+    }
+
+    #[test]
+    fn without_stdin_delivery_the_prompt_is_an_argument_after_the_separator() {
+        let request = LaunchRequest {
+            prompt: "-x".to_owned(),
+            ..LaunchRequest::default()
+        };
+        for harness in [Harness::Claude, Harness::Codex] {
+            let inv = harness.invocation(&request).unwrap();
+            assert_eq!(inv.args[inv.args.len() - 2..], ["--", "-x"], "{harness}");
+            assert_eq!(stdin_text(&inv), None);
+            assert_eq!(
+                harness.prompt_delivery(&request),
+                PromptDelivery::Argument {
+                    max_bytes: MAX_ARG_BYTES
+                }
+            );
         }
     }
 }

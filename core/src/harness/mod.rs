@@ -49,7 +49,10 @@ pub use decode::{
     Evidence, Facts, FailureKind, MAX_UNKNOWN_TYPES, ModelScope, RefusalCategory, StreamDecoder,
     StreamUpdate,
 };
-pub use launch::{Invocation, LaunchError, LaunchRequest, Stdin, StopSignal, StopSignals};
+pub use launch::{
+    Invocation, LaunchError, LaunchRequest, MAX_ARG_BYTES, PromptDelivery, Stdin, StopSignal,
+    StopSignals,
+};
 
 /// The one interface callers use; see [`interpretation::Interpretation`].
 pub use interpretation::Interpretation;
