@@ -318,6 +318,19 @@ pub struct Failed {
     pub attempts: Vec<Attempt>,
 }
 
+/// Says why, as [`Failed::error`] does (the attempts are for the report).
+impl fmt::Display for Failed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl std::error::Error for Failed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.error)
+    }
+}
+
 /// What the caller does next.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
