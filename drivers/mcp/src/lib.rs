@@ -37,6 +37,7 @@ mod agent;
 mod args;
 mod handler;
 mod render;
+mod tools;
 mod transport;
 
 use std::collections::{BTreeMap, BTreeSet};
