@@ -243,3 +243,88 @@ fn a_directory_is_not_a_transcript() {
         assert!(events.is_empty());
     }
 }
+
+/// Both runtime crates export the compaction API under the same names (a compile-time check).
+#[test]
+fn both_runtimes_export_the_compaction_names() {
+    macro_rules! same {
+        ($($name:ident),* $(,)?) => {{
+            {
+                #[allow(unused_imports)]
+                use agentrun_smol::{$($name),*};
+            }
+            {
+                #[allow(unused_imports)]
+                use agentrun_tokio::{$($name),*};
+            }
+        }};
+    }
+    same!(
+        CompactError,
+        CompactEvent,
+        CompactOptions,
+        CompactRun,
+        Summarizer,
+        SummarizerSetupError,
+        TranscriptInput,
+        TranscriptLoadError,
+        LoadedTranscript,
+        load_transcript,
+        CONTEXT_LENGTH_MARKER,
+    );
+}
+
+/// A harness that takes its prompt as one argument bounds the input by that argument's size
+/// (the registry's prompt delivery): a larger first input is a local fit rejection, never a
+/// launch that fails with E2BIG, and the pruned retry follows.
+#[test]
+fn an_argument_prompt_is_bounded_by_the_argument_size() {
+    use agentrun_core::harness::{Harness, LaunchRequest, MAX_ARG_BYTES};
+    use agentrun_process::AgentOptions;
+    let bound = Harness::Grok
+        .prompt_delivery(&LaunchRequest::default())
+        .max_prompt_bytes()
+        .expect("grok takes its prompt as an argument");
+    assert_eq!(bound, MAX_ARG_BYTES - "--single=".len());
+    let big = "x".repeat(MAX_ARG_BYTES + 1000);
+    let transcript = serde_json::to_vec(&json!({"messages": [
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"command": "cat big"}}
+        ]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": big}
+        ]}
+    ]}))
+    .unwrap();
+    for runtime in ["smol", "tokio"] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("store")).unwrap();
+        // No such program: only the retry tries to launch it.
+        let agent = AgentOptions::new(Harness::Grok, "").program(dir.path().join("no-grok"));
+        let (result, events) = compact(
+            runtime,
+            &store,
+            TranscriptInput::Bytes(transcript.clone()),
+            CompactOptions::new(Summarizer::Agent(agent)),
+        );
+        let error = result.expect_err("no grok to run");
+        let failed = error.failed().expect("a compaction failure");
+        assert!(
+            matches!(&failed.attempts[0].result, AttemptResult::DoesNotFit { detail }
+                if detail.contains(&format!("over the {bound}-byte limit"))),
+            "{runtime}: {:?}",
+            failed.attempts
+        );
+        assert_eq!(failed.attempts.len(), 2, "{runtime}: the retry ran");
+        assert!(
+            matches!(&failed.attempts[1].result, AttemptResult::Failed { detail } if detail.contains("cannot run")),
+            "{runtime}: {:?}",
+            failed.attempts
+        );
+        // The first attempt never reached a summarizer.
+        assert!(
+            matches!(events.first(), Some(CompactEvent::Retaining { outputs: 1 })),
+            "{runtime}: {events:?}"
+        );
+    }
+}

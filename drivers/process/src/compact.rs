@@ -491,7 +491,8 @@ async fn compact<R: Runtime>(
                 let store = runner.store.clone();
                 let session = retention.take();
                 // Storing can fail for reasons the machine handles (the compaction fails and
-                // keeps nothing); only a lost job is agentrun's own failure.
+                // keeps nothing); a store that refuses to begin a retention at all, or a lost
+                // job, is agentrun's own failure.
                 let result = runner
                     .runtime
                     .spawn_blocking(move || {
@@ -499,11 +500,13 @@ async fn compact<R: Runtime>(
                             Some(s) => s,
                             None => store.begin_retention()?,
                         };
-                        session.retain(&outputs)?;
-                        session.finish()
+                        Ok::<_, RetainError>(
+                            session.retain(&outputs).and_then(|()| session.finish()),
+                        )
                     })
                     .await
-                    .map_err(CompactError::Blocking)?;
+                    .map_err(CompactError::Blocking)?
+                    .map_err(CompactError::Retention)?;
                 let result = match result {
                     Ok(r) => {
                         retained = r;
