@@ -6,8 +6,8 @@ use std::collections::HashSet;
 use agentrun_core::ArtifactUri;
 use agentrun_core::compaction::{
     ARTIFACT_READ_OMITTED, Action, AttemptKind, AttemptResult, Claim, Compacted, Compaction,
-    CompactionConfig, CompactionError, Failed, Holds, SummarizerFailure, SummarizerInput, Trigger,
-    claims, is_artifact_read, prune, reference_text,
+    CompactionConfig, CompactionError, Failed, Holds, RetentionFailure, SummarizerFailure,
+    SummarizerInput, Trigger, claims, is_artifact_read, prune, reference_text,
 };
 use agentrun_core::digest::Digest;
 use agentrun_core::transcript::{Block, Transcript, TranscriptLimits};
@@ -581,6 +581,37 @@ fn handle_calls_out_of_order_are_refused() {
         panic!()
     };
     assert_eq!(failed.error, CompactionError::Retention("disk full".into()));
+}
+
+/// A failed retention keeps the caller's error as the source of the compaction's error, so a
+/// caller can tell an I/O error from a store error and report the whole chain.
+#[test]
+fn a_failed_retention_keeps_the_callers_error_as_its_source() {
+    let t = sample();
+    let mut c = Compaction::new(&t, CompactionConfig::default());
+    let Some(Action::Summarize(_)) = c.poll_action() else {
+        panic!()
+    };
+    c.handle_failure(too_long_plain()).unwrap();
+    let Some(Action::Retain(_)) = c.poll_action() else {
+        panic!()
+    };
+    let cause = std::io::Error::new(std::io::ErrorKind::StorageFull, "no space left on device");
+    c.handle_retained(Err(RetentionFailure::new(cause)))
+        .unwrap();
+    let Some(Action::Failed(failed)) = c.poll_action() else {
+        panic!()
+    };
+    let source = std::error::Error::source(&failed.error).expect("the retention failure");
+    assert_eq!(source.to_string(), "no space left on device");
+    let retention = source
+        .downcast_ref::<RetentionFailure>()
+        .expect("a RetentionFailure");
+    let io = retention
+        .get_ref()
+        .downcast_ref::<std::io::Error>()
+        .expect("the caller's own error");
+    assert_eq!(io.kind(), std::io::ErrorKind::StorageFull);
 }
 
 fn too_long_plain() -> SummarizerFailure {

@@ -49,6 +49,13 @@ fn long_runs_report_progress_when_asked() {
     scenario("progress");
 }
 
+/// `compact` with a summarizer program: the pruned retry's summary, and read hints that read
+/// back the retained tool output byte for byte; bad arguments get error results.
+#[test]
+fn compact_summarizes_and_hints_at_the_retained_output() {
+    scenario("compact");
+}
+
 /// Malformed JSON-RPC, invalid requests, unknown methods and oversized requests get protocol
 /// errors, and the server keeps serving.
 #[test]

@@ -832,3 +832,70 @@ fn a_duplicate_request_id_is_refused_and_loses_no_answer() {
         "{answer}"
     );
 }
+
+/// `compact` with the allowed harness found at start-up: the harness reads the summarizer
+/// input on stdin and its final message is the summary; a summary over the preview bound is
+/// retained and hinted at, and text and structured content stay within --max-payload-bytes.
+/// A summarizer program that is not allowed is refused before anything runs.
+#[test]
+fn compact_with_a_harness_stays_within_the_payload_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = fake_claude_ending(dir.path(), "echo m1", 50_000, true);
+    let path = format!("{}:{}", bin.display(), system_path());
+    let transcript = json!({"messages": [
+        {"role": "user", "content": "Why does the build fail?"},
+        {"role": "assistant", "content": "A fixture is missing."}
+    ]});
+    std::fs::write(dir.path().join("t.json"), transcript.to_string()).unwrap();
+    let mut server = Server::start(
+        &dir.path().join("store"),
+        &path,
+        dir.path(),
+        &[
+            "--allow",
+            "claude",
+            "--structured-content",
+            "--max-payload-bytes",
+            "8704",
+        ],
+    );
+    server.initialize();
+    let tools = server.request(json!(1), "tools/list", json!({}));
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"compact"), "{names:?}");
+    // Relative to the server's working directory.
+    let answer = server.call(
+        json!(2),
+        "compact",
+        json!({"transcriptPath": "t.json", "harness": "claude", "model": "haiku"}),
+    );
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    let text = text_of(&answer);
+    assert_bounded(&text, 8704, "compact text");
+    assert!(text.starts_with("[Compaction succeeded]"), "{text}");
+    assert!(text.contains("[first attempt: "), "{text}");
+    assert!(text.contains("Summary, over the preview bound"), "{text}");
+    assert!(text.contains("read(filePath=\"artifact://"), "{text}");
+    let structured = answer["result"]["structuredContent"].to_string();
+    assert_bounded(&structured, 8704, "compact structured content");
+    assert!(
+        structured.contains("\"summary_artifact\":\"artifact://"),
+        "{structured}"
+    );
+
+    let refused = server.call(
+        json!(3),
+        "compact",
+        json!({"transcriptPath": "t.json", "summarizer": ["sh", "-c", "echo summary"]}),
+    );
+    assert_eq!(refused["result"]["isError"], json!(true), "{refused}");
+    assert!(
+        text_of(&refused).contains("`sh` is not allowed"),
+        "{refused}"
+    );
+}

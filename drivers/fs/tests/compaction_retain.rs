@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use agentrun_core::compaction::{
     ARTIFACT_READ_OMITTED, Action, AttemptKind, Claim, Compaction, CompactionConfig, Holds,
-    Retention, SummarizerFailure, claims, prune,
+    Retention, RetentionFailure, SummarizerFailure, claims, prune,
 };
 use agentrun_core::digest::Digest;
 use agentrun_core::record::RecordOutput;
@@ -118,7 +118,7 @@ fn the_machine_and_the_store_together_retain_before_the_retry() {
                 order.push("retain");
                 let mut session = store.begin_retention().unwrap();
                 let result = session.retain(&outputs).and_then(|()| session.finish());
-                c.handle_retained(result.map(drop).map_err(|e| e.to_string()))
+                c.handle_retained(result.map(drop).map_err(RetentionFailure::new))
                     .unwrap();
             }
             Action::Summarize(input) => {

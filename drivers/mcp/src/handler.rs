@@ -628,6 +628,7 @@ impl ServerHandler for McpServer {
             run_tool(),
             read_tool(),
             crate::agent::agent_tool(),
+            crate::tools::compact::compact_tool(),
         ]))
     }
 
@@ -636,6 +637,7 @@ impl ServerHandler for McpServer {
             "run" => Some(run_tool()),
             "read" => Some(read_tool()),
             "agent" => Some(crate::agent::agent_tool()),
+            "compact" => Some(crate::tools::compact::compact_tool()),
             _ => None,
         }
     }
@@ -652,10 +654,11 @@ impl ServerHandler for McpServer {
             "run" => self.call_run(map, context).await?,
             "read" => self.call_read(map).await?,
             "agent" => self.call_agent(map, context).await?,
+            "compact" => self.call_compact(map, context).await?,
             other => {
                 return Err(ErrorData::invalid_params(
                     format!(
-                        "unknown tool {:?}; this server's tools are: run, read, agent",
+                        "unknown tool {:?}; this server's tools are: run, read, agent, compact",
                         render::clip(other, 200)
                     ),
                     None,

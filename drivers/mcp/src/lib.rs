@@ -1,12 +1,15 @@
 //! agentrun-mcp: agentrun as a Model Context Protocol server.
 //!
-//! Any MCP client (Claude Code, Codex, OpenCode, …) gets three tools and the artifact store as
+//! Any MCP client (Claude Code, Codex, OpenCode, …) gets four tools and the artifact store as
 //! resources:
 //!
 //! - `run` runs a program (argv, never a shell) with its output retained in full, and answers
 //!   with the bounded model-facing preview and exact `read(filePath="artifact://…",
 //!   offset=N)` hints, the clean answer when the program wrote one, and the exit status;
 //! - `read` pages an `artifact://` URI, a page exactly as stored plus continuation metadata;
+//! - `agent` runs one turn of a coding agent CLI and answers with its final message;
+//! - `compact` summarizes a transcript file with one pruned retry (the library's
+//!   `Runner::compact`) and answers with the summary and read hints for what it retained;
 //! - `artifact://{digest}` and `artifact://{digest}/{stream}` are resource templates whose
 //!   `resources/read` returns the first page with the same metadata.
 //!
@@ -37,6 +40,7 @@ mod agent;
 mod args;
 mod handler;
 mod render;
+mod tools;
 mod transport;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -89,6 +89,7 @@ pub struct AgentOptions {
     env: Vec<(OsString, Option<OsString>)>,
     result_sink: Option<(ResultSink, Option<OsString>)>,
     program: Option<PathBuf>,
+    label: Option<String>,
 }
 
 impl AgentOptions {
@@ -108,6 +109,7 @@ impl AgentOptions {
             env: Vec::new(),
             result_sink: None,
             program: None,
+            label: None,
         }
     }
 
@@ -119,9 +121,22 @@ impl AgentOptions {
         self
     }
 
-    /// The same turn with `prompt` instead (a template of turns that differ by prompt).
-    pub(crate) fn prompt(mut self, prompt: impl Into<String>) -> Self {
+    /// Replaces the prompt.
+    pub fn prompt(mut self, prompt: impl Into<String>) -> Self {
         self.request.prompt = prompt.into();
+        self
+    }
+
+    /// Delivers the prompt on stdin where the harness can read it there, so it is not bound
+    /// by the size of one argument (see `Harness::prompt_delivery`).
+    pub fn prompt_on_stdin(mut self, on: bool) -> Self {
+        self.request.prompt_on_stdin = on;
+        self
+    }
+
+    /// Labels the run in its record.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
         self
     }
 
@@ -234,6 +249,9 @@ impl AgentOptions {
             .stop_signals(self.harness.stop_signals().sequence);
         if let Some(program) = &self.program {
             options.program = program.clone().into_os_string();
+        }
+        if let Some(label) = &self.label {
+            options = options.label(label);
         }
         if let Some(t) = self.timeout {
             options = options.timeout(t);

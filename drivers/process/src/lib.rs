@@ -8,6 +8,9 @@
 //!   `agentrun_core::lifecycle::RunLifecycle`, which this driver feeds and obeys; files are
 //!   agentrun-fs's business (the store, captures, the result sink).
 //!
+//! * [`Runner::compact`]: compaction of a transcript with one pruned retry, its summarizer an
+//!   agent turn or a command (see [`CompactOptions`]).
+//!
 //! * [`auto_mode`]: auto mode's runner (one harness turn per prompt) and channel (the core's
 //!   phase machine over a session directory), generic over the same [`Runtime`];
 //!   [`auto_session`]: an auto session as library calls (create, resume, run, outcome).
@@ -18,15 +21,24 @@
 mod agent;
 pub mod auto_mode;
 pub mod auto_session;
+mod compact;
 mod driver;
 mod live;
 pub mod os;
+mod transcript_file;
 
 pub use agent::{
     AgentError, AgentOptions, AgentRun, AgentRunBuilder, MAX_LINE_BYTES, RETAINED_CAP,
     RetainedSource, exit_diagnostic, plausible_session_id,
 };
+pub use compact::{
+    CONTEXT_LENGTH_MARKER, CompactBuilder, CompactError, CompactEvent, CompactOptions, CompactRun,
+    Summarizer, SummarizerSetupError, TranscriptInput, retry_reason,
+};
 pub use driver::{ChildProcess, RunBuilder, Runner, Runtime};
+pub use transcript_file::{
+    LoadedTranscript, TranscriptLoadError, load_transcript, load_transcript_file, parse_transcript,
+};
 
 /// The names `agentrun-smol` and `agentrun-tokio` both re-export (with their own `Runner` and
 /// `RunBuilder`), so the two APIs cannot drift apart.
@@ -37,7 +49,12 @@ pub mod api {
         AutoEnd, AutoOutcome, AutoProgress, AutoSessionError, AutoSessionOptions,
         VerificationSummary,
     };
+    pub use crate::compact::{
+        CONTEXT_LENGTH_MARKER, CompactError, CompactEvent, CompactOptions, CompactRun, Summarizer,
+        SummarizerSetupError, TranscriptInput,
+    };
     pub use crate::live::{RunError, spawn_exit_code};
+    pub use crate::transcript_file::{LoadedTranscript, TranscriptLoadError, load_transcript};
     pub use agentrun_core::process::{
         Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, StdinMode,
     };

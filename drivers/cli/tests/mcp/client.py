@@ -67,7 +67,7 @@ async def conformance(agentrun, store):
         check(info.capabilities.resources is not None, "resources capability")
 
         tools = {t.name: t for t in (await session.list_tools()).tools}
-        check(set(tools) == {"run", "read", "agent"}, f"tools: {sorted(tools)}")
+        check(set(tools) == {"run", "read", "agent", "compact"}, f"tools: {sorted(tools)}")
         for tool in tools.values():
             jsonschema.Draft202012Validator.check_schema(tool.input_schema)
             check(tool.input_schema.get("type") == "object", f"{tool.name} schema type")
@@ -75,6 +75,7 @@ async def conformance(agentrun, store):
         check(tools["run"].input_schema["required"] == ["command"], "run requires command")
         check(tools["read"].input_schema["required"] == ["filePath"], "read requires filePath")
         check(tools["agent"].input_schema["required"] == ["harness", "prompt"], "agent requires harness, prompt")
+        check(tools["compact"].input_schema["required"] == ["transcriptPath"], "compact requires transcriptPath")
 
         result = await session.call_tool("run", {"command": [PY, "-c", program]})
         check(not result.is_error, f"run failed: {result.content}")
@@ -386,7 +387,7 @@ def robustness(agentrun, store):
         reply = receive()
         check(reply == {"jsonrpc": "2.0", "id": 6, "result": {}}, f"alive after all that: {reply}")
         send(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}))
-        check(len(receive()["result"]["tools"]) == 3, "tools/list after the bad input")
+        check(len(receive()["result"]["tools"]) == 4, "tools/list after the bad input")
     finally:
         proc.stdin.close()
         code = proc.wait(timeout=30)
@@ -399,7 +400,7 @@ async def agent(agentrun, store):
 
     async def body(session):
         tools = {t.name for t in (await session.list_tools()).tools}
-        check(tools == {"run", "read", "agent"}, f"tools: {tools}")
+        check(tools == {"run", "read", "agent", "compact"}, f"tools: {tools}")
         refused = await session.call_tool("agent", {"harness": "codex", "prompt": "hi"})
         check(refused.is_error and "`codex` is not allowed" in text_of(refused), text_of(refused))
         unknown = await session.call_tool("agent", {"harness": "nope", "prompt": "hi"})
@@ -419,8 +420,74 @@ async def agent(agentrun, store):
     await session_for(server(agentrun, store, "claude"), body)
 
 
+async def compact(agentrun, store):
+    """The `compact` tool: a summarizer program that refuses the whole history as too long and
+    summarizes the pruned retry; the result gives the summary and read hints that read back
+    every retained tool output byte for byte."""
+    log = "error[E0425]: cannot find value `fixture` in this scope\n" * 400
+    transcript = {
+        "messages": [
+            {"role": "user", "content": "Why does cargo build fail?"},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"command": "cargo build"}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": log},
+            ]},
+            {"role": "assistant", "content": "The fixture module is missing; I added it."},
+        ],
+        "recent_start": 3,
+    }
+    path = os.path.join(os.path.dirname(store), "transcript.json")
+    with open(path, "w") as f:
+        json.dump(transcript, f)
+    before = open(path, "rb").read()
+    summarizer = (
+        "import sys\n"
+        "text = sys.stdin.read()\n"
+        "if len(text) > 8000:\n"
+        "    print('agentrun:context-length-exceeded', file=sys.stderr)\n"
+        "    sys.exit(1)\n"
+        "print('SUMMARY: the fixture module was missing and was added.')\n"
+    )
+
+    async def body(session):
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        check("compact" in tools, f"tools: {sorted(tools)}")
+        refused = await session.call_tool("compact", {"transcriptPath": path, "summarizer": ["llm"]})
+        check(refused.is_error and "`llm` is not allowed" in text_of(refused), text_of(refused))
+        neither = await session.call_tool("compact", {"transcriptPath": path})
+        check(neither.is_error and "exactly one summarizer" in text_of(neither), text_of(neither))
+        missing = await session.call_tool("compact", {"transcriptPath": path + ".missing", "summarizer": [PY, "-c", summarizer]})
+        check(missing.is_error and "cannot read" in text_of(missing), text_of(missing))
+
+        result = await session.call_tool("compact", {"transcriptPath": path, "summarizer": [PY, "-c", summarizer]})
+        text = text_of(result)
+        check(not result.is_error, text)
+        check(text.startswith("[Compaction succeeded]"), text)
+        check("SUMMARY: the fixture module was missing and was added." in text, text)
+        check("[first attempt:" in text and "[retry attempt:" in text, text)
+        hints = HINT.findall(text)
+        check(len(hints) == 1 and hints[0][1] == "0", f"one read hint: {hints}")
+        page = await session.call_tool("read", {"filePath": hints[0][0]})
+        check(text_of(page, 0) == log, "the hint reads back the tool output byte for byte")
+        data = result.structured_content
+        check(data["retried"] and data["retry_reason"] == "context length exceeded", f"{data}")
+        check(data["references"][0]["read"] == {"filePath": hints[0][0], "offset": 0}, f"{data['references']}")
+        check(data["retained"]["kept"] == [hints[0][0]], f"{data['retained']}")
+        check(open(path, "rb").read() == before, "the transcript is unchanged")
+
+        # A summarizer failure that is not about size: an error result with the attempts.
+        failing = await session.call_tool("compact", {"transcriptPath": path, "summarizer": [PY, "-c", "import sys; sys.exit(3)"]})
+        check(failing.is_error and text_of(failing).startswith("[Compaction failed:"), text_of(failing))
+        check(len(failing.structured_content["attempts"]) == 1, f"{failing.structured_content}")
+
+    await session_for(server(agentrun, store, PY), body)
+
+
 SCENARIOS = {
     "agent": agent,
+    "compact": compact,
     "conformance": conformance,
     "cancel": cancel,
     "concurrent": concurrent,

@@ -1,107 +1,18 @@
-//! Compaction with one pruned retry: summarize a whole transcript, and when the summarizer's
-//! input is too large, retry once with tool output turned into artifact references.
-//!
-//! # The rules
-//!
-//! 1. The first attempt summarizes the entire active history: the prior summary, every message
-//!    and the recent suffix that is kept afterwards. Nothing outside the transcript is added.
-//! 2. Only a size failure of the summarizer's own input permits a retry, and only one: the
-//!    caller's local fit check (see [`CompactionConfig::max_input_bytes`]) or the provider's
-//!    context-length error. Why compaction started (even a parent context overflow) and every
-//!    other failure never lead to pruning.
-//! 3. The retry input is a private pruned snapshot ([`prune`]): every ordinary tool output,
-//!    whatever its size or recency, is replaced by a `read(filePath="artifact://…")` reference
-//!    to an artifact holding exactly it. Output whose `artifacts` the store confirms
-//!    ([`Action::Verify`]: present, readable, holding exactly that output) refers to those;
-//!    any other output, including one whose `artifacts` name nothing or something else, is
-//!    retained first.
-//! 4. The output of an *artifact read* — a call of the tool `read` whose parsed `filePath`
-//!    argument is an `artifact://` URI — is not retained again: its content and every other
-//!    field of its result block (metadata, attachments, messages the tool emitted) are
-//!    dropped, for every stream and any size. Call/result pairing stays intact.
-//! 5. Recognition is structural: the arguments must be a JSON object whose `filePath` parses
-//!    with [`ArtifactUri::parse`]. A filesystem `read`, arguments that are a string containing
-//!    `artifact://`, another tool with such a `filePath`, malformed arguments: all ordinary.
-//! 6. An artifact read's output becomes [`ARTIFACT_READ_OMITTED`]; that marker is never
-//!    itself retained.
-//! 7. Nothing is mutated: the machine only borrows the transcript. A failure, an empty or
-//!    non-text answer, or an invalid summary leaves the caller's context as it was; the snapshot
-//!    is private to the retry and produces no durable events.
-//! 8. Every reference uses the public read syntax, `read(filePath="artifact://<digest>")`.
-//!
-//! # Driving order
-//!
-//! ```text
-//! let mut c = Compaction::new(&transcript, config);
-//! loop {
-//!     match c.poll_action() {
-//!         Some(Action::Summarize(input)) => run the summarizer on input.text, then
-//!             c.handle_summary(&stdout)  or  c.handle_failure(failure),
-//!         Some(Action::Verify(claims))   => check each claim in the store, then
-//!             c.handle_verified(the confirmed claims),
-//!         Some(Action::Retain(outputs))  => store every output under its digest (the
-//!             digest of its bytes) and keep them with the confirmed claims, then
-//!             c.handle_retained(result),
-//!         Some(Action::Done(compacted))  => use compacted.summary; stop,
-//!         Some(Action::Failed(failed))   => keep the original context; stop,
-//!         None                           => a handle_* call is due (or the machine finished),
-//!     }
-//! }
-//! ```
-//!
-//! [`Action::Verify`] and [`Action::Retain`] come in that order before the retry's
-//! [`Action::Summarize`]: the first only when the transcript names artifacts, the second
-//! whenever the retry refers to any (its list of outputs to store may be empty), so the caller
-//! can keep everything the retry refers to together. There is no timer: the caller bounds the summarizer's run time and
-//! reports a timeout as an ordinary failure. `handle_*` calls out of order are refused with
-//! [`StateError`] and change nothing.
+//! The compaction state machine: attempts, the retry decision and the outcome (the driving
+//! order is in the module documentation of `compaction`).
 
-use std::collections::{HashMap, HashSet};
-use std::fmt::Write;
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
 
 use serde::Serialize;
-use serde_json::{Map, Value};
 
-use crate::digest::Digest;
-use crate::transcript::{Block, Content, Message, ToolResult, ToolUse, Transcript};
-use crate::uri::ArtifactUri;
-
-/// What replaces an artifact read's output in the retry input.
-pub const ARTIFACT_READ_OMITTED: &str = "[artifact read output omitted for compaction]";
-
-/// The name of the tool whose artifact reads are recognized.
-pub const READ_TOOL: &str = "read";
-
-/// The argument of [`READ_TOOL`] holding the path or URI.
-pub const FILE_PATH_ARG: &str = "filePath";
-
-/// What the summarizer is asked to do; the rendered transcript follows it.
-pub const DEFAULT_INSTRUCTIONS: &str = "\
-Summarize the conversation below so that the summary can replace it in a model's context \
-window. Keep the goal, the decisions and their reasons, the facts established, the files, \
-commands and identifiers involved, what is unfinished and the next steps. Tool output \
-replaced by a read(filePath=\"artifact://...\") reference can be read back later with that \
-call: keep the references that matter. Answer with the summary only.";
+use super::prune::{Claim, Pruned, Reference, Retention, claims, prune};
+use super::render::{DEFAULT_INSTRUCTIONS, render};
+use crate::transcript::Transcript;
 
 /// Largest summary accepted by default (1 MiB).
 pub const DEFAULT_MAX_SUMMARY_BYTES: usize = 1 << 20;
-
-/// The reference that replaces an ordinary tool output in the retry input.
-pub fn reference_text(uri: &ArtifactUri) -> String {
-    format!("[tool output retained for compaction; read it with read(filePath=\"{uri}\")]")
-}
-
-/// Whether a call is an artifact read: tool [`READ_TOOL`] with an object argument whose
-/// [`FILE_PATH_ARG`] is a string that parses as a public artifact URI.
-pub fn is_artifact_read(call: &ToolUse) -> bool {
-    call.name == READ_TOOL
-        && call
-            .input
-            .as_object()
-            .and_then(|args| args.get(FILE_PATH_ARG))
-            .and_then(Value::as_str)
-            .is_some_and(|path| ArtifactUri::parse(path).is_ok())
-}
 
 /// Why compaction started. It is recorded only: no reason permits pruning by itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -264,345 +175,6 @@ pub struct SummarizerInput {
     pub text: String,
 }
 
-/// One tool output to store before the retry, under the digest of its bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Retention {
-    /// `Digest::of(text.as_bytes())`: the artifact the references name.
-    pub digest: Digest,
-    /// The output.
-    pub text: String,
-}
-
-/// Where an ordinary tool output was replaced by a reference in the retry input.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Reference {
-    /// The call id of the replaced result.
-    pub tool_use_id: String,
-    /// The message index.
-    pub message: usize,
-    /// The block index within the message.
-    pub block: usize,
-    /// The artifact the reference names.
-    pub uri: String,
-    /// Whether the output already had this artifact (nothing new was retained for it).
-    pub existing: bool,
-}
-
-/// The private snapshot a retry summarizes, and what it needs stored.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Pruned {
-    /// The transcript with ordinary outputs replaced by references and artifact-read outputs
-    /// by [`ARTIFACT_READ_OMITTED`].
-    pub snapshot: Transcript,
-    /// The outputs to store, deduplicated by digest, in first-seen order.
-    pub retain: Vec<Retention>,
-    /// Every reference made, in transcript order.
-    pub references: Vec<Reference>,
-    /// How many artifact-read outputs were omitted.
-    pub omitted: usize,
-}
-
-/// What an artifact a tool result names must hold for the retry to refer to it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Holds {
-    /// Exactly the bytes with this digest: the result's output (`Digest::of` its
-    /// [`ToolResult::output_text`]).
-    Output(Digest),
-    /// Anything readable: the result is already a compaction reference to the artifact (its
-    /// content is exactly [`reference_text`] of its `artifacts`, as in a pruned snapshot), so
-    /// the reference stands as it is once it resolves.
-    Readable,
-}
-
-/// An artifact a tool result already names (its `artifacts`), which the retry refers to only
-/// once the caller has checked it in the store ([`Action::Verify`]). A transcript is input like
-/// any other: its `artifacts` may name nothing, or something else than its output.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Claim {
-    /// The artifact, as the transcript names it.
-    pub uri: ArtifactUri,
-    /// What reading it must give.
-    pub holds: Holds,
-}
-
-/// The claims of one ordinary result: one per artifact it names.
-fn result_claims(result: &ToolResult) -> Vec<Claim> {
-    if result.artifacts.is_empty() {
-        return Vec::new();
-    }
-    let already_pruned = matches!(
-        &result.content,
-        Some(Value::String(text)) if *text == references_text(&result.artifacts)
-    );
-    let holds = if already_pruned {
-        Holds::Readable
-    } else {
-        Holds::Output(Digest::of(result.output_text().as_bytes()))
-    };
-    result
-        .artifacts
-        .iter()
-        .map(|uri| Claim {
-            uri: uri.clone(),
-            holds,
-        })
-        .collect()
-}
-
-fn references_text(uris: &[ArtifactUri]) -> String {
-    uris.iter()
-        .map(reference_text)
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// Calls `visit(message, block, result)` for every tool result that is not the output of an
-/// artifact read (the results [`prune`] refers to), in transcript order.
-fn ordinary_results<'t>(
-    transcript: &'t Transcript,
-    mut visit: impl FnMut(usize, usize, &'t ToolResult),
-) {
-    let mut artifact_read: HashMap<&str, bool> = HashMap::new();
-    for (i, message) in transcript.messages.iter().enumerate() {
-        for (j, block) in message.blocks().iter().enumerate() {
-            match block {
-                Block::ToolUse(call) => {
-                    artifact_read.insert(&call.id, is_artifact_read(call));
-                }
-                Block::ToolResult(result)
-                    if artifact_read.get(result.tool_use_id.as_str()) != Some(&true) =>
-                {
-                    visit(i, j, result);
-                }
-                _ => {}
-            }
-        }
-    }
-}
-
-/// Every artifact the transcript's tool results already name, with what it must hold, without
-/// repeats, in transcript order: what the caller checks before [`prune`] may refer to them.
-pub fn claims(transcript: &Transcript) -> Vec<Claim> {
-    let mut seen = HashSet::new();
-    let mut out = Vec::new();
-    ordinary_results(transcript, |_, _, result| {
-        for claim in result_claims(result) {
-            if seen.insert(claim.clone()) {
-                out.push(claim);
-            }
-        }
-    });
-    out
-}
-
-/// Builds the pruned snapshot of `transcript` (rules 3 to 6). `verified` holds the
-/// [`claims`] the store confirmed: a result's own `artifacts` are referred to only when every
-/// one of them is confirmed; otherwise its output is retained and referred to like any other,
-/// so every reference resolves to exactly the output it replaced. Pure and idempotent: pruning
-/// the snapshot again (with the claims of the snapshot confirmed by the store after the
-/// retention) gives the same snapshot and nothing more to retain.
-pub fn prune(transcript: &Transcript, verified: &HashSet<Claim>) -> Pruned {
-    let mut retain = Vec::new();
-    let mut retained: HashSet<Digest> = HashSet::new();
-    let mut references = Vec::new();
-    let mut omitted = 0;
-    // Call id -> whether that call (the latest with the id, before the result) is an artifact
-    // read. Results answer calls made before them.
-    let mut artifact_read: HashMap<&str, bool> = HashMap::new();
-    let mut messages = Vec::with_capacity(transcript.messages.len());
-    for (i, message) in transcript.messages.iter().enumerate() {
-        let content = match &message.content {
-            Content::Text(s) => Content::Text(s.clone()),
-            Content::Blocks(blocks) => Content::Blocks(
-                blocks
-                    .iter()
-                    .enumerate()
-                    .map(|(j, block)| match block {
-                        Block::ToolUse(call) => {
-                            artifact_read.insert(&call.id, is_artifact_read(call));
-                            block.clone()
-                        }
-                        Block::ToolResult(result) => {
-                            if artifact_read.get(result.tool_use_id.as_str()) == Some(&true) {
-                                omitted += 1;
-                                Block::ToolResult(omit(result))
-                            } else {
-                                let (pruned, made) =
-                                    refer(result, verified, &mut retain, &mut retained);
-                                references.extend(made.into_iter().map(|(uri, existing)| {
-                                    Reference {
-                                        tool_use_id: result.tool_use_id.clone(),
-                                        message: i,
-                                        block: j,
-                                        uri,
-                                        existing,
-                                    }
-                                }));
-                                Block::ToolResult(pruned)
-                            }
-                        }
-                        other => other.clone(),
-                    })
-                    .collect(),
-            ),
-        };
-        messages.push(Message {
-            role: message.role.clone(),
-            content,
-            extra: message.extra.clone(),
-        });
-    }
-    Pruned {
-        snapshot: Transcript {
-            summary: transcript.summary.clone(),
-            messages,
-            recent_start: transcript.recent_start,
-            extra: transcript.extra.clone(),
-        },
-        retain,
-        references,
-        omitted,
-    }
-}
-
-/// Rule 4 and 6: only the pairing survives.
-fn omit(result: &ToolResult) -> ToolResult {
-    ToolResult {
-        tool_use_id: result.tool_use_id.clone(),
-        content: Some(Value::String(ARTIFACT_READ_OMITTED.to_owned())),
-        is_error: None,
-        artifacts: Vec::new(),
-        extra: Map::new(),
-    }
-}
-
-/// Rule 3: the output is replaced by references to its artifacts when the store confirmed
-/// every one; otherwise it gets its own (queued for retention). Returns the pruned block and
-/// `(uri, existing)` per reference.
-fn refer(
-    result: &ToolResult,
-    verified: &HashSet<Claim>,
-    retain: &mut Vec<Retention>,
-    retained: &mut HashSet<Digest>,
-) -> (ToolResult, Vec<(String, bool)>) {
-    let claims = result_claims(result);
-    let confirmed = !claims.is_empty() && claims.iter().all(|c| verified.contains(c));
-    let artifacts = if confirmed {
-        result.artifacts.clone()
-    } else {
-        let text = result.output_text();
-        let digest = Digest::of(text.as_bytes());
-        if retained.insert(digest) {
-            retain.push(Retention {
-                digest,
-                text: text.into_owned(),
-            });
-        }
-        vec![ArtifactUri::new(digest)]
-    };
-    let made = artifacts
-        .iter()
-        .map(|u| (u.to_string(), confirmed))
-        .collect();
-    (
-        ToolResult {
-            tool_use_id: result.tool_use_id.clone(),
-            content: Some(Value::String(references_text(&artifacts))),
-            is_error: result.is_error,
-            artifacts,
-            extra: result.extra.clone(),
-        },
-        made,
-    )
-}
-
-/// Renders the summarizer input: instructions, then the transcript as tagged text.
-///
-/// Two passes: the first only counts the bytes, so the text is allocated once at its exact
-/// size. The input can be as large as the transcript, and a string grown by doubling holds up
-/// to twice its length, with the old and the new buffer both alive while it moves.
-pub fn render(instructions: &str, transcript: &Transcript) -> String {
-    let mut count = Count(0);
-    render_into(&mut count, instructions, transcript);
-    let mut out = String::with_capacity(count.0);
-    render_into(&mut out, instructions, transcript);
-    out
-}
-
-/// A `fmt::Write` that only counts bytes.
-struct Count(usize);
-
-impl Write for Count {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0 += s.len();
-        Ok(())
-    }
-}
-
-fn render_into(out: &mut impl Write, instructions: &str, transcript: &Transcript) {
-    // Writing to a `String` or a `Count` never fails.
-    let _ = out.write_str(instructions);
-    let _ = out.write_str("\n\n<transcript>\n");
-    if let Some(summary) = &transcript.summary {
-        let _ = out.write_str("[summary of the earlier conversation]\n");
-        push_line(out, summary);
-    }
-    for message in &transcript.messages {
-        let _ = writeln!(out, "[{}]", message.role.as_str());
-        match &message.content {
-            Content::Text(s) => push_line(out, s),
-            Content::Blocks(blocks) => {
-                for block in blocks {
-                    render_block(out, block);
-                }
-            }
-        }
-    }
-    let _ = out.write_str("</transcript>\n");
-}
-
-fn push_line(out: &mut impl Write, s: &str) {
-    let _ = out.write_str(s);
-    if !s.ends_with('\n') {
-        let _ = out.write_char('\n');
-    }
-}
-
-fn render_block(out: &mut impl Write, block: &Block) {
-    match block {
-        Block::Text { text, .. } => push_line(out, text),
-        Block::ToolUse(call) => {
-            let _ = writeln!(out, "[tool call {} id={}]", call.name, call.id);
-            push_line(out, &call.input.to_string());
-        }
-        Block::ToolResult(result) => {
-            let error = if result.is_error == Some(true) {
-                " error"
-            } else {
-                ""
-            };
-            let _ = writeln!(out, "[tool result id={}{error}]", result.tool_use_id);
-            push_line(out, &result.output_text());
-        }
-        Block::Other(v) => {
-            let kind = v.get("type").and_then(Value::as_str).unwrap_or("unknown");
-            match ["text", "thinking"]
-                .iter()
-                .find_map(|k| v.get(*k).and_then(Value::as_str))
-            {
-                Some(text) => {
-                    let _ = writeln!(out, "[{kind}]");
-                    push_line(out, text);
-                }
-                None => {
-                    let _ = writeln!(out, "[{kind} block]");
-                }
-            }
-        }
-    }
-}
-
 /// A successful compaction.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Compacted {
@@ -670,8 +242,71 @@ pub enum CompactionError {
         detail: String,
     },
     /// Storing the outputs the retry refers to failed.
-    #[error("could not retain tool output for the retry: {0}")]
-    Retention(String),
+    #[error("could not retain tool output for the retry")]
+    Retention(#[source] RetentionFailure),
+}
+
+/// Why storing the outputs of [`Action::Retain`] failed, as the caller reports it to
+/// [`Compaction::handle_retained`]. It carries the caller's own error: its message is that
+/// error's and its source is that error's source, so nothing of the cause is lost.
+#[derive(Debug, Clone)]
+pub struct RetentionFailure(Arc<dyn std::error::Error + Send + Sync>);
+
+impl RetentionFailure {
+    /// Wraps the caller's error (a store error, an I/O error, …).
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        RetentionFailure(Arc::new(error))
+    }
+
+    /// The caller's error.
+    pub fn get_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl fmt::Display for RetentionFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for RetentionFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// Two failures are equal when they say the same (errors have no equality of their own).
+impl PartialEq for RetentionFailure {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for RetentionFailure {}
+
+/// A failure known only by its message.
+#[derive(Debug)]
+struct Message(String);
+
+impl fmt::Display for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Message {}
+
+impl From<String> for RetentionFailure {
+    fn from(message: String) -> Self {
+        RetentionFailure::new(Message(message))
+    }
+}
+
+impl From<&str> for RetentionFailure {
+    fn from(message: &str) -> Self {
+        RetentionFailure::from(message.to_owned())
+    }
 }
 
 /// A failed compaction, with its attempts for the report.
@@ -683,6 +318,19 @@ pub struct Failed {
     pub attempts: Vec<Attempt>,
 }
 
+/// Says why, as [`Failed::error`] does (the attempts are for the report).
+impl fmt::Display for Failed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl std::error::Error for Failed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.error)
+    }
+}
+
 /// What the caller does next.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -690,7 +338,7 @@ pub enum Action {
     /// Run the summarizer on this input.
     Summarize(SummarizerInput),
     /// Check which of these artifacts, named by the transcript, hold what they must (present,
-    /// readable, and for [`Holds::Output`] exactly those bytes), then call
+    /// readable, and for [`Holds::Output`](super::Holds::Output) exactly those bytes), then call
     /// [`Compaction::handle_verified`] with the confirmed ones.
     Verify(Vec<Claim>),
     /// Store these outputs (possibly none) and keep them, with the claims confirmed before,
@@ -933,8 +581,11 @@ impl<'t> Compaction<'t> {
     }
 
     /// The outputs of [`Action::Retain`] are stored (`Ok`), or storing failed (`Err` with
-    /// the reason).
-    pub fn handle_retained(&mut self, result: Result<(), String>) -> Result<(), StateError> {
+    /// the caller's error, which becomes the source of [`CompactionError::Retention`]).
+    pub fn handle_retained(
+        &mut self,
+        result: Result<(), RetentionFailure>,
+    ) -> Result<(), StateError> {
         let State::Retaining(_) = &self.state else {
             return Err(StateError::NoRetention);
         };

@@ -1,0 +1,3 @@
+//! The server's tools, one module each.
+
+pub(crate) mod compact;
