@@ -40,7 +40,9 @@ use futures_lite::Stream;
 use rustix::process::{Pid, Signal};
 
 use crate::live::{Ending, LiveRun, Prepared, RunError, TapPanics, prepare};
-use crate::os::{self, Delivery, LatchWatch, StdoutObserver, Watchdog};
+use crate::os::{self, Delivery, LatchWatch};
+use crate::pump::StdoutObserver;
+use crate::watchdog::Watchdog;
 
 /// What a process driver needs from an async runtime. agentrun-smol and agentrun-tokio
 /// implement it; everything else is written once, here.
