@@ -23,7 +23,7 @@ use agentrun_fs::special::{InputError, InputFile, open_input};
 use agentrun_fs::{CaptureSession, PreparedSink, Store, StoreError};
 
 use crate::os::{
-    self, Activity, Latch, LatchWatch, PumpEnd, SharedSession, StdoutObserver, TapPanic,
+    self, Activity, Clock, Latch, LatchWatch, PumpEnd, SharedSession, StdoutObserver, TapPanic,
 };
 
 /// Why a run could not be carried out (a child that runs and fails is not an error).
@@ -361,9 +361,11 @@ impl LiveRun {
         }
     }
 
-    /// Marks the spawn at `now`: the idle clock starts.
-    pub(crate) fn spawned(&mut self, pid: Option<u32>, now: Instant) {
-        self.activity = Arc::new(Activity::new(now));
+    /// Marks the spawn at `now` on the runtime's `clock`: the idle clock and the run's
+    /// duration start.
+    pub(crate) fn spawned(&mut self, pid: Option<u32>, now: Instant, clock: Clock) {
+        self.started = now;
+        self.activity = Arc::new(Activity::on_clock(now, clock));
         self.pid = pid;
     }
 
@@ -508,7 +510,11 @@ impl LiveRun {
                 .started_wall
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
-            duration_ms: self.started.elapsed().as_millis() as u64,
+            duration_ms: self
+                .activity
+                .now()
+                .saturating_duration_since(self.started)
+                .as_millis() as u64,
         });
         if let Err(e) = described {
             // Not reached: the options were validated with the same bound before the spawn.
@@ -525,7 +531,7 @@ impl LiveRun {
         Ok(ProcessResult {
             outcome,
             exit,
-            duration: self.started.elapsed(),
+            duration: self.activity.now().saturating_duration_since(self.started),
             record,
             result,
             sink,

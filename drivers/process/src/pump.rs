@@ -19,26 +19,53 @@ const READ_BUF: usize = 256 * 1024;
 /// The session shared by the pumps of one run; `None` once the run has finalized it.
 pub(crate) type SharedSession = Arc<Mutex<Option<CaptureSession>>>;
 
+/// A monotonic clock: the runtime's ([`Runtime::now`](crate::Runtime::now)), so that output
+/// times and the run's other instants are on one clock (a paused tokio clock included).
+pub(crate) type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
+
 /// When output last arrived on any stream of a run (for the idle timeout). The pumps record
 /// it without waking the driver; the driver reports it to the run lifecycle when it wakes.
-#[derive(Debug)]
 pub(crate) struct Activity {
     origin: Instant,
     /// Nanoseconds after `origin` of the last output.
     last: AtomicU64,
+    clock: Clock,
+}
+
+impl std::fmt::Debug for Activity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Activity")
+            .field("origin", &self.origin)
+            .field("last", &self.last)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Activity {
+    /// Activity from `origin` on, timed with the thread's clock (until the spawn, which
+    /// replaces it with one on the runtime's clock, [`Activity::on_clock`]).
     pub(crate) fn new(origin: Instant) -> Self {
+        Self::on_clock(origin, Arc::new(Instant::now))
+    }
+
+    /// Activity from `origin` on, timed with `clock` (on which `origin` was read).
+    pub(crate) fn on_clock(origin: Instant, clock: Clock) -> Self {
         Self {
             origin,
             last: AtomicU64::new(0),
+            clock,
         }
+    }
+
+    /// The time on this activity's clock.
+    pub(crate) fn now(&self) -> Instant {
+        (self.clock)()
     }
 
     /// Records output now.
     fn touch(&self) {
-        let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let since = self.now().saturating_duration_since(self.origin);
+        let now = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
         self.last.fetch_max(now, Ordering::Relaxed);
     }
 

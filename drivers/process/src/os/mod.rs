@@ -19,5 +19,5 @@ pub(crate) use signal::exit_watch;
 pub use signal::{Delivery, group_of, os_signal, probe_group, signal_group};
 
 pub use crate::pump::StdoutObserver;
-pub(crate) use crate::pump::{Activity, PumpEnd, SharedSession, Tap, TapPanic, pump};
+pub(crate) use crate::pump::{Activity, Clock, PumpEnd, SharedSession, Tap, TapPanic, pump};
 pub use crate::watchdog::Watchdog;
