@@ -551,6 +551,7 @@ impl Capture {
     /// # Panics
     ///
     /// On a `stream` this capture did not issue (see [`Capture::check_stream`]).
+    #[must_use]
     pub fn poll_index_entry(&mut self, stream: StreamIndex) -> Option<IndexEntry> {
         let position = self.own(stream);
         self.streams[position].indexer.poll_entry()

@@ -287,6 +287,7 @@ impl BlockIndexer {
     }
 
     /// The next completed block's entry, in block order.
+    #[must_use]
     pub fn poll_entry(&mut self) -> Option<IndexEntry> {
         self.ready.pop_front()
     }

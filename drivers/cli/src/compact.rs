@@ -918,7 +918,7 @@ mod tests {
     use super::*;
 
     fn stdin_text(options: &RunOptions) -> Option<&[u8]> {
-        match &options.stdin {
+        match options.get_stdin() {
             StdinMode::Bytes(b) => Some(b),
             _ => None,
         }
@@ -932,20 +932,23 @@ mod tests {
             assert_eq!(stdin_text(&options), Some(&b"THE INPUT"[..]), "{harness}");
             assert!(
                 !options
-                    .args
+                    .get_args()
                     .iter()
                     .any(|a| a == "THE INPUT" || a == PROMPT_SLOT),
                 "{harness}: {:?}",
-                options.args
+                options.get_args()
             );
         }
         let claude = harness_options(Harness::Claude, &model, "x".to_owned()).unwrap();
         assert_ne!(
-            claude.args.last().map(|a| a.as_os_str()),
+            claude.get_args().last().map(|a| a.as_os_str()),
             Some("--".as_ref())
         );
         let codex = harness_options(Harness::Codex, &model, "x".to_owned()).unwrap();
-        assert_eq!(codex.args.last().map(|a| a.as_os_str()), Some("-".as_ref()));
+        assert_eq!(
+            codex.get_args().last().map(|a| a.as_os_str()),
+            Some("-".as_ref())
+        );
         // The others take it as their prompt argument, limited to one argument's size.
         for harness in [Harness::Grok, Harness::Antigravity, Harness::Muse] {
             assert!(!reads_prompt_on_stdin(harness));
@@ -954,7 +957,7 @@ mod tests {
                 Harness::Grok => "--single=THE INPUT",
                 _ => "THE INPUT",
             };
-            assert!(options.args.iter().any(|a| a == prompt), "{harness}");
+            assert!(options.get_args().iter().any(|a| a == prompt), "{harness}");
             assert_eq!(stdin_text(&options), None);
         }
     }

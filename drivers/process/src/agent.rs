@@ -227,7 +227,7 @@ impl AgentOptions {
             })
             .stop_signals(self.harness.stop_signals().sequence);
         if let Some(program) = &self.program {
-            options.program = program.clone().into_os_string();
+            options = options.program(program);
         }
         if let Some(t) = self.timeout {
             options = options.timeout(t);
@@ -903,12 +903,15 @@ mod tests {
             .timeout(Duration::from_secs(5))
             .env("HOME", "/h");
         let run = options.run_options().unwrap();
-        assert_eq!(run.program, OsString::from("opencode"));
-        assert!(run.args.iter().any(|a| a == "--variant"));
-        assert_eq!(run.stop_signals, Harness::OpenCode.stop_signals().sequence);
-        assert_eq!(run.timeout, Some(Duration::from_secs(5)));
+        assert_eq!(run.get_program(), "opencode");
+        assert!(run.get_args().iter().any(|a| a == "--variant"));
+        assert_eq!(
+            run.get_stop_signals(),
+            Harness::OpenCode.stop_signals().sequence
+        );
+        assert_eq!(run.get_timeout(), Some(Duration::from_secs(5)));
         assert!(
-            run.env
+            run.get_envs()
                 .iter()
                 .any(|(k, v)| k == "OPENCODE_DISABLE_AUTOUPDATE" && v.is_some())
         );

@@ -290,7 +290,11 @@ async fn run<R: Runtime>(
     let clock = rt.clone();
     run.spawned(child.id(), rt.now(), Arc::new(move || clock.now()));
     let group = os::group_of(child.id());
-    let watchdog = Watchdog::start(group, &run.options().stop_signals, run.options().kill_grace);
+    let watchdog = Watchdog::start(
+        group,
+        run.options().get_stop_signals(),
+        run.options().get_kill_grace(),
+    );
     let mut guard = DropGuard {
         state: Some(State {
             rt: rt.clone(),

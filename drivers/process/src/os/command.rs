@@ -30,7 +30,7 @@ pub fn stdio(options: &RunOptions) -> [Stdio; 3] {
             Stdio::null()
         }
     };
-    let stdin = match options.stdin {
+    let stdin = match options.get_stdin() {
         StdinMode::Null => Stdio::null(),
         StdinMode::Bytes(_) => Stdio::piped(),
         StdinMode::Inherit => Stdio::inherit(),
@@ -47,23 +47,23 @@ pub fn stdio(options: &RunOptions) -> [Stdio; 3] {
 /// caller's environment changes set it, so a value inherited from an ancestor never reaches
 /// the child.
 pub fn command(options: &RunOptions, sink: Option<&Path>) -> Command {
-    let mut cmd = Command::new(&options.program);
-    cmd.args(&options.args);
-    if let Some(dir) = &options.current_dir {
+    let mut cmd = Command::new(options.get_program());
+    cmd.args(options.get_args());
+    if let Some(dir) = options.get_current_dir() {
         cmd.current_dir(dir);
     }
     for known in agentrun_core::sink::KNOWN_SINK_VARS {
         cmd.env_remove(known);
     }
-    for (key, value) in &options.env {
+    for (key, value) in options.get_envs() {
         match value {
             Some(v) => cmd.env(key, v),
             None => cmd.env_remove(key),
         };
     }
     match sink {
-        Some(path) => cmd.env(&options.sink_var, path),
-        None => cmd.env_remove(&options.sink_var),
+        Some(path) => cmd.env(options.get_sink_var(), path),
+        None => cmd.env_remove(options.get_sink_var()),
     };
     // Its own group, so a timeout or cancellation can stop grandchildren too.
     cmd.process_group(0);
@@ -74,7 +74,7 @@ pub fn command(options: &RunOptions, sink: Option<&Path>) -> Command {
 /// that name, or for single output the stdout pipe. Pipes not captured are connected to
 /// `/dev/null` rather than left unread (an unread pipe would block the child).
 pub fn captures(options: &RunOptions, pipe: &str) -> Option<OutputChannel> {
-    match &options.declaration {
+    match options.get_declaration() {
         OutputDeclaration::Single => (pipe == "stdout").then_some(OutputChannel::Single),
         OutputDeclaration::Named(names) => names
             .iter()
