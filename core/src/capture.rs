@@ -1,4 +1,4 @@
-//! The capture state machine (SPEC §2.2–2.4).
+//! The capture state machine: deltas or a full completion in, a summary out.
 //!
 //! A [`Capture`] follows one tool invocation's output from the first delta to the terminal
 //! completion. It never touches a file: the driver (agentrun-fs's `CaptureSession`) writes

@@ -1,4 +1,4 @@
-//! Process run descriptions and results, shared by every process driver (SPEC §7).
+//! Process run descriptions and results, shared by every process driver.
 //!
 //! These are plain values: the drivers (agentrun-smol, agentrun-tokio) turn a [`RunOptions`]
 //! into a child process and assemble a [`ProcessResult`] from what happened.
@@ -42,7 +42,7 @@ pub enum StdinMode {
 /// Everything needed to run one process: argv (never a shell), environment changes, stdin,
 /// output declaration and limits, timeouts.
 ///
-/// A builder, as `std::process::Command` is: [`RunOptions::new`] and the setters describe the
+/// A builder, as the standard library's `Command` is: [`RunOptions::new`] and the setters describe the
 /// run, the `get_*` methods read it back.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -79,8 +79,8 @@ pub struct RunOptions {
     /// The caller's label for this process (e.g. `agent-3`), returned in the result so runs
     /// can be told apart in logs; `None` by default.
     label: Option<String>,
-    /// The clean result channel (SPEC §6); `None`: not requested, and the variable is removed
-    /// from the child's environment.
+    /// The clean result channel (docs/result-channel.md); `None`: not requested, and the variable
+    /// is removed from the child's environment.
     result_sink: Option<ResultSink>,
     /// The variable the sink path is exported in (and removed when not requested).
     sink_var: OsString,

@@ -1,4 +1,4 @@
-//! Stream names and output declarations (SPEC §2.1).
+//! Stream names and output declarations.
 //!
 //! One validator, [`StreamName::new`], serves both tool declarations and the stream segment of
 //! an [`ArtifactUri`](crate::uri::ArtifactUri), so a name that can be declared can always be
