@@ -1,4 +1,5 @@
-//! The clean result channel (docs/result-channel.md): what a caller asks for, and what reading the
+//! The clean result channel (docs/result-channel.md; a file, not the turn loop's prompt
+//! [`Channel`](crate::turn::Channel)): what a caller asks for, and what reading the
 //! sink found. Pure values and the pure classification of the bytes read; opening, checking and
 //! reading the file is done by `agentrun_fs::sink`.
 //!

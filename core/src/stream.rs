@@ -300,7 +300,8 @@ impl StreamIndex {
     }
 }
 
-/// The channel a delta addresses.
+/// The channel a delta addresses: which stream of the output a chunk belongs to (not the
+/// clean result channel of [`crate::sink`], nor the turn loop's [`crate::turn::Channel`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum OutputChannel {
     /// The unnamed channel of a single-output declaration.
