@@ -1,4 +1,4 @@
-//! The capture state machine (SPEC §2.2–2.4).
+//! The capture state machine: deltas or a full completion in, a summary out.
 //!
 //! A [`Capture`] follows one tool invocation's output from the first delta to the terminal
 //! completion. It never touches a file: the driver (agentrun-fs's `CaptureSession`) writes
@@ -551,6 +551,7 @@ impl Capture {
     /// # Panics
     ///
     /// On a `stream` this capture did not issue (see [`Capture::check_stream`]).
+    #[must_use]
     pub fn poll_index_entry(&mut self, stream: StreamIndex) -> Option<IndexEntry> {
         let position = self.own(stream);
         self.streams[position].indexer.poll_entry()

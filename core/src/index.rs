@@ -1,4 +1,4 @@
-//! The sparse line/block index written beside every artifact (SPEC §4).
+//! The sparse line/block index written beside every artifact.
 //!
 //! An artifact is cut into fixed blocks of [`BLOCK_SIZE`] bytes. For each block the index keeps
 //! the number of `\n` bytes before it and a CRC-32 of its bytes. That is enough to
@@ -287,6 +287,7 @@ impl BlockIndexer {
     }
 
     /// The next completed block's entry, in block order.
+    #[must_use]
     pub fn poll_entry(&mut self) -> Option<IndexEntry> {
         self.ready.pop_front()
     }

@@ -21,6 +21,21 @@
 //! * [`transcript`] and [`compaction`]: agent transcripts and compaction with one pruned
 //!   retry;
 //! * [`turn`] and [`auto_mode`]: the generic turn loop and auto mode's phase machine.
+//!
+//! The main type of each concept is re-exported here at the root; the modules hold the rest
+//! (their events, actions, errors and helpers) under their own paths.
+//!
+//! # Names that mean more than one thing
+//!
+//! * *Channel*: the **clean result channel** ([`sink`]: a file the child writes its answer
+//!   to, read back verbatim), an **output channel** ([`OutputChannel`]: the stream a captured
+//!   chunk belongs to), and the turn loop's **prompt channel** ([`turn::Channel`]: where an
+//!   agent session's next prompt comes from; auto mode's phase machine is one).
+//! * *Settings*: [`auto_mode::Settings`] is what an auto-mode session was started with (kept
+//!   in its session directory); the command line's configuration (config file and flags) is
+//!   the CLI's own and not in this crate.
+//! * *Action*: [`auto_mode::Action`], [`compaction::Action`] and [`RunAction`] are each what
+//!   their machine asks its driver to do; only the last is at the root.
 
 #![forbid(unsafe_code)]
 
@@ -54,3 +69,16 @@ pub use page::{BytePage, ByteRange, Page, PageError, PageRequest};
 pub use record::ResultRecord;
 pub use stream::{OutputChannel, OutputDeclaration, StreamName};
 pub use uri::ArtifactUri;
+
+pub use auto_mode::{AutoMode, AutoModeError};
+pub use compaction::{Compaction, CompactionConfig, CompactionError};
+pub use harness::{Harness, Interpretation, LaunchError};
+pub use index::{BlockIndexer, IndexEntry};
+pub use lifecycle::{RunAction, RunLifecycle, WakeReason};
+pub use lines::{Line, LineSplitter};
+pub use process::{
+    Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, RunStatus, RunSummary, StdinMode,
+};
+pub use sink::{ResultSink, SinkOutcome};
+pub use transcript::{Transcript, TranscriptError};
+pub use turn::{AgentSession, NextPrompt, TurnOutput, run_session_loop};

@@ -198,12 +198,12 @@ impl RunLifecycle {
     pub fn new(options: &RunOptions, now: Instant) -> Result<Self, OptionsError> {
         options.validate()?;
         Ok(Self {
-            deadline: options.timeout.and_then(|t| now.checked_add(t)),
-            idle_timeout: options.idle_timeout,
+            deadline: options.get_timeout().and_then(|t| now.checked_add(t)),
+            idle_timeout: options.get_idle_timeout(),
             last_output: now,
-            grace: options.kill_grace,
-            signals: options.stop_signals.clone(),
-            keep_background: options.keep_background,
+            grace: options.get_kill_grace(),
+            signals: options.get_stop_signals().to_vec(),
+            keep_background: options.get_keep_background(),
             group_empty: false,
             phase: Phase::Running,
             outcome: RunOutcome::Completed,
@@ -219,12 +219,14 @@ impl RunLifecycle {
     }
 
     /// The next action for the driver, in order.
+    #[must_use]
     pub fn poll_action(&mut self) -> Option<RunAction> {
         self.actions.pop_front()
     }
 
     /// The next instant the machine must be woken at with [`RunLifecycle::handle_timeout`],
     /// and why (`None`: only an event can move the run on).
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<(Instant, WakeReason)> {
         match self.phase {
             Phase::Running => {

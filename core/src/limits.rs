@@ -1,4 +1,4 @@
-//! Preview limits (`[tool_output]`, SPEC §3).
+//! Preview limits (`[tool_output]` in the config file).
 
 use serde::{Deserialize, Serialize};
 

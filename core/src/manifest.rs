@@ -1,4 +1,4 @@
-//! The manifest of named output (SPEC §2.4): stream names mapped to their artifacts, in
+//! The manifest of named output: stream names mapped to their artifacts, in
 //! declaration order, as deterministic JSON.
 //!
 //! The encoding is canonical (fixed key order, no insignificant whitespace), so identical

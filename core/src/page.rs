@@ -1,4 +1,4 @@
-//! Artifact pages: line pages and byte ranges with continuation metadata (SPEC §4).
+//! Artifact pages: line pages and byte ranges with continuation metadata.
 //!
 //! A [`PageCursor`] assembles one page from the bytes that follow the start of the requested
 //! line, fed in any chunking. The store (agentrun-fs) finds that start through the line index

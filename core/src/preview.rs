@@ -1,4 +1,4 @@
-//! Bounded, exact previews of a stream (SPEC §3).
+//! Bounded, exact previews of a stream.
 //!
 //! A preview is the longest exact byte prefix of a stream within a line limit and a rendered
 //! byte budget, never cut inside a UTF-8 character. Bytes are decoded only here, for display:

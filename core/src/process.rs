@@ -1,10 +1,10 @@
-//! Process run descriptions and results, shared by every process driver (SPEC §7).
+//! Process run descriptions and results, shared by every process driver.
 //!
 //! These are plain values: the drivers (agentrun-smol, agentrun-tokio) turn a [`RunOptions`]
 //! into a child process and assemble a [`ProcessResult`] from what happened.
 
 use std::ffi::{OsStr, OsString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -41,48 +41,51 @@ pub enum StdinMode {
 
 /// Everything needed to run one process: argv (never a shell), environment changes, stdin,
 /// output declaration and limits, timeouts.
+///
+/// A builder, as the standard library's `Command` is: [`RunOptions::new`] and the setters describe the
+/// run, the `get_*` methods read it back.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     /// Program to execute (looked up in `PATH` when it has no `/`).
-    pub program: OsString,
+    program: OsString,
     /// Arguments after the program.
-    pub args: Vec<OsString>,
+    args: Vec<OsString>,
     /// Working directory (`None`: the runner's).
-    pub current_dir: Option<PathBuf>,
+    current_dir: Option<PathBuf>,
     /// Environment changes in order: `Some` sets, `None` removes.
-    pub env: Vec<(OsString, Option<OsString>)>,
+    env: Vec<(OsString, Option<OsString>)>,
     /// Standard input.
-    pub stdin: StdinMode,
+    stdin: StdinMode,
     /// Output declaration; stdout and stderr are captured as the streams `stdout`/`stderr`.
-    pub declaration: OutputDeclaration,
+    declaration: OutputDeclaration,
     /// Preview limits.
-    pub limits: PreviewLimits,
+    limits: PreviewLimits,
     /// Wall-clock timeout.
-    pub timeout: Option<Duration>,
+    timeout: Option<Duration>,
     /// Idle timeout: the child is stopped when no captured stream produced output for this
     /// long.
-    pub idle_timeout: Option<Duration>,
+    idle_timeout: Option<Duration>,
     /// Grace after each stop signal before the next one (and SIGKILL).
-    pub kill_grace: Duration,
+    kill_grace: Duration,
     /// The signals that stop the child's group on a timeout or cancellation, in order, each
     /// followed by the grace period; then SIGKILL. Default: SIGTERM alone.
-    pub stop_signals: Vec<StopSignal>,
+    stop_signals: Vec<StopSignal>,
     /// Leave what the child started in its process group running when the child exits by
     /// itself (daemons started on purpose). Default `false`: at the end of the run whatever is
     /// left of the group is stopped like a child (stop signals, grace, SIGKILL). Processes
     /// still holding the run's output pipes after the drain are stopped either way, and a
     /// timeout or cancellation stops the whole group.
-    pub keep_background: bool,
+    keep_background: bool,
     /// The caller's label for this process (e.g. `agent-3`), returned in the result so runs
     /// can be told apart in logs; `None` by default.
-    pub label: Option<String>,
-    /// The clean result channel (SPEC §6); `None`: not requested, and the variable is removed
-    /// from the child's environment.
-    pub result_sink: Option<ResultSink>,
+    label: Option<String>,
+    /// The clean result channel (docs/result-channel.md); `None`: not requested, and the variable
+    /// is removed from the child's environment.
+    result_sink: Option<ResultSink>,
     /// The variable the sink path is exported in (and removed when not requested).
-    pub sink_var: OsString,
+    sink_var: OsString,
     /// Largest sink accepted, in bytes.
-    pub sink_cap: u64,
+    sink_cap: u64,
 }
 
 /// Why run options were refused (before anything was spawned).
@@ -251,6 +254,103 @@ impl RunOptions {
             .chain(&self.args)
             .map(|a| a.to_string_lossy().into_owned())
             .collect()
+    }
+
+    /// The program to execute.
+    pub fn get_program(&self) -> &OsStr {
+        &self.program
+    }
+
+    /// Replaces the program to execute (the arguments stay).
+    #[must_use = "the builder returns the changed value"]
+    pub fn program(mut self, program: impl AsRef<OsStr>) -> Self {
+        self.program = program.as_ref().to_owned();
+        self
+    }
+
+    /// The arguments after the program.
+    pub fn get_args(&self) -> &[OsString] {
+        &self.args
+    }
+
+    /// The working directory (`None`: the runner's).
+    pub fn get_current_dir(&self) -> Option<&Path> {
+        self.current_dir.as_deref()
+    }
+
+    /// The environment changes in order: `Some` sets, `None` removes.
+    pub fn get_envs(&self) -> &[(OsString, Option<OsString>)] {
+        &self.env
+    }
+
+    /// Standard input.
+    pub fn get_stdin(&self) -> &StdinMode {
+        &self.stdin
+    }
+
+    /// Standard input, for a driver that takes what it owns (moves the bytes out rather than
+    /// copying them).
+    pub fn get_stdin_mut(&mut self) -> &mut StdinMode {
+        &mut self.stdin
+    }
+
+    /// The output declaration: stdout and stderr are captured as the streams
+    /// `stdout`/`stderr`.
+    pub fn get_declaration(&self) -> &OutputDeclaration {
+        &self.declaration
+    }
+
+    /// The preview limits.
+    pub fn get_limits(&self) -> PreviewLimits {
+        self.limits
+    }
+
+    /// The wall-clock timeout.
+    pub fn get_timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// The idle timeout: the child is stopped when no captured stream produced output for
+    /// this long.
+    pub fn get_idle_timeout(&self) -> Option<Duration> {
+        self.idle_timeout
+    }
+
+    /// The grace after each stop signal before the next one (and SIGKILL).
+    pub fn get_kill_grace(&self) -> Duration {
+        self.kill_grace
+    }
+
+    /// The signals that stop the child's group on a timeout or cancellation, in order, each
+    /// followed by the grace; then SIGKILL. Default: SIGTERM alone.
+    pub fn get_stop_signals(&self) -> &[StopSignal] {
+        &self.stop_signals
+    }
+
+    /// Whether what the child started in its process group is left running when the child
+    /// exits by itself ([`RunOptions::keep_background`]).
+    pub fn get_keep_background(&self) -> bool {
+        self.keep_background
+    }
+
+    /// The caller's label for this process.
+    pub fn get_label(&self) -> Option<&str> {
+        self.label.as_deref()
+    }
+
+    /// The clean result channel (`None`: not requested).
+    pub fn get_result_sink(&self) -> Option<&ResultSink> {
+        self.result_sink.as_ref()
+    }
+
+    /// The variable the sink path is exported in.
+    pub fn get_sink_var(&self) -> &OsStr {
+        &self.sink_var
+    }
+
+    /// The largest sink accepted, in bytes.
+    pub fn get_sink_cap(&self) -> u64 {
+        self.sink_cap
     }
 
     /// Adds one argument.
@@ -513,7 +613,11 @@ impl std::fmt::Display for RunStatus {
 /// (`run_id`, `status`, `reason`, `outcome`, `exit`, `pid`, `duration_ms`, `artifacts`),
 /// then `model_text`, `result`, `sink`, `sink_cleanup_error` and `label` (each only when set)
 /// and the whole `record`.
+///
+/// Plain public fields, read as they are; a driver makes one with [`ProcessResult::new`] and
+/// sets the rest.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ProcessResult {
     /// How the run ended.
     pub outcome: RunOutcome,
@@ -540,6 +644,27 @@ pub struct ProcessResult {
 }
 
 impl ProcessResult {
+    /// A run that ended with `outcome` and `exit` after `duration`, its output in `record`;
+    /// no result sink was requested, no process id and no label are known.
+    pub fn new(
+        outcome: RunOutcome,
+        exit: Option<Exit>,
+        duration: Duration,
+        record: ResultRecord,
+    ) -> Self {
+        Self {
+            outcome,
+            exit,
+            duration,
+            record,
+            result: None,
+            sink: SinkOutcome::NotRequested,
+            sink_cleanup_error: None,
+            pid: None,
+            label: None,
+        }
+    }
+
     /// The model-facing rendering of the output.
     pub fn model_text(&self) -> String {
         self.record.render()

@@ -1,4 +1,4 @@
-//! The terminal result record and the model-facing rendering (SPEC §2.4, §3).
+//! The terminal result record and the model-facing rendering.
 //!
 //! [`ResultRecord::from_summary`] decides every preview once, at finalization; the record then
 //! holds everything needed to render the model text and the final display again

@@ -1,5 +1,6 @@
-//! The clean result channel (SPEC §6): what a caller asks for, and what reading the sink
-//! found. Pure values and the pure classification of the bytes read; opening, checking and
+//! The clean result channel (docs/result-channel.md; a file, not the turn loop's prompt
+//! [`Channel`](crate::turn::Channel)): what a caller asks for, and what reading the
+//! sink found. Pure values and the pure classification of the bytes read; opening, checking and
 //! reading the file is done by `agentrun_fs::sink`.
 //!
 //! The contract in one paragraph: on opt-in the runner exports `<var>=<path>` (default

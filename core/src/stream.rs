@@ -1,4 +1,4 @@
-//! Stream names and output declarations (SPEC §2.1).
+//! Stream names and output declarations.
 //!
 //! One validator, [`StreamName::new`], serves both tool declarations and the stream segment of
 //! an [`ArtifactUri`](crate::uri::ArtifactUri), so a name that can be declared can always be
@@ -300,7 +300,8 @@ impl StreamIndex {
     }
 }
 
-/// The channel a delta addresses.
+/// The channel a delta addresses: which stream of the output a chunk belongs to (not the
+/// clean result channel of [`crate::sink`], nor the turn loop's [`crate::turn::Channel`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum OutputChannel {
     /// The unnamed channel of a single-output declaration.

@@ -264,7 +264,9 @@ pub trait AgentSession {
     }
 }
 
-/// Decides what an [`AgentSession`] is asked, and receives what it answered.
+/// The prompt channel: decides what an [`AgentSession`] is asked, and receives what it
+/// answered (auto mode's phase machine is one). Not the clean result channel of
+/// [`crate::sink`], nor an [`OutputChannel`](crate::OutputChannel) of captured output.
 #[allow(async_fn_in_trait)]
 pub trait Channel {
     /// The channel's stable id (for logs).

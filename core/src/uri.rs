@@ -1,4 +1,4 @@
-//! The public artifact URI grammar (SPEC §4).
+//! The public artifact URI grammar.
 //!
 //! ```text
 //! artifact-uri = "artifact://" digest [ "/" stream-name ]

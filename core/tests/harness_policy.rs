@@ -1,4 +1,4 @@
-//! Scenario tests of the shared model and security policy (SPEC §8, seed 004), through
+//! Scenario tests of the shared model and security policy (docs/interpretation.md), through
 //! `Interpretation` only.
 // Reading fixture files is the test harness's I/O, not the core's (the sans-IO rule covers
 // core/src; see scripts/check-sans-io.sh).

@@ -1,4 +1,4 @@
-//! Fuzzes line pages, byte ranges, the line index and the binary decoders (SPEC §4).
+//! Fuzzes line pages, byte ranges, the line index and the binary decoders.
 //! The body lives in `agentrun_tests::fuzz_bodies` so stable CI replays this corpus too.
 #![no_main]
 

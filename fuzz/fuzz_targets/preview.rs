@@ -1,4 +1,4 @@
-//! Fuzzes capture, previews, hints and the recovery property (SPEC §2-3).
+//! Fuzzes capture, previews, hints and the recovery property.
 //! The body lives in `agentrun_tests::fuzz_bodies` so stable CI replays this corpus too.
 #![no_main]
 

@@ -1,4 +1,4 @@
-//! Benchmarks of the process drivers (issue 3; results in docs/benchmarks.md).
+//! Benchmarks of the process drivers (results in docs/benchmarks.md).
 //!
 //! ```text
 //! cargo run --release -p agentrun-tests --example driver_bench -- spawn [RUNS]

@@ -1,5 +1,6 @@
-//! Property checks of SPEC §2–4, shared by the fuzz targets, the corpus replay and the property
-//! tests. Every check panics only when a property is violated; any input is otherwise fine.
+//! Property checks of output capture, previews, hints and reads (docs/output-streams.md), shared by
+//! the fuzz targets, the corpus replay and the property tests. Every check panics only when a
+//! property is violated; any input is otherwise fine.
 //!
 //! The checks compare the core against small reference models written here from the spec (line
 //! splitting, the URI grammar, lossy decoding), not against the core's own helpers, so a bug in
@@ -25,7 +26,7 @@ use agentrun_core::{
 // ---------------------------------------------------------------------------------------------
 
 /// The lines of `content` as stored: each ends after its `\n`; a final segment without `\n` is
-/// a line; empty content has none (SPEC §2.3).
+/// a line; empty content has none.
 pub fn reference_lines(content: &[u8]) -> Vec<&[u8]> {
     content.split_inclusive(|&b| b == b'\n').collect()
 }
@@ -39,7 +40,7 @@ pub fn reference_line_start(content: &[u8], line: u64) -> usize {
         .sum()
 }
 
-/// Whether `s` is in the public URI grammar of SPEC §4, checked byte by byte.
+/// Whether `s` is in the public artifact URI grammar, checked byte by byte.
 pub fn matches_uri_grammar(s: &str) -> bool {
     let Some(rest) = s.strip_prefix("artifact://") else {
         return false;
@@ -72,7 +73,7 @@ fn lossy(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// The hint SPEC §3 prescribes for a truncated stream.
+/// The hint a truncated stream gets (docs/output-streams.md).
 pub fn hint(uri: &str, offset: u64) -> String {
     format!("[Truncated. Read more: read(filePath=\"{uri}\", offset={offset})]")
 }
@@ -199,8 +200,8 @@ fn foreign_channel(declaration: &OutputDeclaration, named: bool) -> OutputChanne
     }
 }
 
-/// Captures `case` as a streaming tool would, then checks every property of SPEC §2–3 on the
-/// record and its rendering:
+/// Captures `case` as a streaming tool would, then checks every property of capture and previews on
+/// the record and its rendering:
 ///
 /// * rejected deltas (undeclared channels) and display text never reach a stream, and a full
 ///   completion after streamed chunks is refused as mixed mode;
@@ -472,7 +473,7 @@ fn check_stream(
 
     // Longest prefix: unless the line limit stopped it, the next decoding unit (one character,
     // or one invalid sequence rendered as U+FFFD) would have exceeded the byte budget. The
-    // budget is SPEC §3's: the stream's share of the payload bound, less a quarter for the tail
+    // budget is the preview's: the stream's share of the payload bound, less a quarter for the tail
     // when the stream is truncated anyway (a stream that fits the whole budget is shown whole).
     let budget = limits.stream_budget(stream_count);
     let head_budget = if limits.tail_lines > 0 && p.truncated {

@@ -1,6 +1,7 @@
 //! Shared helpers for the cross-crate tests and the fuzz targets.
 //!
-//! * [`checks`]: the properties of SPEC §2–4 as functions that panic only on a violation;
+//! * [`checks`]: the properties of capture, previews, hints and reads as functions that panic only
+//!   on a violation;
 //! * [`auto_mode_checks`]: the properties of auto mode's sanitizer and verdict parser;
 //! * [`compaction_checks`]: the properties of compaction (transcripts, pruning, the retry);
 //! * [`harness_checks`]: the properties of the harness decoders through `Interpretation`;

@@ -1,5 +1,5 @@
-//! The process-driver conformance suite (SPEC §6–7, issue 3): every scenario is one generic
-//! function over [`Driver`], instantiated for agentrun-smol and agentrun-tokio by
+//! The process-driver conformance suite (process runs and the clean result channel): every scenario
+//! is one generic function over [`Driver`], instantiated for agentrun-smol and agentrun-tokio by
 //! [`conformance!`], so both drivers pass the identical suite.
 //!
 //! Fake agents are `sh -c` scripts (the runner itself never uses a shell: the scripts are
@@ -419,7 +419,7 @@ fn peak_rss() -> u64 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The clean result channel (SPEC §6)
+// The clean result channel (docs/result-channel.md)
 
 /// The seed's proving test: stdout is a flood of ANSI colour, tracing, a banner and a decoy
 /// verdict; the answer in the sink holds `{ "verdict": "MERGE" }` and stray ANSI-looking
@@ -755,7 +755,7 @@ fn concurrent_runs_have_their_own_sinks<D: Driver>() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Process control (SPEC §7)
+// Process control
 
 fn exit_codes_and_signals<D: Driver>() {
     let env = Env::new();

@@ -1,4 +1,4 @@
-//! One readable test per acceptance point of SPEC §2–3 (output streams, capture, previews and
+//! One readable test per guarantee of docs/output-streams.md (output streams, capture, previews and
 //! hints). Each runs the full property check ([`check_preview`]) and then asserts the point it
 //! is named for on the exact rendered text.
 

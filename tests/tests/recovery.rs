@@ -1,8 +1,8 @@
-//! Property tests of SPEC §3: for arbitrary byte streams (invalid UTF-8, `\r\n`, no final
-//! newline, lines far longer than `max_bytes`, multi-byte characters split at chunk
+//! Property tests of previews and hints: for arbitrary byte streams (invalid UTF-8, `\r\n`, no
+//! final newline, lines far longer than `max_bytes`, multi-byte characters split at chunk
 //! boundaries), arbitrary chunking, interleaving and limits, the checks of
-//! [`agentrun_tests::checks::check_preview`] hold: exact previews and hints, the payload bound,
-//! and recovery of every stream byte for byte by following the hints with `read` pages.
+//! [`agentrun_tests::checks::check_preview`] hold: exact previews and hints, the payload bound, and
+//! recovery of every stream byte for byte by following the hints with `read` pages.
 
 use agentrun_core::limits::MIN_PAYLOAD_BYTES;
 use agentrun_core::{CaptureStatus, OutputDeclaration, PreviewLimits};

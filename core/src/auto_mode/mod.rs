@@ -3,8 +3,9 @@
 //!
 //! [`AutoMode`] is the whole control flow as a pure, deterministic machine. It never runs a
 //! turn, a command or a file operation: it asks for them through [`Action`]s and is told
-//! what happened through `handle_*` events. A driver (agentrun-process's `AutoModeChannel`,
-//! which agentrun-smol and agentrun-tokio re-export) supplies the I/O.
+//! what happened through `handle_*` events. A driver supplies the I/O: agentrun-process's
+//! `auto_mode::AutoModeChannel`, generic over its runtime and re-exported by agentrun-smol
+//! and agentrun-tokio.
 //!
 //! The machine is the one owner of the harness session id: it records the id a finished turn
 //! reports (when plausible), names it in every [`Action::RunTurn`] and in

@@ -49,7 +49,8 @@ impl SessionStatus {
     }
 }
 
-/// What a session was started with; kept so `--continue` runs it the same way.
+/// What an auto-mode session was started with, kept in its session directory so a resumed
+/// session runs the same way (not the command line's configuration settings).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Settings {
     /// The objective, verbatim.

@@ -1,4 +1,4 @@
-//! The Antigravity decoder (`agy -p --output-format stream-json`, SPEC §12). Lines are keyed
+//! The Antigravity decoder (`agy -p --output-format stream-json`). Lines are keyed
 //! by `event`. The single `--print --output-format json` envelope (no `event`, with
 //! `conversation_id` and `status`) is accepted too, as a result.
 

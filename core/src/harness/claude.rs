@@ -1,6 +1,6 @@
 //! The Claude-shaped decoder, shared by Claude Code (`stream-json`) and Grok
 //! (`streaming-messages-json`, plus Grok's ACP-derived `streaming-json`). The dialect
-//! differences (SPEC §12) are private to this file.
+//! differences are private to this file.
 
 use std::collections::{HashMap, HashSet};
 

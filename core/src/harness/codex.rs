@@ -1,4 +1,4 @@
-//! The Codex decoder (`codex exec --json`, SPEC §12).
+//! The Codex decoder (`codex exec --json`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 

@@ -1,5 +1,5 @@
-//! [`Interpretation`]: a harness's stream decoder wrapped in the shared model and security
-//! policy (SPEC §8). The policy consumes semantic [`Evidence`] only; it contains no JSON
+//! [`Interpretation`]: a harness's stream decoder wrapped in the shared model and security policy
+//! (docs/interpretation.md). The policy consumes semantic [`Evidence`] only; it contains no JSON
 //! parsing and no harness switch.
 //!
 //! # Driving order

@@ -1,4 +1,4 @@
-//! Harness stream interpretation (SPEC §8 and §12): six agent CLIs behind one evidence
+//! Harness stream interpretation (docs/interpretation.md): six agent CLIs behind one evidence
 //! interface.
 //!
 //! * [`Harness`] is the registry: for each of Claude Code, Grok, Antigravity (`agy`), Codex,

@@ -1,4 +1,4 @@
-//! The Muse decoder (`muse exec --json`, SPEC §12). Envelope
+//! The Muse decoder (`muse exec --json`). Envelope
 //! `{stream{kind,id}, payload_type, payload}`. Muse streams carry no live model or safeguard
 //! evidence: the retained session log is the model and usage source, so this decoder never
 //! returns evidence.

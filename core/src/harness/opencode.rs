@@ -1,4 +1,4 @@
-//! The OpenCode decoder (`opencode run --format json`, SPEC §12). OpenCode streams carry no
+//! The OpenCode decoder (`opencode run --format json`). OpenCode streams carry no
 //! live model or safeguard evidence: the session export is authoritative, so this decoder
 //! never returns evidence.
 

@@ -1,5 +1,4 @@
-//! Progress rendering rules shared by every dialect (SPEC §12, "Common progress
-//! conventions").
+//! Progress rendering rules shared by every dialect (docs/interpretation.md, "Progress").
 //!
 //! * `session started` once, at the session-start event ([`SESSION_STARTED`]);
 //! * tool details cut to [`MAX_DETAIL_CHARS`] characters plus `…` ([`detail`]);

@@ -3,22 +3,35 @@
 
 use std::time::Duration;
 
+use agentrun_fs::config::DurationError;
+
 /// Parses a duration; the error says which forms are accepted.
-pub(crate) fn parse(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse(s: &str) -> Result<Duration, DurationError> {
     agentrun_fs::config::parse_duration(s)
+}
+
+/// Why a timeout option cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum TimeoutError {
+    /// Not a duration.
+    #[error(transparent)]
+    Invalid(#[from] DurationError),
+    /// A duration of zero.
+    #[error(
+        "a timeout of zero would stop it as soon as it starts; give a positive duration \
+         (e.g. 30s, 5m), or leave the option out for no timeout"
+    )]
+    Zero,
 }
 
 /// Parses a timeout, which must be more than zero: a zero timeout would stop the program (or
 /// every turn) the moment it starts, so it is refused with the option's name before anything
 /// runs, rather than failing later. Leaving the option out means no timeout.
-pub(crate) fn parse_timeout(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_timeout(s: &str) -> Result<Duration, TimeoutError> {
     let d = parse(s)?;
     if d.is_zero() {
-        return Err(
-            "a timeout of zero would stop it as soon as it starts; give a positive duration \
-             (e.g. 30s, 5m), or leave the option out for no timeout"
-                .to_owned(),
-        );
+        return Err(TimeoutError::Zero);
     }
     Ok(d)
 }
@@ -31,10 +44,19 @@ mod tests {
     fn a_timeout_must_be_more_than_zero() {
         for zero in ["0", "0s", "0ms", "0.0s", "0m", "0d"] {
             let e = parse_timeout(zero).unwrap_err();
-            assert!(e.contains("zero"), "{zero}: {e}");
+            assert!(matches!(e, TimeoutError::Zero), "{zero}: {e:?}");
+            assert!(e.to_string().contains("zero"), "{zero}: {e}");
         }
-        assert_eq!(parse_timeout("1ms"), Ok(Duration::from_millis(1)));
-        assert!(parse_timeout("soon").unwrap_err().contains("expected"));
+        assert_eq!(parse_timeout("1ms").ok(), Some(Duration::from_millis(1)));
+        let e = parse_timeout("soon").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TimeoutError::Invalid(DurationError::InvalidNumber { .. })
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("expected"), "{e}");
         // A plain duration (a grace period) may be zero.
         assert_eq!(parse("0s"), Ok(Duration::ZERO));
     }

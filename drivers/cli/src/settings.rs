@@ -55,7 +55,8 @@ impl<T> Setting<T> {
     }
 }
 
-/// The config file (if any) and the global flags, resolved on demand.
+/// The config file (if any) and the global flags, resolved on demand (the command line's
+/// configuration; an auto-mode session's own settings are `agentrun_core::auto_mode::Settings`).
 #[derive(Debug)]
 pub(crate) struct Settings {
     /// The config file looked for, and whether `--config` named it.

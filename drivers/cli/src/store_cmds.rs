@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentrun_core::ResultRecord;
-use agentrun_fs::config::{format_duration, parse_retention};
+use agentrun_fs::config::{RetentionError, format_duration, parse_retention};
 use agentrun_fs::{GcOptions, GcReport, RunListing};
 use clap::Args;
 
@@ -62,7 +62,7 @@ pub(crate) struct GcArgs {
 #[derive(Debug, Clone, Copy)]
 struct Retention(Option<Duration>);
 
-fn parse_retention_arg(s: &str) -> Result<Retention, String> {
+fn parse_retention_arg(s: &str) -> Result<Retention, RetentionError> {
     parse_retention(s).map(Retention)
 }
 

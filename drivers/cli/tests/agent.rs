@@ -1,7 +1,8 @@
 //! End-to-end scenarios of `agentrun agent` against fake harness CLIs
-//! (`tests/support/fake_harness.rs`, symlinked under each harness's program name into a
-//! directory put first on `PATH`). The fake checks the argv, environment and stdin SPEC §12
-//! prescribes and replays a recorded fixture from `tests/fixtures/harness/`.
+//! (`tests/support/fake_harness.rs`, symlinked under each harness's program name into a directory
+//! put first on `PATH`). The fake checks the argv, environment and stdin each harness is launched
+//! with (docs/interpretation.md, "Registry") and replays a recorded fixture from
+//! `tests/fixtures/harness/`.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

@@ -412,7 +412,7 @@ fn gc_keeps_what_records_reference() {
     }
 }
 
-// ---- Process drivers and the clean result channel (issue 3) ----
+// ---- Process drivers and the clean result channel ----
 
 /// `run --sink`: stdout is the clean answer alone, byte for byte; the preview (with the noisy
 /// stdout) and the footer go to stderr.

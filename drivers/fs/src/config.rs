@@ -214,9 +214,41 @@ fn default_path_from(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option
     Some(dir.join("agentrun").join("config.toml"))
 }
 
-/// Parses a human duration: `500ms`, `30s`, `5m`, `1h`, `30d`, or plain seconds. The error
-/// says which forms are accepted.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+/// Why a duration ([`parse_duration`]) cannot be read. Each message says which forms are
+/// accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DurationError {
+    /// The number before the unit is not one.
+    #[error("invalid duration {input:?}: expected e.g. 500ms, 30s, 5m, 1h, 30d")]
+    InvalidNumber {
+        /// The duration as given (trimmed).
+        input: String,
+        /// Why the number could not be read.
+        #[source]
+        source: std::num::ParseFloatError,
+    },
+    /// The unit is none of `ms`, `s`, `m`, `h`, `d`.
+    #[error("invalid duration unit {unit:?} in {input:?}: use ms, s, m, h or d")]
+    UnknownUnit {
+        /// The duration as given (trimmed).
+        input: String,
+        /// The unit.
+        unit: String,
+    },
+    /// The duration is longer than a `Duration` holds.
+    #[error("duration {input:?} is out of range")]
+    OutOfRange {
+        /// The duration as given (trimmed).
+        input: String,
+        /// Why it cannot be a `Duration`.
+        #[source]
+        source: std::time::TryFromFloatSecsError,
+    },
+}
+
+/// Parses a human duration: `500ms`, `30s`, `5m`, `1h`, `30d`, or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let s = s.trim();
     let split = s
         .find(|c: char| !c.is_ascii_digit() && c != '.')
@@ -224,7 +256,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let (number, unit) = s.split_at(split);
     let value: f64 = number
         .parse()
-        .map_err(|_| format!("invalid duration {s:?}: expected e.g. 500ms, 30s, 5m, 1h, 30d"))?;
+        .map_err(|source| DurationError::InvalidNumber {
+            input: s.to_owned(),
+            source,
+        })?;
     let seconds = match unit {
         "" | "s" => value,
         "ms" => value / 1000.0,
@@ -232,22 +267,36 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => value * 3600.0,
         "d" => value * 86_400.0,
         _ => {
-            return Err(format!(
-                "invalid duration unit {unit:?} in {s:?}: use ms, s, m, h or d"
-            ));
+            return Err(DurationError::UnknownUnit {
+                input: s.to_owned(),
+                unit: unit.to_owned(),
+            });
         }
     };
-    Duration::try_from_secs_f64(seconds).map_err(|_| format!("duration {s:?} is out of range"))
+    Duration::try_from_secs_f64(seconds).map_err(|source| DurationError::OutOfRange {
+        input: s.to_owned(),
+        source,
+    })
+}
+
+/// Why a retention period ([`parse_retention`]) cannot be read: not a duration, nor `never`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{source}, or \"never\"")]
+#[non_exhaustive]
+pub struct RetentionError {
+    /// Why it is not a duration.
+    #[source]
+    pub source: DurationError,
 }
 
 /// Parses a retention period: a duration, or `never` (keep forever, `None`).
-pub fn parse_retention(s: &str) -> Result<Option<Duration>, String> {
+pub fn parse_retention(s: &str) -> Result<Option<Duration>, RetentionError> {
     if s.trim() == "never" {
         return Ok(None);
     }
     parse_duration(s)
         .map(Some)
-        .map_err(|e| format!("{e}, or \"never\""))
+        .map_err(|source| RetentionError { source })
 }
 
 /// Renders a duration the way [`parse_duration`] reads it back, in the largest whole unit.
@@ -357,13 +406,51 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert!(parse_duration("soon").unwrap_err().contains("expected"));
-        assert!(parse_duration("5y").unwrap_err().contains("unit"));
+        assert!(
+            parse_duration("soon")
+                .unwrap_err()
+                .to_string()
+                .contains("expected")
+        );
+        assert!(
+            parse_duration("5y")
+                .unwrap_err()
+                .to_string()
+                .contains("unit")
+        );
         assert!(parse_duration("").is_err());
         for s in ["30d", "1h", "5m", "45s", "250ms"] {
             assert_eq!(format_duration(parse_duration(s).unwrap()), s);
         }
         assert_eq!(format_duration(Duration::from_secs(90)), "90s");
         assert_eq!(format_duration(Duration::ZERO), "0s");
+    }
+
+    #[test]
+    fn a_bad_duration_is_a_typed_error_with_its_source() {
+        use std::error::Error as _;
+        let e = parse_duration(" soon ").unwrap_err();
+        assert!(
+            matches!(&e, DurationError::InvalidNumber { input, .. } if input == "soon"),
+            "{e:?}"
+        );
+        assert!(e.source().is_some(), "the float error is kept");
+        let e = parse_duration("5y").unwrap_err();
+        assert_eq!(
+            e,
+            DurationError::UnknownUnit {
+                input: "5y".into(),
+                unit: "y".into()
+            }
+        );
+        let e = parse_duration(&format!("{}d", "9".repeat(400))).unwrap_err();
+        assert!(matches!(e, DurationError::OutOfRange { .. }), "{e:?}");
+        assert!(e.source().is_some(), "the range error is kept");
+        let e = parse_retention("soon").unwrap_err();
+        assert!(e.to_string().ends_with(", or \"never\""), "{e}");
+        assert!(matches!(
+            e.source().and_then(|s| s.downcast_ref::<DurationError>()),
+            Some(DurationError::InvalidNumber { .. })
+        ));
     }
 }

@@ -100,6 +100,7 @@ mod fault;
 #[cfg(test)]
 mod full_disk_tests;
 pub mod gc;
+pub mod harness_sessions;
 mod layout;
 mod lock;
 // The one module with `unsafe` code: mapping capture files to hash spliced bytes in place

@@ -1,7 +1,7 @@
-//! Result sinks (SPEC §6): allocation under the store's runtime directory, the bounded,
-//! verbatim read, and removal. The values (`ResultSink`, `SinkOutcome`) and the classification
-//! of the bytes read are in `agentrun_core::sink`; this module does the file work once for
-//! every driver.
+//! Result sinks (the clean result channel, docs/result-channel.md): allocation under the store's
+//! runtime directory, the bounded, verbatim read, and removal. The values (`ResultSink`,
+//! `SinkOutcome`) and the classification of the bytes read are in `agentrun_core::sink`; this
+//! module does the file work once for every driver.
 //!
 //! The read never follows a symbolic link, never blocks on a FIFO, never opens a controlling
 //! terminal and never reads more than `cap + 1` bytes:
@@ -187,8 +187,8 @@ impl Store {
 }
 
 /// Reads the sink at `path` verbatim: `O_NOFOLLOW | O_NONBLOCK` open, `fstat` regular-file,
-/// single-link and size check, at most `cap + 1` bytes read, then [`SinkOutcome::classify`]. Never fails: an
-/// I/O problem is [`SinkOutcome::Error`].
+/// single-link and size check, at most `cap + 1` bytes read, then [`SinkOutcome::classify`]. Never
+/// fails: an I/O problem is [`SinkOutcome::Error`].
 pub fn read_sink(path: &Path, cap: u64) -> (SinkOutcome, Option<String>) {
     read_with(
         |flags| rustix::fs::open(path, flags, Mode::empty()),

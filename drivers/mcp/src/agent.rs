@@ -112,7 +112,8 @@ fn parse_agent(server: &McpServer, map: &JsonObject) -> Result<(AgentOptions, Du
     let program = options
         .run_options()
         .map_err(|e| ArgError(format!("`agent`: {e}")))?
-        .program;
+        .get_program()
+        .to_owned();
     if let Some(executable) = server.inner.check_allowed(&program.to_string_lossy())? {
         options = options.program(executable);
     }

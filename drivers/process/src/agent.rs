@@ -46,6 +46,7 @@ use agentrun_core::process::{
     Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, RunSummary,
 };
 use agentrun_core::sink::ResultSink;
+use agentrun_fs::harness_sessions::{codex_sessions_dir, find_codex_session, find_muse_log};
 use futures_lite::Stream;
 use serde::Serialize;
 
@@ -248,7 +249,7 @@ impl AgentOptions {
             })
             .stop_signals(self.harness.stop_signals().sequence);
         if let Some(program) = &self.program {
-            options.program = program.clone().into_os_string();
+            options = options.program(program);
         }
         if let Some(label) = &self.label {
             options = options.label(label);
@@ -520,7 +521,7 @@ async fn run_turn<R: Runtime>(
     // where its session file ends, to read only what this run appends.
     let codex_before = match (&options.retained, harness, &options.request.resume) {
         (RetainedSource::Harness, Harness::Codex, Some(id)) if plausible_session_id(id) => {
-            let dir = codex_sessions_dir(&options);
+            let dir = codex_sessions_dir(|k| options.child_env(k));
             let id = id.clone();
             runner
                 .runtime
@@ -644,66 +645,6 @@ fn codex_snapshot(sessions: &Path, id: &str) -> Option<CodexSnapshot> {
     })
 }
 
-/// `$CODEX_HOME/sessions` (`CODEX_HOME` defaults to `~/.codex`).
-fn codex_sessions_dir(options: &AgentOptions) -> Option<PathBuf> {
-    let home = match options.child_env("CODEX_HOME") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(options.child_env("HOME")?).join(".codex"),
-    };
-    Some(home.join("sessions"))
-}
-
-/// The session file of thread `id`: `sessions/YYYY/MM/DD/rollout-…-<id>.jsonl`.
-fn find_codex_session(sessions: &Path, id: &str) -> Option<PathBuf> {
-    let suffix = format!("-{id}.jsonl");
-    find_three_deep(sessions, |name| {
-        name.starts_with("rollout-") && name.ends_with(&suffix)
-    })
-}
-
-/// The first entry three directory levels below `root` (`YYYY/MM/DD/<entry>`) whose name
-/// satisfies `wanted`, newest date first. Bounded: at most 4096 entries per directory.
-fn find_three_deep(root: &Path, wanted: impl Fn(&str) -> bool) -> Option<PathBuf> {
-    fn sorted(dir: &Path) -> Vec<PathBuf> {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .take(4096)
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect();
-        entries.sort();
-        entries.reverse();
-        entries
-    }
-    for year in sorted(root) {
-        for month in sorted(&year) {
-            for day in sorted(&month) {
-                for entry in sorted(&day) {
-                    if entry
-                        .file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(&wanted)
-                    {
-                        return Some(entry);
-                    }
-                }
-            }
-        }
-    }
-    None
-}
-
-/// Where Muse keeps session `id`'s log:
-/// `<XDG_DATA_HOME or ~/.local/share>/muse/sessions/<yyyy>/<mm>/<dd>/<id>/session.jsonl`.
-fn find_muse_log(options: &AgentOptions, id: &str) -> Option<PathBuf> {
-    let data = match options.child_env("XDG_DATA_HOME") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(options.child_env("HOME")?).join(".local/share"),
-    };
-    find_three_deep(&data.join("muse").join("sessions"), |name| name == id)
-        .map(|dir| dir.join("session.jsonl"))
-}
-
 /// Reads and parses the retained record; the error says why it is absent.
 async fn acquire<R: Runtime>(
     runner: &Runner<R>,
@@ -743,14 +684,14 @@ async fn acquire<R: Runtime>(
                 RetainedKind::MuseSessionLog => {
                     let options = options.clone();
                     blocking(runner, move || {
-                        let path = find_muse_log(&options, &id)
+                        let path = find_muse_log(|k| options.child_env(k), &id)
                             .ok_or_else(|| format!("{what} of session {id} was not found"))?;
                         read_capped(&path, 0).map_err(|e| format!("{what} {}: {e}", path.display()))
                     })
                     .await?
                 }
                 RetainedKind::CodexSession => {
-                    let dir = codex_sessions_dir(options);
+                    let dir = codex_sessions_dir(|k| options.child_env(k));
                     let mut record = blocking(runner, move || {
                         let (path, offset) = match &codex_before {
                             Some(before) => (before.path.clone(), before.len),
@@ -903,36 +844,21 @@ mod tests {
     }
 
     #[test]
-    fn harness_files_are_found_three_levels_down_newest_first() {
-        let dir = tempfile::tempdir().unwrap();
-        let sessions = dir.path().join("sessions");
-        for day in ["2026/11/29", "2026/11/30"] {
-            std::fs::create_dir_all(sessions.join(day)).unwrap();
-        }
-        std::fs::write(sessions.join("2026/11/29/rollout-a-th-1.jsonl"), "").unwrap();
-        std::fs::write(sessions.join("2026/11/30/rollout-b-th-2.jsonl"), "").unwrap();
-        std::fs::write(sessions.join("2026/11/30/rollout-b-xth-1.jsonl"), "").unwrap();
-        assert_eq!(
-            find_codex_session(&sessions, "th-1"),
-            Some(sessions.join("2026/11/29/rollout-a-th-1.jsonl"))
-        );
-        assert_eq!(find_codex_session(&sessions, "th-3"), None);
-        assert_eq!(find_codex_session(&dir.path().join("none"), "th-1"), None);
-    }
-
-    #[test]
     fn the_invocation_becomes_the_run_options() {
         let options = AgentOptions::new(Harness::OpenCode, "-x")
             .effort("high")
             .timeout(Duration::from_secs(5))
             .env("HOME", "/h");
         let run = options.run_options().unwrap();
-        assert_eq!(run.program, OsString::from("opencode"));
-        assert!(run.args.iter().any(|a| a == "--variant"));
-        assert_eq!(run.stop_signals, Harness::OpenCode.stop_signals().sequence);
-        assert_eq!(run.timeout, Some(Duration::from_secs(5)));
+        assert_eq!(run.get_program(), "opencode");
+        assert!(run.get_args().iter().any(|a| a == "--variant"));
+        assert_eq!(
+            run.get_stop_signals(),
+            Harness::OpenCode.stop_signals().sequence
+        );
+        assert_eq!(run.get_timeout(), Some(Duration::from_secs(5)));
         assert!(
-            run.env
+            run.get_envs()
                 .iter()
                 .any(|(k, v)| k == "OPENCODE_DISABLE_AUTOUPDATE" && v.is_some())
         );

@@ -28,6 +28,7 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::pin::Pin;
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -40,7 +41,9 @@ use futures_lite::Stream;
 use rustix::process::{Pid, Signal};
 
 use crate::live::{Ending, LiveRun, Prepared, RunError, TapPanics, prepare};
-use crate::os::{self, Delivery, LatchWatch, StdoutObserver, Watchdog};
+use crate::os::{self, Delivery, LatchWatch};
+use crate::pump::StdoutObserver;
+use crate::watchdog::Watchdog;
 
 /// What a process driver needs from an async runtime. agentrun-smol and agentrun-tokio
 /// implement it; everything else is written once, here.
@@ -51,7 +54,14 @@ pub trait Runtime: Clone + Send + Sync + 'static {
     /// Spawns `command` with `stdio` (called from within the run future).
     fn spawn(&self, command: Command, stdio: [Stdio; 3]) -> io::Result<Self::Child>;
 
-    /// Resolves at `deadline`.
+    /// The runtime's monotonic clock. Every instant of a run (the lifecycle's deadlines, the
+    /// last output, the duration) is read from it and handed to [`Runtime::sleep_until`], so a
+    /// runtime whose clock is virtual (tokio's paused clock) runs the whole timing policy in
+    /// virtual time. Called from the run future and from the runtime's blocking jobs (the
+    /// pumps record output times with it).
+    fn now(&self) -> Instant;
+
+    /// Resolves at `deadline` (an instant of [`Runtime::now`]'s clock).
     fn sleep_until(&self, deadline: Instant) -> impl Future<Output = ()> + Send + 'static;
 
     /// Runs `job` on the blocking pool. The job runs to its end even when the returned future
@@ -264,19 +274,27 @@ async fn run<R: Runtime>(
         lifecycle,
         (pumps_running, pumps_done),
     ) = rt
-        .spawn_blocking(move || -> Result<_, RunError> {
-            let prepared = prepare(&store, options)?;
-            let lifecycle = RunLifecycle::new(prepared.run.options(), Instant::now())?;
-            Ok((prepared, lifecycle, os::latch()?))
+        .spawn_blocking({
+            let rt = rt.clone();
+            move || -> Result<_, RunError> {
+                let prepared = prepare(&store, options)?;
+                let lifecycle = RunLifecycle::new(prepared.run.options(), rt.now())?;
+                Ok((prepared, lifecycle, os::latch()?))
+            }
         })
         .await??;
     let child = match rt.spawn(command, stdio) {
         Ok(child) => child,
         Err(e) => return Err(rt.spawn_blocking(move || run.spawn_failed(e)).await?),
     };
-    run.spawned(child.id(), Instant::now());
+    let clock = rt.clone();
+    run.spawned(child.id(), rt.now(), Arc::new(move || clock.now()));
     let group = os::group_of(child.id());
-    let watchdog = Watchdog::start(group, &run.options().stop_signals, run.options().kill_grace);
+    let watchdog = Watchdog::start(
+        group,
+        run.options().get_stop_signals(),
+        run.options().get_kill_grace(),
+    );
     let mut guard = DropGuard {
         state: Some(State {
             rt: rt.clone(),
@@ -316,7 +334,7 @@ async fn run<R: Runtime>(
     let mut tap_panicked = false;
     loop {
         let state = guard.state();
-        let now = Instant::now();
+        let now = rt.now();
         if let Some(ending) = state.apply_actions(now) {
             let State {
                 run,
@@ -386,7 +404,7 @@ async fn run<R: Runtime>(
             .await
         };
         let state = guard.state();
-        let now = Instant::now();
+        let now = rt.now();
         match event {
             Event::Exit(status) => state.exit(now, status.ok()),
             Event::PipesClosed => state.lifecycle.handle_pipes_closed(now),
@@ -484,14 +502,18 @@ impl<R: Runtime> State<R> {
         self.lifecycle.handle_exit(now, status.map(os::exit_of));
     }
 
-    /// The rest of a dropped run, on a blocking thread: the same lifecycle, driven by this
-    /// thread's clock, then the output captured so far finalized as cancelled. Between steps
-    /// it sleeps until the child exits (its pidfd), the pumps end, or the lifecycle's next
-    /// instant, whichever comes first.
+    /// The rest of a dropped run, on a blocking thread: the same lifecycle, then the output
+    /// captured so far finalized as cancelled. Between steps it sleeps until the child exits
+    /// (its pidfd), the pumps end, or the lifecycle's next instant, whichever comes first.
+    ///
+    /// No runtime may be left to move a virtual clock on, so time runs at the thread's real
+    /// pace from the runtime's last reading: the lifecycle's instants stay on the runtime's
+    /// clock and the rest of the escalation takes the real time it says.
     fn finish_dropped(mut self) {
         let mut pipes_reported = false;
+        let (dropped_at, real_start) = (self.rt.now(), Instant::now());
         loop {
-            let now = Instant::now();
+            let now = dropped_at + real_start.elapsed();
             if !self.exited {
                 match self.child.try_wait() {
                     Ok(None) => {}
@@ -561,7 +583,7 @@ impl<R: Runtime> Drop for DropGuard<R> {
         if let Some(mut state) = self.state.take() {
             // The first stop signal at once, from here; the grace and the rest cannot be
             // waited for in a `Drop`.
-            let now = Instant::now();
+            let now = state.rt.now();
             state.lifecycle.handle_cancel(now);
             let finished = state.apply_actions(now);
             let rt = state.rt.clone();
@@ -648,6 +670,10 @@ mod tests {
             let child = command.stdin(i).stdout(o).stderr(e).spawn()?;
             *self.spawned.lock().unwrap() = Some(child.id());
             Ok(PipelessChild(child))
+        }
+
+        fn now(&self) -> Instant {
+            Instant::now()
         }
 
         fn sleep_until(&self, deadline: Instant) -> impl Future<Output = ()> + Send + 'static {

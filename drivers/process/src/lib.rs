@@ -2,8 +2,10 @@
 //!
 //! * [`os`]: the child command (argv, never a shell; environment; working directory; its own
 //!   process group), signals to the group, pipes, `PATH` lookup. Blocking, runtime-free.
+//!   The pumps (child pipe to capture) and the [`Watchdog`](os::Watchdog) (stops a run's
+//!   group when the runner dies) are modules of their own, re-exported under `os`.
 //! * [`Runner`]: the process driver, generic over a small [`Runtime`] trait (spawn, wait for
-//!   the child, sleep until an instant, run a blocking job). The timing policy (deadline,
+//!   the child, read its clock, sleep until an instant, run a blocking job). The timing policy (deadline,
 //!   idle timeout, stop signals and grace, SIGKILL, pipe drain) is not here but in the sans-IO
 //!   `agentrun_core::lifecycle::RunLifecycle`, which this driver feeds and obeys; files are
 //!   agentrun-fs's business (the store, captures, the result sink).
@@ -25,7 +27,9 @@ mod compact;
 mod driver;
 mod live;
 pub mod os;
+mod pump;
 mod transcript_file;
+mod watchdog;
 
 pub use agent::{
     AgentError, AgentOptions, AgentRun, AgentRunBuilder, MAX_LINE_BYTES, RETAINED_CAP,

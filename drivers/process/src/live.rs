@@ -23,7 +23,7 @@ use agentrun_fs::special::{InputError, InputFile, open_input};
 use agentrun_fs::{CaptureSession, PreparedSink, Store, StoreError};
 
 use crate::os::{
-    self, Activity, Latch, LatchWatch, PumpEnd, SharedSession, StdoutObserver, TapPanic,
+    self, Activity, Clock, Latch, LatchWatch, PumpEnd, SharedSession, StdoutObserver, TapPanic,
 };
 
 /// Why a run could not be carried out (a child that runs and fails is not an error).
@@ -219,10 +219,10 @@ pub(crate) fn prepare(store: &Store, mut options: RunOptions) -> Result<Prepared
     // Giving the child's group the terminal instead (tcsetpgrp) would also hand it the job
     // control keys: a Ctrl-Z would stop it where the runner cannot see it, with the terminal
     // still held by the stopped group.
-    if options.stdin == StdinMode::Inherit && io::stdin().is_terminal() {
+    if *options.get_stdin() == StdinMode::Inherit && io::stdin().is_terminal() {
         return Err(RunError::StdinIsTerminal);
     }
-    if let Some(dir) = &options.current_dir {
+    if let Some(dir) = options.get_current_dir() {
         let problem = match std::fs::metadata(dir) {
             Ok(meta) if meta.is_dir() => None,
             Ok(_) => Some(io::Error::new(
@@ -233,8 +233,8 @@ pub(crate) fn prepare(store: &Store, mut options: RunOptions) -> Result<Prepared
         };
         if let Some(source) = problem {
             return Err(RunError::WorkingDirectory {
-                program: options.program.clone(),
-                dir: dir.clone(),
+                program: options.get_program().to_owned(),
+                dir: dir.to_owned(),
                 source,
             });
         }
@@ -242,7 +242,7 @@ pub(crate) fn prepare(store: &Store, mut options: RunOptions) -> Result<Prepared
     // Opened now, before the capture starts and without waiting for a writer: a regular
     // file becomes the child's stdin itself, anything else that can be read is passed on
     // by the stdin job as it comes.
-    let mut stdin = match &mut options.stdin {
+    let mut stdin = match options.get_stdin_mut() {
         // Moved, not copied: a summarizer's input may be hundreds of megabytes.
         StdinMode::Bytes(bytes) => Some(StdinFeed::Bytes(std::mem::take(bytes))),
         StdinMode::File(path) => {
@@ -262,11 +262,12 @@ pub(crate) fn prepare(store: &Store, mut options: RunOptions) -> Result<Prepared
         }
         _ => None,
     };
-    let mut session = store.begin_capture(options.declaration.clone(), options.limits)?;
+    let mut session =
+        store.begin_capture(options.get_declaration().clone(), options.get_limits())?;
     // Room for the command in the record, which is written at the end, when the disk may be
     // full: taken now, before anything runs.
     session.reserve_record_room(agentrun_core::process::command_bytes(&options.command()))?;
-    let sink = match &options.result_sink {
+    let sink = match options.get_result_sink() {
         Some(sink) => Some(store.prepare_sink(sink, session.run_id())?),
         None => None,
     };
@@ -356,14 +357,16 @@ impl LiveRun {
     /// removed when the run is dropped.
     pub(crate) fn spawn_failed(self, source: io::Error) -> RunError {
         RunError::Spawn {
-            program: self.options.program.clone(),
+            program: self.options.get_program().to_owned(),
             source,
         }
     }
 
-    /// Marks the spawn at `now`: the idle clock starts.
-    pub(crate) fn spawned(&mut self, pid: Option<u32>, now: Instant) {
-        self.activity = Arc::new(Activity::new(now));
+    /// Marks the spawn at `now` on the runtime's `clock`: the idle clock and the run's
+    /// duration start.
+    pub(crate) fn spawned(&mut self, pid: Option<u32>, now: Instant, clock: Clock) {
+        self.started = now;
+        self.activity = Arc::new(Activity::on_clock(now, clock));
         self.pid = pid;
     }
 
@@ -491,7 +494,7 @@ impl LiveRun {
         let (sink, result) = match (&self.sink, outcome.sink_not_read()) {
             (None, _) => (SinkOutcome::NotRequested, None),
             (Some(_), Some(reason)) => (SinkOutcome::NotRead { reason }, None),
-            (Some(sink), None) => sink.read(self.options.sink_cap),
+            (Some(sink), None) => sink.read(self.options.get_sink_cap()),
         };
         // A directory that cannot be removed is owner-only and harmless, and must not cost the
         // caller the run's result: it is reported beside it, and `agentrun gc` removes it.
@@ -508,7 +511,11 @@ impl LiveRun {
                 .started_wall
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
-            duration_ms: self.started.elapsed().as_millis() as u64,
+            duration_ms: self
+                .activity
+                .now()
+                .saturating_duration_since(self.started)
+                .as_millis() as u64,
         });
         if let Err(e) = described {
             // Not reached: the options were validated with the same bound before the spawn.
@@ -522,17 +529,14 @@ impl LiveRun {
                 status: outcome.capture_status(),
             })
             .map_err(|source| RunError::Unrecorded { exit, source })?;
-        Ok(ProcessResult {
-            outcome,
-            exit,
-            duration: self.started.elapsed(),
-            record,
-            result,
-            sink,
-            sink_cleanup_error,
-            pid: self.pid,
-            label: self.options.label,
-        })
+        let duration = self.activity.now().saturating_duration_since(self.started);
+        let mut run = ProcessResult::new(outcome, exit, duration, record);
+        run.result = result;
+        run.sink = sink;
+        run.sink_cleanup_error = sink_cleanup_error;
+        run.pid = self.pid;
+        run.label = self.options.get_label().map(str::to_owned);
+        Ok(run)
     }
 
     /// The run future was dropped and the group is stopped: the output captured so far is

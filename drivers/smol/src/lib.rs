@@ -51,6 +51,11 @@ impl agentrun_process::Runtime for SmolRuntime {
             .map(SmolChild)
     }
 
+    /// The std clock (smol's timers use it).
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
     fn sleep_until(&self, deadline: Instant) -> impl Future<Output = ()> + Send + 'static {
         let timer = smol::Timer::at(deadline);
         async move {

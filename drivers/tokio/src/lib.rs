@@ -55,6 +55,11 @@ impl agentrun_process::Runtime for TokioRuntime {
             .map(TokioChild)
     }
 
+    /// tokio's clock: virtual while it is paused (`tokio::time::pause`, `start_paused`).
+    fn now(&self) -> Instant {
+        tokio::time::Instant::now().into_std()
+    }
+
     fn sleep_until(&self, deadline: Instant) -> impl Future<Output = ()> + Send + 'static {
         tokio::time::sleep_until(deadline.into())
     }

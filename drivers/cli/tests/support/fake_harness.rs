@@ -1,11 +1,11 @@
 //! A fake harness CLI for the `agentrun agent` tests (`drivers/cli/tests/agent.rs`). Test-only:
 //! the tests compile it with `rustc` (it uses std only); it is not a binary of the package.
 //!
-//! Invoked under a harness program name (a symlink named `claude`, `grok`, `agy`, `codex`,
-//! `muse` or `opencode` on `PATH`), it checks its argv, environment and stdin against what
-//! SPEC §12 says that harness is launched with — written out here independently of the
-//! registry in `agentrun_core::harness` — and exits 90 with a one-line message on stderr on
-//! any mismatch. Then it replays a recorded stream line by line on stdout.
+//! Invoked under a harness program name (a symlink named `claude`, `grok`, `agy`, `codex`, `muse`
+//! or `opencode` on `PATH`), it checks its argv, environment and stdin against what that harness is
+//! launched with (docs/interpretation.md, "Registry") — written out here independently of the
+//! registry in `agentrun_core::harness` — and exits 90 with a one-line message on stderr on any
+//! mismatch. Then it replays a recorded stream line by line on stdout.
 //!
 //! Environment (all optional except `FAKE_FIXTURE` and `FAKE_PROMPT`):
 //!
@@ -33,7 +33,7 @@ fn fail(code: u8, name: &str, message: String) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// The argv (after the program) SPEC §12 prescribes for `name`.
+/// The argv (after the program) the harness `name` is launched with.
 fn expected_args(name: &str) -> Option<Vec<String>> {
     let prompt = var("FAKE_PROMPT").unwrap_or_default();
     let (model, effort, resume) = (var("FAKE_MODEL"), var("FAKE_EFFORT"), var("FAKE_RESUME"));

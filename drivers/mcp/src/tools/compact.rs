@@ -141,7 +141,8 @@ fn parse_compact(server: &McpServer, map: &JsonObject) -> Result<CompactCall, Ar
             let program = agent
                 .run_options()
                 .map_err(|e| ArgError(format!("`compact`: {e}")))?
-                .program;
+                .get_program()
+                .to_owned();
             if let Some(executable) = inner.check_allowed(&program.to_string_lossy())? {
                 agent = agent.program(executable);
             }
