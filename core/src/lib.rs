@@ -27,6 +27,7 @@
 pub mod auto_mode;
 pub mod capture;
 pub mod compaction;
+pub mod continuation;
 pub mod digest;
 pub mod harness;
 pub mod index;
@@ -47,6 +48,7 @@ pub mod uri;
 pub use capture::{
     Capture, CaptureCompletion, CaptureError, CaptureStatus, CaptureSummary, FullOutput,
 };
+pub use continuation::{Continuation, ModelRead, ReadSyntax};
 pub use digest::Digest;
 pub use limits::PreviewLimits;
 pub use manifest::Manifest;

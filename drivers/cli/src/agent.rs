@@ -28,7 +28,9 @@ use clap::Args;
 
 use crate::interpret::{Out, human, models_line};
 use crate::interrupts::Interrupts;
+use crate::read::CliRead;
 use crate::{Failure, duration, failure};
+use agentrun_core::ReadSyntax;
 
 /// Arguments of `agentrun agent`.
 #[derive(Debug, Args)]
@@ -275,15 +277,16 @@ fn exit_code(completion: &Completion) -> u8 {
     }
 }
 
-/// The run summary and the `agentrun read` command of every non-empty stream.
+/// The run summary and the `agentrun read` command of every non-empty stream, from its
+/// start (no preview of the harness's output was shown).
 fn footer(result: &ProcessResult) -> String {
     let record: &ResultRecord = &result.record;
     let mut s = crate::run_summary(record, result.outcome, result.exit);
     for stream in record.streams().iter().filter(|s| s.bytes > 0) {
         s.push_str(&format!(
-            "\nagentrun: {}: agentrun read {}",
+            "\nagentrun: {}: {}",
             stream.name.as_ref().map_or("output", |n| n.as_str()),
-            record.stream_uri(stream)
+            CliRead.read_call(&record.stream_uri(stream), stream.start())
         ));
     }
     s

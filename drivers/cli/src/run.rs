@@ -12,16 +12,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentrun_core::ResultRecord;
-use agentrun_core::page::{PageError, PageRequest};
 use agentrun_core::process::{Exit, RunOptions, RunOutcome, StdinMode};
 use agentrun_core::record::StreamRecord;
 use agentrun_core::sink::ResultSink;
-use agentrun_fs::{ReadError, Store};
 use clap::Args;
 
 use crate::failure::{self, Failure, plural, write_or_quiet};
+use crate::read::CliRead;
 use crate::settings::{LimitFlags, Settings};
 use crate::{duration, interrupts};
+use agentrun_core::ReadSyntax;
 
 /// Arguments of `agentrun run`.
 #[derive(Debug, Args)]
@@ -164,13 +164,7 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
         code = i32::from(failure::FAILED);
     }
     let mut out = io::stdout().lock();
-    let footer = footer(
-        &store,
-        &result.record,
-        result.outcome,
-        result.exit,
-        args.timeout,
-    );
+    let footer = footer(&result.record, result.outcome, result.exit, args.timeout);
     // A stdout that cannot be written (a full disk) fails the command, but only after the
     // footer: the run is kept, and the footer says where.
     let written = if args.json {
@@ -258,7 +252,6 @@ fn stream_name(stream: &StreamRecord) -> &str {
 /// The human summary on stderr: how the run ended, then per non-empty stream the command that
 /// reads it (continuing exactly after the preview when it was cut).
 pub(crate) fn footer(
-    store: &Store,
     record: &ResultRecord,
     outcome: RunOutcome,
     exit: Option<Exit>,
@@ -272,39 +265,25 @@ pub(crate) fn footer(
         );
         summary = summary.replacen("(timed out)", &after, 1);
     }
-    read_commands(store, record, &summary)
+    read_commands(record, &summary)
 }
 
-/// `summary`, then one `agentrun read` line per non-empty stream.
-pub(crate) fn read_commands(store: &Store, record: &ResultRecord, summary: &str) -> String {
+/// `summary`, then one `agentrun read` line per non-empty stream: where the preview stopped
+/// when it was cut (the record's continuation), else from the start.
+pub(crate) fn read_commands(record: &ResultRecord, summary: &str) -> String {
     let mut s = summary.to_owned();
     for stream in record.streams().iter().filter(|s| s.bytes > 0) {
         let uri = record.stream_uri(stream);
         let name = stream_name(stream);
         if stream.preview.truncated {
-            s.push_str(&format!(
-                "\nagentrun: rest of {name}: agentrun read {uri} {}",
-                continuation(store, record, stream)
-            ));
+            let read = CliRead.read_call(&uri, stream.continuation());
+            s.push_str(&format!("\nagentrun: rest of {name}: {read}"));
         } else {
-            s.push_str(&format!("\nagentrun: {name}: agentrun read {uri}"));
+            let read = CliRead.read_call(&uri, stream.start());
+            s.push_str(&format!("\nagentrun: {name}: {read}"));
         }
     }
     s
-}
-
-/// The read options that continue a truncated preview: `--offset N` (the first line not shown
-/// in full), or, when that line alone is too long for a page, `--byte-offset B` (the first
-/// byte not shown).
-fn continuation(store: &Store, record: &ResultRecord, stream: &StreamRecord) -> String {
-    let offset = stream.preview.newlines;
-    let probe = PageRequest::new(offset, 1).map(|r| store.read_page(&record.stream_uri(stream), r));
-    match probe {
-        Ok(Err(ReadError::Page(PageError::PageTooLarge { .. }))) => {
-            format!("--byte-offset {}", stream.preview.raw_bytes)
-        }
-        _ => format!("--offset {offset}"),
-    }
 }
 
 /// One line: the run id, how it ended, and each stream's size.

@@ -832,3 +832,59 @@ fn a_duplicate_request_id_is_refused_and_loses_no_answer() {
         "{answer}"
     );
 }
+
+/// A line longer than a page: the run's hint continues at the first byte not shown, the read
+/// it names works, and `resources/read` returns the first 2 MiB with metadata naming the byte
+/// continuation (it used to be an internal error).
+#[test]
+fn an_over_long_first_line_is_continued_by_byte_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(
+        &dir.path().join("store"),
+        &system_path(),
+        dir.path(),
+        &["--allow", "sh"],
+    );
+    server.initialize();
+    let script = "head -c 3000000 /dev/zero | tr '\\0' x; echo; echo after";
+    let answer = server.call(json!(1), "run", json!({"command": ["sh", "-c", script]}));
+    let text = text_of(&answer);
+    let hint = text
+        .lines()
+        .find(|l| l.starts_with("[Truncated. Read more: "))
+        .unwrap_or_else(|| panic!("no hint in {:?}", &text[text.len().saturating_sub(300)..]));
+    let (uri, byte) = hint
+        .split_once("read(filePath=\"")
+        .and_then(|(_, rest)| rest.split_once("\", byteOffset="))
+        .unwrap_or_else(|| panic!("not a byte hint: {hint}"));
+    let byte: u64 = byte.trim_end_matches(")]").parse().unwrap();
+    assert!(byte > 0, "{hint}");
+    let page = server.call(
+        json!(2),
+        "read",
+        json!({"filePath": uri, "byteOffset": byte}),
+    );
+    assert!(page["result"]["isError"] != json!(true), "{page}");
+    let body = page["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        !body.is_empty() && body.bytes().all(|b| b == b'x'),
+        "{page:.300}"
+    );
+
+    let resource = server.request(json!(3), "resources/read", json!({"uri": uri}));
+    let contents = &resource["result"]["contents"][0];
+    assert_eq!(
+        contents["text"].as_str().map(str::len),
+        Some(2 << 20),
+        "{:.300}",
+        resource.to_string()
+    );
+    let meta = &contents["_meta"];
+    assert_eq!(meta["next"], json!({"byteOffset": 2 << 20}), "{meta}");
+    assert_eq!(meta["totalBytes"], json!(3_000_007), "{meta}");
+    let continuation = meta["continuation"].as_str().unwrap();
+    assert!(
+        continuation.contains(&format!("byteOffset={}", 2 << 20)),
+        "{continuation}"
+    );
+}

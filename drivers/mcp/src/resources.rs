@@ -1,6 +1,8 @@
 //! The artifact store as MCP resources: templates, the recent runs, and `resources/read`.
 
-use agentrun_core::page::{MAX_PAGE_LINES, PageRequest};
+use agentrun_core::page::{ByteRange, MAX_PAGE_BYTES, MAX_PAGE_LINES, PageError, PageRequest};
+use agentrun_core::{BytePage, Page};
+use agentrun_fs::ReadError;
 use rmcp::model::{
     ErrorData, JsonObject, ListResourceTemplatesResult, ListResourcesResult, MetaObject,
     ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
@@ -19,6 +21,12 @@ pub(crate) struct RecentRun {
     pub(crate) uri: String,
     pub(crate) name: String,
     pub(crate) description: String,
+}
+
+/// The first page of a resource: lines, or bytes when its first line is longer than a page.
+enum First {
+    Lines(Page),
+    Bytes(BytePage),
 }
 
 impl McpServer {
@@ -69,18 +77,26 @@ impl McpServer {
         })?;
         let store = self.inner.store.clone();
         let read_uri = uri.clone();
-        let first = PageRequest::new(0, u64::from(MAX_PAGE_LINES))
+        let first = PageRequest::up_to(0, u64::from(MAX_PAGE_LINES))
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         let page = blocking(move || {
-            let page = store.read_page(&read_uri, first)?;
+            let page = match store.read_page(&read_uri, first) {
+                Ok(page) => First::Lines(page),
+                // A first line longer than a page: its first bytes, continued by byte offset.
+                Err(ReadError::Page(PageError::PageTooLarge { lines: 0, .. })) => {
+                    let range = ByteRange::new(0, MAX_PAGE_BYTES as u64)?;
+                    First::Bytes(store.read_bytes(&read_uri, range)?)
+                }
+                Err(e) => return Err(e),
+            };
             // A bare digest may name a manifest: say so with the JSON media type.
             let manifest = read_uri.stream.is_none() && store.manifest(&read_uri.digest)?.is_some();
-            Ok::<_, agentrun_fs::ReadError>((page, manifest))
+            Ok::<_, ReadError>((page, manifest))
         })
         .await?;
         let (page, manifest) = match page {
             Ok(found) => found,
-            Err(e @ agentrun_fs::ReadError::Missing(_)) => {
+            Err(e @ ReadError::Missing(_)) => {
                 return Err(ErrorData::resource_not_found(
                     e.to_string(),
                     Some(json!({"uri": request.uri})),
@@ -94,26 +110,45 @@ impl McpServer {
             }
         };
         let mut meta = JsonObject::new();
-        meta.insert("totalLines".into(), json!(page.total_lines));
-        meta.insert("lines".into(), json!(page.lines));
-        meta.insert("nextOffset".into(), json!(page.next_offset));
+        let bytes = match page {
+            First::Lines(page) => {
+                meta.insert("totalLines".into(), json!(page.total_lines));
+                meta.insert("lines".into(), json!(page.lines));
+                meta.insert("nextOffset".into(), json!(page.next_offset));
+                meta.insert("next".into(), render::continuation_json(page.continuation));
+                meta.insert(
+                    "continuation".into(),
+                    json!(render::page_continuation(&uri, &page)),
+                );
+                page.bytes
+            }
+            First::Bytes(page) => {
+                meta.insert("totalBytes".into(), json!(page.total_bytes));
+                meta.insert("bytes".into(), json!(page.bytes.len()));
+                meta.insert("nextByteOffset".into(), json!(page.next_byte_offset));
+                meta.insert(
+                    "next".into(),
+                    render::continuation_json(page.continuation()),
+                );
+                meta.insert(
+                    "continuation".into(),
+                    json!(render::byte_continuation(&uri, &page)),
+                );
+                page.bytes
+            }
+        };
         meta.insert(
             "contentIsUtf8".into(),
-            json!(std::str::from_utf8(&page.bytes).is_ok()),
-        );
-        meta.insert(
-            "continuation".into(),
-            json!(render::page_continuation(&uri, &page)),
+            json!(std::str::from_utf8(&bytes).is_ok()),
         );
         let mime = if manifest {
             "application/json"
         } else {
             "text/plain"
         };
-        let contents =
-            ResourceContents::text(String::from_utf8_lossy(&page.bytes), uri.to_string())
-                .with_mime_type(mime)
-                .with_meta(MetaObject(meta));
+        let contents = ResourceContents::text(String::from_utf8_lossy(&bytes), uri.to_string())
+            .with_mime_type(mime)
+            .with_meta(MetaObject(meta));
         Ok(ReadResourceResult::new(vec![contents]).into())
     }
 }

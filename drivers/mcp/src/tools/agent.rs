@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentrun_core::harness::{Harness, OutcomeStatus};
+use agentrun_core::{ModelRead, ReadSyntax};
 use agentrun_process::{AgentOptions, AgentRun};
 use agentrun_tokio::Runner;
 use rmcp::RoleServer;
@@ -180,10 +181,10 @@ impl AgentParts {
             let name = stream.name.as_ref().map_or("output", |n| n.as_str());
             let _ = writeln!(
                 tail,
-                "[{name} retained ({} lines, {} bytes): read(filePath=\"{}\", offset=0)]",
+                "[{name} retained ({} lines, {} bytes): {}]",
                 stream.lines,
                 stream.bytes,
-                record.stream_uri(stream)
+                ModelRead.read_call(&record.stream_uri(stream), stream.start())
             );
         }
         AgentParts { head, tail }

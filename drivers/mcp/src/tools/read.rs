@@ -15,10 +15,10 @@ const READ_DESCRIPTION: &str = "\
 Read retained output by its artifact URI: the filePath from a `[Truncated. Read more: \
 read(filePath=\"artifact://...\", offset=N)]` hint (artifact://<64 hex digits> or \
 artifact://<64 hex digits>/<stream>). Returns whole lines exactly as stored, from line \
-`offset` (zero-based, default 0), at most `limit` lines (1-2000, default 2000), then a line \
-saying which lines these were and the offset of the next page. For a single line too long for \
-a page, read bytes instead with byteOffset (and byteLimit, at most 2097152). Reads only \
-artifact URIs, never files.";
+`offset` (zero-based, default 0), at most `limit` lines (1-2000; default: up to 2000, as many \
+as fit 2 MiB), then a line saying which lines these were and the read call for the next page. \
+For a single line too long for a page, read bytes instead with byteOffset (and byteLimit, at \
+most 2097152); hints name it when needed. Reads only artifact URIs, never files.";
 
 pub(crate) fn read_tool() -> Tool {
     let schema = json!({
@@ -126,11 +126,13 @@ fn parse_read(map: &JsonObject) -> Result<ReadCall, ArgError> {
                     .to_owned(),
             ));
         }
+        // Without a limit, "a page": as many lines as fit, so that following a continuation
+        // is never refused for lines that are long together.
         None => ReadRange::Lines(
-            PageRequest::new(
-                offset.unwrap_or(0),
-                limit.unwrap_or(u64::from(MAX_PAGE_LINES)),
-            )
+            match limit {
+                Some(limit) => PageRequest::new(offset.unwrap_or(0), limit),
+                None => PageRequest::up_to(offset.unwrap_or(0), u64::from(MAX_PAGE_LINES)),
+            }
             .map_err(|e| ArgError(format!("`read`: {e}")))?,
         ),
     };

@@ -24,8 +24,9 @@ Run a program and get its output back bounded, with nothing lost. The program is
 directly with its arguments (never through a shell: no pipes, redirections, globs or $VARS; \
 to use them, run [\"sh\", \"-c\", \"...\"] if sh is allowed). stdout and stderr are retained \
 in full; the result shows a bounded preview of each stream, and when a stream was cut, a hint \
-`[Truncated. Read more: read(filePath=\"artifact://...\", offset=N)]`: call the `read` tool \
-with exactly that filePath and offset to see the rest, page by page. The result ends with the \
+`[Truncated. Read more: read(filePath=\"artifact://...\", offset=N)]` (byteOffset=B instead of \
+offset for a line longer than a page): call the `read` tool with exactly those arguments to \
+see the rest, page by page. The result ends with the \
 exit status. With sink=true the program also gets a private file named in \
 $AGENTRUN_RESULT_SINK; what it writes there comes back verbatim as its clean answer. Only \
 programs the server allows can run.";
