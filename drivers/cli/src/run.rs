@@ -17,7 +17,7 @@ use agentrun_core::record::StreamRecord;
 use agentrun_core::sink::ResultSink;
 use clap::Args;
 
-use crate::failure::{self, Failure, plural, write_or_quiet};
+use crate::failure::{Failure, plural, write_or_quiet};
 use crate::read::CliRead;
 use crate::settings::{LimitFlags, Settings};
 use crate::{duration, interrupts};
@@ -128,9 +128,9 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
     let result = smol::block_on(run.into_future());
     let result = match result {
         Ok(r) => r,
-        Err(e @ agentrun_smol::RunError::Spawn { .. }) => {
+        Err(e) if let Some(spawn) = e.spawn_failure() => {
             let failure = Failure {
-                code: e.exit_code().unwrap_or(failure::CANNOT_EXECUTE),
+                code: spawn.exit_code(),
                 kind: "spawn",
                 message: e.to_string(),
             };
@@ -150,19 +150,11 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
         }
         Err(e) => return Err(Failure::runtime(e)),
     };
-    let mut code = match (result.outcome, result.exit) {
-        (RunOutcome::TimedOut | RunOutcome::IdleTimedOut, _) => i32::from(failure::TIMED_OUT),
-        (RunOutcome::Cancelled, _) => interrupts.exit_code().map_or(130, i32::from),
-        (RunOutcome::Completed, Some(exit)) => exit.shell_code(),
-        (RunOutcome::Completed, None) => i32::from(failure::FAILED),
-        // An outcome this version does not know: not a success.
-        _ => i32::from(failure::FAILED),
+    // The library's policy; a stop on a signal agentrun received is told by its own code.
+    let code = match (result.outcome, interrupts.exit_code()) {
+        (RunOutcome::Cancelled, Some(code)) => code,
+        _ => agentrun_process::run_exit_code(&result),
     };
-    // A capture fault (full disk, …) must not pass for success: the child may have done its
-    // job, but part of its output was not retained.
-    if !result.record.faults.is_empty() && code == 0 {
-        code = i32::from(failure::FAILED);
-    }
     let mut out = io::stdout().lock();
     let footer = footer(&result.record, result.outcome, result.exit, args.timeout);
     // A stdout that cannot be written (a full disk) fails the command, but only after the
@@ -202,7 +194,7 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
     }
     report_faults(&result.record);
     written?;
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+    Ok(ExitCode::from(code))
 }
 
 /// One stderr line per capture fault: which stream is incomplete and why.

@@ -888,3 +888,34 @@ fn an_over_long_first_line_is_continued_by_byte_offset() {
         "{continuation}"
     );
 }
+
+/// A program that cannot start gets the code `agentrun run` exits with: 127 for a name too
+/// long to name any file, 126 for a file that cannot be executed.
+#[test]
+fn a_program_that_cannot_start_is_told_with_the_shell_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(
+        &dir.path().join("store"),
+        &system_path(),
+        dir.path(),
+        &["--allow-all"],
+    );
+    server.initialize();
+    let script = dir.path().join("not-executable");
+    std::fs::write(&script, "#!/bin/sh\n").unwrap();
+    for (id, program, code) in [
+        (1, "a".repeat(5000), 127),
+        (2, format!("/{}", "a".repeat(5000)), 127),
+        (3, script.display().to_string(), 126),
+    ] {
+        let answer = server.call(json!(id), "run", json!({"command": [program]}));
+        assert_eq!(answer["result"]["isError"], json!(true), "{answer:.300}");
+        let text = text_of(&answer);
+        assert!(
+            text.contains(&format!(
+                "[Not started: exit code {code}, as a shell gives it]"
+            )),
+            "{text:.600}"
+        );
+    }
+}

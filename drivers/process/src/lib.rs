@@ -8,6 +8,8 @@
 //!   `agentrun_core::lifecycle::RunLifecycle`, which this driver feeds and obeys; files are
 //!   agentrun-fs's business (the store, captures, the result sink).
 //!
+//! * [`exit`]: the one exit policy: why a program could not start and its shell code, a run's
+//!   code, an agent turn's code.
 //! * [`auto_mode`]: auto mode's runner (one harness turn per prompt) and channel (the core's
 //!   phase machine over a session directory), generic over the same [`Runtime`].
 //!
@@ -17,6 +19,7 @@
 mod agent;
 pub mod auto_mode;
 mod driver;
+pub mod exit;
 mod live;
 pub mod os;
 
@@ -31,7 +34,8 @@ pub use driver::{ChildProcess, RunBuilder, Runner, Runtime};
 pub mod api {
     pub use crate::agent::{AgentError, AgentOptions, AgentRun, RetainedSource};
     pub use crate::auto_mode::{HarnessLaunch, ProgressSink, StopRequests};
-    pub use crate::live::{RunError, spawn_exit_code};
+    pub use crate::exit::{SpawnFailure, agent_exit_code, run_exit_code, turn_exit_code};
+    pub use crate::live::RunError;
     pub use agentrun_core::process::{
         Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, StdinMode,
     };
@@ -40,7 +44,8 @@ pub mod api {
     };
     pub use agentrun_fs::sink::read_sink;
 }
-pub use live::{RunError, spawn_exit_code};
+pub use exit::{SpawnFailure, agent_exit_code, run_exit_code, turn_exit_code};
+pub use live::RunError;
 pub use os::program_exists;
 
 /// Declares a runtime crate's public driver types for its [`Runtime`] implementation, so

@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::args::{ArgError, Args};
 use crate::progress::{Watch, report_progress};
 use crate::render::{self, Answer, push_answer};
-use crate::tools::{object, retain_text, stop_future, tool_error};
+use crate::tools::{not_started, object, retain_text, stop_future, tool_error};
 use crate::{MAX_TIMEOUT, McpServer};
 
 const AGENT_DESCRIPTION: &str = "\
@@ -288,6 +288,9 @@ impl McpServer {
         };
         let turn = match turn {
             Ok(turn) => turn,
+            Err(agentrun_tokio::AgentError::Run(e)) if let Some(spawn) = e.spawn_failure() => {
+                return Ok(tool_error(not_started(&e, spawn)));
+            }
             Err(e) => return Ok(tool_error(format!("the agent could not run: {e}"))),
         };
         let final_message = turn

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use agentrun_core::capture::FullOutput;
 use agentrun_core::{CaptureCompletion, CaptureStatus, OutputDeclaration};
+use agentrun_tokio::SpawnFailure;
 use rmcp::RoleServer;
 use rmcp::model::{CallToolResult, ContentBlock, ErrorData, JsonObject};
 use rmcp::service::RequestContext;
@@ -36,6 +37,16 @@ impl From<ArgError> for CallToolResult {
     fn from(e: ArgError) -> Self {
         tool_error(e.0)
     }
+}
+
+/// Why a program did not start, with the exit code a shell gives that (the library's exit
+/// policy: 127 no such program, 126 cannot be executed).
+pub(crate) fn not_started(error: &dyn std::error::Error, spawn: SpawnFailure) -> String {
+    // The code first: the error echoes the program's name, and a long one is cut.
+    format!(
+        "[Not started: exit code {}, as a shell gives it] {error}",
+        spawn.exit_code()
+    )
 }
 
 /// A text for the model (a clean answer, a final message): shown in full when it is within

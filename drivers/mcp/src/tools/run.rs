@@ -16,7 +16,7 @@ use crate::args::{ArgError, Args};
 use crate::progress::{Watch, report_progress};
 use crate::render::{self, Answer};
 use crate::resources::RecentRun;
-use crate::tools::{object, retain_text, stop_future, tool_error};
+use crate::tools::{not_started, object, retain_text, stop_future, tool_error};
 use crate::{Allow, Inner, MAX_TIMEOUT, McpServer, RECENT_RUNS};
 
 const RUN_DESCRIPTION: &str = "\
@@ -229,7 +229,10 @@ impl McpServer {
         };
         let result = match result {
             Ok(result) => result,
-            Err(e @ (RunError::Spawn { .. } | RunError::WorkingDirectory { .. })) => {
+            Err(e) if let Some(spawn) = e.spawn_failure() => {
+                return Ok(tool_error(not_started(&e, spawn)));
+            }
+            Err(e @ RunError::WorkingDirectory { .. }) => {
                 return Ok(tool_error(e.to_string()));
             }
             Err(e) => return Ok(tool_error(format!("the run failed: {e}"))),
