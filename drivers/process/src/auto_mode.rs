@@ -24,7 +24,7 @@ use std::time::{Duration, SystemTime};
 use agentrun_core::PreviewLimits;
 use agentrun_core::auto_mode::{Action, AutoMode, AutoModeState, VerificationResult};
 use agentrun_core::harness::Harness;
-use agentrun_core::process::{Exit, ProcessResult, RunOptions, RunOutcome};
+use agentrun_core::process::{ProcessResult, RunOptions, RunOutcome};
 use agentrun_core::sink::ResultSink;
 use agentrun_core::turn::{AgentSession, Channel, ChannelError, NextPrompt, TurnError, TurnOutput};
 use agentrun_fs::auto_session::SessionDir;
@@ -458,11 +458,9 @@ impl<'a, R: Runtime> AutoModeChannel<'a, R> {
         }
         match run.await {
             Ok(result) => VerificationResult {
-                exit_code: match result.outcome {
-                    RunOutcome::Completed => result.exit.map(Exit::shell_code),
-                    RunOutcome::TimedOut | RunOutcome::IdleTimedOut => Some(124),
-                    _ => None,
-                },
+                // The run's shell-style code; a stopped verification has none.
+                exit_code: (result.outcome != RunOutcome::Cancelled)
+                    .then(|| i32::from(crate::exit::run_exit_code(&result))),
                 output: result.model_text(),
                 artifacts: artifact_uris(&result),
             },
