@@ -160,6 +160,15 @@ impl Server {
     }
 }
 
+impl Server {
+    /// A server over a store in `dir`, on the system's PATH, initialized.
+    fn initialized(dir: &Path, args: &[&str]) -> Self {
+        let mut server = Server::start(&dir.join("store"), &system_path(), dir, args);
+        server.initialize();
+        server
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -839,13 +848,7 @@ fn a_duplicate_request_id_is_refused_and_loses_no_answer() {
 #[test]
 fn an_over_long_first_line_is_continued_by_byte_offset() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start(
-        &dir.path().join("store"),
-        &system_path(),
-        dir.path(),
-        &["--allow", "sh"],
-    );
-    server.initialize();
+    let mut server = Server::initialized(dir.path(), &["--allow", "sh"]);
     let script = "head -c 3000000 /dev/zero | tr '\\0' x; echo; echo after";
     let answer = server.call(json!(1), "run", json!({"command": ["sh", "-c", script]}));
     let text = text_of(&answer);
@@ -894,13 +897,7 @@ fn an_over_long_first_line_is_continued_by_byte_offset() {
 #[test]
 fn a_program_that_cannot_start_is_told_with_the_shell_code() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start(
-        &dir.path().join("store"),
-        &system_path(),
-        dir.path(),
-        &["--allow-all"],
-    );
-    server.initialize();
+    let mut server = Server::initialized(dir.path(), &["--allow-all"]);
     let script = dir.path().join("not-executable");
     std::fs::write(&script, "#!/bin/sh\n").unwrap();
     for (id, program, code) in [
