@@ -273,6 +273,9 @@ struct StreamCapture {
     head_cap: usize,
     head_line_cap: u64,
     head_newlines: u64,
+    /// Stream offset of the first `\n` after the retained head: with the head, where the
+    /// first line a preview does not show in full ends, for its continuation.
+    newline_after_head: Option<u64>,
     tail: Option<TailCapture>,
 }
 
@@ -286,6 +289,7 @@ impl StreamCapture {
             head_cap,
             head_line_cap: limits.max_lines,
             head_newlines: 0,
+            newline_after_head: None,
             tail: (limits.tail_lines > 0).then(|| TailCapture {
                 cap: limits.tail_window_bytes(streams),
                 window: TailWindow::default(),
@@ -294,6 +298,7 @@ impl StreamCapture {
     }
 
     fn push(&mut self, chunk: &[u8]) {
+        let before = self.indexer.total_bytes();
         self.digest.update(chunk);
         self.indexer.update(chunk);
         // Keep the head until it holds max_lines lines or max_bytes bytes: no preview can
@@ -313,6 +318,14 @@ impl StreamCapture {
             };
             self.head.extend_from_slice(&rest[..take]);
             rest = &rest[take..];
+        }
+        // Bytes left over are past the head (it is full): look for the first newline there
+        // until one is found (memchr, so even a stream without one costs little).
+        if self.newline_after_head.is_none()
+            && let Some(i) = memchr::memchr(b'\n', rest)
+        {
+            let at = chunk.len() - rest.len() + i;
+            self.newline_after_head = Some(before + at as u64);
         }
         if let Some(tail) = &mut self.tail {
             tail.push(chunk);
@@ -335,6 +348,8 @@ pub struct StreamSummary {
     pub head: Vec<u8>,
     /// The retained tail window, when the tail view is on.
     pub tail: Option<TailWindow>,
+    /// Stream offset of the first `\n` after the retained head (`None`: there is none).
+    pub newline_after_head: Option<u64>,
     /// Index entries not yet drained, in block order (the last partial block included).
     pub index_entries: Vec<IndexEntry>,
     /// The index header.
@@ -637,6 +652,7 @@ impl Capture {
                     lines,
                     head: s.head,
                     tail: s.tail.map(|tail| tail.finish(newlines)),
+                    newline_after_head: s.newline_after_head,
                     index_entries,
                     index_header,
                 }

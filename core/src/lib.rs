@@ -42,6 +42,7 @@
 pub mod auto_mode;
 pub mod capture;
 pub mod compaction;
+pub mod continuation;
 pub mod digest;
 pub mod harness;
 pub mod index;
@@ -62,6 +63,7 @@ pub mod uri;
 pub use capture::{
     Capture, CaptureCompletion, CaptureError, CaptureStatus, CaptureSummary, FullOutput,
 };
+pub use continuation::{Continuation, ModelRead, ReadSyntax};
 pub use digest::Digest;
 pub use limits::PreviewLimits;
 pub use manifest::Manifest;

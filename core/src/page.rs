@@ -8,6 +8,8 @@
 //! Driving order: [`PageCursor::new`] → [`PageCursor::handle_bytes`] until it returns
 //! [`CursorState::Complete`] or the artifact ends → [`PageCursor::finish`].
 
+use crate::continuation::{Continuation, ModelRead, ReadSyntax};
+
 /// Largest page, in bytes (2 MiB). A page that would exceed it is an error, never truncated.
 pub const MAX_PAGE_BYTES: usize = 2 << 20;
 
@@ -74,15 +76,33 @@ pub struct PageRequest {
     pub offset: u64,
     /// Most lines to return, 1–2000.
     pub limit: u32,
+    /// Whether fewer lines are returned when `limit` lines exceed [`MAX_PAGE_BYTES`]
+    /// ([`up_to`](Self::up_to)) instead of an error.
+    fit: bool,
 }
 
 impl PageRequest {
     /// Validates the limit.
     pub fn new(offset: u64, limit: u64) -> Result<Self, PageError> {
         match u32::try_from(limit) {
-            Ok(l) if (1..=MAX_PAGE_LINES).contains(&l) => Ok(Self { offset, limit: l }),
+            Ok(l) if (1..=MAX_PAGE_LINES).contains(&l) => Ok(Self {
+                offset,
+                limit: l,
+                fit: false,
+            }),
             _ => Err(PageError::Limit(limit)),
         }
+    }
+
+    /// At most `limit` lines from `offset`, fewer when they would exceed the page bound: what
+    /// a reader following a continuation asks for, so that a page of long lines is served
+    /// rather than refused. Line `offset` alone over the bound is still refused
+    /// ([`PageError::PageTooLarge`] with `lines: 0`); a continuation never points there.
+    pub fn up_to(offset: u64, limit: u64) -> Result<Self, PageError> {
+        Ok(Self {
+            fit: true,
+            ..Self::new(offset, limit)?
+        })
     }
 }
 
@@ -91,6 +111,7 @@ impl Default for PageRequest {
         Self {
             offset: 0,
             limit: MAX_PAGE_LINES,
+            fit: false,
         }
     }
 }
@@ -106,6 +127,9 @@ pub struct Page {
     pub total_lines: u64,
     /// First line not returned, when more remain.
     pub next_offset: Option<u64>,
+    /// Where reading continues: line `next_offset`, or its first byte when that line alone is
+    /// longer than a page (the store decides this from the line index), or the end.
+    pub continuation: Continuation,
     /// The stored bytes.
     pub bytes: Vec<u8>,
 }
@@ -119,14 +143,17 @@ impl Page {
         if !out.is_empty() && !out.ends_with('\n') {
             out.push('\n');
         }
-        match self.next_offset {
-            Some(next) => out.push_str(&format!(
-                "[Lines {}-{} of {}. Read more: read(filePath=\"{uri}\", offset={next})]",
+        match self.continuation {
+            Continuation::End => {
+                out.push_str(&format!("[End of artifact: {} lines]", self.total_lines));
+            }
+            at => out.push_str(&format!(
+                "[Lines {}-{} of {}. Read more: {}]",
                 self.offset,
                 self.offset + self.lines.saturating_sub(1),
-                self.total_lines
+                self.total_lines,
+                ModelRead.read_call(uri, at)
             )),
-            None => out.push_str(&format!("[End of artifact: {} lines]", self.total_lines)),
         }
         out
     }
@@ -150,6 +177,10 @@ pub struct PageCursor {
     start_byte: u64,
     bytes: Vec<u8>,
     lines: u64,
+    /// Bytes of the whole lines taken so far (`bytes` may end inside a line).
+    whole: usize,
+    /// A fitting request stopped at the page bound.
+    full: bool,
 }
 
 impl PageCursor {
@@ -168,27 +199,36 @@ impl PageCursor {
             start_byte,
             bytes: Vec::new(),
             lines: 0,
+            whole: 0,
+            full: false,
         })
     }
 
     /// Feeds the next bytes. Bytes after the page's last line are ignored.
     pub fn handle_bytes(&mut self, mut chunk: &[u8]) -> Result<CursorState, PageError> {
         let limit = u64::from(self.request.limit);
-        while self.lines < limit && !chunk.is_empty() {
+        while self.lines < limit && !self.full && !chunk.is_empty() {
             let (take, ends_line) = match memchr::memchr(b'\n', chunk) {
                 Some(i) => (i + 1, true),
                 None => (chunk.len(), false),
             };
             if self.bytes.len() + take > MAX_PAGE_BYTES {
+                if self.request.fit && self.lines > 0 {
+                    // The lines that fit, without the start of the one that does not.
+                    self.bytes.truncate(self.whole);
+                    self.full = true;
+                    break;
+                }
                 return Err(self.too_large());
             }
             self.bytes.extend_from_slice(&chunk[..take]);
             chunk = &chunk[take..];
             if ends_line {
                 self.lines += 1;
+                self.whole = self.bytes.len();
             }
         }
-        Ok(if self.lines >= limit {
+        Ok(if self.lines >= limit || self.full {
             CursorState::Complete
         } else {
             CursorState::NeedMore
@@ -214,11 +254,13 @@ impl PageCursor {
             lines += 1; // the unterminated final line of the artifact
         }
         let end = self.request.offset + lines;
+        let next_offset = (end < self.total_lines).then_some(end);
         Page {
             offset: self.request.offset,
             lines,
             total_lines: self.total_lines,
-            next_offset: (end < self.total_lines).then_some(end),
+            next_offset,
+            continuation: next_offset.map_or(Continuation::End, Continuation::Line),
             bytes: self.bytes,
         }
     }
@@ -251,7 +293,13 @@ pub fn extract_page(content: &[u8], request: PageRequest) -> Result<Page, PageEr
     let start = line_start(content, request.offset).unwrap_or(content.len());
     let mut cursor = PageCursor::new(request, total, start as u64)?;
     cursor.handle_bytes(&content[start..])?;
-    Ok(cursor.finish())
+    let mut page = cursor.finish();
+    if let Some(next) = page.next_offset {
+        let from = start + page.bytes.len();
+        let to = line_start(content, next + 1).unwrap_or(content.len());
+        page.continuation = Continuation::at_line(next, from as u64, to as u64, from as u64);
+    }
+    Ok(page)
 }
 
 /// A validated byte-range request.
@@ -302,6 +350,12 @@ pub struct BytePage {
 }
 
 impl BytePage {
+    /// Where reading continues: the next byte, or the end.
+    pub fn continuation(&self) -> Continuation {
+        self.next_byte_offset
+            .map_or(Continuation::End, Continuation::Byte)
+    }
+
     /// Wraps the bytes read for a clipped range.
     pub fn new(offset: u64, total_bytes: u64, bytes: Vec<u8>) -> Self {
         let end = offset + bytes.len() as u64;

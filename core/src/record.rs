@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::capture::{CaptureFault, CaptureStatus, CaptureSummary, StreamSummary};
+use crate::continuation::{Continuation, ModelRead, ReadSyntax};
 use crate::digest::Digest;
 use crate::limits::PreviewLimits;
 use crate::preview::{cut_head, cut_tail};
@@ -111,6 +112,32 @@ pub struct StreamRecord {
     pub preview: HeadPreview,
     /// Tail view, when enabled and useful.
     pub tail: Option<TailPreview>,
+    /// Where reading continues after the preview, decided when the capture finished (absent
+    /// in records written before it existed: see [`continuation`](Self::continuation)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<Continuation>,
+}
+
+impl StreamRecord {
+    /// Where reading continues after the preview: the first line not shown in full, or the
+    /// first byte not shown when that line is longer than a page, or the end. A record
+    /// written before the continuation was stored continues at the line, as it was shown then.
+    pub fn continuation(&self) -> Continuation {
+        match self.continuation {
+            Some(at) => at,
+            None if self.preview.truncated => Continuation::Line(self.preview.newlines),
+            None => Continuation::End,
+        }
+    }
+
+    /// Where reading the stream from its start begins: line 0, or byte 0 when its first line
+    /// is longer than a page (the preview then shows part of it and continues by byte).
+    pub fn start(&self) -> Continuation {
+        match self.continuation() {
+            Continuation::Byte(_) if self.preview.newlines == 0 => Continuation::Byte(0),
+            _ => Continuation::Line(0),
+        }
+    }
 }
 
 /// The retained output of a record.
@@ -338,9 +365,16 @@ impl ResultRecord {
 
     /// The model-facing text: an incomplete marker when needed, how the program ended when it
     /// exited with a non-zero code or was killed by a signal, then per stream its heading
-    /// (named output only), preview, hint when truncated, and optional tail view. Its length
-    /// never exceeds `limits.max_payload_bytes`.
+    /// (named output only), preview, hint when truncated (a call of the model's read tool,
+    /// [`ModelRead`]), and optional tail view. Its length never exceeds
+    /// `limits.max_payload_bytes`.
     pub fn render(&self) -> String {
+        self.render_with(&ModelRead)
+    }
+
+    /// [`render`](Self::render) with the hints in another read syntax. A syntax whose calls
+    /// are longer than the model's may exceed the payload bound by the difference.
+    pub fn render_with(&self, syntax: &dyn ReadSyntax) -> String {
         let mut out = String::new();
         if self.incomplete {
             out.push_str(&self.status_line());
@@ -368,9 +402,8 @@ impl ResultRecord {
             if s.preview.truncated {
                 let _ = writeln!(
                     out,
-                    "[Truncated. Read more: read(filePath=\"{}\", offset={})]",
-                    self.stream_uri(s),
-                    s.preview.newlines
+                    "[Truncated. Read more: {}]",
+                    syntax.read_call(&self.stream_uri(s), s.continuation())
                 );
                 if let Some(t) = &s.tail {
                     let _ = writeln!(
@@ -462,6 +495,7 @@ fn empty_stream(name: Option<StreamName>) -> StreamRecord {
             truncated: false,
         },
         tail: None,
+        continuation: None,
     }
 }
 
@@ -512,9 +546,28 @@ fn stream_record(s: &StreamSummary, limits: &PreviewLimits, streams: usize) -> S
         sha256: s.digest,
         bytes: s.bytes,
         lines: s.lines,
+        continuation: Some(continuation(s, &preview)),
         preview,
         tail,
     }
+}
+
+/// Where reading continues after `preview`: the end of the first line not shown in full is in
+/// the retained head, or at the first newline after it, or at the end of the stream.
+fn continuation(s: &StreamSummary, preview: &HeadPreview) -> Continuation {
+    let shown = &s.head[..preview.raw_bytes as usize];
+    let line_start = memchr::memrchr(b'\n', shown).map_or(0, |i| i + 1);
+    let line_end = match memchr::memchr(b'\n', &s.head[line_start..]) {
+        Some(i) => (line_start + i + 1) as u64,
+        None => s.newline_after_head.map_or(s.bytes, |at| at + 1),
+    };
+    Continuation::after(
+        preview.raw_bytes,
+        s.bytes,
+        preview.newlines,
+        line_start as u64,
+        line_end,
+    )
 }
 
 #[cfg(test)]
@@ -609,6 +662,78 @@ mod tests {
         let s = &r.streams()[0];
         assert_eq!((s.preview.text.as_str(), s.preview.newlines), ("ab\ncd", 1));
         assert!(r.render().ends_with("offset=1)]\n"));
+    }
+
+    #[test]
+    fn a_line_longer_than_a_page_is_continued_at_the_first_byte_not_shown() {
+        use crate::page::MAX_PAGE_BYTES;
+        let long = vec![b'x'; MAX_PAGE_BYTES + 1];
+        // Over-long first line, cut inside the head; over-long line after short ones, cut
+        // past the head (the newline that ends it is found after the head); a line of exactly
+        // a page (with its newline) is still read by lines.
+        // (stream, whether it continues by byte at the first byte not shown, else at line 0)
+        let cases = [
+            ([&long[..], b"\nnext\n"].concat(), true),
+            ([b"a\nb\n", &long[..], b"\n"].concat(), true),
+            (
+                [&vec![b'y'; MAX_PAGE_BYTES - 1][..], b"\nz"].concat(),
+                false,
+            ),
+        ];
+        let limits = PreviewLimits {
+            max_bytes: 1000,
+            ..Default::default()
+        };
+        for (bytes, by_byte) in cases {
+            for chunk in [bytes.len(), 4096, 999] {
+                let chunks: Vec<(&str, &[u8])> = bytes.chunks(chunk).map(|c| ("", c)).collect();
+                let r = run(OutputDeclaration::Single, limits, &chunks);
+                let s = &r.streams()[0];
+                let want = if by_byte {
+                    Continuation::Byte(s.preview.raw_bytes)
+                } else {
+                    Continuation::Line(0)
+                };
+                assert_eq!(s.continuation(), want, "chunks of {chunk}");
+                let call = ModelRead.read_call(&r.stream_uri(s), want);
+                assert!(
+                    r.render()
+                        .contains(&format!("[Truncated. Read more: {call}]")),
+                    "{}",
+                    &r.render()[r.render().len().saturating_sub(200)..]
+                );
+            }
+        }
+        let r = run(OutputDeclaration::Single, limits, &[("", &long)]);
+        let hint = format!("byteOffset={}", r.streams()[0].preview.raw_bytes);
+        assert!(r.render().contains(&hint) && !r.render().contains("offset=0"));
+    }
+
+    #[test]
+    fn a_record_written_before_the_continuation_was_stored_continues_by_line() {
+        let limits = PreviewLimits {
+            max_lines: 1,
+            ..Default::default()
+        };
+        let r = run(OutputDeclaration::Single, limits, &[("", b"a\nb\n")]);
+        let mut old = serde_json::to_value(&r).unwrap();
+        let stream = &mut old["output"]["stream"];
+        assert_eq!(
+            stream["continuation"],
+            serde_json::json!({"kind": "line", "at": 1})
+        );
+        stream.as_object_mut().unwrap().remove("continuation");
+        let back = ResultRecord::from_json(old.to_string().as_bytes()).unwrap();
+        assert_eq!(back.streams()[0].continuation(), Continuation::Line(1));
+        assert_eq!(back.render(), r.render());
+        let whole = single_record(b"a\n");
+        let mut old = serde_json::to_value(&whole).unwrap();
+        old["output"]["stream"]
+            .as_object_mut()
+            .unwrap()
+            .remove("continuation");
+        let back = ResultRecord::from_json(old.to_string().as_bytes()).unwrap();
+        assert_eq!(back.streams()[0].continuation(), Continuation::End);
     }
 
     #[test]

@@ -27,24 +27,28 @@ fn piece() -> impl Strategy<Value = Vec<u8>> {
 
 /// A stream's content cut into chunks at arbitrary byte positions.
 fn chunked_stream() -> impl Strategy<Value = Vec<Vec<u8>>> {
-    (
-        prop::collection::vec(piece(), 0..30),
-        prop::collection::vec(any::<Index>(), 0..8),
-    )
-        .prop_map(|(pieces, cuts)| {
-            let content = pieces.concat();
-            let mut cuts: Vec<usize> = cuts.iter().map(|i| i.index(content.len() + 1)).collect();
-            cuts.sort_unstable();
-            cuts.push(content.len());
-            let mut start = 0;
-            cuts.into_iter()
-                .map(|end| {
-                    let chunk = content[start..end].to_vec();
-                    start = end;
-                    chunk
-                })
-                .collect()
-        })
+    chunked(prop::collection::vec(piece(), 0..30), 8)
+}
+
+/// The concatenation of `pieces`, cut at up to `cuts` arbitrary byte positions.
+fn chunked(
+    pieces: impl Strategy<Value = Vec<Vec<u8>>>,
+    cuts: usize,
+) -> impl Strategy<Value = Vec<Vec<u8>>> {
+    (pieces, prop::collection::vec(any::<Index>(), 0..cuts)).prop_map(|(pieces, cuts)| {
+        let content = pieces.concat();
+        let mut cuts: Vec<usize> = cuts.iter().map(|i| i.index(content.len() + 1)).collect();
+        cuts.sort_unstable();
+        cuts.push(content.len());
+        let mut start = 0;
+        cuts.into_iter()
+            .map(|end| {
+                let chunk = content[start..end].to_vec();
+                start = end;
+                chunk
+            })
+            .collect()
+    })
 }
 
 fn limits(max_bytes: std::ops::RangeInclusive<usize>) -> impl Strategy<Value = PreviewLimits> {
@@ -146,5 +150,171 @@ proptest! {
             .prop_flat_map(|n| case(n..=n, limits(100_000..=1 << 20)))
     ) {
         check_preview(&case);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Following the rendered hints through the store, over-long lines included
+// ---------------------------------------------------------------------------------------------
+
+use agentrun_core::page::{ByteRange, MAX_PAGE_BYTES, PageRequest};
+use agentrun_core::{CaptureCompletion, Continuation, OutputChannel, ResultRecord};
+use agentrun_fs::Store;
+use agentrun_tests::checks::reference_line_start;
+
+/// A fragment of stream content with lines around and far over the page bound.
+fn piece_or_long_line() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        6 => piece(),
+        1 => prop::sample::select(vec![
+            MAX_PAGE_BYTES - 2,
+            MAX_PAGE_BYTES - 1,
+            MAX_PAGE_BYTES,
+            MAX_PAGE_BYTES + 1,
+            2 * MAX_PAGE_BYTES + 5,
+        ])
+        .prop_map(|n| vec![b'x'; n]),
+    ]
+}
+
+/// Streams (1 for single output) with their chunks, and the limits they are captured with.
+fn long_line_case() -> impl Strategy<Value = (usize, Vec<Vec<Vec<u8>>>, PreviewLimits, Vec<u64>)> {
+    let stream = || chunked(prop::collection::vec(piece_or_long_line(), 0..12), 6);
+    (0usize..=3).prop_flat_map(move |count| {
+        (
+            Just(count),
+            prop::collection::vec(stream(), count.max(1)),
+            limits(1..=5000),
+            prop::collection::vec(prop_oneof![1u64..=3, 1u64..=2000], 1..4),
+        )
+    })
+}
+
+/// The `read(filePath="<uri>", offset=N)` or `byteOffset=B` call in `text`, which must name
+/// `uri` at most once.
+fn parse_read_call(text: &str, uri: &str) -> Option<Continuation> {
+    let key = format!("read(filePath=\"{uri}\", ");
+    assert!(text.matches(&key).count() <= 1, "{uri} hinted twice");
+    let rest = &text[text.find(&key)? + key.len()..];
+    let (name, rest) = rest.split_once('=')?;
+    let number: u64 = rest[..rest.find(')')?].parse().ok()?;
+    match name {
+        "offset" => Some(Continuation::Line(number)),
+        "byteOffset" => Some(Continuation::Byte(number)),
+        other => panic!("unknown read argument {other:?}"),
+    }
+}
+
+/// Follows the hint rendered for `stream` and then each page's rendered continuation
+/// through the store, checking that no read fails, none skips a byte, none re-reads a page
+/// bound of bytes already held, and that the bytes held at the end are the stream's.
+fn follow_hints(
+    store: &Store,
+    record: &ResultRecord,
+    index: usize,
+    content: &[u8],
+    page_limits: &[u64],
+) {
+    let rendered = record.render();
+    let stream = &record.streams()[index];
+    let uri = record.stream_uri(stream).to_string();
+    let artifact = record.stream_uri(stream);
+    let mut held = content[..stream.preview.raw_bytes as usize].to_vec();
+    let mut at = match parse_read_call(&rendered, &uri) {
+        Some(at) => at,
+        None => {
+            assert!(
+                !stream.preview.truncated,
+                "a cut preview of {uri} has no hint"
+            );
+            Continuation::End
+        }
+    };
+    let mut limits = page_limits.iter().chain(&[2000]).cycle();
+    loop {
+        match at {
+            Continuation::End => break,
+            Continuation::Line(line) => {
+                let start = reference_line_start(content, line);
+                assert!(start <= held.len(), "line {line} skips bytes not shown");
+                assert!(
+                    held.len() - start < MAX_PAGE_BYTES,
+                    "line {line} re-reads {} bytes already shown",
+                    held.len() - start
+                );
+                let request = PageRequest::up_to(line, *limits.next().unwrap()).unwrap();
+                let page = store
+                    .read_page(&artifact, request)
+                    .unwrap_or_else(|e| panic!("following offset={line} of {uri}: {e}"));
+                held.truncate(start);
+                held.extend_from_slice(&page.bytes);
+                let text = page.to_model_text(&artifact);
+                let last = text.rsplit('\n').next().unwrap_or_default();
+                at = parse_read_call(last, &uri).unwrap_or_else(|| {
+                    assert!(last.starts_with("[End of artifact"), "{last}");
+                    Continuation::End
+                });
+                if let Continuation::Line(next) = at {
+                    assert!(next > line, "offset={next} does not advance from {line}");
+                }
+            }
+            Continuation::Byte(byte) => {
+                assert_eq!(
+                    byte,
+                    held.len() as u64,
+                    "byteOffset={byte} is not the next byte"
+                );
+                let range = ByteRange::new(byte, MAX_PAGE_BYTES as u64).unwrap();
+                let page = store
+                    .read_bytes(&artifact, range)
+                    .unwrap_or_else(|e| panic!("following byteOffset={byte} of {uri}: {e}"));
+                held.extend_from_slice(&page.bytes);
+                at = page.continuation();
+            }
+            other => panic!("unknown continuation {other:?}"),
+        }
+    }
+    assert!(
+        held == content,
+        "the hints of {uri} do not reproduce the stream"
+    );
+}
+
+proptest! {
+    // Each case writes up to tens of MiB through a real store.
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// The record's hints, then each page's continuation, followed through the store,
+    /// reproduce every stream byte for byte, lines longer than a page included.
+    #[test]
+    fn following_the_rendered_hints_through_the_store_recovers_every_stream(
+        (count, streams, limits, page_limits) in long_line_case()
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("store")).unwrap();
+        let declaration = if count == 0 {
+            OutputDeclaration::Single
+        } else {
+            OutputDeclaration::named((0..count).map(|i| format!("s{i}"))).unwrap()
+        };
+        let mut session = store.begin_capture(declaration.clone(), limits).unwrap();
+        let longest = streams.iter().map(Vec::len).max().unwrap_or(0);
+        for step in 0..longest {
+            for (i, chunks) in streams.iter().enumerate() {
+                let Some(chunk) = chunks.get(step) else { continue };
+                let channel = if count == 0 {
+                    OutputChannel::Single
+                } else {
+                    OutputChannel::Named(agentrun_core::StreamName::new(&format!("s{i}")).unwrap())
+                };
+                session.write_channel(&channel, chunk).unwrap();
+            }
+        }
+        let record = session
+            .finish(CaptureCompletion::Streamed { display: None, status: CaptureStatus::Succeeded })
+            .unwrap();
+        for (i, chunks) in streams.iter().enumerate() {
+            follow_hints(&store, &record, i, &chunks.concat(), &page_limits);
+        }
     }
 }

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentrun_core::ResultRecord;
-use agentrun_core::harness::{Completion, Harness, OutcomeStatus};
+use agentrun_core::harness::Harness;
 use agentrun_core::process::{ProcessResult, RunOutcome};
 use agentrun_fs::Store;
 use agentrun_smol::{AgentOptions, AgentRun, RetainedSource};
@@ -28,7 +28,9 @@ use clap::Args;
 
 use crate::interpret::{Out, human, models_line};
 use crate::interrupts::Interrupts;
-use crate::{Failure, duration, failure};
+use crate::read::CliRead;
+use crate::{Failure, duration};
+use agentrun_core::ReadSyntax;
 
 /// Arguments of `agentrun agent`.
 #[derive(Debug, Args)]
@@ -189,22 +191,12 @@ pub(crate) fn run(store: Store, args: AgentArgs) -> Result<ExitCode, Failure> {
     report(&turn, &args, &mut interrupts)
 }
 
-/// 127 for a program that is not there, 126 for one that cannot be executed (the shared
-/// mapping, `agentrun_process::spawn_exit_code`), with why.
+/// The library's classification of a harness that could not start: its exit code (127 not
+/// there, 126 not executable) and why.
 fn launch_failure(harness: Harness, program: &str, source: &io::Error) -> (u8, String) {
-    let code = agentrun_process::spawn_exit_code(source);
-    let why = if source.kind() == io::ErrorKind::NotFound
-        && agentrun_process::program_exists(program.as_ref())
-    {
-        format!("{program:?} exists but its interpreter (its #! line) was not found ({source})")
-    } else if source.kind() == io::ErrorKind::NotFound {
-        format!("{program:?} was not found on PATH; install the {harness} CLI or put it on PATH")
-    } else if code == failure::NOT_FOUND {
-        format!("{program:?}: {source}: no such program")
-    } else {
-        format!("{program:?} cannot be executed ({source}); is it executable?")
-    };
-    (code, why)
+    let failure = agentrun_process::SpawnFailure::classify(program.as_ref(), source);
+    let why = format!("{program:?} {}", failure.harness_reason(harness, source));
+    (failure.exit_code(), why)
 }
 
 /// Prints the turn's end: warnings and the footer on stderr, the completion (or the
@@ -242,7 +234,11 @@ fn report(
             out.line(&format!("status: interrupted ({})", why.replace('_', " ")))?;
         }
         out.flush()?;
-        return Ok(ExitCode::from(interrupts.exit_code().unwrap_or(124)));
+        // A signal agentrun received is told by its own code (143 for SIGTERM).
+        let code = interrupts.exit_code();
+        return Ok(ExitCode::from(
+            code.unwrap_or_else(|| agentrun_process::agent_exit_code(turn)),
+        ));
     };
     if let Some(why) = &turn.retained_error {
         say!("agentrun: warning: {why}; models and usage come from the stream");
@@ -258,32 +254,19 @@ fn report(
         ))?;
     }
     out.flush()?;
-    let mut code = exit_code(completion);
-    if !result.record.faults.is_empty() && code == 0 {
-        code = 1;
-    }
-    Ok(ExitCode::from(code))
+    Ok(ExitCode::from(agentrun_process::agent_exit_code(turn)))
 }
 
-/// 0 when the session succeeded, else 1 (failed turn, refusal, failed process).
-fn exit_code(completion: &Completion) -> u8 {
-    match completion.outcome.status {
-        OutcomeStatus::Succeeded => 0,
-        OutcomeStatus::TurnFailed { .. }
-        | OutcomeStatus::ExecutionFailed { .. }
-        | OutcomeStatus::Refused { .. } => 1,
-    }
-}
-
-/// The run summary and the `agentrun read` command of every non-empty stream.
+/// The run summary and the `agentrun read` command of every non-empty stream, from its
+/// start (no preview of the harness's output was shown).
 fn footer(result: &ProcessResult) -> String {
     let record: &ResultRecord = &result.record;
     let mut s = crate::run_summary(record, result.outcome, result.exit);
     for stream in record.streams().iter().filter(|s| s.bytes > 0) {
         s.push_str(&format!(
-            "\nagentrun: {}: agentrun read {}",
+            "\nagentrun: {}: {}",
             stream.name.as_ref().map_or("output", |n| n.as_str()),
-            record.stream_uri(stream)
+            CliRead.read_call(&record.stream_uri(stream), stream.start())
         ));
     }
     s

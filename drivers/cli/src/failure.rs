@@ -7,14 +7,9 @@ use std::ffi::OsString;
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-/// agentrun itself failed: bad usage, a missing or corrupt artifact, a store error.
-pub(crate) const FAILED: u8 = 125;
-/// The program was stopped by `--timeout` or `--idle-timeout`.
-pub(crate) const TIMED_OUT: u8 = 124;
-/// The program was found but cannot be executed.
-pub(crate) const CANNOT_EXECUTE: u8 = 126;
-/// The program was not found.
-pub(crate) const NOT_FOUND: u8 = 127;
+/// agentrun itself failed: bad usage, a missing or corrupt artifact, a store error (the
+/// library's exit policy, `agentrun_process::exit`, holds every code).
+pub(crate) use agentrun_process::exit::FAILED;
 
 /// The kind of [`Failure::stdout_write`]: never printed as JSON (it would go to the stdout
 /// that failed).

@@ -10,7 +10,7 @@ use std::io;
 use std::process::ExitCode;
 
 use agentrun_core::page::{ByteRange, MAX_PAGE_BYTES, PageError, PageRequest};
-use agentrun_core::{ArtifactUri, Page};
+use agentrun_core::{ArtifactUri, Continuation, Page, ReadSyntax};
 use agentrun_fs::{ReadError, Store};
 use clap::Args;
 
@@ -48,6 +48,20 @@ pub(crate) struct ReadArgs {
     pub(crate) json: bool,
 }
 
+/// The command line's read syntax: `agentrun read URI --offset N` (bare for line 0, the
+/// default), or `agentrun read URI --byte-offset B`.
+pub(crate) struct CliRead;
+
+impl ReadSyntax for CliRead {
+    fn read_call(&self, uri: &ArtifactUri, at: Continuation) -> String {
+        match at {
+            Continuation::Byte(byte) => format!("agentrun read {uri} --byte-offset {byte}"),
+            Continuation::Line(line) if line > 0 => format!("agentrun read {uri} --offset {line}"),
+            _ => format!("agentrun read {uri}"),
+        }
+    }
+}
+
 fn parse_uri(s: &str) -> Result<ArtifactUri, Failure> {
     ArtifactUri::parse(s).map_err(|e| Failure::usage(format!("{s:?}: {e}")))
 }
@@ -69,22 +83,16 @@ pub(crate) fn read(settings: &Settings, args: ReadArgs) -> Result<ExitCode, Fail
         return read_bytes(&store, &uri, offset, args.byte_limit, args.json, &mut out);
     }
     let offset = args.offset.unwrap_or(0);
-    let request =
-        PageRequest::new(offset, args.limit.unwrap_or(DEFAULT_LIMIT)).map_err(Failure::usage)?;
-    let page = match store.read_page(&uri, request) {
-        // The default page is too large, but some lines fit: return those (the caller did not
-        // ask for a number of lines, only for "a page").
-        Err(ReadError::Page(PageError::PageTooLarge { lines, .. }))
-            if lines > 0 && args.limit.is_none() =>
-        {
-            let fewer = PageRequest::new(offset, lines).map_err(Failure::usage)?;
-            store
-                .read_page(&uri, fewer)
-                .map_err(|e| read_failure(&store, &uri, e))?
-        }
-        Ok(page) => page,
-        Err(e) => return Err(read_failure(&store, &uri, e)),
-    };
+    // Without --limit the caller asked for "a page", not a number of lines: the lines that
+    // fit the page bound.
+    let request = match args.limit {
+        Some(limit) => PageRequest::new(offset, limit),
+        None => PageRequest::up_to(offset, DEFAULT_LIMIT),
+    }
+    .map_err(Failure::usage)?;
+    let page = store
+        .read_page(&uri, request)
+        .map_err(|e| read_failure(&store, &uri, e))?;
     if args.json {
         let json = serde_json::json!({
             "uri": uri.to_string(),
@@ -120,13 +128,19 @@ fn line_status(page: &Page, uri: &ArtifactUri, limit: Option<u64>) -> String {
         );
     }
     let last = page.offset + page.lines - 1;
-    match page.next_offset {
-        Some(next) => format!(
-            "agentrun: lines {}-{last} of {total}; next: agentrun read {uri} --offset \
-             {next}{keep_limit}",
-            page.offset
+    match page.continuation {
+        Continuation::End => format!("agentrun: lines {}-{last} of {total} (end)", page.offset),
+        // The next line alone is longer than a page: bytes, without the line limit.
+        at @ Continuation::Byte(_) => format!(
+            "agentrun: lines {}-{last} of {total}; next: {}",
+            page.offset,
+            CliRead.read_call(uri, at)
         ),
-        None => format!("agentrun: lines {}-{last} of {total} (end)", page.offset),
+        at => format!(
+            "agentrun: lines {}-{last} of {total}; next: {}{keep_limit}",
+            page.offset,
+            CliRead.read_call(uri, at)
+        ),
     }
 }
 
@@ -160,13 +174,13 @@ fn read_bytes(
     write_or_quiet(out, &page.bytes)?;
     let total = plural(page.total_bytes, "byte", "bytes");
     let keep_limit = limit.map_or(String::new(), |l| format!(" --byte-limit {l}"));
-    match page.next_byte_offset {
-        Some(next) => say!(
-            "agentrun: bytes {}-{end} of {total}; next: agentrun read {uri} --byte-offset \
-             {next}{keep_limit}",
-            page.offset
+    match page.continuation() {
+        Continuation::End => say!("agentrun: bytes {}-{end} of {total} (end)", page.offset),
+        at => say!(
+            "agentrun: bytes {}-{end} of {total}; next: {}{keep_limit}",
+            page.offset,
+            CliRead.read_call(uri, at)
         ),
-        None => say!("agentrun: bytes {}-{end} of {total} (end)", page.offset),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -205,8 +219,9 @@ fn read_failure(store: &Store, uri: &ArtifactUri, e: ReadError) -> Failure {
             line_start_byte,
         }) => format!(
             "line {offset} of {uri} alone is longer than a page ({} MiB); read it in pieces: \
-             agentrun read {uri} --byte-offset {line_start_byte}",
-            MAX_PAGE_BYTES >> 20
+             {}",
+            MAX_PAGE_BYTES >> 20,
+            CliRead.read_call(uri, Continuation::Byte(*line_start_byte))
         ),
         ReadError::Page(PageError::PageTooLarge { offset, lines, .. }) => format!(
             "the requested lines from line {offset} of {uri} exceed the {} MiB page bound; \

@@ -12,16 +12,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentrun_core::ResultRecord;
-use agentrun_core::page::{PageError, PageRequest};
 use agentrun_core::process::{Exit, RunOptions, RunOutcome, StdinMode};
 use agentrun_core::record::StreamRecord;
 use agentrun_core::sink::ResultSink;
-use agentrun_fs::{ReadError, Store};
 use clap::Args;
 
-use crate::failure::{self, Failure, plural, write_or_quiet};
+use crate::failure::{Failure, plural, write_or_quiet};
+use crate::read::CliRead;
 use crate::settings::{LimitFlags, Settings};
 use crate::{duration, interrupts};
+use agentrun_core::ReadSyntax;
 
 /// Arguments of `agentrun run`.
 #[derive(Debug, Args)]
@@ -128,9 +128,9 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
     let result = smol::block_on(run.into_future());
     let result = match result {
         Ok(r) => r,
-        Err(e @ agentrun_smol::RunError::Spawn { .. }) => {
+        Err(e) if let Some(spawn) = e.spawn_failure() => {
             let failure = Failure {
-                code: e.exit_code().unwrap_or(failure::CANNOT_EXECUTE),
+                code: spawn.exit_code(),
                 kind: "spawn",
                 message: e.to_string(),
             };
@@ -150,27 +150,13 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
         }
         Err(e) => return Err(Failure::runtime(e)),
     };
-    let mut code = match (result.outcome, result.exit) {
-        (RunOutcome::TimedOut | RunOutcome::IdleTimedOut, _) => i32::from(failure::TIMED_OUT),
-        (RunOutcome::Cancelled, _) => interrupts.exit_code().map_or(130, i32::from),
-        (RunOutcome::Completed, Some(exit)) => exit.shell_code(),
-        (RunOutcome::Completed, None) => i32::from(failure::FAILED),
-        // An outcome this version does not know: not a success.
-        _ => i32::from(failure::FAILED),
+    // The library's policy; a stop on a signal agentrun received is told by its own code.
+    let code = match (result.outcome, interrupts.exit_code()) {
+        (RunOutcome::Cancelled, Some(code)) => code,
+        _ => agentrun_process::run_exit_code(&result),
     };
-    // A capture fault (full disk, …) must not pass for success: the child may have done its
-    // job, but part of its output was not retained.
-    if !result.record.faults.is_empty() && code == 0 {
-        code = i32::from(failure::FAILED);
-    }
     let mut out = io::stdout().lock();
-    let footer = footer(
-        &store,
-        &result.record,
-        result.outcome,
-        result.exit,
-        args.timeout,
-    );
+    let footer = footer(&result.record, result.outcome, result.exit, args.timeout);
     // A stdout that cannot be written (a full disk) fails the command, but only after the
     // footer: the run is kept, and the footer says where.
     let written = if args.json {
@@ -208,7 +194,7 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
     }
     report_faults(&result.record);
     written?;
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+    Ok(ExitCode::from(code))
 }
 
 /// One stderr line per capture fault: which stream is incomplete and why.
@@ -258,7 +244,6 @@ fn stream_name(stream: &StreamRecord) -> &str {
 /// The human summary on stderr: how the run ended, then per non-empty stream the command that
 /// reads it (continuing exactly after the preview when it was cut).
 pub(crate) fn footer(
-    store: &Store,
     record: &ResultRecord,
     outcome: RunOutcome,
     exit: Option<Exit>,
@@ -272,39 +257,25 @@ pub(crate) fn footer(
         );
         summary = summary.replacen("(timed out)", &after, 1);
     }
-    read_commands(store, record, &summary)
+    read_commands(record, &summary)
 }
 
-/// `summary`, then one `agentrun read` line per non-empty stream.
-pub(crate) fn read_commands(store: &Store, record: &ResultRecord, summary: &str) -> String {
+/// `summary`, then one `agentrun read` line per non-empty stream: where the preview stopped
+/// when it was cut (the record's continuation), else from the start.
+pub(crate) fn read_commands(record: &ResultRecord, summary: &str) -> String {
     let mut s = summary.to_owned();
     for stream in record.streams().iter().filter(|s| s.bytes > 0) {
         let uri = record.stream_uri(stream);
         let name = stream_name(stream);
         if stream.preview.truncated {
-            s.push_str(&format!(
-                "\nagentrun: rest of {name}: agentrun read {uri} {}",
-                continuation(store, record, stream)
-            ));
+            let read = CliRead.read_call(&uri, stream.continuation());
+            s.push_str(&format!("\nagentrun: rest of {name}: {read}"));
         } else {
-            s.push_str(&format!("\nagentrun: {name}: agentrun read {uri}"));
+            let read = CliRead.read_call(&uri, stream.start());
+            s.push_str(&format!("\nagentrun: {name}: {read}"));
         }
     }
     s
-}
-
-/// The read options that continue a truncated preview: `--offset N` (the first line not shown
-/// in full), or, when that line alone is too long for a page, `--byte-offset B` (the first
-/// byte not shown).
-fn continuation(store: &Store, record: &ResultRecord, stream: &StreamRecord) -> String {
-    let offset = stream.preview.newlines;
-    let probe = PageRequest::new(offset, 1).map(|r| store.read_page(&record.stream_uri(stream), r));
-    match probe {
-        Ok(Err(ReadError::Page(PageError::PageTooLarge { .. }))) => {
-            format!("--byte-offset {}", stream.preview.raw_bytes)
-        }
-        _ => format!("--offset {offset}"),
-    }
 }
 
 /// One line: the run id, how it ended, and each stream's size.

@@ -121,10 +121,7 @@ pub(crate) fn show(settings: &Settings, args: ShowArgs) -> Result<ExitCode, Fail
         return Ok(ExitCode::SUCCESS);
     }
     write_or_quiet(&mut out, record.render().as_bytes())?;
-    say!(
-        "{}",
-        crate::run::read_commands(&store, &record, &summary(&record))
-    );
+    say!("{}", crate::run::read_commands(&record, &summary(&record)));
     Ok(ExitCode::SUCCESS)
 }
 

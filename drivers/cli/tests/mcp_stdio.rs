@@ -160,6 +160,15 @@ impl Server {
     }
 }
 
+impl Server {
+    /// A server over a store in `dir`, on the system's PATH, initialized.
+    fn initialized(dir: &Path, args: &[&str]) -> Self {
+        let mut server = Server::start(&dir.join("store"), &system_path(), dir, args);
+        server.initialize();
+        server
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -898,4 +907,79 @@ fn compact_with_a_harness_stays_within_the_payload_bound() {
         text_of(&refused).contains("`sh` is not allowed"),
         "{refused}"
     );
+}
+
+/// A line longer than a page: the run's hint continues at the first byte not shown, the read
+/// it names works, and `resources/read` returns the first 2 MiB with metadata naming the byte
+/// continuation (it used to be an internal error).
+#[test]
+fn an_over_long_first_line_is_continued_by_byte_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::initialized(dir.path(), &["--allow", "sh"]);
+    let script = "head -c 3000000 /dev/zero | tr '\\0' x; echo; echo after";
+    let answer = server.call(json!(1), "run", json!({"command": ["sh", "-c", script]}));
+    let text = text_of(&answer);
+    let hint = text
+        .lines()
+        .find(|l| l.starts_with("[Truncated. Read more: "))
+        .unwrap_or_else(|| panic!("no hint in {:?}", &text[text.len().saturating_sub(300)..]));
+    let (uri, byte) = hint
+        .split_once("read(filePath=\"")
+        .and_then(|(_, rest)| rest.split_once("\", byteOffset="))
+        .unwrap_or_else(|| panic!("not a byte hint: {hint}"));
+    let byte: u64 = byte.trim_end_matches(")]").parse().unwrap();
+    assert!(byte > 0, "{hint}");
+    let page = server.call(
+        json!(2),
+        "read",
+        json!({"filePath": uri, "byteOffset": byte}),
+    );
+    assert!(page["result"]["isError"] != json!(true), "{page}");
+    let body = page["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        !body.is_empty() && body.bytes().all(|b| b == b'x'),
+        "{page:.300}"
+    );
+
+    let resource = server.request(json!(3), "resources/read", json!({"uri": uri}));
+    let contents = &resource["result"]["contents"][0];
+    assert_eq!(
+        contents["text"].as_str().map(str::len),
+        Some(2 << 20),
+        "{:.300}",
+        resource.to_string()
+    );
+    let meta = &contents["_meta"];
+    assert_eq!(meta["next"], json!({"byteOffset": 2 << 20}), "{meta}");
+    assert_eq!(meta["totalBytes"], json!(3_000_007), "{meta}");
+    let continuation = meta["continuation"].as_str().unwrap();
+    assert!(
+        continuation.contains(&format!("byteOffset={}", 2 << 20)),
+        "{continuation}"
+    );
+}
+
+/// A program that cannot start gets the code `agentrun run` exits with: 127 for a name too
+/// long to name any file, 126 for a file that cannot be executed.
+#[test]
+fn a_program_that_cannot_start_is_told_with_the_shell_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::initialized(dir.path(), &["--allow-all"]);
+    let script = dir.path().join("not-executable");
+    std::fs::write(&script, "#!/bin/sh\n").unwrap();
+    for (id, program, code) in [
+        (1, "a".repeat(5000), 127),
+        (2, format!("/{}", "a".repeat(5000)), 127),
+        (3, script.display().to_string(), 126),
+    ] {
+        let answer = server.call(json!(id), "run", json!({"command": [program]}));
+        assert_eq!(answer["result"]["isError"], json!(true), "{answer:.300}");
+        let text = text_of(&answer);
+        assert!(
+            text.contains(&format!(
+                "[Not started: exit code {code}, as a shell gives it]"
+            )),
+            "{text:.600}"
+        );
+    }
 }

@@ -846,3 +846,22 @@ fn the_commands_from_the_newcomer_report() {
         .unwrap();
     assert_eq!(o.status.code(), Some(127), "{}", err(&o));
 }
+
+#[test]
+fn a_page_before_an_over_long_line_continues_by_byte_offset() {
+    let h = Home::new();
+    let o = h.run(&[
+        "run",
+        "sh",
+        "-c",
+        "echo a; head -c 3000000 /dev/zero | tr '\\0' x; echo; echo after",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let uri = read_commands(&o)[0][1].clone();
+    // The first page holds line 0 only; line 1 alone is over a page, so the next read is by
+    // byte, from its first byte (a line read of it would be refused).
+    let page = h.run(&["read", &uri]);
+    assert_eq!(out(&page), "a\n");
+    let next = format!("next: agentrun read {uri} --byte-offset 2");
+    assert!(err(&page).contains(&next), "{}", err(&page));
+}

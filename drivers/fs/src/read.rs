@@ -18,7 +18,7 @@ use agentrun_core::index::{
 };
 use agentrun_core::page::{CursorState, PageCursor};
 use agentrun_core::{
-    ArtifactUri, BytePage, ByteRange, Digest, Manifest, Page, PageError, PageRequest,
+    ArtifactUri, BytePage, ByteRange, Continuation, Digest, Manifest, Page, PageError, PageRequest,
 };
 
 use crate::error::{IoContext, IoError};
@@ -335,29 +335,17 @@ impl Object {
             .into());
         }
         let mut buf = Vec::new();
-        // Where line `offset` starts: just after the offset-th newline. Line 0 starts at byte
-        // 0; the line after the last one starts at the end.
-        let found = block_of_newline(header, request.offset, |b| self.entry(b))?;
-        let (first_block, mut skip, mut loaded) = match found {
-            Some(block) => {
-                let entry = self.block(block, &mut buf)?;
-                let k = request.offset - entry.newlines_before;
-                let skip = after_nth_newline(&buf, k).ok_or_else(|| ReadError::CorruptIndex {
-                    digest: self.digest,
-                    detail: format!("block {block} has fewer newlines than its entry claims"),
-                })?;
-                (block, skip, true)
-            }
-            None if request.offset == 0 => (0, 0, false),
-            None => (header.block_count(), 0, false),
-        };
+        let (first_block, mut skip, mut loaded) = self.find_line(request.offset, &mut buf)?;
         let start_byte =
             (first_block * u64::from(header.block_size) + skip as u64).min(header.total_bytes);
         let mut cursor = PageCursor::new(request, total_lines, start_byte)?;
+        // The block `buf` holds after the loop, if any.
+        let mut held = loaded.then_some(first_block);
         for block in first_block..header.block_count() {
             if !loaded {
                 self.block(block, &mut buf)?;
             }
+            held = Some(block);
             loaded = false;
             let state = cursor.handle_bytes(&buf[skip..])?;
             skip = 0;
@@ -365,7 +353,64 @@ impl Object {
                 break;
             }
         }
-        Ok(cursor.finish())
+        let mut page = cursor.finish();
+        if let Some(next) = page.next_offset {
+            let start = start_byte + page.bytes.len() as u64;
+            let end = self.line_end(next, start, held.map(|b| (b, buf.as_slice())))?;
+            page.continuation = Continuation::at_line(next, start, end, start);
+        }
+        Ok(page)
+    }
+
+    /// Where line `line`, which starts at byte `start`, ends (or a bound past its end that
+    /// decides whether it fits a page): the end of the artifact when that is within a page,
+    /// else its newline in `held` (a block already read) when there, else from the index.
+    /// A line longer than a page is continued by bytes, since a line read of it is refused.
+    fn line_end(
+        &self,
+        line: u64,
+        start: u64,
+        held: Option<(u64, &[u8])>,
+    ) -> Result<u64, ReadError> {
+        let header = &self.header;
+        if header.total_bytes - start <= agentrun_core::page::MAX_PAGE_BYTES as u64
+            || line + 1 >= header.total_lines()
+        {
+            return Ok(header.total_bytes);
+        }
+        let block_size = u64::from(header.block_size);
+        if let Some((block, bytes)) = held {
+            let from = start.saturating_sub(block * block_size) as usize;
+            if start >= block * block_size
+                && from <= bytes.len()
+                && let Some(i) = bytes[from..].iter().position(|&b| b == b'\n')
+            {
+                return Ok(block * block_size + (from + i + 1) as u64);
+            }
+        }
+        let mut buf = Vec::new();
+        let (block, skip, _) = self.find_line(line + 1, &mut buf)?;
+        Ok(block * block_size + skip as u64)
+    }
+
+    /// Where line `line` (at most the line count) starts: `(block, offset in the block,
+    /// whether `buf` holds that block)`. Line 0 starts at byte 0; the line after the last one
+    /// starts at the end.
+    fn find_line(&self, line: u64, buf: &mut Vec<u8>) -> Result<(u64, usize, bool), ReadError> {
+        // Just after the line-th newline.
+        match block_of_newline(&self.header, line, |b| self.entry(b))? {
+            Some(block) => {
+                let entry = self.block(block, buf)?;
+                let k = line - entry.newlines_before;
+                let skip = after_nth_newline(buf, k).ok_or_else(|| ReadError::CorruptIndex {
+                    digest: self.digest,
+                    detail: format!("block {block} has fewer newlines than its entry claims"),
+                })?;
+                Ok((block, skip, true))
+            }
+            None if line == 0 => Ok((0, 0, false)),
+            None => Ok((self.header.block_count(), 0, false)),
+        }
     }
 
     /// A byte range; see [`Store::read_bytes`].

@@ -8,8 +8,8 @@ mod common;
 
 use agentrun_core::page::MAX_PAGE_BYTES;
 use agentrun_core::{
-    ArtifactUri, ByteRange, Manifest, OutputChannel, OutputDeclaration, PageError, PageRequest,
-    PreviewLimits, ResultRecord,
+    ArtifactUri, ByteRange, Continuation, Manifest, ModelRead, OutputChannel, OutputDeclaration,
+    PageError, PageRequest, PreviewLimits, ReadSyntax, ResultRecord,
 };
 use agentrun_fs::{ReadError, Store};
 use common::*;
@@ -63,6 +63,20 @@ fn read_from(store: &Store, uri: &ArtifactUri, mut offset: u64, limit: u64) -> V
                 }
             }
             Err(e) => panic!("read {uri} at {offset}: {e}"),
+        }
+    }
+}
+
+/// Reads `uri` from byte `at` to the end in byte ranges.
+fn bytes_from(store: &Store, uri: &ArtifactUri, mut at: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let range = ByteRange::new(at, MAX_PAGE_BYTES as u64).unwrap();
+        let piece = store.read_bytes(uri, range).unwrap();
+        out.extend_from_slice(&piece.bytes);
+        match piece.next_byte_offset {
+            Some(next) => at = next,
+            None => return out,
         }
     }
 }
@@ -122,15 +136,34 @@ fn check(store: &Store, record: &ResultRecord, originals: &[Vec<u8>], page_limit
         }
         let uri = record.stream_uri(stream);
         let n = stream.preview.newlines;
-        let hint = format!("[Truncated. Read more: read(filePath=\"{uri}\", offset={n})]\n");
+        let at = stream.continuation();
+        let hint = format!(
+            "[Truncated. Read more: {}]\n",
+            ModelRead.read_call(&uri, at)
+        );
         assert!(
             rendered[pos..].starts_with(hint.as_bytes()),
             "hint of stream {i}"
         );
         pos += hint.len();
-        // Following the hint reproduces the stream.
-        let mut recovered = through_newline(shown, n).to_vec();
-        recovered.extend(read_from(store, &uri, n, page_limit));
+        // Following the hint reproduces the stream: from the first line not shown in full, or,
+        // when that line is longer than a page, from the first byte not shown.
+        let recovered = match at {
+            Continuation::Byte(byte) => {
+                assert_eq!(
+                    byte, stream.preview.raw_bytes,
+                    "stream {i} continues by byte"
+                );
+                let mut recovered = original[..byte as usize].to_vec();
+                recovered.extend(bytes_from(store, &uri, byte));
+                recovered
+            }
+            _ => {
+                let mut recovered = through_newline(shown, n).to_vec();
+                recovered.extend(read_from(store, &uri, n, page_limit));
+                recovered
+            }
+        };
         assert_eq!(recovered, *original, "stream {i} recovered through {uri}");
         if let Some(tail) = &stream.tail {
             let omission = format!(

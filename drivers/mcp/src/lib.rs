@@ -36,10 +36,11 @@
 //! [`McpServer`] implements rmcp's `ServerHandler`, so it can also be served on any other
 //! rmcp transport.
 
-mod agent;
 mod args;
 mod handler;
+mod progress;
 mod render;
+mod resources;
 mod tools;
 mod transport;
 
@@ -87,7 +88,7 @@ struct Inner {
     max_request_bytes: usize,
     structured_content: bool,
     /// Output URIs of the latest runs, newest last, for `resources/list`.
-    recent: Mutex<Vec<handler::RecentRun>>,
+    recent: Mutex<Vec<resources::RecentRun>>,
     /// Told when the connection ends, so running calls stop their processes.
     shutdown: tokio::sync::watch::Sender<bool>,
     /// Calls in flight, so that serving ends only after their processes were reaped.

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use agentrun_core::page::MAX_PAGE_BYTES;
 use agentrun_core::process::{Exit, ProcessResult, RunOutcome};
-use agentrun_core::{ArtifactUri, BytePage, Page, PageError, ResultRecord};
+use agentrun_core::{
+    ArtifactUri, BytePage, Continuation, ModelRead, Page, PageError, ReadSyntax, ResultRecord,
+};
 use agentrun_fs::ReadError;
 use serde_json::{Value, json};
 
@@ -148,10 +150,10 @@ fn retained_hint(record: &ResultRecord, what: &str) -> String {
     match record.streams().first() {
         Some(stream) => format!(
             "[{what}: {} bytes in {} lines, more than this result has room for. Read it: \
-             read(filePath=\"{}\", offset=0)]\n",
+             {}]\n",
             stream.bytes,
             stream.lines,
-            record.stream_uri(stream)
+            ModelRead.read_call(&record.stream_uri(stream), stream.start())
         ),
         None => format!("[{what}: retained as {}]\n", record.output_uri()),
     }
@@ -394,22 +396,23 @@ fn collect_uris(value: &Value, out: &mut Vec<String>) {
 
 /// The continuation line of a line page: where the next page starts, or the end.
 pub(crate) fn page_continuation(uri: &ArtifactUri, page: &Page) -> String {
-    let mut line = match page.next_offset {
-        Some(next) => format!(
-            "[Lines {}-{} of {}. Read more: read(filePath=\"{uri}\", offset={next})]",
-            page.offset,
-            page.offset + page.lines.saturating_sub(1),
-            page.total_lines
-        ),
-        None if page.lines == 0 => format!(
+    let mut line = match page.continuation {
+        Continuation::End if page.lines == 0 => format!(
             "[No lines at offset {}: the artifact has {} lines]",
             page.offset, page.total_lines
         ),
-        None => format!(
+        Continuation::End => format!(
             "[Lines {}-{} of {}: end of artifact]",
             page.offset,
             page.offset + page.lines - 1,
             page.total_lines
+        ),
+        at => format!(
+            "[Lines {}-{} of {}. Read more: {}]",
+            page.offset,
+            page.offset + page.lines.saturating_sub(1),
+            page.total_lines,
+            ModelRead.read_call(uri, at)
         ),
     };
     push_lossy_note(&mut line, &page.bytes);
@@ -419,18 +422,30 @@ pub(crate) fn page_continuation(uri: &ArtifactUri, page: &Page) -> String {
 /// The continuation line of a byte page.
 pub(crate) fn byte_continuation(uri: &ArtifactUri, page: &BytePage) -> String {
     let end = page.offset + page.bytes.len() as u64;
-    let mut line = match page.next_byte_offset {
-        Some(next) => format!(
-            "[Bytes {}-{end} of {}. Read more: read(filePath=\"{uri}\", byteOffset={next})]",
-            page.offset, page.total_bytes
-        ),
-        None => format!(
+    let mut line = match page.continuation() {
+        Continuation::End => format!(
             "[Bytes {}-{end} of {}: end of artifact]",
             page.offset, page.total_bytes
+        ),
+        at => format!(
+            "[Bytes {}-{end} of {}. Read more: {}]",
+            page.offset,
+            page.total_bytes,
+            ModelRead.read_call(uri, at)
         ),
     };
     push_lossy_note(&mut line, &page.bytes);
     line
+}
+
+/// A continuation as MCP metadata: the arguments of the `read` call that continues
+/// (`{"offset": N}` or `{"byteOffset": B}`), `null` at the end.
+pub(crate) fn continuation_json(at: Continuation) -> Value {
+    match at {
+        Continuation::Line(line) => json!({ "offset": line }),
+        Continuation::Byte(byte) => json!({ "byteOffset": byte }),
+        _ => Value::Null,
+    }
 }
 
 fn push_lossy_note(line: &mut String, bytes: &[u8]) {
@@ -451,6 +466,7 @@ pub(crate) fn page_json(uri: &ArtifactUri, page: &Page) -> Value {
         "bytes": page.bytes.len(),
         "total_lines": page.total_lines,
         "next_offset": page.next_offset,
+        "next": continuation_json(page.continuation),
         "content_is_utf8": std::str::from_utf8(&page.bytes).is_ok(),
     })
 }
@@ -463,6 +479,7 @@ pub(crate) fn byte_page_json(uri: &ArtifactUri, page: &BytePage) -> Value {
         "bytes": page.bytes.len(),
         "total_bytes": page.total_bytes,
         "next_byte_offset": page.next_byte_offset,
+        "next": continuation_json(page.continuation()),
         "content_is_utf8": std::str::from_utf8(&page.bytes).is_ok(),
     })
 }
@@ -476,8 +493,8 @@ pub(crate) fn read_error(uri: &ArtifactUri, error: &ReadError) -> String {
             line_start_byte,
         }) => format!(
             "line {offset} of {uri} alone is longer than the {MAX_PAGE_BYTES}-byte page bound; \
-             read it in pieces: read(filePath=\"{uri}\", byteOffset={line_start_byte}, \
-             byteLimit=1048576), then continue from the next byteOffset"
+             read it in pieces: {}, then continue from the next byteOffset",
+            ModelRead.read_call(uri, Continuation::Byte(*line_start_byte))
         ),
         ReadError::Page(PageError::PageTooLarge { lines, .. }) => {
             format!("{error} (read(filePath=\"{uri}\", offset=…, limit={lines}))")

@@ -20,7 +20,6 @@
 //! the one call a front end needs.
 
 use std::ffi::OsString;
-use std::io;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -30,8 +29,8 @@ use std::time::{Duration, SystemTime};
 use agentrun_core::PreviewLimits;
 use agentrun_core::auto_mode::{Action, AutoMode, AutoModeState, VerificationResult};
 use agentrun_core::capture::CaptureFault;
-use agentrun_core::harness::{Harness, OutcomeStatus};
-use agentrun_core::process::{Exit, ProcessResult, RunOptions, RunOutcome};
+use agentrun_core::harness::Harness;
+use agentrun_core::process::{ProcessResult, RunOptions, RunOutcome};
 use agentrun_core::sink::ResultSink;
 use agentrun_core::turn::{
     AgentSession, Channel, ChannelError, NextPrompt, SharedError, TurnError, TurnOutput,
@@ -41,6 +40,7 @@ use futures_lite::Stream;
 
 use crate::agent::{AgentError, AgentOptions};
 use crate::driver::{Runner, Runtime};
+use crate::exit::SpawnFailure;
 use crate::live::RunError;
 
 type StopStream<'a> = Pin<Box<dyn Stream<Item = ()> + Send + 'a>>;
@@ -239,16 +239,13 @@ impl<R: Runtime> AgentSession for AutoModeRunner<'_, R> {
                 return Err(TurnError::Interrupted);
             }
             return Ok(TurnOutput::from_text(result.answer())
-                .with_exit_code(124)
+                .with_exit_code(
+                    crate::exit::turn_exit_code(&run).unwrap_or(i32::from(crate::exit::TIMED_OUT)),
+                )
                 .with_models(run.observed_models.clone())
                 .with_artifacts(artifacts));
         };
-        let mut code = result.exit.map(Exit::shell_code);
-        // A turn the stream reports as failed is not a success, whatever the exit status.
-        if code == Some(0) && matches!(completion.outcome.status, OutcomeStatus::TurnFailed { .. })
-        {
-            code = Some(1);
-        }
+        let code = crate::exit::turn_exit_code(&run);
         let text = completion
             .outcome
             .final_message
@@ -287,18 +284,11 @@ impl<R: Runtime> AgentSession for AutoModeRunner<'_, R> {
 fn turn_error(harness: Harness, e: AgentError) -> TurnError {
     match e {
         AgentError::Run(RunError::Spawn { program, source }) => {
-            let exit_code = i32::from(crate::live::spawn_exit_code(&source));
-            let reason = match (source.kind(), exit_code) {
-                (io::ErrorKind::NotFound, _) => {
-                    format!("not found on PATH; install the {harness} CLI or put it on PATH")
-                }
-                (_, 127) => format!("{source}: no such program"),
-                _ => format!("{source}; is it executable?"),
-            };
+            let failure = SpawnFailure::classify(&program, &source);
             TurnError::Spawn {
                 program: program.to_string_lossy().into_owned(),
-                reason,
-                exit_code,
+                reason: failure.harness_reason(harness, &source),
+                exit_code: i32::from(failure.exit_code()),
             }
         }
         other => TurnError::Capture(SharedError::new(other)),
@@ -486,11 +476,9 @@ impl<'a, R: Runtime> AutoModeChannel<'a, R> {
         }
         match run.await {
             Ok(result) => VerificationResult {
-                exit_code: match result.outcome {
-                    RunOutcome::Completed => result.exit.map(Exit::shell_code),
-                    RunOutcome::TimedOut | RunOutcome::IdleTimedOut => Some(124),
-                    _ => None,
-                },
+                // The run's shell-style code; a stopped verification has none.
+                exit_code: (result.outcome != RunOutcome::Cancelled)
+                    .then(|| i32::from(crate::exit::run_exit_code(&result))),
                 output: result.model_text(),
                 artifacts: artifact_uris(&result),
             },

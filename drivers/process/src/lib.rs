@@ -13,6 +13,8 @@
 //! * [`Runner::compact`]: compaction of a transcript with one pruned retry, its summarizer an
 //!   agent turn or a command (see [`CompactOptions`]).
 //!
+//! * [`exit`]: the one exit policy: why a program could not start and its shell code, a run's
+//!   code, an agent turn's code.
 //! * [`auto_mode`]: auto mode's runner (one harness turn per prompt) and channel (the core's
 //!   phase machine over a session directory), generic over the same [`Runtime`];
 //!   [`auto_session`]: an auto session as library calls (create, resume, run, outcome).
@@ -25,6 +27,7 @@ pub mod auto_mode;
 pub mod auto_session;
 mod compact;
 mod driver;
+pub mod exit;
 mod live;
 pub mod os;
 mod pump;
@@ -57,7 +60,8 @@ pub mod api {
         CONTEXT_LENGTH_MARKER, CompactError, CompactEvent, CompactOptions, CompactRun, Summarizer,
         SummarizerSetupError, TranscriptInput,
     };
-    pub use crate::live::{RunError, spawn_exit_code};
+    pub use crate::exit::{SpawnFailure, agent_exit_code, run_exit_code, turn_exit_code};
+    pub use crate::live::RunError;
     pub use crate::transcript_file::{LoadedTranscript, TranscriptLoadError, load_transcript};
     pub use agentrun_core::process::{
         Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, StdinMode,
@@ -67,7 +71,8 @@ pub mod api {
     };
     pub use agentrun_fs::sink::read_sink;
 }
-pub use live::{RunError, spawn_exit_code};
+pub use exit::{SpawnFailure, agent_exit_code, run_exit_code, turn_exit_code};
+pub use live::RunError;
 pub use os::program_exists;
 
 /// Declares a runtime crate's public driver types for its [`Runtime`] implementation, so

@@ -6,7 +6,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, IsTerminal};
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,6 +22,7 @@ use agentrun_core::{CaptureCompletion, CaptureStatus};
 use agentrun_fs::special::{InputError, InputFile, open_input};
 use agentrun_fs::{CaptureSession, PreparedSink, Store, StoreError};
 
+use crate::exit::SpawnFailure;
 use crate::os::{
     self, Activity, Clock, Latch, LatchWatch, PumpEnd, SharedSession, StdoutObserver, TapPanic,
 };
@@ -104,47 +105,23 @@ fn ended(exit: &Option<Exit>) -> String {
 }
 
 impl RunError {
-    /// The exit code a shell gives a program this error kept from starting: see
-    /// [`spawn_exit_code`]. `None` for an error that is not about the program.
-    pub fn exit_code(&self) -> Option<u8> {
+    /// Why the program could not be started, when that is the error ([`RunError::Spawn`]).
+    pub fn spawn_failure(&self) -> Option<SpawnFailure> {
         match self {
-            RunError::Spawn { source, .. } => Some(spawn_exit_code(source)),
+            RunError::Spawn { program, source } => Some(SpawnFailure::classify(program, source)),
             _ => None,
         }
     }
-}
 
-/// The exit code for a program that could not be started, as a shell gives it: 127 when there
-/// is no such program, 126 when there is one but it cannot be executed. A name too long to be
-/// a file name or a path (`ENAMETOOLONG`) names no file at all, whether it is looked up in
-/// `PATH` or given as a path: "not found", as `execvp` treats it, not "cannot be executed".
-/// The one mapping of `agentrun run`, `agentrun agent` and auto mode.
-pub fn spawn_exit_code(source: &io::Error) -> u8 {
-    match source.kind() {
-        io::ErrorKind::NotFound | io::ErrorKind::InvalidFilename => 127,
-        _ => 126,
+    /// The exit code a shell gives a program this error kept from starting
+    /// ([`SpawnFailure::exit_code`]). `None` for an error that is not about the program.
+    pub fn exit_code(&self) -> Option<u8> {
+        self.spawn_failure().map(SpawnFailure::exit_code)
     }
 }
 
-fn spawn_hint(program: &OsStr, e: &io::Error) -> &'static str {
-    match e.kind() {
-        io::ErrorKind::InvalidFilename => {
-            " (no file can have a name this long: there is no such program)"
-        }
-        io::ErrorKind::NotFound if os::program_exists(program) => {
-            " (the program exists: its interpreter, named on its #! line, was not found)"
-        }
-        io::ErrorKind::NotFound => {
-            " (no such program; a name without '/' is looked up in PATH, never run by a shell)"
-        }
-        io::ErrorKind::PermissionDenied
-            if program.as_encoded_bytes().contains(&b'/') && Path::new(program).is_dir() =>
-        {
-            " (it is a directory, not a program)"
-        }
-        io::ErrorKind::PermissionDenied => " (is the file executable? chmod +x)",
-        _ => "",
-    }
+fn spawn_hint(program: &OsStr, e: &io::Error) -> String {
+    format!(" ({})", SpawnFailure::classify(program, e).explanation(e))
 }
 
 /// A blocking job of a run (a pump or the stdin writer): it ends at the end of its pipe or

@@ -22,8 +22,9 @@ use rmcp::service::RequestContext;
 use serde_json::{Value, json};
 
 use crate::args::{ArgError, Args};
-use crate::handler::{Watch, object, report_progress, retain_text, stop_future, tool_error};
+use crate::progress::{Watch, report_progress};
 use crate::render::{self, push_answer};
+use crate::tools::{object, retain_text, stop_future, tool_error};
 use crate::{MAX_TIMEOUT, McpServer};
 
 const COMPACT_DESCRIPTION: &str = "\

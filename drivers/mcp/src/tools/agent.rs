@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentrun_core::harness::{Harness, OutcomeStatus};
+use agentrun_core::{ModelRead, ReadSyntax};
 use agentrun_process::{AgentOptions, AgentRun};
 use agentrun_tokio::Runner;
 use rmcp::RoleServer;
@@ -16,8 +17,9 @@ use rmcp::service::RequestContext;
 use serde_json::json;
 
 use crate::args::{ArgError, Args};
-use crate::handler::{Watch, object, report_progress, retain_text, stop_future, tool_error};
+use crate::progress::{Watch, report_progress};
 use crate::render::{self, Answer, push_answer};
+use crate::tools::{not_started, object, retain_text, stop_future, tool_error};
 use crate::{MAX_TIMEOUT, McpServer};
 
 const AGENT_DESCRIPTION: &str = "\
@@ -180,10 +182,10 @@ impl AgentParts {
             let name = stream.name.as_ref().map_or("output", |n| n.as_str());
             let _ = writeln!(
                 tail,
-                "[{name} retained ({} lines, {} bytes): read(filePath=\"{}\", offset=0)]",
+                "[{name} retained ({} lines, {} bytes): {}]",
                 stream.lines,
                 stream.bytes,
-                record.stream_uri(stream)
+                ModelRead.read_call(&record.stream_uri(stream), stream.start())
             );
         }
         AgentParts { head, tail }
@@ -287,6 +289,9 @@ impl McpServer {
         };
         let turn = match turn {
             Ok(turn) => turn,
+            Err(agentrun_tokio::AgentError::Run(e)) if let Some(spawn) = e.spawn_failure() => {
+                return Ok(tool_error(not_started(&e, spawn)));
+            }
             Err(e) => return Ok(tool_error(format!("the agent could not run: {e}"))),
         };
         let final_message = turn
