@@ -304,6 +304,10 @@ fn pieces_waiting_for_the_hasher_are_kept_when_a_later_write_fails() {
 fn writes_wait_for_the_hasher_after(pieces: usize, len: usize) {
     let (_tmp, store) = temp_store();
     let (mut s, ix) = single(&store);
+    // The stream is checked against the machine once, before the machine is held: checked
+    // under the guard, the first write would wait for it, and the pieces would then be
+    // counted with the hasher already running.
+    s.write(ix, b"").unwrap();
     // Hold the machine: the hasher blocks on its first piece, and the writes go on only
     // while the pipeline has room.
     let accepting = Arc::clone(&s.accepting);
