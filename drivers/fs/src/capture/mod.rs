@@ -19,7 +19,9 @@
 //! writing the file on one core and hashing on another overlap instead of adding up: hashing
 //! every byte is the largest cost of retaining output. Memory stays bounded: per stream at most
 //! [`PIPELINE_COPIES`](pipeline::PIPELINE_COPIES) bytes of copies wait for the hasher; index
-//! entries go to the index file as soon as a block completes.
+//! entries go to the index file as soon as a block completes. A write-back thread per stream
+//! starts the kernel's write-back of the bytes already hashed, so that waiting for a slow disk
+//! never holds up the writes (see `pipeline::Writeback`).
 //!
 //! A pipe can also be drained straight into a stream ([`CaptureSession::write_from_pipe`]):
 //! the kernel moves its bytes into the capture file (`splice`), and the hasher reads them

@@ -166,6 +166,8 @@ impl CaptureSession {
         for ix in all {
             let _ = self.settle(ix);
             self.streams[ix.get()].hasher = None;
+            // Its last write-back starts are made before the file is sealed.
+            self.streams[ix.get()].writeback = None;
         }
         // A final display is text the reserve did not count yet: room for it, best effort (a
         // record that then does not fit is written without it, see `minimal_record`).

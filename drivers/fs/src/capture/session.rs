@@ -25,27 +25,34 @@ use crate::store::{Store, StoreError};
 use rustix::fs::OFlags;
 
 /// Dirty capture bytes after which write-back to disk is started (see `start_writeback`).
-const WRITEBACK_STEP: u64 = 16 << 20;
+pub(super) const WRITEBACK_STEP: u64 = 16 << 20;
 
 /// Starts the kernel's write-back of the capture file up to what is accepted, in steps, so
 /// the `fsync` before publication finds little left to write instead of the whole output.
-/// `DONTNEED` starts asynchronous write-back of dirty pages (and drops pages already clean);
-/// it never blocks on the disk. Best effort: a failure only makes the final `fsync` longer.
-/// Bytes still waiting for the hasher are left alone: dropped from the page cache, they would
-/// have to be read back from the disk.
+/// `DONTNEED` starts asynchronous write-back of dirty pages (and drops pages already clean),
+/// on the stream's write-back thread (see `Writeback`), or here if it cannot be started.
+/// Best effort: a failure only makes the final `fsync` longer. Bytes still waiting for the
+/// hasher are left alone: dropped from the page cache, they would have to be read back from
+/// the disk.
 fn start_writeback(files: &mut StreamFiles) {
     let accepted = files.written - files.hasher.as_ref().map_or(0, |h| h.pending);
     let pending = accepted.saturating_sub(files.writeback_started);
     if pending < WRITEBACK_STEP {
         return;
     }
-    let _ = rustix::fs::fadvise(
-        &files.data,
-        files.writeback_started,
-        std::num::NonZeroU64::new(pending),
-        rustix::fs::Advice::DontNeed,
-    );
-    files.writeback_started = accepted;
+    if files.writeback.is_none() {
+        files.writeback = files.data.try_clone().and_then(Writeback::spawn).ok();
+    }
+    let started = match &files.writeback {
+        Some(writeback) => writeback.start(files.writeback_started, pending),
+        None => {
+            advise_writeback(&files.data, files.writeback_started, pending);
+            true
+        }
+    };
+    if started {
+        files.writeback_started = accepted;
+    }
 }
 
 /// How many fresh run ids to try when a capture directory name is already taken.
@@ -204,6 +211,8 @@ pub(super) struct StreamFiles {
     pub(super) written: u64,
     /// Capture-file bytes already handed to the kernel's write-back (see `start_writeback`).
     writeback_started: u64,
+    /// The write-back thread, started with the first step of write-back.
+    pub(super) writeback: Option<Writeback>,
     /// The hasher thread, started with the first large chunk.
     pub(super) hasher: Option<Hasher>,
     /// Piece buffers handed back by the hasher, to reuse.
@@ -258,6 +267,7 @@ impl StreamFiles {
             data,
             written: 0,
             writeback_started: 0,
+            writeback: None,
             hasher: None,
             spare: Vec::new(),
             splice: true,
@@ -515,9 +525,11 @@ impl CaptureSession {
             Ok(0) => Some(Ok(0)),
             Ok(len) => {
                 files.written += len as u64;
-                start_writeback(files);
                 // A hasher that is gone fails the stream; the bytes were taken all the same.
                 let _ = self.send_piece(stream, Piece::InFile { offset, len });
+                // After the hand-over, so the piece counts as waiting for the hasher: its
+                // pages must stay in the page cache until the hasher has read them.
+                start_writeback(&mut self.streams[stream.get()]);
                 Some(Ok(len))
             }
             Err(rustix::io::Errno::AGAIN) => Some(Err(io::ErrorKind::WouldBlock.into())),

@@ -346,6 +346,42 @@ fn the_copies_waiting_for_the_hasher_are_bounded_in_bytes() {
     writes_wait_for_the_hasher_after(PIPELINE_COPIES / PIPELINE_PIECE, PIPELINE_PIECE);
 }
 
+#[test]
+fn write_back_is_handed_to_its_thread_and_a_busy_thread_loses_no_range() {
+    let (_tmp, store) = temp_store();
+    let (mut s, ix) = single(&store);
+    // A stand-in for the write-back thread that takes one range and starts none until the
+    // test takes them: the writes must go on, and keep the ranges it has no room for.
+    let (ranges, started) = mpsc::sync_channel(1);
+    s.streams[0].writeback = Some(Writeback {
+        ranges: Some(ranges),
+        thread: None,
+    });
+    let piece = lines_of(PIPELINE_PIECE);
+    let steps = 3 * (WRITEBACK_STEP as usize / PIPELINE_PIECE);
+    for _ in 0..steps {
+        s.write(ix, &piece).unwrap();
+    }
+    let written = (steps * PIPELINE_PIECE) as u64;
+    let (offset, first) = started.try_recv().expect("a range was handed over");
+    assert_eq!(offset, 0);
+    assert!(
+        (WRITEBACK_STEP..=written).contains(&first),
+        "{first} of {written}"
+    );
+    // The ranges that found the thread busy go with the next one: nothing is skipped.
+    for _ in 0..steps {
+        s.write(ix, &piece).unwrap();
+    }
+    let (next, _) = started
+        .try_recv()
+        .expect("the kept ranges were handed over");
+    assert_eq!(next, first);
+    let record = s.finish(done()).unwrap();
+    assert!(!record.incomplete);
+    assert_eq!(record.streams()[0].bytes, 2 * written);
+}
+
 /// A hasher thread that takes one piece and stops, as if it had died.
 fn dying_hasher() -> Hasher {
     let (pieces, to_hash) = mpsc::sync_channel::<Piece>(PIPELINE_DEPTH);
