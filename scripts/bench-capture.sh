@@ -19,6 +19,12 @@
 # command's gigabyte of dirty pages is written back during the next one's turn.
 # DROP_CACHES=1 (root) empties the page cache first: on a machine whose memory is full of
 # cache, reclaim during the rounds makes every time move.
+# AGENTRUN_BIN=PATH measures that build instead of building this tree.
+# PAIRS=N runs N paired rounds of only agentrun and `cat FILE | cat > OUT`, alternating which
+# goes first (so neither always runs right after the other's deletion and `sync`), and prints
+# every pair with its ratio, the medians, the median of the pairs' ratios, and the peak RSS of
+# agentrun for the 1 GiB file (`/usr/bin/time -f %M`, once after the pairs). For a shared,
+# noisy machine: compare pairs, not best runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -27,8 +33,12 @@ default_parent=/tmp
 [ -d /work ] && default_parent=/work
 work=${1:-$(mktemp -d "$default_parent/agentrun-bench-capture.XXXXXX")}
 mkdir -p "$work"
-cargo build --release -q -p agentrun
-bin=$(release_dir)/agentrun
+if [ -n "${AGENTRUN_BIN:-}" ]; then
+    bin=$AGENTRUN_BIN
+else
+    cargo build --release -q -p agentrun
+    bin=$(release_dir)/agentrun
+fi
 
 text=$work/text-1g.txt
 make_log_text "$text"
@@ -58,7 +68,42 @@ if [ -n "${DROP_CACHES:-}" ]; then
     cat "$text" > /dev/null
 fi
 machine_line
+echo "SHA extensions (sha_ni): $(grep -qw sha_ni /proc/cpuinfo && echo yes || echo no)"
 echo "filesystem of $work: $(df -T "$work" | awk 'NR==2 {print $2}')"
+if [ -n "${PAIRS:-}" ]; then
+    echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "pairs: $PAIRS (agentrun run -- cat FILE, cat FILE | cat > OUT; order alternates)"
+    runs=() pipes=() ratios=()
+    for i in $(seq "$PAIRS"); do
+        rm -rf "$work/store" "$work/out"
+        settle
+        if [ $((i % 2)) -eq 1 ]; then
+            a=$(seconds "AGENTRUN_HOME='$work/store' '$bin' run -- cat '$text'")
+            rm -rf "$work/store"
+            settle
+            p=$(seconds "cat '$text' | cat > '$work/out'")
+        else
+            p=$(seconds "cat '$text' | cat > '$work/out'")
+            rm -f "$work/out"
+            settle
+            a=$(seconds "AGENTRUN_HOME='$work/store' '$bin' run -- cat '$text'")
+        fi
+        r=$(echo "$p / $a" | bc -l)
+        runs+=("$a") pipes+=("$p") ratios+=("$r")
+        printf 'pair %2d: agentrun %.3f s  cat > OUT %.3f s  ratio %.2fx\n' "$i" "$a" "$p" "$r"
+    done
+    rm -rf "$work/store" "$work/out"
+    echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+    t_run=$(median "${runs[@]}")
+    t_pipe=$(median "${pipes[@]}")
+    printf 'median agentrun %s s, cat > OUT %s s: %.2fx; median of the pair ratios %.2fx\n' \
+        "$t_run" "$t_pipe" "$(echo "$t_pipe / $t_run" | bc -l)" "$(median "${ratios[@]}")"
+    settle
+    rss=$(AGENTRUN_HOME="$work/store" /usr/bin/time -f '%M' "$bin" run -- cat "$text" 2>&1 >/dev/null | tail -1)
+    printf 'peak RSS of agentrun run -- cat FILE: %.1f MiB\n' "$(echo "$rss / 1024" | bc -l)"
+    rm -rf "$work/store"
+    exit 0
+fi
 echo "rounds: $RUNS (median of each)"
 runs=() pipes=() tees=() bases=()
 for _ in $(seq "$RUNS"); do
