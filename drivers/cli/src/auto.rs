@@ -12,6 +12,7 @@
 //! be started; 128+N when stopped by signal N (continue the session with `--continue`); 125
 //! for usage errors (including `--max-turns` below 3) and agentrun's own failures.
 
+use agentrun_process::error_chain;
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -160,7 +161,7 @@ pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
             AutoProgress::Harness(line) => say(&format!("  {line}")),
             _ => {}
         }))
-        .map_err(|e| Failure::runtime(chain(&e)))?
+        .map_err(|e| Failure::runtime(error_chain(&e)))?
     };
     let state = outcome.state();
     let resume_hint = || {
@@ -190,7 +191,11 @@ pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
             return Ok(exit_code(outcome.exit_code()));
         }
         AutoEnd::Failed(e) => {
-            return Err(Failure::runtime(format!("{}; {}", chain(e), resume_hint())));
+            return Err(Failure::runtime(format!(
+                "{}; {}",
+                error_chain(e),
+                resume_hint()
+            )));
         }
         other => {
             return Err(Failure::runtime(format!(
@@ -222,25 +227,9 @@ fn session_failure(e: AutoSessionError) -> Failure {
         AutoSessionError::Settings(_)
         | AutoSessionError::Launch(_)
         | AutoSessionError::SessionDir(_)
-        | AutoSessionError::Resume(_) => Failure::usage(chain(&e)),
-        _ => Failure::runtime(chain(&e)),
+        | AutoSessionError::Resume(_) => Failure::usage(error_chain(&e)),
+        _ => Failure::runtime(error_chain(&e)),
     }
-}
-
-/// `error` and its sources, `: `-separated; a source whose text its error already shows is
-/// not repeated.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut next = error.source();
-    while let Some(source) = next {
-        let part = source.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        next = source.source();
-    }
-    text
 }
 
 /// A session's exit code as a process's (a code outside 0–255 cannot be one: 1).

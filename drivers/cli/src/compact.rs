@@ -13,6 +13,7 @@
 //! Exit codes: 0 with a summary; 1 when compaction failed (the transcript is unchanged in any
 //! case); 125 when agentrun itself failed (unreadable or invalid transcript, store error).
 
+use agentrun_process::error_chain;
 use std::fs::File;
 use std::io;
 use std::path::Path;
@@ -146,14 +147,14 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
                 out.line(&failure_json(&failed).to_string())?;
                 out.flush()?;
             } else {
-                progress(&format!("agentrun: error: {}", with_sources(&*failed)));
+                progress(&format!("agentrun: error: {}", error_chain(&*failed)));
                 progress("agentrun: the transcript is unchanged");
             }
             Ok(ExitCode::from(1))
         }
-        Err(CompactError::Summarizer(e)) => Err(Failure::usage(with_sources(&e))),
+        Err(CompactError::Summarizer(e)) => Err(Failure::usage(error_chain(&e))),
         Err(CompactError::Transcript(e)) => Err(load_failure(&e)),
-        Err(e) => Err(Failure::runtime(with_sources(&e))),
+        Err(e) => Err(Failure::runtime(error_chain(&e))),
     }
 }
 
@@ -161,18 +162,6 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
 fn progress(line: &str) {
     use std::io::Write as _;
     let _ = writeln!(io::stderr().lock(), "{line}");
-}
-
-/// An error and its sources, `: `-separated, as one line.
-fn with_sources(error: &dyn std::error::Error) -> String {
-    let mut line = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        line.push_str(": ");
-        line.push_str(&e.to_string());
-        source = e.source();
-    }
-    line
 }
 
 /// A transcript that cannot be read is agentrun's failure; one that is not a transcript
@@ -384,7 +373,7 @@ fn failure_json(failed: &Failed) -> serde_json::Value {
     serde_json::json!({
         "error": {
             "kind": "compaction",
-            "message": with_sources(failed),
+            "message": error_chain(failed),
             "exit_code": 1,
         },
         "attempts": attempts_json(&failed.attempts),

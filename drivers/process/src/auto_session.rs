@@ -29,14 +29,7 @@ use crate::auto_mode::{
     AutoModeChannel, AutoModeRunner, HarnessLaunch, ProgressSink, StopRequests,
 };
 use crate::driver::{Runner, Runtime};
-
-/// The exit code of a session stopped from outside before it finished: 128 + SIGINT, as a
-/// shell reports Ctrl-C (a front end that knows the signal uses 128 + its number).
-pub const INTERRUPTED_EXIT_CODE: i32 = 130;
-
-/// The exit code of a session that agentrun itself could not carry on (its state could not be
-/// written, a turn's output could not be captured), as for agentrun's own failures.
-pub const FAILED_EXIT_CODE: i32 = 125;
+use crate::exit;
 
 /// What a new auto session is started with. Everything here is persisted with the session,
 /// so a resumed session runs the same way.
@@ -247,15 +240,15 @@ impl AutoOutcome {
 
     /// The exit code by auto mode's contract: 0 completed or stopped at the turn limit; the
     /// failing phase's code on error; 127/126 when the harness cannot be started;
-    /// [`INTERRUPTED_EXIT_CODE`] when interrupted; [`FAILED_EXIT_CODE`] when agentrun could
+    /// [`exit::INTERRUPTED`] when interrupted; [`exit::FAILED`] when agentrun could
     /// not carry on. Read [`AutoOutcome::abort`] first.
     #[must_use]
     pub fn exit_code(&self) -> i32 {
         match &self.end {
             AutoEnd::Finished => self.state.exit_code,
-            AutoEnd::Interrupted => INTERRUPTED_EXIT_CODE,
+            AutoEnd::Interrupted => i32::from(exit::INTERRUPTED),
             AutoEnd::SpawnFailed { exit_code, .. } => *exit_code,
-            AutoEnd::Failed(_) => FAILED_EXIT_CODE,
+            AutoEnd::Failed(_) => i32::from(exit::FAILED),
         }
     }
 

@@ -27,6 +27,7 @@ pub mod auto_mode;
 pub mod auto_session;
 mod compact;
 mod driver;
+mod error_text;
 pub mod exit;
 mod live;
 pub mod os;
@@ -60,6 +61,7 @@ pub mod api {
         CONTEXT_LENGTH_MARKER, CompactError, CompactEvent, CompactOptions, CompactRun, Summarizer,
         SummarizerSetupError, TranscriptInput,
     };
+    pub use crate::error_text::error_chain;
     pub use crate::exit::{SpawnFailure, agent_exit_code, run_exit_code, turn_exit_code};
     pub use crate::live::RunError;
     pub use crate::transcript_file::{LoadedTranscript, TranscriptLoadError, load_transcript};
@@ -71,6 +73,7 @@ pub mod api {
     };
     pub use agentrun_fs::sink::read_sink;
 }
+pub use error_text::error_chain;
 pub use exit::{SpawnFailure, agent_exit_code, run_exit_code, turn_exit_code};
 pub use live::RunError;
 pub use os::program_exists;

@@ -2,6 +2,7 @@
 //! its summarizer an allowed harness or an allowed command, answered with the summary and a
 //! read hint for every artifact the compaction retained.
 
+use agentrun_process::error_chain;
 use std::fmt::Write as _;
 use std::future::IntoFuture;
 use std::path::PathBuf;
@@ -280,18 +281,6 @@ fn failure_json(failed: &Failed, message: &str) -> Value {
     })
 }
 
-/// An error and its sources, `: `-separated.
-fn with_sources(error: &dyn std::error::Error) -> String {
-    let mut line = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        line.push_str(": ");
-        line.push_str(&e.to_string());
-        source = e.source();
-    }
-    line
-}
-
 impl McpServer {
     pub(crate) async fn call_compact(
         &self,
@@ -344,7 +333,7 @@ impl McpServer {
                 Ok(out)
             }
             Err(CompactError::Compaction(failed)) => {
-                let message = with_sources(&*failed);
+                let message = error_chain(&*failed);
                 let text = format!(
                     "[Compaction failed: {}; the transcript is unchanged]\n{}",
                     render::clip(&message, render::MAX_ERROR_BYTES),
@@ -362,7 +351,7 @@ impl McpServer {
             }
             Err(e) => Ok(tool_error(format!(
                 "`compact` cannot run: {}",
-                with_sources(&e)
+                error_chain(&e)
             ))),
         }
     }
