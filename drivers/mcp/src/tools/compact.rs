@@ -12,6 +12,7 @@ use std::time::Duration;
 use agentrun_core::compaction::{Attempt, AttemptResult, Failed};
 use agentrun_core::harness::Harness;
 use agentrun_core::process::RunOptions;
+use agentrun_core::{ArtifactUri, Continuation, ModelRead, ReadSyntax};
 use agentrun_process::{
     AgentOptions, CompactError, CompactEvent, CompactOptions, CompactRun, Summarizer,
     TranscriptInput,
@@ -223,19 +224,21 @@ fn attempts_text(attempts: &[Attempt]) -> String {
 /// artifacts the compaction's record keeps besides.
 fn hints_text(done: &CompactRun) -> String {
     let mut out = String::new();
+    let from_start = |uri: &ArtifactUri| ModelRead.read_call(uri, Continuation::Line(0));
     for reference in &done.references {
+        // A reference names an artifact the compaction wrote itself, so it always parses.
+        let read = ArtifactUri::parse(&reference.uri)
+            .map_or_else(|_| reference.uri.clone(), |uri| from_start(&uri));
         let _ = writeln!(
             out,
-            "[tool output of {} retained: read(filePath=\"{}\", offset=0)]",
+            "[tool output of {} retained: {read}]",
             render::clip(&reference.tool_use_id, 128),
-            reference.uri
         );
     }
     if let Some(retained) = &done.retained {
         for uri in &retained.kept {
-            let uri = uri.to_string();
-            if !done.references.iter().any(|r| r.uri == uri) {
-                let _ = writeln!(out, "[also kept: read(filePath=\"{uri}\", offset=0)]");
+            if !done.references.iter().any(|r| r.uri == uri.to_string()) {
+                let _ = writeln!(out, "[also kept: {}]", from_start(uri));
             }
         }
         let _ = writeln!(
