@@ -17,8 +17,11 @@ use proptest::prelude::*;
 /// A valid line for `h` whose progress line is known; `n` keeps ids distinct.
 fn probe(h: Harness, n: usize) -> (Vec<u8>, String) {
     let line = match h {
-        Harness::Claude | Harness::Grok => format!(
+        Harness::Claude | Harness::Grok | Harness::Qwen => format!(
             r#"{{"type":"assistant","message":{{"model":"probe-model","content":[{{"type":"tool_use","name":"Read","input":{{"file_path":"/p{n}"}}}}]}}}}"#
+        ),
+        Harness::Pi => format!(
+            r#"{{"type":"tool_execution_start","toolCallId":"c{n}","toolName":"Read","args":{{"path":"/p{n}"}}}}"#
         ),
         Harness::Antigravity => format!(
             r#"{{"event":"step_update","step_update":{{"step_index":{n},"step_type":"tool","tool_name":"view_file","tool_info":{{"parameters":{{"AbsolutePath":"/p{n}"}}}}}}}}"#
@@ -171,7 +174,16 @@ fn malformed_counts_in_the_drift_warning() {
 #[test]
 fn fuzz_bodies_replay_every_fixture() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/harness");
-    for d in ["claude", "grok", "antigravity", "codex", "muse", "opencode"] {
+    for d in [
+        "claude",
+        "grok",
+        "antigravity",
+        "codex",
+        "muse",
+        "opencode",
+        "qwen",
+        "pi",
+    ] {
         for entry in std::fs::read_dir(format!("{dir}/{d}")).expect("dir") {
             let bytes = std::fs::read(entry.expect("entry").path()).expect("read");
             for control in [0u8, 1, 3, 0x15] {
@@ -183,6 +195,8 @@ fn fuzz_bodies_replay_every_fixture() {
                 fuzzing::codex_bytes(&input);
                 fuzzing::muse_bytes(&input);
                 fuzzing::opencode_bytes(&input);
+                fuzzing::qwen_bytes(&input);
+                fuzzing::pi_bytes(&input);
             }
         }
     }
@@ -194,6 +208,8 @@ fn fuzz_bodies_replay_every_fixture() {
         fuzzing::codex_events,
         fuzzing::muse_events,
         fuzzing::opencode_events,
+        fuzzing::qwen_events,
+        fuzzing::pi_events,
     ] {
         f(&every);
         f(&[1]);

@@ -28,6 +28,7 @@ pub mod interpretation;
 mod json;
 mod muse;
 mod opencode;
+mod pi;
 pub mod progress;
 pub mod retained;
 mod usage;
@@ -58,24 +59,31 @@ pub enum Harness {
     Muse,
     /// OpenCode (`opencode run --format json`).
     OpenCode,
+    /// Qwen Code (`qwen --output-format stream-json`).
+    Qwen,
+    /// pi (`pi --mode json`).
+    Pi,
 }
 
 /// Error for a harness name that is not in the registry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown harness {0:?}; expected one of claude, grok, agy (antigravity), codex, muse, opencode"
+    "unknown harness {0:?}; expected one of claude, grok, agy (antigravity), codex, muse, opencode, \
+     qwen, pi"
 )]
 pub struct UnknownHarness(pub String);
 
 impl Harness {
-    /// All six harnesses, in registry order.
-    pub const ALL: [Harness; 6] = [
+    /// All harnesses, in registry order.
+    pub const ALL: [Harness; 8] = [
         Harness::Claude,
         Harness::Grok,
         Harness::Antigravity,
         Harness::Codex,
         Harness::Muse,
         Harness::OpenCode,
+        Harness::Qwen,
+        Harness::Pi,
     ];
 
     /// The canonical short name (`claude`, `grok`, `agy`, `codex`, `muse`, `opencode`).
@@ -87,6 +95,8 @@ impl Harness {
             Harness::Codex => "codex",
             Harness::Muse => "muse",
             Harness::OpenCode => "opencode",
+            Harness::Qwen => "qwen",
+            Harness::Pi => "pi",
         }
     }
 
@@ -100,6 +110,8 @@ impl Harness {
             "codex" => Harness::Codex,
             "muse" => Harness::Muse,
             "opencode" => Harness::OpenCode,
+            "qwen" | "qwen-code" => Harness::Qwen,
+            "pi" => Harness::Pi,
             _ => return Err(UnknownHarness(name.to_owned())),
         })
     }
@@ -210,6 +222,35 @@ impl Harness {
                 env.push(("OPENCODE_DISABLE_AUTOUPDATE".to_owned(), "1".to_owned()));
                 "opencode"
             }
+            Harness::Qwen => {
+                args.extend(["--output-format", "stream-json"].map(String::from));
+                push(&mut args, "-m", &request.model);
+                args.extend(request.harness_args.iter().cloned());
+                push(&mut args, "--resume", &request.resume);
+                // Joined to its option, the prompt is its value even when it starts with `-`
+                // (Qwen's parser drops a prompt given after `--`).
+                args.push(format!("--prompt={}", request.prompt));
+                env.push((
+                    "QWEN_USAGE_STATISTICS_ENABLED".to_owned(),
+                    "false".to_owned(),
+                ));
+                "qwen"
+            }
+            Harness::Pi => {
+                args.extend(["--mode", "json"].map(String::from));
+                push(&mut args, "--model", &request.model);
+                push(&mut args, "--thinking", &request.effort);
+                args.extend(request.harness_args.iter().cloned());
+                push(&mut args, "--session", &request.resume);
+                // pi has no `--`: any argument starting with `-` is an option. `-p` without
+                // a message reads the prompt from stdin (pi trims its surrounding
+                // whitespace).
+                args.push("-p".to_owned());
+                stdin = Stdin::Prompt(request.prompt.clone());
+                env.push(("PI_SKIP_VERSION_CHECK".to_owned(), "1".to_owned()));
+                env.push(("PI_TELEMETRY".to_owned(), "0".to_owned()));
+                "pi"
+            }
         };
         Ok(Invocation {
             program: program.to_owned(),
@@ -231,7 +272,9 @@ impl Harness {
             | Harness::Grok
             | Harness::Antigravity
             | Harness::Muse
-            | Harness::OpenCode => StopSignals {
+            | Harness::OpenCode
+            | Harness::Qwen
+            | Harness::Pi => StopSignals {
                 sequence: &[StopSignal::Terminate],
             },
         }
@@ -246,6 +289,8 @@ impl Harness {
             Harness::Codex => Box::new(codex::CodexDecoder::default()),
             Harness::Muse => Box::new(muse::MuseDecoder::default()),
             Harness::OpenCode => Box::new(opencode::OpenCodeDecoder::default()),
+            Harness::Qwen => Box::new(claude::ClaudeDecoder::new(claude::Dialect::Qwen)),
+            Harness::Pi => Box::new(pi::PiDecoder::default()),
         }
     }
 
@@ -256,6 +301,8 @@ impl Harness {
             Harness::Muse => Some(RetainedKind::MuseSessionLog),
             Harness::OpenCode => Some(RetainedKind::OpenCodeExport),
             Harness::Codex => Some(RetainedKind::CodexSession),
+            Harness::Qwen => Some(RetainedKind::QwenSessionLog),
+            Harness::Pi => Some(RetainedKind::PiSessionLog),
             _ => None,
         }
     }
@@ -300,6 +347,9 @@ fn check_model(harness: Harness, model: &str) -> Result<(), LaunchError> {
 }
 
 fn check_effort(harness: Harness, effort: &str) -> Result<(), LaunchError> {
+    if harness == Harness::Qwen {
+        return Err(LaunchError::EffortUnsupported { harness });
+    }
     let (ok, expected) = match harness {
         // Codex's effort is interpolated into a TOML string: letters only, so no quote,
         // backslash or newline can end the string early.
@@ -354,6 +404,16 @@ pub enum LaunchError {
         effort: String,
         /// What is accepted.
         expected: &'static str,
+    },
+    /// The harness takes no reasoning effort on its command line.
+    #[error(
+        "{harness} takes no reasoning effort on its command line: set it in its settings \
+         (Qwen Code: model.generationConfig.reasoning.effort in ~/.qwen/settings.json) and \
+         leave the effort out"
+    )]
+    EffortUnsupported {
+        /// The harness.
+        harness: Harness,
     },
 }
 
