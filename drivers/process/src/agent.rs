@@ -680,6 +680,47 @@ fn find_muse_log(options: &AgentOptions, id: &str) -> Option<PathBuf> {
         .map(|dir| dir.join("session.jsonl"))
 }
 
+/// Where Qwen Code or pi keeps session `id`'s log, one directory per project below a root:
+/// Qwen `~/.qwen/projects/<project>/chats/<id>.jsonl`, pi
+/// `<PI_CODING_AGENT_DIR or ~/.pi/agent>/sessions/<project>/<time>_<id>.jsonl`. The project
+/// directory is named after the working directory; every project is searched rather than
+/// the name re-derived (the CLIs' spelling of a path may change). Bounded: at most 4096
+/// entries per directory.
+fn find_session_log(options: &AgentOptions, kind: RetainedKind, id: &str) -> Option<PathBuf> {
+    let home = || options.child_env("HOME").map(PathBuf::from);
+    // Qwen names the file `<id>.jsonl`, pi `<time>_<id>.jsonl`.
+    let (root, sub, name, exact) = match kind {
+        RetainedKind::QwenSessionLog => (
+            home()?.join(".qwen").join("projects"),
+            "chats",
+            format!("{id}.jsonl"),
+            true,
+        ),
+        RetainedKind::PiSessionLog => {
+            let dir = match options.child_env("PI_CODING_AGENT_DIR") {
+                Some(dir) => PathBuf::from(dir),
+                None => home()?.join(".pi").join("agent"),
+            };
+            (dir.join("sessions"), "", format!("_{id}.jsonl"), false)
+        }
+        _ => return None,
+    };
+    let wanted = |n: &str| if exact { n == name } else { n.ends_with(&name) };
+    let entries = |dir: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .take(4096)
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect()
+    };
+    entries(&root).into_iter().find_map(|project| {
+        entries(&project.join(sub))
+            .into_iter()
+            .find(|f| f.file_name().and_then(|n| n.to_str()).is_some_and(&wanted))
+    })
+}
+
 /// Reads and parses the retained record; the error says why it is absent.
 async fn acquire<R: Runtime>(
     runner: &Runner<R>,
@@ -748,6 +789,16 @@ async fn acquire<R: Runtime>(
                     .await?;
                     record.0.usage_baseline = record.1.take();
                     return Ok(record.0);
+                }
+                RetainedKind::QwenSessionLog | RetainedKind::PiSessionLog => {
+                    let options = options.clone();
+                    let kind = request.kind;
+                    blocking(runner, move || {
+                        let path = find_session_log(&options, kind, &id)
+                            .ok_or_else(|| format!("{what} of session {id} was not found"))?;
+                        read_capped(&path, 0).map_err(|e| format!("{what} {}: {e}", path.display()))
+                    })
+                    .await?
                 }
                 _ => return Err(format!("{what} cannot be read by this version")),
             }
