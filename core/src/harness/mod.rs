@@ -1,13 +1,13 @@
-//! Harness stream interpretation (SPEC §8 and §12): six agent CLIs behind one evidence
+//! Harness stream interpretation (SPEC §8 and §12): eight agent CLIs behind one evidence
 //! interface.
 //!
 //! * [`Harness`] is the registry: for each of Claude Code, Grok, Antigravity (`agy`), Codex,
-//!   Muse and OpenCode it gives the launch [`Invocation`] for a [`LaunchRequest`], the
+//!   Muse, OpenCode, Qwen Code and pi it gives the launch [`Invocation`] for a [`LaunchRequest`], the
 //!   [`StopSignals`] and a [`StreamDecoder`].
 //! * A [`StreamDecoder`] turns one raw line into a [`StreamUpdate`] (progress lines plus
 //!   semantic [`Evidence`]) and, consumed, into the completion [`Facts`]. All protocol
-//!   knowledge of a dialect lives in its decoder; Claude and Grok share one Claude-shaped
-//!   decoder with private dialect differences.
+//!   knowledge of a dialect lives in its decoder; Claude, Grok and Qwen Code share one
+//!   Claude-shaped decoder with private dialect differences.
 //! * [`Interpretation`] is the one interface callers use: it feeds lines to the decoder,
 //!   applies the evidence to the shared model and security policy, and completes into a
 //!   report and an outcome (see its documentation for the driving order).
@@ -44,7 +44,7 @@ pub use usage::{Usage, UsageLedger, UsageScope};
 /// The one interface callers use; see [`interpretation::Interpretation`].
 pub use interpretation::Interpretation;
 
-/// One of the six supported agent CLIs.
+/// One of the supported agent CLIs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Harness {
     /// Claude Code (`claude -p --output-format stream-json`).
@@ -86,7 +86,8 @@ impl Harness {
         Harness::Pi,
     ];
 
-    /// The canonical short name (`claude`, `grok`, `agy`, `codex`, `muse`, `opencode`).
+    /// The canonical short name (`claude`, `grok`, `agy`, `codex`, `muse`, `opencode`, `qwen`,
+    /// `pi`).
     pub fn name(self) -> &'static str {
         match self {
             Harness::Claude => "claude",
@@ -100,7 +101,8 @@ impl Harness {
         }
     }
 
-    /// Looks a harness up by name, case-insensitively; `antigravity` is an alias of `agy`.
+    /// Looks a harness up by name, case-insensitively; `antigravity` is an alias of `agy`,
+    /// `qwen-code` of `qwen`.
     pub fn from_name(name: &str) -> Result<Harness, UnknownHarness> {
         let lower = name.trim().to_ascii_lowercase();
         Ok(match lower.as_str() {
@@ -120,8 +122,8 @@ impl Harness {
     /// Options a harness has no flag for (effort for Antigravity and Muse) are left out.
     ///
     /// The prompt is data, never a flag or a subcommand: it comes after `--` (Claude Code,
-    /// Antigravity, Codex, Muse), joined to its option as `--single=PROMPT` (Grok), or on
-    /// stdin (OpenCode), so a prompt such as `-x`, `--help me`, `help` or `resume` reaches the
+    /// Antigravity, Codex, Muse), joined to its option as `--single=PROMPT` (Grok) or
+    /// `--prompt=PROMPT` (Qwen Code), or on stdin (OpenCode, pi), so a prompt such as `-x`, `--help me`, `help` or `resume` reaches the
     /// model verbatim.
     ///
     /// # Errors
@@ -131,6 +133,8 @@ impl Harness {
     /// effort: Codex gets it inside a TOML string (`-c model_reasoning_effort="E"`), so it
     /// must be a lowercase word (`[a-z]+`); the others get it as an argument of its own, which
     /// must be a word of lowercase letters, digits, `-` and `_` not starting with `-`.
+    /// [`LaunchError::EffortUnsupported`] for an effort to Qwen Code, which takes one only from
+    /// its settings.
     pub fn invocation(self, request: &LaunchRequest) -> Result<Invocation, LaunchError> {
         if let Some(effort) = &request.effort {
             check_effort(self, effort)?;
