@@ -127,6 +127,16 @@ const FRAGMENTS: &[&str] = &[
     r#"{"type":"text","sessionID":"o","part":{"text":"final","modelID":"W"}}"#,
     r#"{"type":"step_finish","part":{"reason":"stop","tokens":{"input":1,"output":2},"cost":0.1}}"#,
     r#"{"type":"error","error":{"name":"APIError","data":{"message":"m"}}}"#,
+    r#"{"type":"system","subtype":"init","session_id":"q","model":"requested"}"#,
+    r#"{"type":"assistant","session_id":"q","message":{"model":"requested","content":[{"type":"tool_use","name":"run_shell_command","input":{"command":"ls"}}],"usage":{"input_tokens":9,"cache_read_input_tokens":4}}}"#,
+    r#"{"type":"result","subtype":"error_during_execution","is_error":true,"error":{"message":"[API Error: 400 context_length_exceeded]"}}"#,
+    r#"{"type":"session","id":"p","cwd":"/w"}"#,
+    r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"hi"}],"model":"req","responseModel":"R","usage":{"input":1,"cacheRead":2,"cost":{"total":0.1}},"stopReason":"stop"}}"#,
+    r#"{"type":"message_end","message":{"role":"assistant","content":[],"responseModel":"","stopReason":"error","errorMessage":"500 boom"}}"#,
+    r#"{"type":"tool_execution_start","toolName":"bash","args":{"command":"git push"}}"#,
+    r#"{"type":"agent_end","messages":[{"role":"assistant","content":[{"type":"text","text":"done"}],"stopReason":"stop"}]}"#,
+    r#"{"type":"auto_retry_start","attempt":1,"maxAttempts":3,"errorMessage":"429"}"#,
+    r#"{"type":"auto_retry_end","success":false,"finalError":"500 boom"}"#,
     "[1,2,3]",
     "{\"type\":\"assistant\",\"message\":{\"model\":\"tru",
     "\u{0}\u{7f}not json",
@@ -183,4 +193,6 @@ per_dialect! {
     codex_bytes, codex_events => Harness::Codex;
     muse_bytes, muse_events => Harness::Muse;
     opencode_bytes, opencode_events => Harness::OpenCode;
+    qwen_bytes, qwen_events => Harness::Qwen;
+    pi_bytes, pi_events => Harness::Pi;
 }

@@ -10,8 +10,9 @@ impl Harness {
     /// Options a harness has no flag for (effort for Antigravity and Muse) are left out.
     ///
     /// The prompt is data, never a flag or a subcommand: it comes after `--` (Claude Code,
-    /// Antigravity, Codex, Muse), joined to its option as `--single=PROMPT` (Grok), or on
-    /// stdin (OpenCode, and Claude Code and Codex with [`LaunchRequest::prompt_on_stdin`]), so a
+    /// Antigravity, Codex, Muse), joined to its option as `--single=PROMPT` (Grok) or
+    /// `--prompt=PROMPT` (Qwen Code), or on stdin (OpenCode, pi, and Claude Code and Codex with
+    /// [`LaunchRequest::prompt_on_stdin`]), so a
     /// prompt such as `-x`, `--help me`, `help` or `resume` reaches the
     /// model verbatim.
     ///
@@ -22,6 +23,8 @@ impl Harness {
     /// effort: Codex gets it inside a TOML string (`-c model_reasoning_effort="E"`), so it
     /// must be a lowercase word (`[a-z]+`); the others get it as an argument of its own, which
     /// must be a word of lowercase letters, digits, `-` and `_` not starting with `-`.
+    /// [`LaunchError::EffortUnsupported`] for an effort to Qwen Code, which takes one only from
+    /// its settings.
     pub fn invocation(self, request: &LaunchRequest) -> Result<Invocation, LaunchError> {
         if let Some(effort) = &request.effort {
             check_effort(self, effort)?;
@@ -125,6 +128,35 @@ impl Harness {
                 env.push(("OPENCODE_DISABLE_AUTOUPDATE".to_owned(), "1".to_owned()));
                 "opencode"
             }
+            Harness::Qwen => {
+                args.extend(["--output-format", "stream-json"].map(String::from));
+                push(&mut args, "-m", &request.model);
+                args.extend(request.harness_args.iter().cloned());
+                push(&mut args, "--resume", &request.resume);
+                // Joined to its option, the prompt is its value even when it starts with `-`
+                // (Qwen's parser drops a prompt given after `--`).
+                args.push(format!("{QWEN_PROMPT_OPTION}{}", request.prompt));
+                env.push((
+                    "QWEN_USAGE_STATISTICS_ENABLED".to_owned(),
+                    "false".to_owned(),
+                ));
+                "qwen"
+            }
+            Harness::Pi => {
+                args.extend(["--mode", "json"].map(String::from));
+                push(&mut args, "--model", &request.model);
+                push(&mut args, "--thinking", &request.effort);
+                args.extend(request.harness_args.iter().cloned());
+                push(&mut args, "--session", &request.resume);
+                // pi has no `--`: any argument starting with `-` is an option. `-p` without
+                // a message reads the prompt from stdin (pi trims its surrounding
+                // whitespace).
+                args.push("-p".to_owned());
+                stdin = Stdin::Prompt(request.prompt.clone());
+                env.push(("PI_SKIP_VERSION_CHECK".to_owned(), "1".to_owned()));
+                env.push(("PI_TELEMETRY".to_owned(), "0".to_owned()));
+                "pi"
+            }
         };
         Ok(Invocation {
             program: program.to_owned(),
@@ -135,11 +167,11 @@ impl Harness {
     }
 
     /// Whether the harness can read its prompt on stdin (with
-    /// [`LaunchRequest::prompt_on_stdin`], or always for OpenCode).
+    /// [`LaunchRequest::prompt_on_stdin`], or always for OpenCode and pi).
     pub fn reads_prompt_on_stdin(self) -> bool {
         match self {
-            Harness::Claude | Harness::Codex | Harness::OpenCode => true,
-            Harness::Grok | Harness::Antigravity | Harness::Muse => false,
+            Harness::Claude | Harness::Codex | Harness::OpenCode | Harness::Pi => true,
+            Harness::Grok | Harness::Antigravity | Harness::Muse | Harness::Qwen => false,
         }
     }
 
@@ -149,10 +181,13 @@ impl Harness {
     /// asks for stdin or treats the prompt as too large, before launching anything.
     pub fn prompt_delivery(self, request: &LaunchRequest) -> PromptDelivery {
         match self {
-            Harness::OpenCode => PromptDelivery::Stdin,
+            Harness::OpenCode | Harness::Pi => PromptDelivery::Stdin,
             Harness::Claude | Harness::Codex if request.prompt_on_stdin => PromptDelivery::Stdin,
             Harness::Grok => PromptDelivery::Argument {
                 max_bytes: MAX_ARG_BYTES - GROK_PROMPT_OPTION.len(),
+            },
+            Harness::Qwen => PromptDelivery::Argument {
+                max_bytes: MAX_ARG_BYTES - QWEN_PROMPT_OPTION.len(),
             },
             Harness::Claude | Harness::Codex | Harness::Antigravity | Harness::Muse => {
                 PromptDelivery::Argument {
@@ -174,7 +209,9 @@ impl Harness {
             | Harness::Grok
             | Harness::Antigravity
             | Harness::Muse
-            | Harness::OpenCode => StopSignals {
+            | Harness::OpenCode
+            | Harness::Qwen
+            | Harness::Pi => StopSignals {
                 sequence: &[StopSignal::Terminate],
             },
         }
@@ -187,6 +224,9 @@ pub const MAX_ARG_BYTES: usize = 128 * 1024 - 1;
 
 /// The option Grok's prompt is joined to, in the same argument.
 const GROK_PROMPT_OPTION: &str = "--single=";
+
+/// The option Qwen Code's prompt is joined to, in the same argument.
+const QWEN_PROMPT_OPTION: &str = "--prompt=";
 
 /// How a harness gets its prompt ([`Harness::prompt_delivery`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,6 +277,9 @@ fn check_model(harness: Harness, model: &str) -> Result<(), LaunchError> {
 }
 
 fn check_effort(harness: Harness, effort: &str) -> Result<(), LaunchError> {
+    if harness == Harness::Qwen {
+        return Err(LaunchError::EffortUnsupported { harness });
+    }
     let (ok, expected) = match harness {
         // Codex's effort is interpolated into a TOML string: letters only, so no quote,
         // backslash or newline can end the string early.
@@ -291,6 +334,16 @@ pub enum LaunchError {
         effort: String,
         /// What is accepted.
         expected: &'static str,
+    },
+    /// The harness takes no reasoning effort on its command line.
+    #[error(
+        "{harness} takes no reasoning effort on its command line: set it in its settings \
+         (Qwen Code: model.generationConfig.reasoning.effort in ~/.qwen/settings.json) and \
+         leave the effort out"
+    )]
+    EffortUnsupported {
+        /// The harness.
+        harness: Harness,
     },
 }
 

@@ -210,7 +210,10 @@ impl Harness {
         match self {
             Harness::Claude => (UsageScope::Run, UsageScope::Session),
             Harness::Codex | Harness::Muse => (UsageScope::Session, UsageScope::Run),
-            Harness::OpenCode => (UsageScope::Run, UsageScope::Run),
+            // Qwen Code's result total is the session's, but its assistant messages (which
+            // the decoder sums) and its session log's records are the run's own; pi's stream
+            // and log records of a run are the run's own.
+            Harness::OpenCode | Harness::Qwen | Harness::Pi => (UsageScope::Run, UsageScope::Run),
             Harness::Grok | Harness::Antigravity => (UsageScope::Unknown, UsageScope::Unknown),
         }
     }

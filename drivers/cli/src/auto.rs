@@ -34,7 +34,7 @@ use crate::{Failure, duration};
 /// Arguments of `agentrun auto`.
 #[derive(Debug, Args)]
 pub(crate) struct AutoArgs {
-    /// The harness to drive: claude, grok, agy (antigravity), codex, muse, opencode.
+    /// The harness to drive: claude, grok, agy (antigravity), codex, muse, opencode, qwen, pi.
     #[arg(
         value_name = "NAME",
         value_parser = parse_harness,

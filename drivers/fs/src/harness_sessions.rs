@@ -1,6 +1,7 @@
 //! Where harness CLIs keep their session files on disk, for the retained records read after
 //! a turn: Codex's rollout files (`$CODEX_HOME/sessions/YYYY/MM/DD/rollout-…-<id>.jsonl`) and
-//! Muse's session logs (`<data dir>/muse/sessions/YYYY/MM/DD/<id>/session.jsonl`).
+//! Muse's session logs (`<data dir>/muse/sessions/YYYY/MM/DD/<id>/session.jsonl`), and the
+//! Qwen Code and pi session logs (one directory per project, see [`find_session_log`]).
 //!
 //! The directories depend on the child's environment, not the runner's: every function takes
 //! a lookup `env(name)` that answers as the child will see its variables. Searches are
@@ -38,6 +39,58 @@ pub fn find_muse_log(env: impl Fn(&str) -> Option<OsString>, id: &str) -> Option
     };
     find_three_deep(&data.join("muse").join("sessions"), |name| name == id)
         .map(|dir| dir.join("session.jsonl"))
+}
+
+/// A harness whose session logs live in one directory per project ([`find_session_log`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SessionLog {
+    /// Qwen Code: `$HOME/.qwen/projects/<project>/chats/<id>.jsonl`.
+    Qwen,
+    /// pi: `<PI_CODING_AGENT_DIR or $HOME/.pi/agent>/sessions/<project>/<time>_<id>.jsonl`.
+    Pi,
+}
+
+/// Where Qwen Code or pi keeps session `id`'s log (see [`SessionLog`]). The project
+/// directory is named after the working directory; every project is searched rather than the
+/// name re-derived (the CLIs' spelling of a path may change). Bounded: at most 4096 entries
+/// per directory.
+pub fn find_session_log(
+    env: impl Fn(&str) -> Option<OsString>,
+    log: SessionLog,
+    id: &str,
+) -> Option<PathBuf> {
+    let home = || env("HOME").map(PathBuf::from);
+    // Qwen names the file `<id>.jsonl`, pi `<time>_<id>.jsonl`.
+    let (root, sub, name, exact) = match log {
+        SessionLog::Qwen => (
+            home()?.join(".qwen").join("projects"),
+            "chats",
+            format!("{id}.jsonl"),
+            true,
+        ),
+        SessionLog::Pi => {
+            let dir = match env("PI_CODING_AGENT_DIR") {
+                Some(dir) => PathBuf::from(dir),
+                None => home()?.join(".pi").join("agent"),
+            };
+            (dir.join("sessions"), "", format!("_{id}.jsonl"), false)
+        }
+    };
+    let wanted = |n: &str| if exact { n == name } else { n.ends_with(&name) };
+    let entries = |dir: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .take(4096)
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect()
+    };
+    entries(&root).into_iter().find_map(|project| {
+        entries(&project.join(sub))
+            .into_iter()
+            .find(|f| f.file_name().and_then(|n| n.to_str()).is_some_and(&wanted))
+    })
 }
 
 /// The first entry three directory levels below `root` (`YYYY/MM/DD/<entry>`) whose name
@@ -138,5 +191,30 @@ mod tests {
             Some(other.join("session.jsonl"))
         );
         assert_eq!(find_muse_log(env(&[]), "sess-7"), None);
+    }
+
+    #[test]
+    fn qwen_and_pi_logs_are_found_in_any_project_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path();
+        let qwen = home.join(".qwen/projects/-w-a/chats");
+        std::fs::create_dir_all(&qwen).unwrap();
+        std::fs::write(qwen.join("S1.jsonl"), "").unwrap();
+        std::fs::write(qwen.join("xS1.jsonl"), "").unwrap();
+        let pi_dir = home.join("pi-agent");
+        let pi = pi_dir.join("sessions/--w-b--");
+        std::fs::create_dir_all(&pi).unwrap();
+        std::fs::write(pi.join("2026-12-01T00-00-00_P1.jsonl"), "").unwrap();
+        let pairs = [("HOME", home), ("PI_CODING_AGENT_DIR", pi_dir.as_path())];
+        assert_eq!(
+            find_session_log(env(&pairs), SessionLog::Qwen, "S1"),
+            Some(qwen.join("S1.jsonl"))
+        );
+        assert_eq!(
+            find_session_log(env(&pairs), SessionLog::Pi, "P1"),
+            Some(pi.join("2026-12-01T00-00-00_P1.jsonl"))
+        );
+        assert_eq!(find_session_log(env(&pairs), SessionLog::Pi, "P2"), None);
+        assert_eq!(find_session_log(env(&[]), SessionLog::Qwen, "S1"), None);
     }
 }

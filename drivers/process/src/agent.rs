@@ -46,7 +46,9 @@ use agentrun_core::process::{
     Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, RunSummary,
 };
 use agentrun_core::sink::ResultSink;
-use agentrun_fs::harness_sessions::{codex_sessions_dir, find_codex_session, find_muse_log};
+use agentrun_fs::harness_sessions::{
+    SessionLog, codex_sessions_dir, find_codex_session, find_muse_log, find_session_log,
+};
 use futures_lite::Stream;
 use serde::Serialize;
 
@@ -713,6 +715,19 @@ async fn acquire<R: Runtime>(
                     .await?;
                     record.0.usage_baseline = record.1.take();
                     return Ok(record.0);
+                }
+                RetainedKind::QwenSessionLog | RetainedKind::PiSessionLog => {
+                    let options = options.clone();
+                    let kind = match request.kind {
+                        RetainedKind::QwenSessionLog => SessionLog::Qwen,
+                        _ => SessionLog::Pi,
+                    };
+                    blocking(runner, move || {
+                        let path = find_session_log(|k| options.child_env(k), kind, &id)
+                            .ok_or_else(|| format!("{what} of session {id} was not found"))?;
+                        read_capped(&path, 0).map_err(|e| format!("{what} {}: {e}", path.display()))
+                    })
+                    .await?
                 }
                 _ => return Err(format!("{what} cannot be read by this version")),
             }

@@ -23,7 +23,7 @@ use crate::tools::{not_started, object, retain_text, stop_future, tool_error};
 use crate::{MAX_TIMEOUT, McpServer};
 
 const AGENT_DESCRIPTION: &str = "\
-Delegate a task to another coding agent CLI (claude, codex, opencode, grok, agy, muse) and get \
+Delegate a task to another coding agent CLI (claude, codex, opencode, grok, agy, muse, qwen, pi) and get \
 its answer back bounded. The agent runs non-interactively with the prompt; the result gives \
 its final message, the models that answered, whether the session succeeded, and \
 `read(filePath=\"artifact://...\")` hints for its full retained output (its event stream and \
@@ -51,7 +51,7 @@ pub(crate) fn agent_tool() -> Tool {
             },
             "effort": {
                 "type": "string",
-                "description": "The reasoning effort to request: a plain lowercase word such as \"low\", \"medium\" or \"high\" (claude, grok, codex; opencode gets it as its variant)."
+                "description": "The reasoning effort to request: a plain lowercase word such as \"low\", \"medium\" or \"high\" (claude, grok, codex; opencode gets it as its variant, pi as its thinking level; qwen takes none)."
             },
             "cwd": {
                 "type": "string",
