@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs the agent CLIs that the end-to-end tests run offline against scripted model servers
-# (Claude Code, Codex, OpenCode), at pinned versions, from the npm registry, into a cache:
+# (Claude Code, Codex, OpenCode, Gemini CLI), at pinned versions, from the npm registry, into a cache:
 #
 #   ${AGENTRUN_AGENT_CLIS:-${XDG_CACHE_HOME:-$HOME/.cache}/agentrun/agent-clis}/<package>@<version>/
 #
-# Usage: scripts/install-agent-clis.sh [--print-path] [claude|codex|opencode ...]
-#   (no names: all three). Idempotent: an installed version is only checked, so a second run
+# Usage: scripts/install-agent-clis.sh [--print-path] [claude|codex|opencode|gemini ...]
+#   (no names: all of them). Idempotent: an installed version is only checked, so a second run
 #   takes milliseconds. With --print-path, prints the absolute path of each CLI's executable,
 #   one per line, in the order asked. Concurrent runs (parallel tests) wait on one lock.
 #
@@ -15,6 +15,7 @@ set -euo pipefail
 CLAUDE_CODE_VERSION=2.1.332
 CODEX_VERSION=0.171.0
 OPENCODE_VERSION=1.18.33
+GEMINI_CLI_VERSION=0.61.0
 
 root="${AGENTRUN_AGENT_CLIS:-${XDG_CACHE_HOME:-$HOME/.cache}/agentrun/agent-clis}"
 
@@ -23,18 +24,18 @@ names=()
 for arg in "$@"; do
     case "$arg" in
         --print-path) print_path=true ;;
-        claude | codex | opencode) names+=("$arg") ;;
+        claude | codex | opencode | gemini) names+=("$arg") ;;
         -h | --help)
             sed -n '2,12p' "$0"
             exit 0
             ;;
         *)
-            echo "install-agent-clis.sh: unknown CLI '$arg' (expected claude, codex or opencode)" >&2
+            echo "install-agent-clis.sh: unknown CLI '$arg' (expected claude, codex, opencode or gemini)" >&2
             exit 2
             ;;
     esac
 done
-[ ${#names[@]} -gt 0 ] || names=(claude codex opencode)
+[ ${#names[@]} -gt 0 ] || names=(claude codex opencode gemini)
 
 # name -> "package version executable"
 spec() {
@@ -42,6 +43,7 @@ spec() {
         claude) echo "@anthropic-ai/claude-code $CLAUDE_CODE_VERSION claude" ;;
         codex) echo "@openai/codex $CODEX_VERSION codex" ;;
         opencode) echo "opencode-ai $OPENCODE_VERSION opencode" ;;
+        gemini) echo "@google/gemini-cli $GEMINI_CLI_VERSION gemini" ;;
     esac
 }
 

@@ -32,6 +32,9 @@ fn probe(h: Harness, n: usize) -> (Vec<u8>, String) {
         Harness::OpenCode => format!(
             r#"{{"type":"tool_use","part":{{"callID":"c{n}","tool":"Read","state":{{"input":{{"filePath":"/p{n}"}}}}}}}}"#
         ),
+        Harness::Gemini => format!(
+            r#"{{"type":"tool_use","tool_name":"Read","tool_id":"g{n}","parameters":{{"file_path":"/p{n}"}}}}"#
+        ),
     };
     let expected = match h {
         Harness::Codex => format!("Edit /p{n}"),
@@ -171,7 +174,15 @@ fn malformed_counts_in_the_drift_warning() {
 #[test]
 fn fuzz_bodies_replay_every_fixture() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/harness");
-    for d in ["claude", "grok", "antigravity", "codex", "muse", "opencode"] {
+    for d in [
+        "claude",
+        "grok",
+        "antigravity",
+        "codex",
+        "muse",
+        "opencode",
+        "gemini",
+    ] {
         for entry in std::fs::read_dir(format!("{dir}/{d}")).expect("dir") {
             let bytes = std::fs::read(entry.expect("entry").path()).expect("read");
             for control in [0u8, 1, 3, 0x15] {
@@ -183,6 +194,7 @@ fn fuzz_bodies_replay_every_fixture() {
                 fuzzing::codex_bytes(&input);
                 fuzzing::muse_bytes(&input);
                 fuzzing::opencode_bytes(&input);
+                fuzzing::gemini_bytes(&input);
             }
         }
     }
@@ -194,6 +206,7 @@ fn fuzz_bodies_replay_every_fixture() {
         fuzzing::codex_events,
         fuzzing::muse_events,
         fuzzing::opencode_events,
+        fuzzing::gemini_events,
     ] {
         f(&every);
         f(&[1]);

@@ -35,6 +35,16 @@
 //! downloads, sharing and auto-compaction. OpenCode also installs a plugin package from npm at
 //! start-up; `npm_config_registry` points it at a closed port on 127.0.0.1 so it fails at once
 //! instead of reaching the registry.
+//!
+//! [`gemini_env`] for Gemini CLI: `HOME` and `TMPDIR` inside the directory (the CLI writes
+//! error reports to the temporary folder), `GEMINI_API_KEY` a dummy key,
+//! `GOOGLE_GEMINI_BASE_URL` = the server, `GEMINI_TELEMETRY_ENABLED=false`,
+//! `GEMINI_CLI_TRUST_WORKSPACE=true` (headless mode refuses an untrusted folder), and a
+//! `~/.gemini/settings.json` selecting API-key auth (`security.auth.selectedType =
+//! "gemini-api-key"`), with auto-update, usage statistics, telemetry and the IDE integration
+//! off and at most [`GEMINI_MAX_ATTEMPTS`] attempts per model request (its own default, 10,
+//! backs off for minutes before it reports a persistent 5xx). With these it connects to
+//! nothing but the model server.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -54,6 +64,8 @@ pub enum AgentCli {
     Codex,
     /// `opencode-ai` (`opencode`).
     OpenCode,
+    /// `@google/gemini-cli` (`gemini`).
+    Gemini,
 }
 
 impl AgentCli {
@@ -63,6 +75,7 @@ impl AgentCli {
             AgentCli::Claude => "claude",
             AgentCli::Codex => "codex",
             AgentCli::OpenCode => "opencode",
+            AgentCli::Gemini => "gemini",
         }
     }
 }
@@ -74,6 +87,7 @@ impl AgentCli {
             AgentCli::Claude => Api::AnthropicMessages,
             AgentCli::Codex => Api::OpenAiResponses,
             AgentCli::OpenCode => Api::OpenAiChat,
+            AgentCli::Gemini => Api::Gemini,
         }
     }
 
@@ -89,14 +103,17 @@ impl AgentCli {
             AgentCli::OpenCode => {
                 Reply::tool_call("bash", json!({"command": command, "description": "w"}))
             }
+            AgentCli::Gemini => Reply::tool_call("run_shell_command", json!({"command": command})),
         }
     }
 
     /// An API error the CLI reports after one attempt. Claude Code and Codex run with
     /// retries off here, so an HTTP 500 is final; OpenCode retries 429 and 5xx five times
-    /// whatever it is told, so it gets an error it never retries: HTTP 401, a rejected key.
+    /// whatever it is told, so it gets an error it never retries: HTTP 401, a rejected key;
+    /// so does Gemini CLI, which gets an HTTP 400.
     pub fn final_error(self) -> Reply {
         match self {
+            AgentCli::Gemini => Reply::error(400, "invalid_request_error", "Invalid request"),
             AgentCli::OpenCode => Reply::error(
                 401,
                 "invalid_request_error",
@@ -300,6 +317,41 @@ pub fn opencode_env(home: &Path, server: &ModelServer) -> io::Result<Vec<(String
         ("OPENCODE_DISABLE_SHARE", "1".to_owned()),
         ("OPENCODE_DISABLE_AUTOCOMPACT", "1".to_owned()),
         ("npm_config_registry", "http://127.0.0.1:9/".to_owned()),
+    ];
+    Ok(vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
+/// How many attempts [`gemini_env`] lets Gemini CLI make per model request (`general.maxAttempts`):
+/// one retry after a 429 or 5xx (about 5 s of back-off), then it reports the error.
+pub const GEMINI_MAX_ATTEMPTS: u32 = 2;
+
+/// The environment that runs Gemini CLI offline against `server` (see the module docs), with
+/// its home under `home` (created when missing).
+pub fn gemini_env(home: &Path, server: &ModelServer) -> io::Result<Vec<(String, String)>> {
+    let config = home.join(".gemini");
+    std::fs::create_dir_all(&config)?;
+    let settings = json!({
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "general": {
+            "enableAutoUpdate": false,
+            "enableAutoUpdateNotification": false,
+            "maxAttempts": GEMINI_MAX_ATTEMPTS,
+        },
+        "privacy": {"usageStatisticsEnabled": false},
+        "telemetry": {"enabled": false},
+        "ide": {"enabled": false},
+    });
+    std::fs::write(config.join("settings.json"), settings.to_string())?;
+    let tmp = home.join("tmp");
+    std::fs::create_dir_all(&tmp)?;
+    let vars = [
+        ("PATH", path_with(&[bin_dir(AgentCli::Gemini)])),
+        ("HOME", home.display().to_string()),
+        ("TMPDIR", tmp.display().to_string()),
+        ("GEMINI_API_KEY", "gemini-offline-test".to_owned()),
+        ("GOOGLE_GEMINI_BASE_URL", server.url()),
+        ("GEMINI_TELEMETRY_ENABLED", "false".to_owned()),
+        ("GEMINI_CLI_TRUST_WORKSPACE", "true".to_owned()),
     ];
     Ok(vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
 }

@@ -37,6 +37,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("harness_codex", harness_codex),
     ("harness_muse", harness_muse),
     ("harness_opencode", harness_opencode),
+    ("harness_gemini", harness_gemini),
     ("auto_mode_text", auto_mode_text),
     ("compaction", compaction),
     ("sanitize_phrase", sanitize_phrase),
@@ -62,6 +63,7 @@ harness_bodies! {
     harness_codex => codex_bytes, codex_events;
     harness_muse => muse_bytes, muse_events;
     harness_opencode => opencode_bytes, opencode_events;
+    harness_gemini => gemini_bytes, gemini_events;
 }
 
 /// JSON budget target: the byte scan that decides whether a long line is parsed agrees with

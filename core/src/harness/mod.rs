@@ -24,6 +24,7 @@ mod claude;
 mod codex;
 #[doc(hidden)]
 pub mod fuzzing;
+mod gemini;
 pub mod interpretation;
 mod json;
 mod muse;
@@ -58,24 +59,28 @@ pub enum Harness {
     Muse,
     /// OpenCode (`opencode run --format json`).
     OpenCode,
+    /// Gemini CLI (`gemini --output-format stream-json`).
+    Gemini,
 }
 
 /// Error for a harness name that is not in the registry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown harness {0:?}; expected one of claude, grok, agy (antigravity), codex, muse, opencode"
+    "unknown harness {0:?}; expected one of claude, grok, agy (antigravity), codex, muse, opencode, \
+     gemini"
 )]
 pub struct UnknownHarness(pub String);
 
 impl Harness {
     /// All six harnesses, in registry order.
-    pub const ALL: [Harness; 6] = [
+    pub const ALL: [Harness; 7] = [
         Harness::Claude,
         Harness::Grok,
         Harness::Antigravity,
         Harness::Codex,
         Harness::Muse,
         Harness::OpenCode,
+        Harness::Gemini,
     ];
 
     /// The canonical short name (`claude`, `grok`, `agy`, `codex`, `muse`, `opencode`).
@@ -87,6 +92,7 @@ impl Harness {
             Harness::Codex => "codex",
             Harness::Muse => "muse",
             Harness::OpenCode => "opencode",
+            Harness::Gemini => "gemini",
         }
     }
 
@@ -100,6 +106,7 @@ impl Harness {
             "codex" => Harness::Codex,
             "muse" => Harness::Muse,
             "opencode" => Harness::OpenCode,
+            "gemini" | "gemini-cli" => Harness::Gemini,
             _ => return Err(UnknownHarness(name.to_owned())),
         })
     }
@@ -115,6 +122,8 @@ impl Harness {
     /// # Errors
     /// [`LaunchError::InvalidModel`] when the model is empty, starts with `-` (it would be read
     /// as a flag), holds a control character or is longer than 256 characters.
+    /// [`LaunchError::EffortUnsupported`] for Gemini CLI, which takes no effort on its command
+    /// line (see [`gemini::launch`]).
     /// [`LaunchError::InvalidEffort`] when the effort could be read as something else than an
     /// effort: Codex gets it inside a TOML string (`-c model_reasoning_effort="E"`), so it
     /// must be a lowercase word (`[a-z]+`); the others get it as an argument of its own, which
@@ -210,6 +219,10 @@ impl Harness {
                 env.push(("OPENCODE_DISABLE_AUTOUPDATE".to_owned(), "1".to_owned()));
                 "opencode"
             }
+            Harness::Gemini => {
+                gemini::launch(request, &mut args, &mut env)?;
+                "gemini"
+            }
         };
         Ok(Invocation {
             program: program.to_owned(),
@@ -231,7 +244,8 @@ impl Harness {
             | Harness::Grok
             | Harness::Antigravity
             | Harness::Muse
-            | Harness::OpenCode => StopSignals {
+            | Harness::OpenCode
+            | Harness::Gemini => StopSignals {
                 sequence: &[StopSignal::Terminate],
             },
         }
@@ -246,6 +260,7 @@ impl Harness {
             Harness::Codex => Box::new(codex::CodexDecoder::default()),
             Harness::Muse => Box::new(muse::MuseDecoder::default()),
             Harness::OpenCode => Box::new(opencode::OpenCodeDecoder::default()),
+            Harness::Gemini => Box::new(gemini::GeminiDecoder::default()),
         }
     }
 
@@ -256,6 +271,7 @@ impl Harness {
             Harness::Muse => Some(RetainedKind::MuseSessionLog),
             Harness::OpenCode => Some(RetainedKind::OpenCodeExport),
             Harness::Codex => Some(RetainedKind::CodexSession),
+            Harness::Gemini => Some(RetainedKind::GeminiSessionLog),
             _ => None,
         }
     }
@@ -355,6 +371,14 @@ pub enum LaunchError {
         /// What is accepted.
         expected: &'static str,
     },
+    /// The harness has no way to take a reasoning effort at launch.
+    #[error("{harness} cannot take a reasoning effort at launch: {why}")]
+    EffortUnsupported {
+        /// The harness.
+        harness: Harness,
+        /// Why, and what to do instead.
+        why: &'static str,
+    },
 }
 
 /// What to launch: a prompt with optional model, effort and resume id.
@@ -387,6 +411,7 @@ impl LaunchRequest {
             Harness::Claude => &["--continue", "-c", "--resume", "-r"],
             Harness::Codex => &["resume", "--last"],
             Harness::OpenCode => &["--continue", "-c", "--session", "-s"],
+            Harness::Gemini => &["--resume", "-r", "--session-file"],
             _ => &["--continue", "--resume", "--session", "resume"],
         };
         self.resume.is_some()

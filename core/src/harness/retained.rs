@@ -26,6 +26,9 @@
 //!   `turn_context`'s `payload.model`. Codex reports the thread's running token total after
 //!   a resume, so the total recorded before the run ([`codex_token_total`] of the file as it
 //!   was) becomes the record's [`RetainedRecord::usage_baseline`].
+//! * **Gemini session log** (`~/.gemini/tmp/<project>/chats/session-<date>-<id8>.jsonl`):
+//!   see [`parse_gemini_session_log`](super::gemini::parse_gemini_session_log). It names
+//!   only the requested model, so it is [`RetainedRecord::supplementary`].
 //!
 //! Model lists are ordered by first appearance, deduplicated, trimmed, and exclude empty
 //! names and `<synthetic>`, exactly like live evidence.
@@ -33,6 +36,7 @@
 use serde_json::Value;
 
 use super::Usage;
+pub use super::gemini::parse_gemini_session_log;
 use super::interpretation::ModelList;
 use super::json;
 
@@ -46,6 +50,8 @@ pub enum RetainedKind {
     OpenCodeExport,
     /// The lines Codex appended to its session file during the run.
     CodexSession,
+    /// Gemini CLI's session log (`~/.gemini/tmp/<project>/chats/session-…-<id8>.jsonl`).
+    GeminiSessionLog,
 }
 
 impl RetainedKind {
@@ -60,6 +66,9 @@ impl RetainedKind {
             RetainedKind::MuseSessionLog => parse_muse_session_log(session_id, bytes),
             RetainedKind::OpenCodeExport => parse_opencode_export(bytes),
             RetainedKind::CodexSession => parse_codex_session(bytes),
+            RetainedKind::GeminiSessionLog => {
+                super::gemini::parse_gemini_session_log(session_id, bytes)
+            }
         }
     }
 
@@ -69,7 +78,18 @@ impl RetainedKind {
             RetainedKind::MuseSessionLog => "the Muse session log",
             RetainedKind::OpenCodeExport => "the OpenCode session export",
             RetainedKind::CodexSession => "the Codex session file",
+            RetainedKind::GeminiSessionLog => "the Gemini session log",
         }
+    }
+
+    /// Whether the stream is complete without the record, so that a missing one is no
+    /// warning: the Codex stream lacks only the model (and says so), the Gemini stream has
+    /// everything the log has but the message as committed.
+    pub fn optional(self) -> bool {
+        matches!(
+            self,
+            RetainedKind::CodexSession | RetainedKind::GeminiSessionLog
+        )
     }
 }
 
@@ -105,11 +125,15 @@ pub struct RetainedRecord {
     /// Tokens the stream's usage already counted before this run (Codex's running total
     /// after a resume); subtracted from the stream's usage.
     pub usage_baseline: Option<Usage>,
+    /// The record only fills in what the stream lacks: the stream's models stand (the record
+    /// names none, or only requested ones), and its usage when the stream reported some
+    /// (Gemini's session log). Its final message still replaces the stream's.
+    pub supplementary: bool,
 }
 
 impl RetainedRecord {
     /// Moves a parser's model list into the record.
-    fn set_models(&mut self, list: ModelList) {
+    pub(crate) fn set_models(&mut self, list: ModelList) {
         (self.models, self.models_omitted) = list.into_parts();
     }
 }
@@ -149,6 +173,14 @@ pub enum RetainedError {
     /// The Muse session log has no parseable record.
     #[error("the Muse session log has no parseable record")]
     EmptyLog,
+    /// The record belongs to another session than the one asked for.
+    #[error("{what} belongs to another session ({found})")]
+    OtherSession {
+        /// Which record (`the Gemini session log`).
+        what: &'static str,
+        /// The session id it names (at most 256 characters).
+        found: String,
+    },
     /// A line of a JSON-lines record is not JSON.
     #[error("line {line} of {what} is not a JSON object")]
     MalformedLine {

@@ -24,8 +24,9 @@
 //! with a stdout tap that splits lines (bounded by [`MAX_LINE_BYTES`]) into the
 //! [`Interpretation`]; then either the run was stopped (timeout, idle timeout, cancellation:
 //! the interpretation is interrupted, no retained read) or it ended (the interpretation
-//! finishes, the retained record is read — `opencode export ID`, the Muse session log, or
-//! the lines Codex appended to its session file — and the completion is built).
+//! finishes, the retained record is read — `opencode export ID`, the Muse session log, the
+//! lines Codex appended to its session file, or the Gemini CLI session log — and the
+//! completion is built).
 
 use std::ffi::{OsStr, OsString};
 use std::future::{Future, IntoFuture};
@@ -554,7 +555,14 @@ async fn run_turn<R: Runtime>(
     let exit = match process.exit {
         Some(Exit::Code(0)) => HarnessExit::Success,
         other => HarnessExit::Failed {
-            diagnostic: exit_diagnostic(harness, other, &process),
+            diagnostic: match other {
+                // Gemini CLI's exit code is the HTTP status of the failed request, mod 256.
+                Some(Exit::Code(code)) if harness.http_status_of_exit(code).is_some() => {
+                    let status = harness.http_status_of_exit(code).unwrap_or_default();
+                    exit_diagnostic(format_args!("{harness} (HTTP {status})"), other, &process)
+                }
+                _ => exit_diagnostic(harness, other, &process),
+            },
         },
     };
     let finished = interp.finish(exit);
@@ -680,6 +688,49 @@ fn find_muse_log(options: &AgentOptions, id: &str) -> Option<PathBuf> {
         .map(|dir| dir.join("session.jsonl"))
 }
 
+/// Where Gemini CLI keeps session `id`'s log: the newest
+/// `<GEMINI_CLI_HOME or HOME>/.gemini/tmp/<project>/chats/session-<date>-<id8>.jsonl` whose
+/// header names the session (a resumed session gets a new file per run; `<id8>` is the id's
+/// first 8 characters). Bounded: at most 4096 entries per directory.
+fn find_gemini_log(options: &AgentOptions, id: &str) -> Result<Vec<u8>, String> {
+    const WHAT: &str = "the Gemini session log";
+    let home = options
+        .child_env("GEMINI_CLI_HOME")
+        .or_else(|| options.child_env("HOME"))
+        .ok_or_else(|| format!("{WHAT} cannot be found: no HOME"))?;
+    let tmp = PathBuf::from(home).join(".gemini").join("tmp");
+    let prefix: String = id.chars().take(8).collect();
+    let suffix = format!("-{prefix}.jsonl");
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    for project in std::fs::read_dir(&tmp).into_iter().flatten().take(4096) {
+        let Ok(project) = project else { continue };
+        let chats = project.path().join("chats");
+        for entry in std::fs::read_dir(&chats).into_iter().flatten().take(4096) {
+            let Ok(entry) = entry else { continue };
+            let name = entry.file_name();
+            if name
+                .to_str()
+                .is_some_and(|n| n.starts_with("session-") && n.ends_with(&suffix))
+            {
+                candidates.push(entry.path());
+            }
+        }
+    }
+    // The names start with the date: the newest last.
+    candidates.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
+    let mut last_error = None;
+    for path in candidates.iter().rev() {
+        match read_capped(path, 0) {
+            Ok(bytes) => match RetainedKind::GeminiSessionLog.parse(Some(id), &bytes) {
+                Ok(_) => return Ok(bytes),
+                Err(e) => last_error = Some(format!("{WHAT} {}: {e}", path.display())),
+            },
+            Err(e) => last_error = Some(format!("{WHAT} {}: {e}", path.display())),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| format!("{WHAT} of session {id} was not found")))
+}
+
 /// Reads and parses the retained record; the error says why it is absent.
 async fn acquire<R: Runtime>(
     runner: &Runner<R>,
@@ -748,6 +799,10 @@ async fn acquire<R: Runtime>(
                     .await?;
                     record.0.usage_baseline = record.1.take();
                     return Ok(record.0);
+                }
+                RetainedKind::GeminiSessionLog => {
+                    let options = options.clone();
+                    blocking(runner, move || find_gemini_log(&options, &id)).await?
                 }
                 _ => return Err(format!("{what} cannot be read by this version")),
             }
