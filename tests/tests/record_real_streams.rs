@@ -1,8 +1,9 @@
-//! Records what the real Claude Code, Codex and OpenCode CLIs print in the real-CLI scenarios
+//! Records what the real Claude Code, Codex, OpenCode and Gemini CLIs print in the real-CLI scenarios
 //! — a text turn, a tool turn, a failed turn, a context-length failure and a resumed session
 //! — into `tests/fixtures/harness/<harness>/<cli>-<version>-<scenario>.jsonl`, with the
 //! retained records agentrun reads after them: Codex's session file (the lines each run
-//! appended, `…-session.jsonl`) and OpenCode's `opencode export` (`…-export.json`).
+//! appended, `…-session.jsonl`), OpenCode's `opencode export` (`…-export.json`) and Gemini
+//! CLI's session log (`…-session.jsonl`).
 //! `core/tests/harness_real_cli.rs` decodes these files, so a decoder regression against the
 //! real dialects fails without the CLIs installed.
 //!
@@ -54,6 +55,7 @@ fn harness(cli: AgentCli) -> Harness {
     match cli {
         AgentCli::Claude => Harness::Claude,
         AgentCli::Codex => Harness::Codex,
+        AgentCli::Gemini => Harness::Gemini,
         _ => Harness::OpenCode,
     }
 }
@@ -63,6 +65,7 @@ fn file_prefix(cli: AgentCli) -> String {
     let name = match cli {
         AgentCli::Claude => "claude-code",
         AgentCli::Codex => "codex",
+        AgentCli::Gemini => "gemini-cli",
         _ => "opencode",
     };
     format!("{name}-{}", agent_clis::version(cli))
@@ -72,6 +75,7 @@ fn fixture_dir(cli: AgentCli) -> PathBuf {
     let sub = match cli {
         AgentCli::Claude => "claude",
         AgentCli::Codex => "codex",
+        AgentCli::Gemini => "gemini",
         _ => "opencode",
     };
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -101,6 +105,7 @@ impl Sandbox {
         let env = match cli {
             AgentCli::Claude => agent_clis::claude_env(&home, &server),
             AgentCli::Codex => agent_clis::codex_env(&home, &server, "gpt-5.5"),
+            AgentCli::Gemini => agent_clis::gemini_env(&home, &server),
             _ => agent_clis::opencode_env(&home, &server),
         }
         .unwrap();
@@ -123,11 +128,20 @@ impl Sandbox {
 
     /// Runs one turn as `agentrun agent` launches it; returns its stdout.
     fn turn(&self, prompt: &str, resume: Option<&str>) -> Vec<u8> {
+        let gemini = self.cli == AgentCli::Gemini;
         let invocation = harness(self.cli)
             .invocation(&LaunchRequest {
                 prompt: prompt.to_owned(),
                 resume: resume.map(str::to_owned),
                 skip_git_repo_check: true,
+                // Gemini CLI: a model (else it routes through a classifier request first),
+                // and the permission mode that offers the shell tool.
+                model: gemini.then(|| GEMINI_MODEL.to_owned()),
+                harness_args: if gemini {
+                    vec!["--approval-mode".to_owned(), "yolo".to_owned()]
+                } else {
+                    Vec::new()
+                },
                 ..LaunchRequest::default()
             })
             .unwrap();
@@ -194,6 +208,24 @@ impl Sandbox {
         panic!("no Codex session file for thread {id}");
     }
 
+    /// Gemini CLI's newest session log of session `id`
+    /// (`~/.gemini/tmp/<project>/chats/session-<date>-<id8>.jsonl`).
+    fn gemini_session_log(&self, id: &str) -> PathBuf {
+        let suffix = format!("-{}.jsonl", &id[..8]);
+        let tmp = self.root.join("home/.gemini/tmp");
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&tmp)
+            .unwrap()
+            .flat_map(|p| std::fs::read_dir(p.unwrap().path().join("chats")).into_iter())
+            .flatten()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().ends_with(&suffix))
+            .collect();
+        found.sort();
+        found
+            .pop()
+            .unwrap_or_else(|| panic!("no Gemini session log for session {id}"))
+    }
+
     /// `bytes` with the sandbox path, the server port and the session id `id` replaced.
     fn normalize(&self, bytes: &[u8], id: &str, scenario: &str) -> Vec<u8> {
         let text = String::from_utf8(bytes.to_vec()).expect("the CLIs print UTF-8");
@@ -223,6 +255,17 @@ impl Sandbox {
                 &format!("localhost:{FIXED_PORT}"),
             )
             .replace(id, &fixed_session_id(self.cli, scenario))
+            // Gemini CLI's process group ids in its shell tool's output.
+            .split("Process Group PGID: ")
+            .enumerate()
+            .map(|(i, part)| match i {
+                0 => part.to_owned(),
+                _ => format!(
+                    "Process Group PGID: 4242{}",
+                    part.trim_start_matches(|c: char| c.is_ascii_digit())
+                ),
+            })
+            .collect::<String>()
             .into_bytes()
     }
 
@@ -287,9 +330,46 @@ impl Sandbox {
                 );
                 0
             }
+            AgentCli::Gemini => {
+                let log = std::fs::read(self.gemini_session_log(id)).unwrap();
+                self.write(
+                    scenario,
+                    "-session.jsonl",
+                    &self.normalize(&log, id, scenario),
+                );
+                0
+            }
             _ => 0,
         }
     }
+}
+
+/// The model Gemini CLI is asked for in the recordings.
+const GEMINI_MODEL: &str = "gemini-2.5-flash";
+
+/// Gemini CLI's own scenarios besides the common ones: a prompt starting with `-`, a
+/// persistent HTTP 500 (the CLI's retries then the failure), a 429 then success.
+fn record_gemini_extras(cli: AgentCli) {
+    let served = |r: Reply| {
+        r.with_usage(USAGE)
+            .with_model("gemini-2.5-flash-served-001")
+    };
+    record_one(cli, "dash-prompt", vec![served(Reply::text("ok -x"))], "-x");
+    record_one(
+        cli,
+        "server-error",
+        vec![Reply::server_error(), Reply::server_error()],
+        "hi",
+    );
+    record_one(
+        cli,
+        "rate-limited",
+        vec![
+            Reply::rate_limited(),
+            served(Reply::text("after the retry")),
+        ],
+        "hi",
+    );
 }
 
 fn record(cli: AgentCli) {
@@ -358,4 +438,11 @@ fn record_codex() {
 #[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
 fn record_opencode() {
     record(AgentCli::OpenCode);
+}
+
+#[test]
+#[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
+fn record_gemini_cli() {
+    record(AgentCli::Gemini);
+    record_gemini_extras(AgentCli::Gemini);
 }
