@@ -33,7 +33,7 @@ use crate::{Failure, duration, failure};
 /// Arguments of `agentrun agent`.
 #[derive(Debug, Args)]
 pub(crate) struct AgentArgs {
-    /// The harness to launch: claude, grok, agy (antigravity), codex, muse, opencode.
+    /// The harness to launch: claude, grok, agy (antigravity), codex, muse, opencode, gemini.
     #[arg(value_name = "NAME", value_parser = parse_harness)]
     harness: Harness,
     /// The model to request (passed to the harness verbatim).

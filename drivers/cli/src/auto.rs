@@ -37,7 +37,7 @@ use crate::{Failure, duration};
 /// Arguments of `agentrun auto`.
 #[derive(Debug, Args)]
 pub(crate) struct AutoArgs {
-    /// The harness to drive: claude, grok, agy (antigravity), codex, muse, opencode.
+    /// The harness to drive: claude, grok, agy (antigravity), codex, muse, opencode, gemini.
     #[arg(
         value_name = "NAME",
         value_parser = parse_harness,

@@ -185,7 +185,7 @@ enum Command {
   agentrun interpret --harness claude session.jsonl
   claude -p --output-format stream-json --verbose hi | agentrun interpret --harness claude")]
     Interpret(interpret::InterpretArgs),
-    /// Launch a harness CLI (claude, grok, agy, codex, muse, opencode) with a prompt,
+    /// Launch a harness CLI (claude, grok, agy, codex, muse, opencode, gemini) with a prompt,
     /// interpret its output live, retain it as artifacts, and print the completion and the
     /// final message.
     ///

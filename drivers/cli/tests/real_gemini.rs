@@ -383,3 +383,35 @@ fn an_effort_is_refused_before_anything_runs() {
     );
     assert!(server.requests().is_empty());
 }
+
+#[test]
+fn interpret_and_help_know_the_gemini_harness() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/harness/gemini/gemini-cli-0.61.0-tool-turn.jsonl");
+    let o = sandbox::agentrun()
+        .args(["interpret", "--harness", "gemini", "--json"])
+        .arg(&fixture)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains(r#"{"progress":"$ echo made > made.txt && echo wrote"}"#),
+        "{out}"
+    );
+    let last: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(last["harness"], "gemini");
+    assert_eq!(last["outcome"]["final_message"], "all done");
+    assert_eq!(last["observed_models"], serde_json::json!([REQUESTED]));
+    for command in ["agent", "interpret", "auto"] {
+        let o = sandbox::agentrun()
+            .args([command, "--help"])
+            .output()
+            .unwrap();
+        assert!(
+            text(&o.stdout).contains("gemini"),
+            "{command}: {}",
+            describe(&o)
+        );
+    }
+}

@@ -21,7 +21,8 @@ use crate::render::{self, Answer, push_answer};
 use crate::{MAX_TIMEOUT, McpServer};
 
 const AGENT_DESCRIPTION: &str = "\
-Delegate a task to another coding agent CLI (claude, codex, opencode, grok, agy, muse) and get \
+Delegate a task to another coding agent CLI (claude, codex, opencode, gemini, grok, agy, muse) \
+and get \
 its answer back bounded. The agent runs non-interactively with the prompt; the result gives \
 its final message, the models that answered, whether the session succeeded, and \
 `read(filePath=\"artifact://...\")` hints for its full retained output (its event stream and \
@@ -49,7 +50,7 @@ pub(crate) fn agent_tool() -> Tool {
             },
             "effort": {
                 "type": "string",
-                "description": "The reasoning effort to request: a plain lowercase word such as \"low\", \"medium\" or \"high\" (claude, grok, codex; opencode gets it as its variant)."
+                "description": "The reasoning effort to request: a plain lowercase word such as \"low\", \"medium\" or \"high\" (claude, grok, codex; opencode gets it as its variant; gemini takes none and refuses it)."
             },
             "cwd": {
                 "type": "string",
