@@ -29,6 +29,7 @@ use serde_json::Value;
 
 use super::interpretation::ModelList;
 use super::json;
+use super::json::lenient::{self, Bool, Str};
 use super::progress;
 use super::retained::{RetainedError, RetainedRecord};
 use super::{
@@ -121,6 +122,21 @@ pub(crate) struct GeminiDecoder {
     terminal_seen: bool,
 }
 
+/// The fields of the hot events; every other field is skipped unbuilt.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct HotEvent<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Str<'a>,
+    #[serde(borrow)]
+    role: Str<'a>,
+    #[serde(borrow)]
+    content: Str<'a>,
+    delta: Bool,
+    #[serde(borrow)]
+    status: Str<'a>,
+}
+
 /// The tool parameters that name what a tool works on, in order of preference.
 const DETAIL_KEYS: &[&str] = &[
     "file_path",
@@ -140,19 +156,38 @@ impl GeminiDecoder {
         }
     }
 
-    fn message(&mut self, v: &Value) {
-        if json::str(v, "role") != Some("assistant") {
+    fn message(&mut self, role: Option<&str>, content: Option<&str>, delta: Option<bool>) {
+        if role != Some("assistant") {
             return;
         }
-        let Some(content) = json::str(v, "content") else {
+        let Some(content) = content else {
             return;
         };
-        if self.reply_closed || json::bool(v, "delta") != Some(true) {
+        if self.reply_closed || delta != Some(true) {
             self.reply.clear();
             self.reply_closed = false;
         }
         self.reply.push_str(content);
         self.replied = true;
+    }
+
+    /// The hot events (`message`, a successful `tool_result`: most of a stream's lines and
+    /// bytes, the tool output) read straight from the line into a borrowed view, without
+    /// building a value tree; `false` when the line is another event or the view refuses it
+    /// (not an object, past the budget, a duplicate key), which the full parse then handles
+    /// with the same rules.
+    fn hot(&mut self, line: &[u8]) -> bool {
+        let Some(view) = lenient::from_slice::<HotEvent<'_>>(line) else {
+            return false;
+        };
+        match view.kind.get() {
+            Some("message") => {
+                self.message(view.role.get(), view.content.get(), view.delta.0);
+                true
+            }
+            Some("tool_result") => view.status.get() != Some("error"),
+            _ => false,
+        }
     }
 
     fn tool_use(&mut self, v: &Value, update: &mut StreamUpdate) {
@@ -289,6 +324,9 @@ fn api_error_text(message: &str) -> Option<String> {
 impl StreamDecoder for GeminiDecoder {
     fn condense(&mut self, line: &[u8]) -> StreamUpdate {
         let mut update = StreamUpdate::default();
+        if self.hot(line) {
+            return update;
+        }
         let Some(v) = self.drift.object_or_partial(line, Some(&PARTIAL)) else {
             return update;
         };
@@ -308,7 +346,11 @@ impl StreamDecoder for GeminiDecoder {
                     update.progress.push(progress::SESSION_STARTED.to_owned());
                 }
             }
-            "message" => self.message(&v),
+            "message" => self.message(
+                json::str(&v, "role"),
+                json::str(&v, "content"),
+                json::bool(&v, "delta"),
+            ),
             "tool_use" => self.tool_use(&v, &mut update),
             "tool_result" => {
                 if json::str(&v, "status") == Some("error") {
@@ -509,6 +551,38 @@ mod tests {
         for odd in ["[API Error: not json]", "[API Error: {\"error\":{}}]", "{"] {
             assert_eq!(api_error_text(odd), None, "{odd}");
         }
+    }
+
+    #[test]
+    fn the_hot_path_reads_messages_as_the_full_parse_does() {
+        let feed = |lines: &[&str]| {
+            let mut d = Box::new(GeminiDecoder::default());
+            for l in lines {
+                d.condense(l.as_bytes());
+            }
+            d.complete()
+        };
+        // A duplicate key is refused by the view and read by the full parse (last wins).
+        let facts = feed(&[
+            r#"{"type":"message","role":"assistant","content":"a","delta":true}"#,
+            r#"{"type":"message","role":"assistant","content":"x","content":"b","delta":true}"#,
+            r#"{"type":"message","role":"user","content":"not the answer"}"#,
+            r#"{"type":"message","role":"assistant","content":7,"delta":true}"#,
+            r#"{"type":"tool_result","tool_id":"t","status":"success","output":"o"}"#,
+            r#"{"type":"message","role":"assistant","content":"cé","delta":"yes"}"#,
+        ]);
+        // `delta` that is not `true` starts the reply over.
+        assert_eq!(facts.final_message.as_deref(), Some("cé"));
+        assert_eq!(facts.unrecognized_lines, 0);
+        let facts = feed(&[
+            r#"{"type":"message","role":"assistant","content":"a","delta":true}"#,
+            r#"{"type":"message","role":"assistant","content":"x","content":"b","delta":true}"#,
+        ]);
+        assert_eq!(facts.final_message.as_deref(), Some("ab"));
+        // A cut hot line is malformed, counted once.
+        let facts = feed(&[r#"{"type":"message","role":"assistant","content":"a"#]);
+        assert_eq!(facts.unrecognized_lines, 1);
+        assert_eq!(facts.final_message, None);
     }
 
     #[test]
