@@ -415,3 +415,62 @@ fn interpret_and_help_know_the_gemini_harness() {
         );
     }
 }
+
+#[test]
+fn auto_completes_a_short_objective_resuming_the_session_between_turns() {
+    // Clarify, Plan, Execute (a shell call, then an answer), Evaluate. Every request after the
+    // first must carry the session's earlier turns (the Clarify prompt), or the script fails it.
+    let mut n = 0;
+    let server = ModelServer::start(Api::Gemini, move |request: &Request| {
+        n += 1;
+        if n > 1 && !request.has_user_text("Clarify phase") {
+            return Reply::error(400, "invalid", "the session was not resumed");
+        }
+        match n {
+            1 => Reply::text("I will create done.txt holding ok."),
+            2 => Reply::text("1. create done.txt\n2. check it"),
+            3 => Reply::tool_call(
+                "run_shell_command",
+                serde_json::json!({"command": "echo ok > done.txt"}),
+            ),
+            4 => Reply::text("created done.txt"),
+            5 => Reply::text("done.txt exists.\nCOMPLETE"),
+            _ => Reply::error(400, "invalid", "no more turns were planned"),
+        }
+    })
+    .unwrap();
+    let sandbox = Sandbox::new(&server);
+    let mut c = sandbox.sandbox.cmd(&[
+        "auto",
+        "gemini",
+        "--json",
+        "--model",
+        REQUESTED,
+        "--verify",
+        "grep -qx ok done.txt",
+        "--harness-arg=--approval-mode",
+        "--harness-arg=yolo",
+        "--",
+        "create",
+        "done.txt",
+        "holding",
+        "ok",
+    ]);
+    c.env_clear()
+        .envs(sandbox.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(sandbox.work());
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
+    let state: Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", describe(&o)));
+    assert_eq!(state["status"], "completed", "{state:#}");
+    assert_eq!(state["verified"], true, "{state:#}");
+    assert_eq!(
+        std::fs::read_to_string(sandbox.work().join("done.txt")).unwrap(),
+        "ok\n"
+    );
+    // One harness session throughout: the first turn's, resumed by every later one.
+    let session = state["harness_session_id"].as_str().unwrap_or("");
+    assert_eq!(session.len(), 36, "{state:#}");
+    assert_eq!(server.model_requests().len(), 5, "{}", describe(&o));
+}
