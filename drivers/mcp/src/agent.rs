@@ -333,4 +333,27 @@ mod tests {
         );
         assert!(call("-x").is_err());
     }
+
+    #[test]
+    fn the_gemini_harness_is_offered_and_refuses_an_effort() {
+        let schema = serde_json::Value::Object((*agent_tool().input_schema).clone());
+        let names = &schema["properties"]["harness"]["enum"];
+        assert!(
+            names.as_array().unwrap().iter().any(|n| n == "gemini"),
+            "{names}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let store = agentrun_fs::Store::open(dir.path().join("store")).unwrap();
+        let server = McpServer::builder(store).allow_all().build().unwrap();
+        let parse = |args: serde_json::Value| parse_agent(&server, args.as_object().unwrap());
+        let (options, _) = parse(serde_json::json!({"harness": "gemini", "prompt": "-x"})).unwrap();
+        assert_eq!(options.harness(), Harness::Gemini);
+        let err = parse(serde_json::json!({"harness": "gemini", "prompt": "p", "effort": "high"}))
+            .unwrap_err();
+        assert!(
+            err.0.contains("gemini cannot take a reasoning effort"),
+            "{}",
+            err.0
+        );
+    }
 }
