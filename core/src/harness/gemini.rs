@@ -6,7 +6,8 @@
 //! * `init{session_id, model}`: the session id; `model` is the *requested* model (or an alias
 //!   such as `auto`), never evidence.
 //! * `message{role, content, delta}`: the answer is the concatenation of the assistant's
-//!   `delta: true` messages after the last tool call (a message without `delta` replaces it).
+//!   `delta: true` messages after the last tool call or result (a message without `delta`
+//!   replaces it).
 //! * `tool_use{tool_name, tool_id, parameters}` (the shell is `run_shell_command` with
 //!   `parameters.command`) and `tool_result{tool_id, status, output, error}`.
 //! * `error{severity, message}`: a warning (loop detection, turn limits); the turn's fate is
@@ -111,7 +112,8 @@ pub(crate) struct GeminiDecoder {
     shown: HashSet<String>,
     /// The assistant's reply since the last tool call.
     reply: String,
-    /// A tool call came since the last assistant text: the next text starts a new reply.
+    /// A tool call or a result came since the last assistant text: the next text starts a
+    /// new reply (so the reply holds one turn's text, not a whole stream's).
     reply_closed: bool,
     /// Whether any assistant text came.
     replied: bool,
@@ -223,6 +225,8 @@ impl GeminiDecoder {
             });
         }
         self.terminal_seen = true;
+        // A result ends the turn: text after it is another turn's answer.
+        self.reply_closed = true;
         if stats.is_object() {
             self.usage = Some(stream_usage(stats));
         }
@@ -579,6 +583,13 @@ mod tests {
             r#"{"type":"message","role":"assistant","content":"x","content":"b","delta":true}"#,
         ]);
         assert_eq!(facts.final_message.as_deref(), Some("ab"));
+        // A result ends the reply: a later turn's text is a new one.
+        let facts = feed(&[
+            r#"{"type":"message","role":"assistant","content":"one","delta":true}"#,
+            r#"{"type":"result","status":"success"}"#,
+            r#"{"type":"message","role":"assistant","content":"two","delta":true}"#,
+        ]);
+        assert_eq!(facts.final_message.as_deref(), Some("two"));
         // A cut hot line is malformed, counted once.
         let facts = feed(&[r#"{"type":"message","role":"assistant","content":"a"#]);
         assert_eq!(facts.unrecognized_lines, 1);
