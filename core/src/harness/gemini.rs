@@ -137,6 +137,8 @@ struct HotEvent<'a> {
     delta: Bool,
     #[serde(borrow)]
     status: Str<'a>,
+    #[serde(borrow)]
+    session_id: Str<'a>,
 }
 
 /// The tool parameters that name what a tool works on, in order of preference.
@@ -173,16 +175,33 @@ impl GeminiDecoder {
         self.replied = true;
     }
 
-    /// The hot events (`message`, a successful `tool_result`: most of a stream's lines and
-    /// bytes, the tool output) read straight from the line into a borrowed view, without
+    /// The session id of the first init that names one; `session started` once.
+    fn init(&mut self, id: Option<&str>, update: &mut StreamUpdate) {
+        if self.session_id.is_none()
+            && let Some(id) = id
+        {
+            self.session_id = Some(id.to_owned());
+        }
+        if !self.started {
+            self.started = true;
+            update.progress.push(progress::SESSION_STARTED.to_owned());
+        }
+    }
+
+    /// The hot events (`init`, `message`, a successful `tool_result`: most of a stream's
+    /// lines and bytes, the tool output) read straight from the line into a borrowed view, without
     /// building a value tree; `false` when the line is another event or the view refuses it
     /// (not an object, past the budget, a duplicate key), which the full parse then handles
     /// with the same rules.
-    fn hot(&mut self, line: &[u8]) -> bool {
+    fn hot(&mut self, line: &[u8], update: &mut StreamUpdate) -> bool {
         let Some(view) = lenient::from_slice::<HotEvent<'_>>(line) else {
             return false;
         };
         match view.kind.get() {
+            Some("init") => {
+                self.init(view.session_id.get().filter(|id| !id.is_empty()), update);
+                true
+            }
             Some("message") => {
                 self.message(view.role.get(), view.content.get(), view.delta.0);
                 true
@@ -328,7 +347,7 @@ fn api_error_text(message: &str) -> Option<String> {
 impl StreamDecoder for GeminiDecoder {
     fn condense(&mut self, line: &[u8]) -> StreamUpdate {
         let mut update = StreamUpdate::default();
-        if self.hot(line) {
+        if self.hot(line, &mut update) {
             return update;
         }
         let Some(v) = self.drift.object_or_partial(line, Some(&PARTIAL)) else {
@@ -339,17 +358,7 @@ impl StreamDecoder for GeminiDecoder {
             return update;
         };
         match kind {
-            "init" => {
-                if self.session_id.is_none()
-                    && let Some(id) = json::nonempty(&v, "session_id")
-                {
-                    self.session_id = Some(id.to_owned());
-                }
-                if !self.started {
-                    self.started = true;
-                    update.progress.push(progress::SESSION_STARTED.to_owned());
-                }
-            }
+            "init" => self.init(json::nonempty(&v, "session_id"), &mut update),
             "message" => self.message(
                 json::str(&v, "role"),
                 json::str(&v, "content"),
