@@ -606,6 +606,53 @@ mod tests {
     }
 
     #[test]
+    fn the_launch_joins_the_prompt_to_its_option_and_refuses_an_effort() {
+        for prompt in ["-x", "--help me", "help", "a=b", ""] {
+            let inv = Harness::Gemini
+                .invocation(&LaunchRequest {
+                    prompt: prompt.into(),
+                    model: Some("gemini-2.5-flash".into()),
+                    resume: Some("S".into()),
+                    harness_args: vec!["--approval-mode".into(), "yolo".into()],
+                    ..LaunchRequest::default()
+                })
+                .unwrap();
+            assert_eq!(inv.program, "gemini");
+            assert_eq!(
+                inv.args,
+                [
+                    "--output-format",
+                    "stream-json",
+                    "--model",
+                    "gemini-2.5-flash",
+                    "--approval-mode",
+                    "yolo",
+                    "--resume",
+                    "S",
+                    &format!("--prompt={prompt}"),
+                ]
+            );
+            assert_eq!(inv.stdin, super::super::Stdin::Null);
+            assert_eq!(
+                inv.env,
+                [("GEMINI_TELEMETRY_ENABLED".to_owned(), "false".to_owned())]
+            );
+        }
+        let err = Harness::Gemini
+            .invocation(&LaunchRequest {
+                prompt: "p".into(),
+                effort: Some("high".into()),
+                ..LaunchRequest::default()
+            })
+            .unwrap_err();
+        assert!(
+            matches!(err, LaunchError::EffortUnsupported { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("settings.json"), "{err}");
+    }
+
+    #[test]
     fn exit_codes_name_the_http_status_they_stand_for() {
         let gemini = Harness::Gemini;
         assert_eq!(gemini.http_status_of_exit(144), Some(400));

@@ -72,7 +72,7 @@ pub enum Harness {
 pub struct UnknownHarness(pub String);
 
 impl Harness {
-    /// All six harnesses, in registry order.
+    /// All harnesses, in registry order.
     pub const ALL: [Harness; 7] = [
         Harness::Claude,
         Harness::Grok,
@@ -123,7 +123,7 @@ impl Harness {
     /// [`LaunchError::InvalidModel`] when the model is empty, starts with `-` (it would be read
     /// as a flag), holds a control character or is longer than 256 characters.
     /// [`LaunchError::EffortUnsupported`] for Gemini CLI, which takes no effort on its command
-    /// line (see [`gemini::launch`]).
+    /// line (its thinking is configured per model in its settings).
     /// [`LaunchError::InvalidEffort`] when the effort could be read as something else than an
     /// effort: Codex gets it inside a TOML string (`-c model_reasoning_effort="E"`), so it
     /// must be a lowercase word (`[a-z]+`); the others get it as an argument of its own, which
