@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Benchmark of the Gemini CLI decoder: `agentrun interpret --harness gemini` against jq doing
+# Benchmark of the Gemini CLI decoder (the core's `interpret` example: a bounded line splitter
+# feeding `Interpretation`, progress printed as decoded, then the completion) against jq doing
 # the equivalent selection (each tool call's command, the assistant's text, the result's
 # models) on the same 1 GiB stream-json file, built by repeating the recorded Gemini CLI
 # events of tests/fixtures/harness/gemini/*.jsonl (the session logs left out). Reports wall,
@@ -11,9 +12,8 @@ cd "$(dirname "$0")/.."
 root=$PWD
 work=${1:-/tmp/agentrun-bench-gemini}
 mkdir -p "$work"
-cargo build --release -p agentrun >/dev/null
-bin=${CARGO_TARGET_DIR:-$root/target}/release/agentrun
-export AGENTRUN_HOME=$work/store
+cargo build --release -p agentrun-core --example interpret >/dev/null
+bin=${CARGO_TARGET_DIR:-$root/target}/release/examples/interpret
 fx=$root/tests/fixtures/harness/gemini
 if [ ! -s "$work/gemini-1g.jsonl" ]; then
     ls "$fx"/*.jsonl | grep -v -- '-session.jsonl$' | xargs cat | grep -v '^$' > "$work/unit.jsonl"
@@ -36,11 +36,11 @@ echo "file: $(stat -c %s "$file") bytes, $(wc -l < "$file") lines, longest line 
 cat "$file" > /dev/null # warm the page cache for both tools
 for i in 1 2 3; do
     /usr/bin/time -f "agentrun run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
-        "$bin" interpret --harness gemini "$file" > "$work/agentrun.out"
+        "$bin" gemini < "$file" > "$work/agentrun.out"
     /usr/bin/time -f "jq       run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
         /usr/bin/jq -c "$filter" "$file" > "$work/jq.out"
 done
-echo "agentrun observed: $(grep '^observed models:' "$work/agentrun.out" || true)"
+echo "agentrun: $(grep -c '^  ' "$work/agentrun.out") progress lines, models $(tr -d '\n ' < "$work/agentrun.out" | grep -o '"models":\[[^]]*\]' | head -1)"
 echo "jq printed $(wc -l < "$work/jq.out") lines"
 if [ ! -s "$work/gemini-longline.jsonl" ]; then
     python3 - "$work" <<'PY'
@@ -54,4 +54,4 @@ with open(f"{work}/gemini-longline.jsonl", "wb") as f:
 PY
 fi
 /usr/bin/time -f "agentrun, 256 MiB longest line: wall %e s, peak RSS %M KiB" \
-    "$bin" interpret --harness gemini "$work/gemini-longline.jsonl" > /dev/null
+    "$bin" gemini < "$work/gemini-longline.jsonl" > /dev/null
