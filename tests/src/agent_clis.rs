@@ -49,6 +49,15 @@
 //! and its model `test-model` priced at 10/20 dollars per million input/output tokens (1 per
 //! million cache reads), `settings.json` making it the default, and `PI_OFFLINE=1` (no
 //! start-up network operations).
+//! [`gemini_env`] for Gemini CLI: `HOME` and `TMPDIR` inside the directory (the CLI writes
+//! error reports to the temporary folder), `GEMINI_API_KEY` a dummy key,
+//! `GOOGLE_GEMINI_BASE_URL` = the server, `GEMINI_TELEMETRY_ENABLED=false`,
+//! `GEMINI_CLI_TRUST_WORKSPACE=true` (headless mode refuses an untrusted folder), and a
+//! `~/.gemini/settings.json` selecting API-key auth (`security.auth.selectedType =
+//! "gemini-api-key"`), with auto-update, usage statistics, telemetry and the IDE integration
+//! off and at most [`GEMINI_MAX_ATTEMPTS`] attempts per model request (its own default, 10,
+//! backs off for minutes before it reports a persistent 5xx). With these it connects to
+//! nothing but the model server.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -72,6 +81,8 @@ pub enum AgentCli {
     Qwen,
     /// `@mariozechner/pi-coding-agent` (`pi`).
     Pi,
+    /// `@google/gemini-cli` (`gemini`).
+    Gemini,
 }
 
 impl AgentCli {
@@ -83,6 +94,7 @@ impl AgentCli {
             AgentCli::OpenCode => "opencode",
             AgentCli::Qwen => "qwen",
             AgentCli::Pi => "pi",
+            AgentCli::Gemini => "gemini",
         }
     }
 }
@@ -94,6 +106,7 @@ impl AgentCli {
             AgentCli::Claude => Api::AnthropicMessages,
             AgentCli::Codex => Api::OpenAiResponses,
             AgentCli::OpenCode | AgentCli::Qwen | AgentCli::Pi => Api::OpenAiChat,
+            AgentCli::Gemini => Api::Gemini,
         }
     }
 
@@ -111,15 +124,18 @@ impl AgentCli {
             }
             AgentCli::Qwen => Reply::tool_call("run_shell_command", json!({"command": command})),
             AgentCli::Pi => Reply::tool_call("bash", json!({"command": command})),
+            AgentCli::Gemini => Reply::tool_call("run_shell_command", json!({"command": command})),
         }
     }
 
     /// An API error the CLI reports after one attempt. Claude Code and Codex run with
     /// retries off here, so an HTTP 500 is final; OpenCode retries 429 and 5xx five times
     /// whatever it is told, so it gets an error it never retries: HTTP 401, a rejected key.
-    /// Qwen Code and pi retry 429 and 5xx for a long time too: they get an HTTP 400.
+    /// Qwen Code, pi and Gemini CLI retry 429 and 5xx for a long time too: they get an HTTP
+    /// 400.
     pub fn final_error(self) -> Reply {
         match self {
+            AgentCli::Gemini => Reply::error(400, "invalid_request_error", "Invalid request"),
             AgentCli::Qwen | AgentCli::Pi => Reply::error(
                 400,
                 "invalid_request_error",
@@ -399,6 +415,41 @@ pub fn pi_env(home: &Path, server: &ModelServer) -> io::Result<Vec<(String, Stri
         ("PI_OFFLINE", "1".to_owned()),
         ("PI_SKIP_VERSION_CHECK", "1".to_owned()),
         ("PI_TELEMETRY", "0".to_owned()),
+    ];
+    Ok(vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
+/// How many attempts [`gemini_env`] lets Gemini CLI make per model request (`general.maxAttempts`):
+/// one retry after a 429 or 5xx (about 5 s of back-off), then it reports the error.
+pub const GEMINI_MAX_ATTEMPTS: u32 = 2;
+
+/// The environment that runs Gemini CLI offline against `server` (see the module docs), with
+/// its home under `home` (created when missing).
+pub fn gemini_env(home: &Path, server: &ModelServer) -> io::Result<Vec<(String, String)>> {
+    let config = home.join(".gemini");
+    std::fs::create_dir_all(&config)?;
+    let settings = json!({
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "general": {
+            "enableAutoUpdate": false,
+            "enableAutoUpdateNotification": false,
+            "maxAttempts": GEMINI_MAX_ATTEMPTS,
+        },
+        "privacy": {"usageStatisticsEnabled": false},
+        "telemetry": {"enabled": false},
+        "ide": {"enabled": false},
+    });
+    std::fs::write(config.join("settings.json"), settings.to_string())?;
+    let tmp = home.join("tmp");
+    std::fs::create_dir_all(&tmp)?;
+    let vars = [
+        ("PATH", path_with(&[bin_dir(AgentCli::Gemini)])),
+        ("HOME", home.display().to_string()),
+        ("TMPDIR", tmp.display().to_string()),
+        ("GEMINI_API_KEY", "gemini-offline-test".to_owned()),
+        ("GOOGLE_GEMINI_BASE_URL", server.url()),
+        ("GEMINI_TELEMETRY_ENABLED", "false".to_owned()),
+        ("GEMINI_CLI_TRUST_WORKSPACE", "true".to_owned()),
     ];
     Ok(vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
 }

@@ -59,6 +59,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("harness_opencode", harness_opencode),
     ("harness_qwen", harness_qwen),
     ("harness_pi", harness_pi),
+    ("harness_gemini", harness_gemini),
     ("auto_mode_text", auto_mode_text),
     ("compaction", compaction),
     ("transcript", transcript),
@@ -88,6 +89,7 @@ harness_bodies! {
     harness_opencode => opencode_bytes, opencode_events;
     harness_qwen => qwen_bytes, qwen_events;
     harness_pi => pi_bytes, pi_events;
+    harness_gemini => gemini_bytes, gemini_events;
 }
 
 /// Reads fields off the front of a fuzz input.

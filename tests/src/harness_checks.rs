@@ -78,7 +78,7 @@ pub fn check_lines<'a>(harness: Harness, control: u8, lines: impl IntoIterator<I
     let _ = serde_json::to_string(&completion);
 }
 
-/// Arbitrary bytes: byte 0 picks the harness (mod 6), byte 1 the security control, the rest
+/// Arbitrary bytes: byte 0 picks the harness (mod the number of harnesses), byte 1 the security control, the rest
 /// is split into lines at `\n`.
 pub fn arbitrary_bytes(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else {
@@ -137,6 +137,12 @@ const FRAGMENTS: &[&str] = &[
     r#"{"type":"agent_end","messages":[{"role":"assistant","content":[{"type":"text","text":"done"}],"stopReason":"stop"}]}"#,
     r#"{"type":"auto_retry_start","attempt":1,"maxAttempts":3,"errorMessage":"429"}"#,
     r#"{"type":"auto_retry_end","success":false,"finalError":"500 boom"}"#,
+    r#"{"type":"init","session_id":"G","model":"requested"}"#,
+    r#"{"type":"message","role":"assistant","content":"part","delta":true}"#,
+    r#"{"type":"tool_use","tool_name":"run_shell_command","tool_id":"g1","parameters":{"command":"ls"}}"#,
+    r#"{"type":"tool_result","tool_id":"g1","status":"error","error":{"message":"no"}}"#,
+    r#"{"type":"result","status":"success","stats":{"total_tokens":3,"input_tokens":1,"output_tokens":1,"models":{"served":{"total_tokens":3},"requested":{"total_tokens":0},"":{"total_tokens":1},"<synthetic>":{"input_tokens":1}}}}"#,
+    r#"{"type":"result","status":"error","error":{"type":"unknown","message":"[API Error: {\"error\":{\"code\":400,\"message\":\"m\"}}]"}}"#,
     "[1,2,3]",
     "{\"type\":\"assistant\",\"message\":{\"model\":\"tru",
     "\u{0}\u{7f}not json",
@@ -195,4 +201,5 @@ per_dialect! {
     opencode_bytes, opencode_events => Harness::OpenCode;
     qwen_bytes, qwen_events => Harness::Qwen;
     pi_bytes, pi_events => Harness::Pi;
+    gemini_bytes, gemini_events => Harness::Gemini;
 }

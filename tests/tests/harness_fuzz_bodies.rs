@@ -17,6 +17,7 @@ fn fuzz_bodies_replay_every_fixture() {
         "opencode",
         "qwen",
         "pi",
+        "gemini",
     ] {
         for entry in std::fs::read_dir(format!("{dir}/{d}")).expect("dir") {
             let bytes = std::fs::read(entry.expect("entry").path()).expect("read");
@@ -31,6 +32,7 @@ fn fuzz_bodies_replay_every_fixture() {
                 harness_checks::opencode_bytes(&input);
                 harness_checks::qwen_bytes(&input);
                 harness_checks::pi_bytes(&input);
+                harness_checks::gemini_bytes(&input);
             }
         }
     }
@@ -44,6 +46,7 @@ fn fuzz_bodies_replay_every_fixture() {
         harness_checks::opencode_events,
         harness_checks::qwen_events,
         harness_checks::pi_events,
+        harness_checks::gemini_events,
     ] {
         f(&every);
         f(&[1]);

@@ -1,8 +1,8 @@
-//! Harness stream interpretation (docs/interpretation.md): eight agent CLIs behind one evidence
+//! Harness stream interpretation (docs/interpretation.md): nine agent CLIs behind one evidence
 //! interface.
 //!
 //! * [`Harness`] is the registry: for each of Claude Code, Grok, Antigravity (`agy`), Codex,
-//!   Muse, OpenCode, Qwen Code and pi it gives the launch [`Invocation`] for a [`LaunchRequest`], the
+//!   Muse, OpenCode, Qwen Code, pi and Gemini CLI it gives the launch [`Invocation`] for a [`LaunchRequest`], the
 //!   [`StopSignals`] and a [`StreamDecoder`].
 //! * A [`StreamDecoder`] turns one raw line into a [`StreamUpdate`] (progress lines plus
 //!   semantic [`Evidence`]) and, consumed, into the completion [`Facts`]. All protocol
@@ -28,6 +28,7 @@ mod decode;
 #[cfg(any(fuzzing, test, feature = "fuzz-bodies"))]
 #[doc(hidden)]
 pub mod fuzzing;
+mod gemini;
 pub mod interpretation;
 mod json;
 mod launch;
@@ -78,19 +79,21 @@ pub enum Harness {
     Qwen,
     /// pi (`pi --mode json`).
     Pi,
+    /// Gemini CLI (`gemini --output-format stream-json`).
+    Gemini,
 }
 
 /// Error for a harness name that is not in the registry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "unknown harness {0:?}; expected one of claude, grok, agy (antigravity), codex, muse, opencode, \
-     qwen, pi"
+     qwen, pi, gemini"
 )]
 pub struct UnknownHarness(pub String);
 
 impl Harness {
     /// All harnesses, in registry order.
-    pub const ALL: [Harness; 8] = [
+    pub const ALL: [Harness; 9] = [
         Harness::Claude,
         Harness::Grok,
         Harness::Antigravity,
@@ -99,10 +102,11 @@ impl Harness {
         Harness::OpenCode,
         Harness::Qwen,
         Harness::Pi,
+        Harness::Gemini,
     ];
 
     /// The canonical short name (`claude`, `grok`, `agy`, `codex`, `muse`, `opencode`, `qwen`,
-    /// `pi`).
+    /// `pi`, `gemini`).
     pub fn name(self) -> &'static str {
         match self {
             Harness::Claude => "claude",
@@ -113,6 +117,7 @@ impl Harness {
             Harness::OpenCode => "opencode",
             Harness::Qwen => "qwen",
             Harness::Pi => "pi",
+            Harness::Gemini => "gemini",
         }
     }
 
@@ -131,7 +136,7 @@ impl Harness {
     }
 
     /// Looks a harness up by name, case-insensitively; `antigravity` is an alias of `agy`,
-    /// `qwen-code` of `qwen`.
+    /// `qwen-code` of `qwen`, `gemini-cli` of `gemini`.
     pub fn from_name(name: &str) -> Result<Harness, UnknownHarness> {
         let lower = name.trim().to_ascii_lowercase();
         Ok(match lower.as_str() {
@@ -143,6 +148,7 @@ impl Harness {
             "opencode" => Harness::OpenCode,
             "qwen" | "qwen-code" => Harness::Qwen,
             "pi" => Harness::Pi,
+            "gemini" | "gemini-cli" => Harness::Gemini,
             _ => return Err(UnknownHarness(name.to_owned())),
         })
     }
@@ -158,6 +164,7 @@ impl Harness {
             Harness::OpenCode => Box::new(opencode::OpenCodeDecoder::default()),
             Harness::Qwen => Box::new(claude::ClaudeDecoder::new(claude::Dialect::Qwen)),
             Harness::Pi => Box::new(pi::PiDecoder::default()),
+            Harness::Gemini => Box::new(gemini::GeminiDecoder::default()),
         }
     }
 
@@ -170,6 +177,7 @@ impl Harness {
             Harness::Codex => Some(RetainedKind::CodexSession),
             Harness::Qwen => Some(RetainedKind::QwenSessionLog),
             Harness::Pi => Some(RetainedKind::PiSessionLog),
+            Harness::Gemini => Some(RetainedKind::GeminiSessionLog),
             _ => None,
         }
     }

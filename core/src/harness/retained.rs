@@ -26,7 +26,6 @@
 //!   `turn_context`'s `payload.model`. Codex reports the thread's running token total after
 //!   a resume, so the total recorded before the run ([`codex_token_total`] of the file as it
 //!   was) becomes the record's [`RetainedRecord::usage_baseline`].
-//!
 //! * **Qwen Code session log** (`~/.qwen/projects/<cwd with / as ->/chats/<id>.jsonl`):
 //!   JSON lines, each a record `{type, sessionId, message, systemPayload, …}`; a resumed
 //!   session appends to the same file, so only the records after the last `type: "user"`
@@ -41,6 +40,9 @@
 //!   has it. The run's records are those after the last user message: each assistant
 //!   message names the model that answered (`responseModel`) and its usage (summed); the
 //!   last one's text is the final message, its `stopReason: "error"` a failure.
+//! * **Gemini session log** (`~/.gemini/tmp/<project>/chats/session-<date>-<id8>.jsonl`):
+//!   see [`parse_gemini_session_log`](super::gemini::parse_gemini_session_log). It names
+//!   only the requested model, so it is [`RetainedRecord::supplementary`].
 //!
 //! Model lists are ordered by first appearance, deduplicated, trimmed, and exclude empty
 //! names and `<synthetic>`, exactly like live evidence.
@@ -48,6 +50,7 @@
 use serde_json::Value;
 
 use super::Usage;
+pub use super::gemini::parse_gemini_session_log;
 use super::interpretation::ModelList;
 use super::json;
 
@@ -65,6 +68,8 @@ pub enum RetainedKind {
     QwenSessionLog,
     /// pi's session log (`~/.pi/agent/sessions/<project>/<time>_<id>.jsonl`).
     PiSessionLog,
+    /// Gemini CLI's session log (`~/.gemini/tmp/<project>/chats/session-…-<id8>.jsonl`).
+    GeminiSessionLog,
 }
 
 impl RetainedKind {
@@ -81,6 +86,9 @@ impl RetainedKind {
             RetainedKind::CodexSession => parse_codex_session(bytes),
             RetainedKind::QwenSessionLog => parse_qwen_session_log(bytes),
             RetainedKind::PiSessionLog => parse_pi_session_log(bytes),
+            RetainedKind::GeminiSessionLog => {
+                super::gemini::parse_gemini_session_log(session_id, bytes)
+            }
         }
     }
 
@@ -92,7 +100,18 @@ impl RetainedKind {
             RetainedKind::CodexSession => "the Codex session file",
             RetainedKind::QwenSessionLog => "the Qwen Code session log",
             RetainedKind::PiSessionLog => "the pi session log",
+            RetainedKind::GeminiSessionLog => "the Gemini session log",
         }
+    }
+
+    /// Whether the stream is complete without the record, so that a missing one is no
+    /// warning: the Codex stream lacks only the model (and says so), the Gemini stream has
+    /// everything the log has but the message as committed.
+    pub fn optional(self) -> bool {
+        matches!(
+            self,
+            RetainedKind::CodexSession | RetainedKind::GeminiSessionLog
+        )
     }
 }
 
@@ -128,11 +147,15 @@ pub struct RetainedRecord {
     /// Tokens the stream's usage already counted before this run (Codex's running total
     /// after a resume); subtracted from the stream's usage.
     pub usage_baseline: Option<Usage>,
+    /// The record only fills in what the stream lacks: the stream's models stand (the record
+    /// names none, or only requested ones), and its usage when the stream reported some
+    /// (Gemini's session log). Its final message still replaces the stream's.
+    pub supplementary: bool,
 }
 
 impl RetainedRecord {
     /// Moves a parser's model list into the record.
-    fn set_models(&mut self, list: ModelList) {
+    pub(crate) fn set_models(&mut self, list: ModelList) {
         (self.models, self.models_omitted) = list.into_parts();
     }
 }
@@ -177,6 +200,14 @@ pub enum RetainedError {
     NoUserMessage {
         /// Which record (`the pi session log`).
         what: &'static str,
+    },
+    /// The record belongs to another session than the one asked for.
+    #[error("{what} belongs to another session ({found})")]
+    OtherSession {
+        /// Which record (`the Gemini session log`).
+        what: &'static str,
+        /// The session id it names (at most 256 characters).
+        found: String,
     },
     /// A line of a JSON-lines record is not JSON.
     #[error("line {line} of {what} is not a JSON object")]

@@ -36,7 +36,7 @@ use agentrun_core::ReadSyntax;
 #[derive(Debug, Args)]
 pub(crate) struct AgentArgs {
     /// The harness to launch: claude, grok, agy (antigravity), codex, muse, opencode, qwen,
-    /// pi.
+    /// pi, gemini.
     #[arg(value_name = "NAME", value_parser = parse_harness)]
     harness: Harness,
     /// The model to request (passed to the harness verbatim).

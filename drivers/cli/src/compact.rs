@@ -43,7 +43,7 @@ pub(crate) struct CompactArgs {
     #[arg(value_name = "TRANSCRIPT")]
     transcript: PathBuf,
     /// Summarize with this agent CLI: claude, grok, agy (antigravity), codex, muse, opencode,
-    /// qwen, pi.
+    /// qwen, pi, gemini.
     #[arg(long, value_name = "NAME", value_parser = parse_harness)]
     harness: Option<Harness>,
     /// The model the harness should use (passed verbatim).

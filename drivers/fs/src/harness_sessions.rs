@@ -1,7 +1,9 @@
 //! Where harness CLIs keep their session files on disk, for the retained records read after
 //! a turn: Codex's rollout files (`$CODEX_HOME/sessions/YYYY/MM/DD/rollout-…-<id>.jsonl`) and
 //! Muse's session logs (`<data dir>/muse/sessions/YYYY/MM/DD/<id>/session.jsonl`), and the
-//! Qwen Code and pi session logs (one directory per project, see [`find_session_log`]).
+//! Qwen Code and pi session logs (one directory per project, see [`find_session_log`]), and
+//! Gemini CLI's session logs (`~/.gemini/tmp/<project>/chats/session-<date>-<id8>.jsonl`, see
+//! [`find_gemini_log`]).
 //!
 //! The directories depend on the child's environment, not the runner's: every function takes
 //! a lookup `env(name)` that answers as the child will see its variables. Searches are
@@ -91,6 +93,38 @@ pub fn find_session_log(
             .into_iter()
             .find(|f| f.file_name().and_then(|n| n.to_str()).is_some_and(&wanted))
     })
+}
+
+/// The candidate logs of Gemini CLI session `id`, newest first:
+/// `<GEMINI_CLI_HOME or HOME>/.gemini/tmp/<project>/chats/session-<date>-<id8>.jsonl`, where
+/// `<id8>` is the id's first 8 characters. Only a log's header says which session it is (a
+/// resumed session gets a new file per run, and ids may share their first 8 characters), so
+/// the caller takes the first candidate whose header names `id`. `None` when neither variable
+/// is set. Bounded: at most 4096 entries per directory.
+pub fn find_gemini_log(env: impl Fn(&str) -> Option<OsString>, id: &str) -> Option<Vec<PathBuf>> {
+    let home = env("GEMINI_CLI_HOME").or_else(|| env("HOME"))?;
+    let tmp = PathBuf::from(home).join(".gemini").join("tmp");
+    let prefix: String = id.chars().take(8).collect();
+    let suffix = format!("-{prefix}.jsonl");
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    for project in std::fs::read_dir(&tmp).into_iter().flatten().take(4096) {
+        let Ok(project) = project else { continue };
+        let chats = project.path().join("chats");
+        for entry in std::fs::read_dir(&chats).into_iter().flatten().take(4096) {
+            let Ok(entry) = entry else { continue };
+            if entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("session-") && n.ends_with(&suffix))
+            {
+                candidates.push(entry.path());
+            }
+        }
+    }
+    // The names start with the date: the newest last, then reversed.
+    candidates.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
+    candidates.reverse();
+    Some(candidates)
 }
 
 /// The first entry three directory levels below `root` (`YYYY/MM/DD/<entry>`) whose name
@@ -216,5 +250,42 @@ mod tests {
         );
         assert_eq!(find_session_log(env(&pairs), SessionLog::Pi, "P2"), None);
         assert_eq!(find_session_log(env(&[]), SessionLog::Qwen, "S1"), None);
+    }
+
+    #[test]
+    fn gemini_logs_are_the_id_prefixed_chats_of_any_project_newest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let a = home.join(".gemini/tmp/proj-a/chats");
+        let b = home.join(".gemini/tmp/proj-b/chats");
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        let id = "0123abcd-9999-4000-8000-000000000000";
+        for (chats, name) in [
+            (&a, "session-2026-11-30T10-00-0123abcd.jsonl"),
+            (&b, "session-2026-12-01T09-00-0123abcd.jsonl"),
+            (&a, "session-2026-12-01T11-00-ffffffff.jsonl"),
+            (&a, "other-2026-12-01T12-00-0123abcd.jsonl"),
+        ] {
+            std::fs::write(chats.join(name), "").unwrap();
+        }
+        assert_eq!(
+            find_gemini_log(env(&[("HOME", &home)]), id),
+            Some(vec![
+                b.join("session-2026-12-01T09-00-0123abcd.jsonl"),
+                a.join("session-2026-11-30T10-00-0123abcd.jsonl"),
+            ])
+        );
+        assert_eq!(
+            find_gemini_log(env(&[("HOME", &home)]), "99999999"),
+            Some(vec![])
+        );
+        // GEMINI_CLI_HOME wins over HOME.
+        let other = dir.path().join("other");
+        assert_eq!(
+            find_gemini_log(env(&[("GEMINI_CLI_HOME", &other), ("HOME", &home)]), id),
+            Some(vec![])
+        );
+        assert_eq!(find_gemini_log(env(&[]), id), None);
     }
 }
