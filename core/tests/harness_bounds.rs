@@ -226,13 +226,15 @@ fn many_unfinished_codex_items_are_killed_work_in_start_order() {
 fn wide_line(h: Harness, n: usize) -> String {
     let body = format!("[{}[]]", "[],".repeat(n - 1));
     match h {
-        Harness::Claude | Harness::Grok => {
+        Harness::Claude | Harness::Grok | Harness::Qwen => {
             format!(r#"{{"type":"result","subtype":"success","result":"ok","x":{body}}}"#)
         }
+        Harness::Pi => format!(r#"{{"type":"agent_end","messages":[],"x":{body}}}"#),
         Harness::Antigravity => format!(r#"{{"event":"result","x":{body}}}"#),
         Harness::Codex => format!(r#"{{"type":"turn.completed","usage":{{}},"x":{body}}}"#),
         Harness::Muse => format!(r#"{{"payload_type":"run.terminal.completed","x":{body}}}"#),
         Harness::OpenCode => format!(r#"{{"type":"step_finish","x":{body}}}"#),
+        Harness::Gemini => format!(r#"{{"type":"result","status":"success","x":{body}}}"#),
     }
 }
 

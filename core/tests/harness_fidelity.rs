@@ -463,3 +463,161 @@ fn a_resumed_opencode_export_counts_only_this_runs_messages() {
     assert_eq!(counts(record.usage.as_ref().unwrap()), (7, 0, 3, 0));
     assert_eq!(record.final_message.as_deref(), Some("second answer"));
 }
+
+#[test]
+fn qwen_gets_the_prompt_joined_to_its_option_and_refuses_an_effort() {
+    for prompt in ["-x", "--help me", "help", "a=b"] {
+        let inv = Harness::Qwen
+            .invocation(&LaunchRequest {
+                prompt: prompt.into(),
+                model: Some("m".into()),
+                resume: Some("S".into()),
+                harness_args: vec!["--approval-mode".into(), "yolo".into()],
+                ..LaunchRequest::default()
+            })
+            .unwrap();
+        assert_eq!(inv.program, "qwen");
+        assert_eq!(
+            inv.args,
+            [
+                "--output-format",
+                "stream-json",
+                "-m",
+                "m",
+                "--approval-mode",
+                "yolo",
+                "--resume",
+                "S",
+                &format!("--prompt={prompt}"),
+            ]
+        );
+        // Qwen drops a prompt given after `--`.
+        assert!(!inv.args.iter().any(|a| a == "--"));
+        assert_eq!(inv.stdin, Stdin::Null);
+        assert_eq!(
+            inv.env,
+            [(
+                "QWEN_USAGE_STATISTICS_ENABLED".to_owned(),
+                "false".to_owned()
+            )]
+        );
+    }
+    let err = Harness::Qwen
+        .invocation(&LaunchRequest {
+            prompt: "p".into(),
+            effort: Some("high".into()),
+            ..LaunchRequest::default()
+        })
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("qwen takes no reasoning effort on its command line"),
+        "{err}"
+    );
+}
+
+#[test]
+fn pi_reads_the_prompt_on_stdin_and_gets_the_effort_as_its_thinking_level() {
+    for prompt in ["-x", "--help me", "help", "@file"] {
+        let inv = Harness::Pi
+            .invocation(&LaunchRequest {
+                prompt: prompt.into(),
+                model: Some("p/m".into()),
+                effort: Some("high".into()),
+                resume: Some("S".into()),
+                ..LaunchRequest::default()
+            })
+            .unwrap();
+        assert_eq!(inv.program, "pi");
+        // pi has no `--`: the prompt is never an argument.
+        assert_eq!(
+            inv.args,
+            [
+                "--mode",
+                "json",
+                "--model",
+                "p/m",
+                "--thinking",
+                "high",
+                "--session",
+                "S",
+                "-p"
+            ]
+        );
+        assert_eq!(inv.stdin, Stdin::Prompt(prompt.to_owned()));
+        assert_eq!(
+            inv.env,
+            [
+                ("PI_SKIP_VERSION_CHECK".to_owned(), "1".to_owned()),
+                ("PI_TELEMETRY".to_owned(), "0".to_owned()),
+            ]
+        );
+    }
+}
+
+#[test]
+fn pi_exit_0_after_a_failed_request_is_a_failed_turn() {
+    let (_, interp) = feed_lines(
+        Harness::Pi,
+        &[
+            r#"{"type":"session","id":"s1"}"#,
+            r#"{"type":"message_end","message":{"role":"assistant","content":[],"model":"req","stopReason":"error","errorMessage":"400 bad"}}"#,
+            r#"{"type":"agent_end","messages":[{"role":"assistant","content":[],"stopReason":"error","errorMessage":"400 bad"}]}"#,
+        ],
+    );
+    let c = interp.finish(HarnessExit::Success).complete(None);
+    assert_eq!(
+        c.outcome.status,
+        OutcomeStatus::TurnFailed {
+            diagnostic: "400 bad".to_owned()
+        }
+    );
+    // The requested model is never an observation.
+    assert!(c.report.models.is_empty());
+    // A retry that succeeds clears it.
+    let (_, interp) = feed_lines(
+        Harness::Pi,
+        &[
+            r#"{"type":"session","id":"s1"}"#,
+            r#"{"type":"agent_end","messages":[{"role":"assistant","content":[],"stopReason":"error","errorMessage":"429 slow"}]}"#,
+            r#"{"type":"auto_retry_start","attempt":1,"maxAttempts":3,"delayMs":2000,"errorMessage":"429 slow"}"#,
+            r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"ok"}],"responseModel":"served","stopReason":"stop","usage":{"input":10,"cacheRead":5,"output":2,"cost":{"total":0.5}}}}"#,
+            r#"{"type":"auto_retry_end","success":true,"attempt":1}"#,
+            r#"{"type":"agent_end","messages":[{"role":"assistant","content":[{"type":"text","text":"ok"}],"stopReason":"stop"}]}"#,
+        ],
+    );
+    let c = interp.finish(HarnessExit::Success).complete(None);
+    assert_eq!(c.outcome.status, OutcomeStatus::Succeeded);
+    assert_eq!(c.outcome.final_message.as_deref(), Some("ok"));
+    assert_eq!(c.report.models, ["served".to_owned()]);
+    let u = c.report.usage.unwrap();
+    assert_eq!(
+        (u.input_tokens, u.cached_input_tokens, u.output_tokens),
+        (15, 5, 2)
+    );
+    assert_eq!(u.cost_usd, Some(0.5));
+}
+
+#[test]
+fn qwen_counts_its_assistant_messages_not_the_sessions_running_total() {
+    let (_, interp) = feed_lines(
+        Harness::Qwen,
+        &[
+            r#"{"type":"system","subtype":"init","session_id":"q1","model":"requested"}"#,
+            r#"{"type":"assistant","session_id":"q1","parent_tool_use_id":null,"message":{"model":"requested","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":140,"output_tokens":20,"cache_read_input_tokens":40}}}"#,
+            r#"{"type":"result","subtype":"success","session_id":"q1","is_error":false,"num_turns":1,"result":"hi","usage":{"input_tokens":280,"output_tokens":40,"cache_read_input_tokens":80}}"#,
+        ],
+    );
+    let c = interp.finish(HarnessExit::Success).complete(None);
+    assert_eq!(c.outcome.status, OutcomeStatus::Succeeded);
+    assert!(
+        c.report.models.is_empty(),
+        "the stream names only the requested model"
+    );
+    let u = c.report.usage.unwrap();
+    assert_eq!(
+        (u.input_tokens, u.cached_input_tokens, u.output_tokens),
+        (140, 40, 20)
+    );
+    assert_eq!(c.outcome.session_id.as_deref(), Some("q1"));
+}

@@ -17,8 +17,11 @@ use proptest::prelude::*;
 /// A valid line for `h` whose progress line is known; `n` keeps ids distinct.
 fn probe(h: Harness, n: usize) -> (Vec<u8>, String) {
     let line = match h {
-        Harness::Claude | Harness::Grok => format!(
+        Harness::Claude | Harness::Grok | Harness::Qwen => format!(
             r#"{{"type":"assistant","message":{{"model":"probe-model","content":[{{"type":"tool_use","name":"Read","input":{{"file_path":"/p{n}"}}}}]}}}}"#
+        ),
+        Harness::Pi => format!(
+            r#"{{"type":"tool_execution_start","toolCallId":"c{n}","toolName":"Read","args":{{"path":"/p{n}"}}}}"#
         ),
         Harness::Antigravity => format!(
             r#"{{"event":"step_update","step_update":{{"step_index":{n},"step_type":"tool","tool_name":"view_file","tool_info":{{"parameters":{{"AbsolutePath":"/p{n}"}}}}}}}}"#
@@ -31,6 +34,9 @@ fn probe(h: Harness, n: usize) -> (Vec<u8>, String) {
         ),
         Harness::OpenCode => format!(
             r#"{{"type":"tool_use","part":{{"callID":"c{n}","tool":"Read","state":{{"input":{{"filePath":"/p{n}"}}}}}}}}"#
+        ),
+        Harness::Gemini => format!(
+            r#"{{"type":"tool_use","tool_name":"Read","tool_id":"g{n}","parameters":{{"file_path":"/p{n}"}}}}"#
         ),
     };
     let expected = match h {

@@ -1,8 +1,10 @@
-//! What the real Claude Code, Codex and OpenCode CLIs print in the real-CLI scenarios — a text
-//! turn, a tool turn, a failed turn, a context-length failure, a session and its resumption —
+//! What the real Claude Code, Codex, OpenCode, Qwen Code and pi CLIs print in the real-CLI
+//! scenarios — a text turn, a tool turn, a failed turn, a context-length failure, a session and
+//! its resumption; for Qwen Code and pi also a 429 retried to success and a persistent 500 —
 //! recorded by `scripts/record-harness-fixtures.sh` into
 //! `tests/fixtures/harness/<harness>/<cli>-<version>-<scenario>.jsonl` with the retained
-//! records agentrun reads after them (Codex's session file, `opencode export`), fed through
+//! records agentrun reads after them (Codex's session file, `opencode export`, the session
+//! logs of Qwen Code and pi), fed through
 //! `Interpretation` exactly as `agentrun agent` feeds them: session id, final message, models,
 //! per-run usage and outcome of each, so a decoder regression against the real dialects fails
 //! without the CLIs installed.
@@ -16,7 +18,8 @@
 mod harness_common;
 
 use agentrun_core::harness::retained::{
-    codex_token_total, parse_codex_session, parse_opencode_export,
+    codex_token_total, parse_codex_session, parse_opencode_export, parse_pi_session_log,
+    parse_qwen_session_log,
 };
 use agentrun_core::harness::{
     Completion, FailureKind, Harness, HarnessExit, Interpretation, OutcomeStatus, RetainedRecord,
@@ -52,7 +55,23 @@ const OPENCODE: Cli = Cli {
     reasoning: 4,
 };
 
-/// The fixed session id the recording gives scenario `n` (1 text turn … 5 resume).
+const QWEN: Cli = Cli {
+    harness: Harness::Qwen,
+    prefix: "qwen/qwen-code-0.24.4",
+    model: "test-model",
+    reasoning: 4,
+};
+/// pi names the served model (`responseModel`) only when it is not the requested one; the
+/// scripted server answers with the requested one, so no model is observed.
+const PI: Cli = Cli {
+    harness: Harness::Pi,
+    prefix: "pi/pi-0.73.1",
+    model: "",
+    reasoning: 0,
+};
+
+/// The fixed session id the recording gives scenario `n` (1 text turn … 5 resume, 6
+/// rate-limited, 7 server error).
 fn session_id(cli: &Cli, n: u32) -> String {
     match cli.harness {
         Harness::OpenCode => format!("ses_0000000000000000000fixture{n}"),
@@ -74,6 +93,10 @@ impl Cli {
             Harness::OpenCode => {
                 Some(parse_opencode_export(&self.file(scenario, "-export.json")).unwrap())
             }
+            Harness::Qwen => {
+                Some(parse_qwen_session_log(&self.file(scenario, "-log.jsonl")).unwrap())
+            }
+            Harness::Pi => Some(parse_pi_session_log(&self.file(scenario, "-log.jsonl")).unwrap()),
             _ => None,
         }
     }
@@ -81,8 +104,11 @@ impl Cli {
     /// The scenario's stream through `Interpretation`, completed with `record`.
     fn decode(&self, scenario: &str, record: Option<RetainedRecord>) -> (Vec<String>, Completion) {
         let (progress, interp) = interpret(self.harness, None, &self.file(scenario, ".jsonl"));
-        // The failure scenarios' CLIs exit non-zero; the turn failure still names the cause.
-        let exit = if matches!(scenario, "failure" | "context-length") {
+        // The failure scenarios' CLIs exit non-zero (pi exits 0 whatever happened); the turn
+        // failure still names the cause.
+        let exit = if matches!(scenario, "failure" | "context-length" | "server-error")
+            && self.harness != Harness::Pi
+        {
             HarnessExit::Failed {
                 diagnostic: format!("{} exited with code 1", self.harness),
             }
@@ -117,7 +143,12 @@ impl Cli {
         assert_eq!(c.outcome.status, OutcomeStatus::Succeeded);
         assert_eq!(c.outcome.failure_kind, None);
         assert!(c.outcome.terminal_seen);
-        assert_eq!(c.report.models, strings(&[self.model]));
+        let models: &[&str] = if self.model.is_empty() {
+            &[]
+        } else {
+            &[self.model]
+        };
+        assert_eq!(c.report.models, strings(models), "{}", self.prefix);
         self.usage(c, requests);
     }
 
@@ -276,5 +307,99 @@ fn opencode() {
     assert_eq!(
         (usage.tokens_scope, usage.cost_scope),
         (UsageScope::Run, UsageScope::Run)
+    );
+}
+
+/// The scenarios Qwen Code and pi share beyond the common ones.
+fn chat_cli_scenarios(cli: &Cli, failure: &str) {
+    cli.common_scenarios();
+    let (_, c) = cli.run("failure");
+    cli.failed(&c, 3, failure, None);
+    let (_, c) = cli.run("rate-limited");
+    cli.succeeded(&c, 6, "after the wait", 1);
+    let (_, c) = cli.run("server-error");
+    cli.failed(&c, 7, "the scripted outage", None);
+    // The resumed run: this run's tokens only, although the log holds both runs.
+    let (_, c) = cli.run("resume");
+    cli.succeeded(&c, 5, "second answer", 1);
+    let usage = c.report.usage.clone().unwrap();
+    assert_eq!(usage.tokens_scope, UsageScope::Run, "{}", cli.prefix);
+    // The stream alone gives the same run's tokens (Qwen's stream has no reasoning count).
+    let (_, c) = cli.decode("resume", None);
+    let u = c.report.usage.unwrap();
+    assert_eq!(
+        (u.input_tokens, u.cached_input_tokens, u.output_tokens),
+        (140, 40, 20),
+        "{}",
+        cli.prefix
+    );
+    assert_eq!(c.outcome.final_message.as_deref(), Some("second answer"));
+}
+
+#[test]
+fn qwen_code() {
+    chat_cli_scenarios(&QWEN, "[API Error: 400");
+    // The stream names only the requested model: no model without the session log.
+    let (_, c) = QWEN.decode("text-turn", None);
+    assert!(c.report.models.is_empty());
+    assert!(
+        c.report
+            .warnings
+            .iter()
+            .any(|w| w.contains("the Qwen Code session log was not available")),
+        "{:?}",
+        c.report.warnings
+    );
+    // Under the security policy the requested model is named as such.
+    let (progress, _) = interpret(
+        Harness::Qwen,
+        Some(Some("test-model")),
+        &QWEN.file("text-turn", ".jsonl"),
+    );
+    assert!(
+        progress.contains(&"Model: test-model (requested)".to_owned()),
+        "{progress:?}"
+    );
+}
+
+#[test]
+fn pi() {
+    chat_cli_scenarios(&PI, "400");
+    // Served by the requested model: the requested-model fallback, never an observation; pi
+    // prices the test model.
+    let (progress, interp) = interpret(
+        Harness::Pi,
+        Some(Some("agentrun-test/test-model")),
+        &PI.file("text-turn", ".jsonl"),
+    );
+    assert!(
+        progress.contains(&"Model: agentrun-test/test-model (requested)".to_owned()),
+        "{progress:?}"
+    );
+    let c = interp.finish(HarnessExit::Success).complete(None);
+    assert!(c.report.models.is_empty());
+    assert!(c.report.usage.unwrap().cost_usd.is_some_and(|c| c > 0.0));
+    // A persistent error: pi's own retries are progress, the last one's error the failure.
+    let (progress, c) = PI.run("server-error");
+    assert!(
+        progress
+            .iter()
+            .any(|p| p.starts_with("retrying (attempt 1/3): 500")),
+        "{progress:?}"
+    );
+    assert!(c.outcome.terminal_seen);
+    // Cut off during a retry: not finished.
+    let stream = PI.file("server-error", ".jsonl");
+    let text = String::from_utf8(stream).unwrap();
+    let cut = &text[..text.rfind(r#"{"type":"auto_retry_start""#).unwrap()];
+    let cut = format!("{cut}{}", text[cut.len()..].lines().next().unwrap());
+    let (_, interp) = interpret(Harness::Pi, None, cut.as_bytes());
+    let c = interp.finish(HarnessExit::Success).complete(None);
+    assert!(!c.outcome.terminal_seen);
+    assert!(
+        matches!(&c.outcome.status, OutcomeStatus::TurnFailed { diagnostic }
+            if diagnostic.contains("ended without a final result")),
+        "{:?}",
+        c.outcome.status
     );
 }

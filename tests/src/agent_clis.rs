@@ -35,6 +35,29 @@
 //! downloads, sharing and auto-compaction. OpenCode also installs a plugin package from npm at
 //! start-up; `npm_config_registry` points it at a closed port on 127.0.0.1 so it fails at once
 //! instead of reaching the registry.
+//!
+//! [`qwen_env`] for Qwen Code: `HOME` inside the directory, with a `~/.qwen/settings.json`
+//! that selects the OpenAI-compatible auth (`security.auth.selectedType = "openai"`), turns
+//! auto-update, telemetry and usage statistics off, and turns the managed auto-memory off
+//! (otherwise every run makes a second, hidden model request); `OPENAI_BASE_URL` = the
+//! server's `/v1`, `OPENAI_API_KEY` a dummy key, `OPENAI_MODEL` [`QWEN_TEST_MODEL`], and
+//! `PATH` with the CLI's directory first: it holds the Node 22 the CLI needs (the install
+//! script installs it beside the CLI).
+//!
+//! [`pi_env`] for pi: `HOME` inside the directory, with `~/.pi/agent/models.json` defining
+//! the provider `agentrun-test` (`api: "openai-completions"`, `baseUrl` = the server's `/v1`)
+//! and its model `test-model` priced at 10/20 dollars per million input/output tokens (1 per
+//! million cache reads), `settings.json` making it the default, and `PI_OFFLINE=1` (no
+//! start-up network operations).
+//! [`gemini_env`] for Gemini CLI: `HOME` and `TMPDIR` inside the directory (the CLI writes
+//! error reports to the temporary folder), `GEMINI_API_KEY` a dummy key,
+//! `GOOGLE_GEMINI_BASE_URL` = the server, `GEMINI_TELEMETRY_ENABLED=false`,
+//! `GEMINI_CLI_TRUST_WORKSPACE=true` (headless mode refuses an untrusted folder), and a
+//! `~/.gemini/settings.json` selecting API-key auth (`security.auth.selectedType =
+//! "gemini-api-key"`), with auto-update, usage statistics, telemetry and the IDE integration
+//! off and at most [`GEMINI_MAX_ATTEMPTS`] attempts per model request (its own default, 10,
+//! backs off for minutes before it reports a persistent 5xx). With these it connects to
+//! nothing but the model server.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -54,6 +77,12 @@ pub enum AgentCli {
     Codex,
     /// `opencode-ai` (`opencode`).
     OpenCode,
+    /// `@qwen-code/qwen-code` (`qwen`), with Node 22.
+    Qwen,
+    /// `@mariozechner/pi-coding-agent` (`pi`).
+    Pi,
+    /// `@google/gemini-cli` (`gemini`).
+    Gemini,
 }
 
 impl AgentCli {
@@ -63,6 +92,9 @@ impl AgentCli {
             AgentCli::Claude => "claude",
             AgentCli::Codex => "codex",
             AgentCli::OpenCode => "opencode",
+            AgentCli::Qwen => "qwen",
+            AgentCli::Pi => "pi",
+            AgentCli::Gemini => "gemini",
         }
     }
 }
@@ -73,12 +105,13 @@ impl AgentCli {
         match self {
             AgentCli::Claude => Api::AnthropicMessages,
             AgentCli::Codex => Api::OpenAiResponses,
-            AgentCli::OpenCode => Api::OpenAiChat,
+            AgentCli::OpenCode | AgentCli::Qwen | AgentCli::Pi => Api::OpenAiChat,
+            AgentCli::Gemini => Api::Gemini,
         }
     }
 
     /// A call of the CLI's shell tool (Claude Code `Bash`, Codex `exec_command`, OpenCode
-    /// `bash`) running `echo made > made.txt && echo wrote`.
+    /// and pi `bash`, Qwen Code `run_shell_command`) running `echo made > made.txt && echo wrote`.
     pub fn shell_call(self) -> Reply {
         let command = "echo made > made.txt && echo wrote";
         match self {
@@ -89,14 +122,25 @@ impl AgentCli {
             AgentCli::OpenCode => {
                 Reply::tool_call("bash", json!({"command": command, "description": "w"}))
             }
+            AgentCli::Qwen => Reply::tool_call("run_shell_command", json!({"command": command})),
+            AgentCli::Pi => Reply::tool_call("bash", json!({"command": command})),
+            AgentCli::Gemini => Reply::tool_call("run_shell_command", json!({"command": command})),
         }
     }
 
     /// An API error the CLI reports after one attempt. Claude Code and Codex run with
     /// retries off here, so an HTTP 500 is final; OpenCode retries 429 and 5xx five times
     /// whatever it is told, so it gets an error it never retries: HTTP 401, a rejected key.
+    /// Qwen Code, pi and Gemini CLI retry 429 and 5xx for a long time too: they get an HTTP
+    /// 400.
     pub fn final_error(self) -> Reply {
         match self {
+            AgentCli::Gemini => Reply::error(400, "invalid_request_error", "Invalid request"),
+            AgentCli::Qwen | AgentCli::Pi => Reply::error(
+                400,
+                "invalid_request_error",
+                "Invalid value for 'messages': the request was rejected",
+            ),
             AgentCli::OpenCode => Reply::error(
                 401,
                 "invalid_request_error",
@@ -161,15 +205,22 @@ pub fn bin_dir(cli: AgentCli) -> PathBuf {
 }
 
 /// The CLI's version as it reports it (`claude --version` → `2.1.332`): the first token that
-/// starts with a digit.
+/// starts with a digit, on stdout, or on stderr where pi prints it.
 pub fn version(cli: AgentCli) -> String {
     let exe = executable(cli);
     let output = Command::new(&exe)
         .arg("--version")
         .env("HOME", std::env::temp_dir())
+        // The CLI's own directory first: Qwen Code's Node 22 is there.
+        .env("PATH", path_with(&[bin_dir(cli)]))
+        // pi otherwise starts with network operations (a version check), which hang offline.
+        .env("PI_OFFLINE", "1")
+        .env("PI_SKIP_VERSION_CHECK", "1")
         .output()
         .unwrap_or_else(|e| panic!("cannot run {} --version: {e}", exe.display()));
-    let text = String::from_utf8_lossy(&output.stdout);
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push('\n');
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
     text.split_whitespace()
         .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))
         .unwrap_or_else(|| panic!("{} --version printed no version: {text:?}", exe.display()))
@@ -300,6 +351,105 @@ pub fn opencode_env(home: &Path, server: &ModelServer) -> io::Result<Vec<(String
         ("OPENCODE_DISABLE_SHARE", "1".to_owned()),
         ("OPENCODE_DISABLE_AUTOCOMPACT", "1".to_owned()),
         ("npm_config_registry", "http://127.0.0.1:9/".to_owned()),
+    ];
+    Ok(vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
+/// The model `qwen_env` makes Qwen Code request.
+pub const QWEN_TEST_MODEL: &str = "test-model";
+
+/// The environment that runs Qwen Code offline against `server` (see the module docs), with
+/// its home under `home` (created when missing).
+pub fn qwen_env(home: &Path, server: &ModelServer) -> io::Result<Vec<(String, String)>> {
+    let config = home.join(".qwen");
+    std::fs::create_dir_all(&config)?;
+    let settings = json!({
+        "security": {"auth": {"selectedType": "openai"}},
+        "general": {"disableAutoUpdate": true, "disableUpdateNag": true},
+        "telemetry": {"enabled": false},
+        "privacy": {"usageStatisticsEnabled": false},
+        "memory": {"enableManagedAutoMemory": false},
+    });
+    std::fs::write(config.join("settings.json"), settings.to_string())?;
+    let vars = [
+        ("PATH", path_with(&[bin_dir(AgentCli::Qwen)])),
+        ("HOME", home.display().to_string()),
+        ("OPENAI_BASE_URL", format!("{}/v1", server.url())),
+        ("OPENAI_API_KEY", "sk-offline-test".to_owned()),
+        ("OPENAI_MODEL", QWEN_TEST_MODEL.to_owned()),
+        ("QWEN_USAGE_STATISTICS_ENABLED", "false".to_owned()),
+        // The notice on stderr that every tool call runs unsandboxed under yolo.
+        ("QWEN_CODE_SUPPRESS_YOLO_WARNING", "1".to_owned()),
+    ];
+    Ok(vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
+/// The model `pi_env` defines (`provider/model`).
+pub const PI_TEST_MODEL: &str = "agentrun-test/test-model";
+
+/// The environment that runs pi offline against `server` (see the module docs), with its home
+/// under `home` (created when missing).
+pub fn pi_env(home: &Path, server: &ModelServer) -> io::Result<Vec<(String, String)>> {
+    let agent = home.join(".pi").join("agent");
+    std::fs::create_dir_all(&agent)?;
+    let models = json!({"providers": {"agentrun-test": {
+        "baseUrl": format!("{}/v1", server.url()),
+        "api": "openai-completions",
+        "apiKey": "sk-offline-test",
+        "models": [{
+            "id": "test-model",
+            "name": "test model",
+            "reasoning": false,
+            "input": ["text"],
+            "contextWindow": 128000,
+            "maxTokens": 4096,
+            "cost": {"input": 10, "output": 20, "cacheRead": 1, "cacheWrite": 0},
+        }],
+    }}});
+    std::fs::write(agent.join("models.json"), models.to_string())?;
+    let settings = json!({"defaultProvider": "agentrun-test", "defaultModel": "test-model"});
+    std::fs::write(agent.join("settings.json"), settings.to_string())?;
+    let vars = [
+        ("PATH", path_with(&[bin_dir(AgentCli::Pi)])),
+        ("HOME", home.display().to_string()),
+        ("PI_OFFLINE", "1".to_owned()),
+        ("PI_SKIP_VERSION_CHECK", "1".to_owned()),
+        ("PI_TELEMETRY", "0".to_owned()),
+    ];
+    Ok(vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+}
+
+/// How many attempts [`gemini_env`] lets Gemini CLI make per model request (`general.maxAttempts`):
+/// one retry after a 429 or 5xx (about 5 s of back-off), then it reports the error.
+pub const GEMINI_MAX_ATTEMPTS: u32 = 2;
+
+/// The environment that runs Gemini CLI offline against `server` (see the module docs), with
+/// its home under `home` (created when missing).
+pub fn gemini_env(home: &Path, server: &ModelServer) -> io::Result<Vec<(String, String)>> {
+    let config = home.join(".gemini");
+    std::fs::create_dir_all(&config)?;
+    let settings = json!({
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "general": {
+            "enableAutoUpdate": false,
+            "enableAutoUpdateNotification": false,
+            "maxAttempts": GEMINI_MAX_ATTEMPTS,
+        },
+        "privacy": {"usageStatisticsEnabled": false},
+        "telemetry": {"enabled": false},
+        "ide": {"enabled": false},
+    });
+    std::fs::write(config.join("settings.json"), settings.to_string())?;
+    let tmp = home.join("tmp");
+    std::fs::create_dir_all(&tmp)?;
+    let vars = [
+        ("PATH", path_with(&[bin_dir(AgentCli::Gemini)])),
+        ("HOME", home.display().to_string()),
+        ("TMPDIR", tmp.display().to_string()),
+        ("GEMINI_API_KEY", "gemini-offline-test".to_owned()),
+        ("GOOGLE_GEMINI_BASE_URL", server.url()),
+        ("GEMINI_TELEMETRY_ENABLED", "false".to_owned()),
+        ("GEMINI_CLI_TRUST_WORKSPACE", "true".to_owned()),
     ];
     Ok(vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
 }

@@ -57,6 +57,9 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("harness_codex", harness_codex),
     ("harness_muse", harness_muse),
     ("harness_opencode", harness_opencode),
+    ("harness_qwen", harness_qwen),
+    ("harness_pi", harness_pi),
+    ("harness_gemini", harness_gemini),
     ("auto_mode_text", auto_mode_text),
     ("compaction", compaction),
     ("transcript", transcript),
@@ -84,6 +87,9 @@ harness_bodies! {
     harness_codex => codex_bytes, codex_events;
     harness_muse => muse_bytes, muse_events;
     harness_opencode => opencode_bytes, opencode_events;
+    harness_qwen => qwen_bytes, qwen_events;
+    harness_pi => pi_bytes, pi_events;
+    harness_gemini => gemini_bytes, gemini_events;
 }
 
 /// Reads fields off the front of a fuzz input.

@@ -78,7 +78,7 @@ pub fn check_lines<'a>(harness: Harness, control: u8, lines: impl IntoIterator<I
     let _ = serde_json::to_string(&completion);
 }
 
-/// Arbitrary bytes: byte 0 picks the harness (mod 6), byte 1 the security control, the rest
+/// Arbitrary bytes: byte 0 picks the harness (mod the number of harnesses), byte 1 the security control, the rest
 /// is split into lines at `\n`.
 pub fn arbitrary_bytes(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else {
@@ -127,6 +127,22 @@ const FRAGMENTS: &[&str] = &[
     r#"{"type":"text","sessionID":"o","part":{"text":"final","modelID":"W"}}"#,
     r#"{"type":"step_finish","part":{"reason":"stop","tokens":{"input":1,"output":2},"cost":0.1}}"#,
     r#"{"type":"error","error":{"name":"APIError","data":{"message":"m"}}}"#,
+    r#"{"type":"system","subtype":"init","session_id":"q","model":"requested"}"#,
+    r#"{"type":"assistant","session_id":"q","message":{"model":"requested","content":[{"type":"tool_use","name":"run_shell_command","input":{"command":"ls"}}],"usage":{"input_tokens":9,"cache_read_input_tokens":4}}}"#,
+    r#"{"type":"result","subtype":"error_during_execution","is_error":true,"error":{"message":"[API Error: 400 context_length_exceeded]"}}"#,
+    r#"{"type":"session","id":"p","cwd":"/w"}"#,
+    r#"{"type":"message_end","message":{"role":"assistant","content":[{"type":"text","text":"hi"}],"model":"req","responseModel":"R","usage":{"input":1,"cacheRead":2,"cost":{"total":0.1}},"stopReason":"stop"}}"#,
+    r#"{"type":"message_end","message":{"role":"assistant","content":[],"responseModel":"","stopReason":"error","errorMessage":"500 boom"}}"#,
+    r#"{"type":"tool_execution_start","toolName":"bash","args":{"command":"git push"}}"#,
+    r#"{"type":"agent_end","messages":[{"role":"assistant","content":[{"type":"text","text":"done"}],"stopReason":"stop"}]}"#,
+    r#"{"type":"auto_retry_start","attempt":1,"maxAttempts":3,"errorMessage":"429"}"#,
+    r#"{"type":"auto_retry_end","success":false,"finalError":"500 boom"}"#,
+    r#"{"type":"init","session_id":"G","model":"requested"}"#,
+    r#"{"type":"message","role":"assistant","content":"part","delta":true}"#,
+    r#"{"type":"tool_use","tool_name":"run_shell_command","tool_id":"g1","parameters":{"command":"ls"}}"#,
+    r#"{"type":"tool_result","tool_id":"g1","status":"error","error":{"message":"no"}}"#,
+    r#"{"type":"result","status":"success","stats":{"total_tokens":3,"input_tokens":1,"output_tokens":1,"models":{"served":{"total_tokens":3},"requested":{"total_tokens":0},"":{"total_tokens":1},"<synthetic>":{"input_tokens":1}}}}"#,
+    r#"{"type":"result","status":"error","error":{"type":"unknown","message":"[API Error: {\"error\":{\"code\":400,\"message\":\"m\"}}]"}}"#,
     "[1,2,3]",
     "{\"type\":\"assistant\",\"message\":{\"model\":\"tru",
     "\u{0}\u{7f}not json",
@@ -183,4 +199,7 @@ per_dialect! {
     codex_bytes, codex_events => Harness::Codex;
     muse_bytes, muse_events => Harness::Muse;
     opencode_bytes, opencode_events => Harness::OpenCode;
+    qwen_bytes, qwen_events => Harness::Qwen;
+    pi_bytes, pi_events => Harness::Pi;
+    gemini_bytes, gemini_events => Harness::Gemini;
 }

@@ -7,6 +7,7 @@
 //! | [`Api::AnthropicMessages`] | `POST /v1/messages` (SSE when `"stream": true`), `POST /v1/messages/count_tokens` | Claude Code (`ANTHROPIC_BASE_URL`) |
 //! | [`Api::OpenAiResponses`] | `POST …/responses` (SSE) | Codex (`wire_api = "responses"`) |
 //! | [`Api::OpenAiChat`] | `POST …/chat/completions` (SSE when `"stream": true`) | OpenCode (`@ai-sdk/openai-compatible`) |
+//! | [`Api::Gemini`] | `POST …/models/<model>:streamGenerateContent?alt=sse` (SSE), `…:generateContent`, `…:countTokens` | Gemini CLI (`GOOGLE_GEMINI_BASE_URL`) |
 //!
 //! Every request a model endpoint receives is handed to the test's [`Script`], which decides
 //! the [`Reply`]; the server renders it in the API's wire format. Replies are API-neutral, so
@@ -86,6 +87,9 @@ pub enum Api {
     OpenAiResponses,
     /// OpenAI chat completions (`/chat/completions`), as used by OpenCode.
     OpenAiChat,
+    /// The Gemini API (`/v1beta/models/<model>:streamGenerateContent?alt=sse` and
+    /// `:generateContent`), as used by Gemini CLI. The model is in the path.
+    Gemini,
 }
 
 /// One HTTP request the server received.
@@ -128,8 +132,14 @@ impl Request {
             .map(|(_, v)| v.as_str())
     }
 
-    /// The requested model (`model` in the body).
+    /// The requested model (`model` in the body; for the Gemini API the `<model>` of
+    /// `…/models/<model>:method` in the path).
     pub fn model(&self) -> Option<&str> {
+        if self.api == Api::Gemini {
+            let path = self.path.split('?').next().unwrap_or("");
+            let (_, rest) = path.rsplit_once("/models/")?;
+            return rest.split(':').next().filter(|m| !m.is_empty());
+        }
         self.json.get("model").and_then(Value::as_str)
     }
 
@@ -138,6 +148,7 @@ impl Request {
         match self.api {
             // The Responses API streams unless told otherwise; Codex always streams.
             Api::OpenAiResponses => self.json.get("stream").and_then(Value::as_bool) != Some(false),
+            Api::Gemini => self.path.contains(":streamGenerateContent"),
             _ => self.json.get("stream").and_then(Value::as_bool) == Some(true),
         }
     }
@@ -147,10 +158,12 @@ impl Request {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
-    /// The conversation items of the body: Anthropic/chat `messages`, Responses `input`.
+    /// The conversation items of the body: Anthropic/chat `messages`, Responses `input`,
+    /// Gemini `contents`.
     fn items(&self) -> &[Value] {
         let key = match self.api {
             Api::OpenAiResponses => "input",
+            Api::Gemini => "contents",
             _ => "messages",
         };
         self.json
@@ -197,6 +210,27 @@ impl Request {
                         });
                     }
                 }
+                Api::Gemini => {
+                    for part in gemini_parts(item) {
+                        let Some(response) = part.get("functionResponse") else {
+                            continue;
+                        };
+                        let result = response.get("response").unwrap_or(&Value::Null);
+                        let output = match result.get("output").or_else(|| result.get("error")) {
+                            Some(Value::String(s)) => s.clone(),
+                            Some(other) => other.to_string(),
+                            None => result.to_string(),
+                        };
+                        out.push(ToolResult {
+                            call_id: match str_of(response, "id") {
+                                id if id.is_empty() => str_of(response, "name"),
+                                id => id,
+                            },
+                            is_error: result.get("error").is_some(),
+                            output,
+                        });
+                    }
+                }
             }
         }
         out
@@ -206,6 +240,21 @@ impl Request {
     /// message joined with newlines). The CLI's own context (instructions, reminders) shows up
     /// here too; look for the prompt with `contains` or `ends_with`.
     pub fn user_texts(&self) -> Vec<String> {
+        if self.api == Api::Gemini {
+            return self
+                .items()
+                .iter()
+                .filter(|item| item.get("role").and_then(Value::as_str) == Some("user"))
+                .map(|item| {
+                    gemini_parts(item)
+                        .iter()
+                        .filter_map(|p| p.get("text").and_then(Value::as_str))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .filter(|t| !t.is_empty())
+                .collect();
+        }
         self.items()
             .iter()
             .filter(|item| item.get("role").and_then(Value::as_str) == Some("user"))
@@ -225,10 +274,42 @@ impl Request {
             .collect()
     }
 
+    /// The text of every model turn in the conversation sent (Gemini `role: "model"`
+    /// contents; Anthropic and chat `assistant` messages), in order: what a resumed session
+    /// sends back of its earlier turns.
+    pub fn assistant_texts(&self) -> Vec<String> {
+        let role = if self.api == Api::Gemini {
+            "model"
+        } else {
+            "assistant"
+        };
+        self.items()
+            .iter()
+            .filter(|item| item.get("role").and_then(Value::as_str) == Some(role))
+            .map(|item| match self.api {
+                Api::Gemini => gemini_parts(item)
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join(""),
+                _ => text_of(item.get("content")),
+            })
+            .filter(|t| !t.is_empty())
+            .collect()
+    }
+
     /// Whether any user message's text contains `needle` in full.
     pub fn has_user_text(&self, needle: &str) -> bool {
         self.user_texts().iter().any(|t| t.contains(needle))
     }
+}
+
+/// The parts of a Gemini content (`{role, parts[]}`).
+fn gemini_parts(content: &Value) -> &[Value] {
+    content
+        .get("parts")
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
 }
 
 /// The content blocks of a message (an array `content`; a string content has none).
@@ -670,6 +751,9 @@ fn is_model_endpoint(api: Api, request: &Request) -> bool {
             Api::AnthropicMessages => path.ends_with("/messages"),
             Api::OpenAiResponses => path.ends_with("/responses"),
             Api::OpenAiChat => path.ends_with("/chat/completions"),
+            Api::Gemini => {
+                path.ends_with(":streamGenerateContent") || path.ends_with(":generateContent")
+            }
         }
 }
 
@@ -856,6 +940,15 @@ impl<'a> Sse<'a> {
 /// Answers a request that is not a model request: Anthropic's token counting, else 404.
 fn respond_other(w: &mut TcpStream, api: Api, request: &Request) -> io::Result<bool> {
     let path = request.path.split('?').next().unwrap_or("");
+    if api == Api::Gemini && path.ends_with(":countTokens") {
+        let tokens = (request.body.len() / 4) as u64;
+        return write_full(
+            w,
+            200,
+            &[],
+            json!({ "totalTokens": tokens }).to_string().as_bytes(),
+        );
+    }
     if api == Api::AnthropicMessages && path.ends_with("/messages/count_tokens") {
         let tokens = (request.body.len() / 4) as u64;
         return write_full(
@@ -884,6 +977,34 @@ fn error_body(api: Api, e: &ApiError) -> Value {
         Api::OpenAiResponses | Api::OpenAiChat => json!({
             "error": { "type": e.kind, "message": e.message, "code": e.code, "param": null },
         }),
+        Api::Gemini => {
+            // The Gemini API's error: the HTTP status, a message and the RPC status name.
+            let status = match e.status {
+                400 => "INVALID_ARGUMENT",
+                401 => "UNAUTHENTICATED",
+                403 => "PERMISSION_DENIED",
+                404 => "NOT_FOUND",
+                429 => "RESOURCE_EXHAUSTED",
+                503 | 529 => "UNAVAILABLE",
+                _ => "INTERNAL",
+            };
+            let message = if e.code.as_deref() == Some("context_length_exceeded") {
+                // The API's own wording for an over-long request.
+                let numbers: Vec<&str> = e
+                    .message
+                    .split(|c: char| !c.is_ascii_digit())
+                    .filter(|n| !n.is_empty())
+                    .collect();
+                format!(
+                    "The input token count ({}) exceeds the maximum number of tokens allowed ({}).",
+                    numbers.first().unwrap_or(&"0"),
+                    numbers.get(1).unwrap_or(&"0")
+                )
+            } else {
+                e.message.clone()
+            };
+            json!({ "error": { "code": e.status, "message": message, "status": status } })
+        }
     }
 }
 
@@ -974,7 +1095,7 @@ fn respond(
 fn call_id(api: Api, index: usize, n: usize) -> String {
     match api {
         Api::AnthropicMessages => format!("toolu_{index:02}{n:02}"),
-        Api::OpenAiResponses | Api::OpenAiChat => format!("call_{index:02}{n:02}"),
+        Api::OpenAiResponses | Api::OpenAiChat | Api::Gemini => format!("call_{index:02}{n:02}"),
     }
 }
 
@@ -991,6 +1112,7 @@ impl Encoder {
             Api::AnthropicMessages => format!("msg_test_{:04}", self.index),
             Api::OpenAiResponses => format!("resp_test_{:04}", self.index),
             Api::OpenAiChat => format!("chatcmpl-test-{:04}", self.index),
+            Api::Gemini => format!("gemini-test-{:04}", self.index),
         }
     }
 
@@ -1055,7 +1177,49 @@ impl Encoder {
                     "usage": self.chat_usage(&answer.usage),
                 })
             }
+            Api::Gemini => self.gemini_chunk(&self.gemini_parts(answer), Some(&answer.usage)),
         }
+    }
+
+    /// The Gemini parts of an answer: `{text}` and `{functionCall{name, args}}` (no call id:
+    /// the real API leaves it out, and the CLI makes its own).
+    fn gemini_parts(&self, answer: &Answer) -> Vec<Value> {
+        answer
+            .parts
+            .iter()
+            .map(|p| match p {
+                Part::Text(t) => json!({"text": t}),
+                Part::ToolCall { name, input, .. } => {
+                    json!({"functionCall": {"name": name, "args": input}})
+                }
+            })
+            .collect()
+    }
+
+    /// One `GenerateContentResponse`: a candidate with `parts`, finished (`finishReason`,
+    /// `usageMetadata`) when `usage` is given.
+    fn gemini_chunk(&self, parts: &[Value], usage: Option<&TokenUsage>) -> Value {
+        let mut candidate = json!({"content": {"role": "model", "parts": parts}, "index": 0});
+        let mut chunk = json!({"modelVersion": self.model, "responseId": self.message_id()});
+        if let Some(u) = usage {
+            candidate["finishReason"] = json!("STOP");
+            let prompt = u.input + u.cached;
+            let candidates = u.output - u.reasoning.min(u.output);
+            let mut meta = json!({
+                "promptTokenCount": prompt,
+                "candidatesTokenCount": candidates,
+                "totalTokenCount": prompt + u.output,
+            });
+            if u.cached > 0 {
+                meta["cachedContentTokenCount"] = json!(u.cached);
+            }
+            if u.reasoning > 0 {
+                meta["thoughtsTokenCount"] = json!(u.reasoning.min(u.output));
+            }
+            chunk["usageMetadata"] = meta;
+        }
+        chunk["candidates"] = json!([candidate]);
+        chunk
     }
 
     /// The streamed answer.
@@ -1144,6 +1308,17 @@ impl Encoder {
                 sse.event(None, &usage.to_string())?;
                 sse.event(None, "[DONE]")
             }
+            Api::Gemini => {
+                // Each part in a chunk of its own, then an empty chunk that finishes the
+                // candidate and reports the usage, as the API streams.
+                for part in self.gemini_parts(answer) {
+                    sse.event(None, &self.gemini_chunk(&[part], None).to_string())?;
+                }
+                sse.event(
+                    None,
+                    &self.gemini_chunk(&[], Some(&answer.usage)).to_string(),
+                )
+            }
         }
     }
 
@@ -1192,7 +1367,7 @@ impl Encoder {
                               "message": e.message}}});
                 self.responses_event(sse, &mut seq, failed)
             }
-            Api::OpenAiChat => sse.event(None, &error_body(self.api, e).to_string()),
+            Api::OpenAiChat | Api::Gemini => sse.event(None, &error_body(self.api, e).to_string()),
         }
     }
 
@@ -1221,6 +1396,12 @@ impl Encoder {
                                  "finish_reason": null}]});
                 sse.event(None, &chunk.to_string())
             }
+            Api::Gemini => sse.event(
+                None,
+                &self
+                    .gemini_chunk(&[json!({"text": text})], None)
+                    .to_string(),
+            ),
         }
     }
 

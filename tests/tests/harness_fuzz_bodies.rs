@@ -8,7 +8,17 @@ use proptest::prelude::*;
 #[test]
 fn fuzz_bodies_replay_every_fixture() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/harness");
-    for d in ["claude", "grok", "antigravity", "codex", "muse", "opencode"] {
+    for d in [
+        "claude",
+        "grok",
+        "antigravity",
+        "codex",
+        "muse",
+        "opencode",
+        "qwen",
+        "pi",
+        "gemini",
+    ] {
         for entry in std::fs::read_dir(format!("{dir}/{d}")).expect("dir") {
             let bytes = std::fs::read(entry.expect("entry").path()).expect("read");
             for control in [0u8, 1, 3, 0x15] {
@@ -20,6 +30,9 @@ fn fuzz_bodies_replay_every_fixture() {
                 harness_checks::codex_bytes(&input);
                 harness_checks::muse_bytes(&input);
                 harness_checks::opencode_bytes(&input);
+                harness_checks::qwen_bytes(&input);
+                harness_checks::pi_bytes(&input);
+                harness_checks::gemini_bytes(&input);
             }
         }
     }
@@ -31,6 +44,9 @@ fn fuzz_bodies_replay_every_fixture() {
         harness_checks::codex_events,
         harness_checks::muse_events,
         harness_checks::opencode_events,
+        harness_checks::qwen_events,
+        harness_checks::pi_events,
+        harness_checks::gemini_events,
     ] {
         f(&every);
         f(&[1]);

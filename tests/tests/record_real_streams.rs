@@ -1,8 +1,12 @@
-//! Records what the real Claude Code, Codex and OpenCode CLIs print in the real-CLI scenarios
-//! — a text turn, a tool turn, a failed turn, a context-length failure and a resumed session
-//! — into `tests/fixtures/harness/<harness>/<cli>-<version>-<scenario>.jsonl`, with the
-//! retained records agentrun reads after them: Codex's session file (the lines each run
-//! appended, `…-session.jsonl`) and OpenCode's `opencode export` (`…-export.json`).
+//! Records what the real Claude Code, Codex, OpenCode, Qwen Code, pi and Gemini CLIs print in
+//! the real-CLI scenarios — a text turn, a tool turn, a failed turn, a context-length failure
+//! and a resumed session; for Qwen Code, pi and Gemini CLI also a rate-limited request retried
+//! to success and a persistent server error, and for Gemini CLI a prompt starting with `-` —
+//! into `tests/fixtures/harness/<harness>/<cli>-<version>-<scenario>.jsonl`, with the retained
+//! records agentrun reads after them: Codex's session file (the lines each run appended,
+//! `…-session.jsonl`), OpenCode's `opencode export` (`…-export.json`), the session logs of
+//! Qwen Code and pi (`…-log.jsonl`, the whole log as the run left it) and Gemini CLI's session
+//! log (`…-session.jsonl`).
 //! `core/tests/harness_real_cli.rs` decodes these files, so a decoder regression against the
 //! real dialects fails without the CLIs installed.
 //!
@@ -34,6 +38,9 @@ fn fixed_session_id(cli: AgentCli, scenario: &str) -> String {
         "tool-turn" => 2,
         "failure" => 3,
         "context-length" => 4,
+        // Gemini CLI's were recorded before these had ids of their own.
+        "rate-limited" if cli != AgentCli::Gemini => 6,
+        "server-error" if cli != AgentCli::Gemini => 7,
         _ => 5, // resume-first and resume
     };
     match cli {
@@ -54,6 +61,9 @@ fn harness(cli: AgentCli) -> Harness {
     match cli {
         AgentCli::Claude => Harness::Claude,
         AgentCli::Codex => Harness::Codex,
+        AgentCli::Qwen => Harness::Qwen,
+        AgentCli::Pi => Harness::Pi,
+        AgentCli::Gemini => Harness::Gemini,
         _ => Harness::OpenCode,
     }
 }
@@ -63,6 +73,9 @@ fn file_prefix(cli: AgentCli) -> String {
     let name = match cli {
         AgentCli::Claude => "claude-code",
         AgentCli::Codex => "codex",
+        AgentCli::Qwen => "qwen-code",
+        AgentCli::Pi => "pi",
+        AgentCli::Gemini => "gemini-cli",
         _ => "opencode",
     };
     format!("{name}-{}", agent_clis::version(cli))
@@ -72,6 +85,9 @@ fn fixture_dir(cli: AgentCli) -> PathBuf {
     let sub = match cli {
         AgentCli::Claude => "claude",
         AgentCli::Codex => "codex",
+        AgentCli::Qwen => "qwen",
+        AgentCli::Pi => "pi",
+        AgentCli::Gemini => "gemini",
         _ => "opencode",
     };
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -101,6 +117,9 @@ impl Sandbox {
         let env = match cli {
             AgentCli::Claude => agent_clis::claude_env(&home, &server),
             AgentCli::Codex => agent_clis::codex_env(&home, &server, "gpt-5.5"),
+            AgentCli::Qwen => agent_clis::qwen_env(&home, &server),
+            AgentCli::Pi => agent_clis::pi_env(&home, &server),
+            AgentCli::Gemini => agent_clis::gemini_env(&home, &server),
             _ => agent_clis::opencode_env(&home, &server),
         }
         .unwrap();
@@ -123,11 +142,22 @@ impl Sandbox {
 
     /// Runs one turn as `agentrun agent` launches it; returns its stdout.
     fn turn(&self, prompt: &str, resume: Option<&str>) -> Vec<u8> {
+        let gemini = self.cli == AgentCli::Gemini;
         let invocation = harness(self.cli)
             .invocation(&LaunchRequest {
                 prompt: prompt.to_owned(),
                 resume: resume.map(str::to_owned),
                 skip_git_repo_check: true,
+                // Qwen Code offers its shell tool in headless mode only under yolo. Gemini CLI
+                // gets a model (else it routes through a classifier request first), and the
+                // permission mode that offers the shell tool.
+                model: gemini.then(|| GEMINI_MODEL.to_owned()),
+                harness_args: match self.cli {
+                    AgentCli::Qwen | AgentCli::Gemini => {
+                        vec!["--approval-mode".to_owned(), "yolo".to_owned()]
+                    }
+                    _ => Vec::new(),
+                },
                 ..LaunchRequest::default()
             })
             .unwrap();
@@ -194,6 +224,51 @@ impl Sandbox {
         panic!("no Codex session file for thread {id}");
     }
 
+    /// The session log of Qwen Code or pi for session `id`: the one file below the CLI's
+    /// sessions directory named after it.
+    fn session_log(&self, id: &str) -> PathBuf {
+        let (root, suffix) = match self.cli {
+            AgentCli::Qwen => (
+                self.root.join("home/.qwen/projects"),
+                format!("/{id}.jsonl"),
+            ),
+            _ => (
+                self.root.join("home/.pi/agent/sessions"),
+                format!("_{id}.jsonl"),
+            ),
+        };
+        let mut dirs = vec![root];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.to_string_lossy().ends_with(&suffix) {
+                    return path;
+                }
+            }
+        }
+        panic!("no {} session log for {id}", self.cli.name());
+    }
+
+    /// Gemini CLI's newest session log of session `id`
+    /// (`~/.gemini/tmp/<project>/chats/session-<date>-<id8>.jsonl`).
+    fn gemini_session_log(&self, id: &str) -> PathBuf {
+        let suffix = format!("-{}.jsonl", &id[..8]);
+        let tmp = self.root.join("home/.gemini/tmp");
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&tmp)
+            .unwrap()
+            .flat_map(|p| std::fs::read_dir(p.unwrap().path().join("chats")).into_iter())
+            .flatten()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().ends_with(&suffix))
+            .collect();
+        found.sort();
+        found
+            .pop()
+            .unwrap_or_else(|| panic!("no Gemini session log for session {id}"))
+    }
+
     /// `bytes` with the sandbox path, the server port and the session id `id` replaced.
     fn normalize(&self, bytes: &[u8], id: &str, scenario: &str) -> Vec<u8> {
         let text = String::from_utf8(bytes.to_vec()).expect("the CLIs print UTF-8");
@@ -223,6 +298,17 @@ impl Sandbox {
                 &format!("localhost:{FIXED_PORT}"),
             )
             .replace(id, &fixed_session_id(self.cli, scenario))
+            // Gemini CLI's process group ids in its shell tool's output.
+            .split("Process Group PGID: ")
+            .enumerate()
+            .map(|(i, part)| match i {
+                0 => part.to_owned(),
+                _ => format!(
+                    "Process Group PGID: 4242{}",
+                    part.trim_start_matches(|c: char| c.is_ascii_digit())
+                ),
+            })
+            .collect::<String>()
             .into_bytes()
     }
 
@@ -241,6 +327,12 @@ fn session_id(stream: &[u8]) -> String {
         let Ok(v) = serde_json::from_slice::<Value>(line) else {
             continue;
         };
+        // pi's first line: `{"type":"session","id":…}`.
+        if v.get("type").and_then(Value::as_str) == Some("session")
+            && let Some(id) = v.get("id").and_then(Value::as_str)
+        {
+            return id.to_owned();
+        }
         for key in ["session_id", "thread_id", "sessionID"] {
             if let Some(id) = v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()) {
                 return id.to_owned();
@@ -287,9 +379,51 @@ impl Sandbox {
                 );
                 0
             }
+            AgentCli::Qwen | AgentCli::Pi => {
+                let log = std::fs::read(self.session_log(id)).unwrap();
+                self.write(scenario, "-log.jsonl", &self.normalize(&log, id, scenario));
+                0
+            }
+            AgentCli::Gemini => {
+                let log = std::fs::read(self.gemini_session_log(id)).unwrap();
+                self.write(
+                    scenario,
+                    "-session.jsonl",
+                    &self.normalize(&log, id, scenario),
+                );
+                0
+            }
             _ => 0,
         }
     }
+}
+
+/// The model Gemini CLI is asked for in the recordings.
+const GEMINI_MODEL: &str = "gemini-2.5-flash";
+
+/// Gemini CLI's own scenarios besides the common ones: a prompt starting with `-`, a
+/// persistent HTTP 500 (the CLI's retries then the failure), a 429 then success.
+fn record_gemini_extras(cli: AgentCli) {
+    let served = |r: Reply| {
+        r.with_usage(USAGE)
+            .with_model("gemini-2.5-flash-served-001")
+    };
+    record_one(cli, "dash-prompt", vec![served(Reply::text("ok -x"))], "-x");
+    record_one(
+        cli,
+        "server-error",
+        vec![Reply::server_error(), Reply::server_error()],
+        "hi",
+    );
+    record_one(
+        cli,
+        "rate-limited",
+        vec![
+            Reply::rate_limited(),
+            served(Reply::text("after the retry")),
+        ],
+        "hi",
+    );
 }
 
 fn record(cli: AgentCli) {
@@ -310,6 +444,29 @@ fn record(cli: AgentCli) {
         "make the file",
     );
     record_one(cli, "failure", vec![cli.final_error()], "hi");
+    if matches!(cli, AgentCli::Qwen | AgentCli::Pi) {
+        record_one(
+            cli,
+            "rate-limited",
+            vec![
+                Reply::error(429, "rate_limit_error", "slow down"),
+                Reply::text("after the wait").with_usage(usage),
+            ],
+            "hi",
+        );
+        let outage = |_: &agentrun_tests::model_server::Request| {
+            Reply::error(500, "server_error", "the scripted outage")
+        };
+        let sandbox = Sandbox::new(cli, outage);
+        let stream = sandbox.turn("hi", None);
+        let id = session_id(&stream);
+        sandbox.write(
+            "server-error",
+            ".jsonl",
+            &sandbox.normalize(&stream, &id, "server-error"),
+        );
+        sandbox.write_retained("server-error", &id, 0);
+    }
     record_one(
         cli,
         "context-length",
@@ -358,4 +515,23 @@ fn record_codex() {
 #[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
 fn record_opencode() {
     record(AgentCli::OpenCode);
+}
+
+#[test]
+#[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
+fn record_qwen_code() {
+    record(AgentCli::Qwen);
+}
+
+#[test]
+#[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
+fn record_pi() {
+    record(AgentCli::Pi);
+}
+
+#[test]
+#[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
+fn record_gemini_cli() {
+    record(AgentCli::Gemini);
+    record_gemini_extras(AgentCli::Gemini);
 }

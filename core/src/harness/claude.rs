@@ -1,6 +1,6 @@
-//! The Claude-shaped decoder, shared by Claude Code (`stream-json`) and Grok
-//! (`streaming-messages-json`, plus Grok's ACP-derived `streaming-json`). The dialect
-//! differences are private to this file.
+//! The Claude-shaped decoder, shared by Claude Code (`stream-json`), Grok
+//! (`streaming-messages-json`, plus Grok's ACP-derived `streaming-json`) and Qwen Code
+//! (`stream-json`). The dialect differences are private to this file.
 
 use std::collections::{HashMap, HashSet};
 
@@ -22,6 +22,11 @@ use super::{
 pub(crate) enum Dialect {
     Claude,
     Grok,
+    /// Qwen Code: its frames name only the requested model (no live model evidence), its
+    /// tokens follow the OpenAI convention (input includes the cache reads), and its result
+    /// `usage` is the session's running total after a resume, so the run's tokens are the
+    /// sum of its assistant messages' `usage`.
+    Qwen,
 }
 
 /// Event types the dialects know but that produce nothing here.
@@ -123,6 +128,12 @@ impl ClaudeDecoder {
         match subtype {
             // Init's `model` is the requested model: never evidence.
             "init" => {
+                // Qwen's stream never names the model that answered (its init and
+                // assistant `model` is the requested one): the requested model applies
+                // until the session log says otherwise.
+                if self.dialect == Dialect::Qwen {
+                    update.evidence.push(Evidence::RequestedModelFallback);
+                }
                 if !self.init_seen {
                     self.init_seen = true;
                     self.session_id = json::nonempty(v, "session_id").map(str::to_owned);
@@ -168,8 +179,11 @@ impl ClaudeDecoder {
         let message = frame.message.0.as_ref();
         let api_error = frame.is_api_error_message.0 == Some(true)
             || message.is_some_and(|m| m.is_api_error_message.0 == Some(true));
-        // Evidence first, before any guard.
-        if !api_error && let Some(model) = message.and_then(|m| m.model.get()) {
+        // Evidence first, before any guard. Qwen's `message.model` is the requested model.
+        if self.dialect != Dialect::Qwen
+            && !api_error
+            && let Some(model) = message.and_then(|m| m.model.get())
+        {
             update.evidence.push(Evidence::ObservedModel {
                 name: model.to_owned(),
                 scope: if root {
@@ -212,6 +226,7 @@ impl ClaudeDecoder {
         let shell = match self.dialect {
             Dialect::Claude => name == "Bash",
             Dialect::Grok => matches!(name, "bash" | "run_terminal_command" | "Bash"),
+            Dialect::Qwen => name == "run_shell_command",
         };
         let Some(input) = input else {
             return progress::tool(name, None);
@@ -226,6 +241,7 @@ impl ClaudeDecoder {
         }
         let detail = first(&[
             &input.file_path,
+            &input.absolute_path,
             &input.pattern,
             &input.description,
             &input.url,
@@ -253,7 +269,7 @@ impl ClaudeDecoder {
                     .push(Evidence::Refusal(RefusalCategory::ClaudeCyber));
             }
         }
-        if delegated && self.dialect == Dialect::Claude {
+        if delegated && matches!(self.dialect, Dialect::Claude | Dialect::Qwen) {
             return;
         }
         self.terminal_seen = true;
@@ -262,7 +278,13 @@ impl ClaudeDecoder {
         self.final_message = text.filter(|t| !t.is_empty()).map(str::to_owned);
         self.turns = json::u64(v, "num_turns").or(self.turns);
         self.cost = json::f64(v, "total_cost_usd").or(self.cost);
-        if let Some(u) = v.get("usage") {
+        if self.dialect == Dialect::Qwen {
+            // The result's `usage` is the session's running total after a resume: the run's
+            // tokens are its assistant messages' (summed as they came).
+            if let Some(usage) = &mut self.usage {
+                usage.turns = self.turns;
+            }
+        } else if let Some(u) = v.get("usage") {
             let mut usage = token_usage(u);
             usage.turns = json::u64(v, "num_turns");
             usage.cost_usd = json::f64(v, "total_cost_usd");
@@ -274,8 +296,11 @@ impl ClaudeDecoder {
                 .filter_map(Value::as_str)
                 .filter(|s| !s.is_empty())
                 .collect();
+            let error_message = v.get("error").and_then(|e| json::nonempty(e, "message"));
             let diagnostic = if !errors.is_empty() {
                 errors.join("; ")
+            } else if let Some(m) = error_message.filter(|_| self.dialect == Dialect::Qwen) {
+                m.to_owned()
             } else if let Some(t) = text.filter(|t| !t.trim().is_empty()) {
                 t.to_owned()
             } else if let Some(t) = &self.api_error_text {
@@ -286,8 +311,13 @@ impl ClaudeDecoder {
                     json::str(v, "subtype").unwrap_or("error (is_error)")
                 )
             };
+            self.failure_kind = match self.dialect {
+                // Qwen Code passes the API's error through as `[API Error: <status> <message>]`.
+                Dialect::Qwen => super::pi::is_context_overflow(&diagnostic),
+                _ => is_prompt_too_long(v, text),
+            }
+            .then_some(FailureKind::ContextLength);
             self.failure = Some(diagnostic);
-            self.failure_kind = is_prompt_too_long(v, text).then_some(FailureKind::ContextLength);
         } else {
             self.failure = None;
             self.failure_kind = None;
@@ -297,6 +327,22 @@ impl ClaudeDecoder {
         self.killed.clear();
         self.killed_set.clear();
         self.api_error_text = None;
+    }
+
+    /// Qwen: adds one request's token counts (OpenAI convention: `input_tokens` already
+    /// includes `cache_read_input_tokens`).
+    fn add_qwen_usage(&mut self, u: &Value) {
+        let get = |k: &str| json::u64(u, k).unwrap_or(0);
+        let add = Usage {
+            input_tokens: get("input_tokens"),
+            cached_input_tokens: get("cache_read_input_tokens"),
+            output_tokens: get("output_tokens"),
+            reasoning_tokens: get("reasoning_tokens"),
+            ..Usage::default()
+        };
+        self.usage
+            .get_or_insert_with(Usage::default)
+            .accumulate(&add);
     }
 
     /// Grok: remembers the first session id seen on any event.
@@ -397,6 +443,8 @@ struct ToolInput<'a> {
     name: Str<'a>,
     #[serde(borrow)]
     file_path: Str<'a>,
+    #[serde(borrow)]
+    absolute_path: Str<'a>,
     #[serde(borrow)]
     pattern: Str<'a>,
     #[serde(borrow)]
@@ -542,7 +590,7 @@ impl StreamDecoder for ClaudeDecoder {
             self.drift.malformed();
             return update;
         };
-        if self.dialect == Dialect::Grok {
+        if matches!(self.dialect, Dialect::Grok | Dialect::Qwen) {
             self.take_any_session_id(&v);
         }
         match kind {
@@ -550,6 +598,12 @@ impl StreamDecoder for ClaudeDecoder {
             "assistant" => {
                 if let Some(frame) = lenient::from_value::<AssistantFrame<'_>>(&v) {
                     self.assistant(&frame, &mut update);
+                }
+                if self.dialect == Dialect::Qwen
+                    && !json::non_null(&v, "parent_tool_use_id")
+                    && let Some(u) = v.get("message").and_then(|m| m.get("usage"))
+                {
+                    self.add_qwen_usage(u);
                 }
             }
             "result" => self.result(&v, &mut update),
@@ -571,7 +625,7 @@ impl StreamDecoder for ClaudeDecoder {
         let this = *self;
         let session_id = match this.dialect {
             Dialect::Claude => this.session_id,
-            Dialect::Grok => this.session_id.or(this.any_session_id),
+            Dialect::Grok | Dialect::Qwen => this.session_id.or(this.any_session_id),
         };
         let mut facts = Facts {
             session_id,
@@ -596,6 +650,13 @@ impl StreamDecoder for ClaudeDecoder {
                     }
                     facts.summary = Some(s);
                 }
+            }
+            Dialect::Qwen => {
+                // No cost: the token counts, with the turns when known.
+                facts.summary = this.usage.as_ref().map(|u| match this.turns {
+                    Some(turns) => format!("{}, {}", turns_text(turns), u.summary()),
+                    None => u.summary(),
+                });
             }
             Dialect::Grok => {
                 facts.summary = match (this.turns, this.cost) {

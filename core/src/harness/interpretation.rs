@@ -529,10 +529,18 @@ impl Finished {
             match retained {
                 Some(record) => {
                     report.retained = true;
-                    report.models = record.models;
-                    report.models_omitted = record.models_omitted;
-                    let recounted = record.usage.is_some() || record.usage_baseline.is_some();
-                    if let Some(usage) = record.usage {
+                    // A supplementary record leaves the stream's models, and its usage when
+                    // it has some.
+                    let usage = match record.usage {
+                        Some(_) if record.supplementary && report.usage.is_some() => None,
+                        usage => usage,
+                    };
+                    if !record.supplementary {
+                        report.models = record.models;
+                        report.models_omitted = record.models_omitted;
+                    }
+                    let recounted = usage.is_some() || record.usage_baseline.is_some();
+                    if let Some(usage) = usage {
                         report.usage = Some(scoped(usage));
                     }
                     // The baseline is the running total before this run: the tokens are a
@@ -553,9 +561,8 @@ impl Finished {
                         failure = record.failure;
                     }
                 }
-                // The Codex stream is complete without its session file (only the model
-                // used is missing, and the requested-model fallback says so).
-                None if kind == super::RetainedKind::CodexSession => {}
+                // The Codex and Gemini streams are complete without their session files.
+                None if kind.optional() => {}
                 None => report.warnings.push(format!(
                     "{} was not available; models and usage come from the stream",
                     kind.description()

@@ -10,8 +10,9 @@ impl Harness {
     /// Options a harness has no flag for (effort for Antigravity and Muse) are left out.
     ///
     /// The prompt is data, never a flag or a subcommand: it comes after `--` (Claude Code,
-    /// Antigravity, Codex, Muse), joined to its option as `--single=PROMPT` (Grok), or on
-    /// stdin (OpenCode, and Claude Code and Codex with [`LaunchRequest::prompt_on_stdin`]), so a
+    /// Antigravity, Codex, Muse), joined to its option as `--single=PROMPT` (Grok) or
+    /// `--prompt=PROMPT` (Qwen Code, Gemini CLI), or on stdin (OpenCode, pi, and Claude Code and Codex with
+    /// [`LaunchRequest::prompt_on_stdin`]), so a
     /// prompt such as `-x`, `--help me`, `help` or `resume` reaches the
     /// model verbatim.
     ///
@@ -22,6 +23,8 @@ impl Harness {
     /// effort: Codex gets it inside a TOML string (`-c model_reasoning_effort="E"`), so it
     /// must be a lowercase word (`[a-z]+`); the others get it as an argument of its own, which
     /// must be a word of lowercase letters, digits, `-` and `_` not starting with `-`.
+    /// [`LaunchError::EffortUnsupported`] for an effort to Qwen Code or Gemini CLI, which take
+    /// one only from their settings.
     pub fn invocation(self, request: &LaunchRequest) -> Result<Invocation, LaunchError> {
         if let Some(effort) = &request.effort {
             check_effort(self, effort)?;
@@ -125,6 +128,51 @@ impl Harness {
                 env.push(("OPENCODE_DISABLE_AUTOUPDATE".to_owned(), "1".to_owned()));
                 "opencode"
             }
+            Harness::Qwen => {
+                args.extend(["--output-format", "stream-json"].map(String::from));
+                push(&mut args, "-m", &request.model);
+                args.extend(request.harness_args.iter().cloned());
+                push(&mut args, "--resume", &request.resume);
+                // Joined to its option, the prompt is its value even when it starts with `-`
+                // (Qwen's parser drops a prompt given after `--`).
+                args.push(format!("{QWEN_PROMPT_OPTION}{}", request.prompt));
+                env.push((
+                    "QWEN_USAGE_STATISTICS_ENABLED".to_owned(),
+                    "false".to_owned(),
+                ));
+                "qwen"
+            }
+            Harness::Pi => {
+                args.extend(["--mode", "json"].map(String::from));
+                push(&mut args, "--model", &request.model);
+                push(&mut args, "--thinking", &request.effort);
+                args.extend(request.harness_args.iter().cloned());
+                push(&mut args, "--session", &request.resume);
+                // pi has no `--`: any argument starting with `-` is an option. `-p` without
+                // a message reads the prompt from stdin (pi trims its surrounding
+                // whitespace).
+                args.push("-p".to_owned());
+                stdin = Stdin::Prompt(request.prompt.clone());
+                env.push(("PI_SKIP_VERSION_CHECK".to_owned(), "1".to_owned()));
+                env.push(("PI_TELEMETRY".to_owned(), "0".to_owned()));
+                "pi"
+            }
+            Harness::Gemini => {
+                // `gemini --output-format stream-json [--model M] [ARGS] [--resume ID]
+                // --prompt=PROMPT`. Joined to its long option with `=`, the prompt is its
+                // value even when it starts with `-` (`--prompt -x` would be read as the flag
+                // `-x`); stdin stays null (the CLI appends whatever stdin holds to the
+                // prompt). Headless Gemini CLI checks for no update; its usage statistics are
+                // a setting only (`privacy.usageStatisticsEnabled` in
+                // `~/.gemini/settings.json`).
+                args.extend(["--output-format", "stream-json"].map(String::from));
+                push(&mut args, "--model", &request.model);
+                args.extend(request.harness_args.iter().cloned());
+                push(&mut args, "--resume", &request.resume);
+                args.push(format!("{GEMINI_PROMPT_OPTION}{}", request.prompt));
+                env.push(("GEMINI_TELEMETRY_ENABLED".to_owned(), "false".to_owned()));
+                "gemini"
+            }
         };
         Ok(Invocation {
             program: program.to_owned(),
@@ -135,24 +183,34 @@ impl Harness {
     }
 
     /// Whether the harness can read its prompt on stdin (with
-    /// [`LaunchRequest::prompt_on_stdin`], or always for OpenCode).
+    /// [`LaunchRequest::prompt_on_stdin`], or always for OpenCode and pi).
     pub fn reads_prompt_on_stdin(self) -> bool {
         match self {
-            Harness::Claude | Harness::Codex | Harness::OpenCode => true,
-            Harness::Grok | Harness::Antigravity | Harness::Muse => false,
+            Harness::Claude | Harness::Codex | Harness::OpenCode | Harness::Pi => true,
+            Harness::Grok
+            | Harness::Antigravity
+            | Harness::Muse
+            | Harness::Qwen
+            | Harness::Gemini => false,
         }
     }
 
     /// How [`Harness::invocation`] delivers the prompt of `request`: on stdin, or as one
-    /// argument whose size the system bounds ([`MAX_ARG_BYTES`], less the option Grok joins
-    /// it to). A caller with a prompt over that bound (a whole transcript to summarize) either
+    /// argument whose size the system bounds ([`MAX_ARG_BYTES`], less the option Grok, Qwen
+    /// Code or Gemini CLI joins it to). A caller with a prompt over that bound (a whole transcript to summarize) either
     /// asks for stdin or treats the prompt as too large, before launching anything.
     pub fn prompt_delivery(self, request: &LaunchRequest) -> PromptDelivery {
         match self {
-            Harness::OpenCode => PromptDelivery::Stdin,
+            Harness::OpenCode | Harness::Pi => PromptDelivery::Stdin,
             Harness::Claude | Harness::Codex if request.prompt_on_stdin => PromptDelivery::Stdin,
             Harness::Grok => PromptDelivery::Argument {
                 max_bytes: MAX_ARG_BYTES - GROK_PROMPT_OPTION.len(),
+            },
+            Harness::Qwen => PromptDelivery::Argument {
+                max_bytes: MAX_ARG_BYTES - QWEN_PROMPT_OPTION.len(),
+            },
+            Harness::Gemini => PromptDelivery::Argument {
+                max_bytes: MAX_ARG_BYTES - GEMINI_PROMPT_OPTION.len(),
             },
             Harness::Claude | Harness::Codex | Harness::Antigravity | Harness::Muse => {
                 PromptDelivery::Argument {
@@ -174,10 +232,23 @@ impl Harness {
             | Harness::Grok
             | Harness::Antigravity
             | Harness::Muse
-            | Harness::OpenCode => StopSignals {
+            | Harness::OpenCode
+            | Harness::Qwen
+            | Harness::Pi
+            | Harness::Gemini => StopSignals {
                 sequence: &[StopSignal::Terminate],
             },
         }
+    }
+
+    /// The HTTP status an exit code of this harness stands for, when it says one. Gemini CLI
+    /// exits with the status of a failed API request modulo 256, so 144 is 400, 173 is 429,
+    /// 244 is 500. `None` for the other harnesses, and for codes no 4xx or 5xx status leaves
+    /// (a 5xx above 511 wraps to 0–87, which ordinary errors use too).
+    pub fn http_status_of_exit(self, code: i32) -> Option<u16> {
+        (self == Harness::Gemini && (144..=255).contains(&code))
+            .then(|| u16::try_from(code + 256).ok())
+            .flatten()
     }
 }
 
@@ -187,6 +258,12 @@ pub const MAX_ARG_BYTES: usize = 128 * 1024 - 1;
 
 /// The option Grok's prompt is joined to, in the same argument.
 const GROK_PROMPT_OPTION: &str = "--single=";
+
+/// The option Qwen Code's prompt is joined to, in the same argument.
+const QWEN_PROMPT_OPTION: &str = "--prompt=";
+
+/// The option Gemini CLI's prompt is joined to, in the same argument.
+const GEMINI_PROMPT_OPTION: &str = "--prompt=";
 
 /// How a harness gets its prompt ([`Harness::prompt_delivery`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,6 +314,9 @@ fn check_model(harness: Harness, model: &str) -> Result<(), LaunchError> {
 }
 
 fn check_effort(harness: Harness, effort: &str) -> Result<(), LaunchError> {
+    if matches!(harness, Harness::Qwen | Harness::Gemini) {
+        return Err(LaunchError::EffortUnsupported { harness });
+    }
     let (ok, expected) = match harness {
         // Codex's effort is interpolated into a TOML string: letters only, so no quote,
         // backslash or newline can end the string early.
@@ -292,6 +372,17 @@ pub enum LaunchError {
         /// What is accepted.
         expected: &'static str,
     },
+    /// The harness takes no reasoning effort on its command line (Qwen Code, Gemini CLI).
+    #[error(
+        "{harness} takes no reasoning effort on its command line: set it in its settings \
+         (Qwen Code: model.generationConfig.reasoning.effort in ~/.qwen/settings.json; Gemini \
+         CLI: a model alias with a thinkingConfig under modelConfigs.customAliases in \
+         ~/.gemini/settings.json, chosen with --model ALIAS) and leave the effort out"
+    )]
+    EffortUnsupported {
+        /// The harness.
+        harness: Harness,
+    },
 }
 
 /// What to launch: a prompt with optional model, effort and resume id.
@@ -329,6 +420,7 @@ impl LaunchRequest {
             Harness::Claude => &["--continue", "-c", "--resume", "-r"],
             Harness::Codex => &["resume", "--last"],
             Harness::OpenCode => &["--continue", "-c", "--session", "-s"],
+            Harness::Gemini => &["--resume", "-r", "--session-file"],
             _ => &["--continue", "--resume", "--session", "resume"],
         };
         self.resume.is_some()
@@ -634,5 +726,93 @@ mod tests {
                 }
             );
         }
+    }
+
+    #[test]
+    fn gemini_gets_the_prompt_joined_to_its_option_and_refuses_an_effort() {
+        for prompt in ["-x", "--help me", "help", "a=b", ""] {
+            let inv = Harness::Gemini
+                .invocation(&LaunchRequest {
+                    prompt: prompt.into(),
+                    model: Some("gemini-2.5-flash".into()),
+                    resume: Some("S".into()),
+                    harness_args: vec!["--approval-mode".into(), "yolo".into()],
+                    ..LaunchRequest::default()
+                })
+                .unwrap();
+            assert_eq!(inv.program, "gemini");
+            assert_eq!(
+                inv.args,
+                [
+                    "--output-format",
+                    "stream-json",
+                    "--model",
+                    "gemini-2.5-flash",
+                    "--approval-mode",
+                    "yolo",
+                    "--resume",
+                    "S",
+                    &format!("--prompt={prompt}"),
+                ]
+            );
+            assert_eq!(inv.stdin, Stdin::Null);
+            assert_eq!(
+                inv.env,
+                [("GEMINI_TELEMETRY_ENABLED".to_owned(), "false".to_owned())]
+            );
+        }
+        let err = Harness::Gemini
+            .invocation(&LaunchRequest {
+                prompt: "p".into(),
+                effort: Some("high".into()),
+                ..LaunchRequest::default()
+            })
+            .unwrap_err();
+        assert!(
+            matches!(err, LaunchError::EffortUnsupported { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("~/.gemini/settings.json"), "{err}");
+        // The prompt is an argument, bounded by one argument's size less its option.
+        let request = LaunchRequest {
+            prompt: "p".into(),
+            prompt_on_stdin: true,
+            ..LaunchRequest::default()
+        };
+        assert!(!Harness::Gemini.reads_prompt_on_stdin());
+        assert_eq!(
+            Harness::Gemini.prompt_delivery(&request),
+            PromptDelivery::Argument {
+                max_bytes: MAX_ARG_BYTES - "--prompt=".len()
+            }
+        );
+        assert_eq!(
+            stdin_text(&Harness::Gemini.invocation(&request).unwrap()),
+            None
+        );
+        let with_args = |args: &[&str]| LaunchRequest {
+            harness_args: args.iter().map(|a| (*a).to_owned()).collect(),
+            ..LaunchRequest::default()
+        };
+        for args in [
+            &["-r", "latest"][..],
+            &["--resume=3"],
+            &["--session-file", "f"],
+        ] {
+            assert!(with_args(args).may_resume(Harness::Gemini), "{args:?}");
+        }
+        assert!(!with_args(&["--approval-mode", "yolo"]).may_resume(Harness::Gemini));
+    }
+
+    #[test]
+    fn exit_codes_name_the_http_status_they_stand_for() {
+        let gemini = Harness::Gemini;
+        assert_eq!(gemini.http_status_of_exit(144), Some(400));
+        assert_eq!(gemini.http_status_of_exit(173), Some(429));
+        assert_eq!(gemini.http_status_of_exit(244), Some(500));
+        for code in [0, 1, 41, 42, 52, 130, 143, 256, -1] {
+            assert_eq!(gemini.http_status_of_exit(code), None, "{code}");
+        }
+        assert_eq!(Harness::Claude.http_status_of_exit(144), None);
     }
 }

@@ -1,13 +1,13 @@
-//! Harness stream interpretation (docs/interpretation.md): six agent CLIs behind one evidence
+//! Harness stream interpretation (docs/interpretation.md): nine agent CLIs behind one evidence
 //! interface.
 //!
 //! * [`Harness`] is the registry: for each of Claude Code, Grok, Antigravity (`agy`), Codex,
-//!   Muse and OpenCode it gives the launch [`Invocation`] for a [`LaunchRequest`], the
+//!   Muse, OpenCode, Qwen Code, pi and Gemini CLI it gives the launch [`Invocation`] for a [`LaunchRequest`], the
 //!   [`StopSignals`] and a [`StreamDecoder`].
 //! * A [`StreamDecoder`] turns one raw line into a [`StreamUpdate`] (progress lines plus
 //!   semantic [`Evidence`]) and, consumed, into the completion [`Facts`]. All protocol
-//!   knowledge of a dialect lives in its decoder; Claude and Grok share one Claude-shaped
-//!   decoder with private dialect differences.
+//!   knowledge of a dialect lives in its decoder; Claude, Grok and Qwen Code share one
+//!   Claude-shaped decoder with private dialect differences.
 //! * [`Interpretation`] is the one interface callers use: it feeds lines to the decoder,
 //!   applies the evidence to the shared model and security policy, and completes into a
 //!   report and an outcome (see its documentation for the driving order).
@@ -28,11 +28,13 @@ mod decode;
 #[cfg(any(fuzzing, test, feature = "fuzz-bodies"))]
 #[doc(hidden)]
 pub mod fuzzing;
+mod gemini;
 pub mod interpretation;
 mod json;
 mod launch;
 mod muse;
 mod opencode;
+mod pi;
 pub mod progress;
 pub mod retained;
 mod usage;
@@ -58,7 +60,7 @@ pub use launch::{
 /// The one interface callers use; see [`interpretation::Interpretation`].
 pub use interpretation::Interpretation;
 
-/// One of the six supported agent CLIs.
+/// One of the supported agent CLIs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Harness {
     /// Claude Code (`claude -p --output-format stream-json`).
@@ -73,27 +75,38 @@ pub enum Harness {
     Muse,
     /// OpenCode (`opencode run --format json`).
     OpenCode,
+    /// Qwen Code (`qwen --output-format stream-json`).
+    Qwen,
+    /// pi (`pi --mode json`).
+    Pi,
+    /// Gemini CLI (`gemini --output-format stream-json`).
+    Gemini,
 }
 
 /// Error for a harness name that is not in the registry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown harness {0:?}; expected one of claude, grok, agy (antigravity), codex, muse, opencode"
+    "unknown harness {0:?}; expected one of claude, grok, agy (antigravity), codex, muse, opencode, \
+     qwen, pi, gemini"
 )]
 pub struct UnknownHarness(pub String);
 
 impl Harness {
-    /// All six harnesses, in registry order.
-    pub const ALL: [Harness; 6] = [
+    /// All harnesses, in registry order.
+    pub const ALL: [Harness; 9] = [
         Harness::Claude,
         Harness::Grok,
         Harness::Antigravity,
         Harness::Codex,
         Harness::Muse,
         Harness::OpenCode,
+        Harness::Qwen,
+        Harness::Pi,
+        Harness::Gemini,
     ];
 
-    /// The canonical short name (`claude`, `grok`, `agy`, `codex`, `muse`, `opencode`).
+    /// The canonical short name (`claude`, `grok`, `agy`, `codex`, `muse`, `opencode`, `qwen`,
+    /// `pi`, `gemini`).
     pub fn name(self) -> &'static str {
         match self {
             Harness::Claude => "claude",
@@ -102,6 +115,9 @@ impl Harness {
             Harness::Codex => "codex",
             Harness::Muse => "muse",
             Harness::OpenCode => "opencode",
+            Harness::Qwen => "qwen",
+            Harness::Pi => "pi",
+            Harness::Gemini => "gemini",
         }
     }
 
@@ -119,7 +135,8 @@ impl Harness {
             .is_ok_and(|inv| inv.args.iter().any(|arg| arg.contains(PROBE)))
     }
 
-    /// Looks a harness up by name, case-insensitively; `antigravity` is an alias of `agy`.
+    /// Looks a harness up by name, case-insensitively; `antigravity` is an alias of `agy`,
+    /// `qwen-code` of `qwen`, `gemini-cli` of `gemini`.
     pub fn from_name(name: &str) -> Result<Harness, UnknownHarness> {
         let lower = name.trim().to_ascii_lowercase();
         Ok(match lower.as_str() {
@@ -129,6 +146,9 @@ impl Harness {
             "codex" => Harness::Codex,
             "muse" => Harness::Muse,
             "opencode" => Harness::OpenCode,
+            "qwen" | "qwen-code" => Harness::Qwen,
+            "pi" => Harness::Pi,
+            "gemini" | "gemini-cli" => Harness::Gemini,
             _ => return Err(UnknownHarness(name.to_owned())),
         })
     }
@@ -142,6 +162,9 @@ impl Harness {
             Harness::Codex => Box::new(codex::CodexDecoder::default()),
             Harness::Muse => Box::new(muse::MuseDecoder::default()),
             Harness::OpenCode => Box::new(opencode::OpenCodeDecoder::default()),
+            Harness::Qwen => Box::new(claude::ClaudeDecoder::new(claude::Dialect::Qwen)),
+            Harness::Pi => Box::new(pi::PiDecoder::default()),
+            Harness::Gemini => Box::new(gemini::GeminiDecoder::default()),
         }
     }
 
@@ -152,6 +175,9 @@ impl Harness {
             Harness::Muse => Some(RetainedKind::MuseSessionLog),
             Harness::OpenCode => Some(RetainedKind::OpenCodeExport),
             Harness::Codex => Some(RetainedKind::CodexSession),
+            Harness::Qwen => Some(RetainedKind::QwenSessionLog),
+            Harness::Pi => Some(RetainedKind::PiSessionLog),
+            Harness::Gemini => Some(RetainedKind::GeminiSessionLog),
             _ => None,
         }
     }

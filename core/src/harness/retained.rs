@@ -26,6 +26,23 @@
 //!   `turn_context`'s `payload.model`. Codex reports the thread's running token total after
 //!   a resume, so the total recorded before the run ([`codex_token_total`] of the file as it
 //!   was) becomes the record's [`RetainedRecord::usage_baseline`].
+//! * **Qwen Code session log** (`~/.qwen/projects/<cwd with / as ->/chats/<id>.jsonl`):
+//!   JSON lines, each a record `{type, sessionId, message, systemPayload, …}`; a resumed
+//!   session appends to the same file, so only the records after the last `type: "user"`
+//!   record are the run's. Its `type: "system"`, `subtype: "ui_telemetry"` records whose
+//!   `systemPayload.uiEvent["event.name"]` is `qwen-code.api_response` name the model that
+//!   answered (`model`, the served one; the stream names only the requested one) and the
+//!   request's tokens (`input_token_count` (cache reads included),
+//!   `cached_content_token_count`, `output_token_count`, `thoughts_token_count`); the text
+//!   parts of the last `type: "assistant"` record are the final message.
+//! * **pi session log** (`~/.pi/agent/sessions/--<cwd with / as ->--/<time>_<id>.jsonl`):
+//!   JSON lines; `type: "message"` records hold a `message` as the stream's `message_end`
+//!   has it. The run's records are those after the last user message: each assistant
+//!   message names the model that answered (`responseModel`) and its usage (summed); the
+//!   last one's text is the final message, its `stopReason: "error"` a failure.
+//! * **Gemini session log** (`~/.gemini/tmp/<project>/chats/session-<date>-<id8>.jsonl`):
+//!   see [`parse_gemini_session_log`](super::gemini::parse_gemini_session_log). It names
+//!   only the requested model, so it is [`RetainedRecord::supplementary`].
 //!
 //! Model lists are ordered by first appearance, deduplicated, trimmed, and exclude empty
 //! names and `<synthetic>`, exactly like live evidence.
@@ -33,6 +50,7 @@
 use serde_json::Value;
 
 use super::Usage;
+pub use super::gemini::parse_gemini_session_log;
 use super::interpretation::ModelList;
 use super::json;
 
@@ -46,6 +64,12 @@ pub enum RetainedKind {
     OpenCodeExport,
     /// The lines Codex appended to its session file during the run.
     CodexSession,
+    /// Qwen Code's session log (`~/.qwen/projects/<project>/chats/<id>.jsonl`).
+    QwenSessionLog,
+    /// pi's session log (`~/.pi/agent/sessions/<project>/<time>_<id>.jsonl`).
+    PiSessionLog,
+    /// Gemini CLI's session log (`~/.gemini/tmp/<project>/chats/session-…-<id8>.jsonl`).
+    GeminiSessionLog,
 }
 
 impl RetainedKind {
@@ -60,6 +84,11 @@ impl RetainedKind {
             RetainedKind::MuseSessionLog => parse_muse_session_log(session_id, bytes),
             RetainedKind::OpenCodeExport => parse_opencode_export(bytes),
             RetainedKind::CodexSession => parse_codex_session(bytes),
+            RetainedKind::QwenSessionLog => parse_qwen_session_log(bytes),
+            RetainedKind::PiSessionLog => parse_pi_session_log(bytes),
+            RetainedKind::GeminiSessionLog => {
+                super::gemini::parse_gemini_session_log(session_id, bytes)
+            }
         }
     }
 
@@ -69,7 +98,20 @@ impl RetainedKind {
             RetainedKind::MuseSessionLog => "the Muse session log",
             RetainedKind::OpenCodeExport => "the OpenCode session export",
             RetainedKind::CodexSession => "the Codex session file",
+            RetainedKind::QwenSessionLog => "the Qwen Code session log",
+            RetainedKind::PiSessionLog => "the pi session log",
+            RetainedKind::GeminiSessionLog => "the Gemini session log",
         }
+    }
+
+    /// Whether the stream is complete without the record, so that a missing one is no
+    /// warning: the Codex stream lacks only the model (and says so), the Gemini stream has
+    /// everything the log has but the message as committed.
+    pub fn optional(self) -> bool {
+        matches!(
+            self,
+            RetainedKind::CodexSession | RetainedKind::GeminiSessionLog
+        )
     }
 }
 
@@ -105,11 +147,15 @@ pub struct RetainedRecord {
     /// Tokens the stream's usage already counted before this run (Codex's running total
     /// after a resume); subtracted from the stream's usage.
     pub usage_baseline: Option<Usage>,
+    /// The record only fills in what the stream lacks: the stream's models stand (the record
+    /// names none, or only requested ones), and its usage when the stream reported some
+    /// (Gemini's session log). Its final message still replaces the stream's.
+    pub supplementary: bool,
 }
 
 impl RetainedRecord {
     /// Moves a parser's model list into the record.
-    fn set_models(&mut self, list: ModelList) {
+    pub(crate) fn set_models(&mut self, list: ModelList) {
         (self.models, self.models_omitted) = list.into_parts();
     }
 }
@@ -149,6 +195,20 @@ pub enum RetainedError {
     /// The Muse session log has no parseable record.
     #[error("the Muse session log has no parseable record")]
     EmptyLog,
+    /// A session log holds no user message, so no record is known to be the run's.
+    #[error("{what} holds no user message")]
+    NoUserMessage {
+        /// Which record (`the pi session log`).
+        what: &'static str,
+    },
+    /// The record belongs to another session than the one asked for.
+    #[error("{what} belongs to another session ({found})")]
+    OtherSession {
+        /// Which record (`the Gemini session log`).
+        what: &'static str,
+        /// The session id it names (at most 256 characters).
+        found: String,
+    },
     /// A line of a JSON-lines record is not JSON.
     #[error("line {line} of {what} is not a JSON object")]
     MalformedLine {
@@ -374,4 +434,128 @@ pub fn codex_token_total(bytes: &[u8]) -> Option<Usage> {
         }
     }
     total
+}
+
+/// The records of a JSON-lines session log after its last record that `is_user` accepts (a
+/// resumed session's log holds the earlier runs too, and each run starts with its prompt).
+fn run_records(
+    bytes: &[u8],
+    what: &'static str,
+    is_user: impl Fn(&Value) -> bool,
+) -> Result<Vec<Value>, RetainedError> {
+    let mut run: Option<Vec<Value>> = None;
+    for line in object_lines(bytes, what) {
+        let (_, v) = line?;
+        if is_user(&v) {
+            // Only the current run's records are held, never the whole log's.
+            run = Some(Vec::new());
+        } else if let Some(run) = &mut run {
+            run.push(v);
+        }
+    }
+    run.ok_or(RetainedError::NoUserMessage { what })
+}
+
+/// Parses a Qwen Code session log: the run's served models, usage and final message.
+pub fn parse_qwen_session_log(bytes: &[u8]) -> Result<RetainedRecord, RetainedError> {
+    const WHAT: &str = "the Qwen Code session log";
+    let mut record = RetainedRecord::default();
+    let mut models = ModelList::default();
+    let records = run_records(bytes, WHAT, |v| json::str(v, "type") == Some("user"))?;
+    for v in &records {
+        if record.session_id.is_none() {
+            record.session_id = json::nonempty(v, "sessionId").map(str::to_owned);
+        }
+        match json::str(v, "type") {
+            Some("system") if json::str(v, "subtype") == Some("ui_telemetry") => {
+                let Some(event) = v.get("systemPayload").and_then(|p| p.get("uiEvent")) else {
+                    continue;
+                };
+                if json::str(event, "event.name") != Some("qwen-code.api_response") {
+                    continue;
+                }
+                if let Some(model) = json::str(event, "model") {
+                    models.add(model);
+                }
+                record.usage.get_or_insert_with(Usage::default).add_tokens(
+                    event,
+                    [
+                        "input_token_count",
+                        "cached_content_token_count",
+                        "output_token_count",
+                        "thoughts_token_count",
+                    ],
+                );
+            }
+            Some("assistant") => {
+                let parts = v
+                    .get("message")
+                    .map(|m| json::array(m, "parts"))
+                    .unwrap_or_default();
+                let texts: Vec<&str> = parts
+                    .iter()
+                    .filter(|p| json::bool(p, "thought") != Some(true))
+                    .filter_map(|p| json::str(p, "text"))
+                    .filter(|t| !t.is_empty())
+                    .collect();
+                if !texts.is_empty() {
+                    record.final_message = Some(texts.concat());
+                }
+            }
+            _ => {}
+        }
+    }
+    record.set_models(models);
+    Ok(record)
+}
+
+/// Parses a pi session log: the run's served models, usage, final message and failure.
+pub fn parse_pi_session_log(bytes: &[u8]) -> Result<RetainedRecord, RetainedError> {
+    const WHAT: &str = "the pi session log";
+    let message = |v: &Value| -> Option<Value> {
+        (json::str(v, "type") == Some("message"))
+            .then(|| v.get("message").cloned())
+            .flatten()
+    };
+    let mut record = RetainedRecord::default();
+    let mut models = ModelList::default();
+    let mut session_id = None;
+    let records = run_records(bytes, WHAT, |v| {
+        if json::str(v, "type") == Some("session") {
+            return false;
+        }
+        v.get("message")
+            .is_some_and(|m| json::str(m, "role") == Some("user"))
+            && json::str(v, "type") == Some("message")
+    })?;
+    // The session record is the log's first line, before any user message.
+    for line in object_lines(bytes, WHAT) {
+        let (_, v) = line?;
+        if json::str(&v, "type") == Some("session") {
+            session_id = json::nonempty(&v, "id").map(str::to_owned);
+            break;
+        }
+    }
+    record.session_id = session_id;
+    for v in &records {
+        let Some(m) = message(v).as_ref().and_then(super::pi::assistant_message) else {
+            continue;
+        };
+        if let Some(model) = &m.served_model {
+            models.add(model);
+        }
+        if let Some(u) = &m.usage {
+            record
+                .usage
+                .get_or_insert_with(Usage::default)
+                .accumulate(u);
+        }
+        // The last assistant message decides the answer and the failure.
+        record.failure = m.failure;
+        if m.text.is_some() {
+            record.final_message = m.text;
+        }
+    }
+    record.set_models(models);
+    Ok(record)
 }

@@ -202,7 +202,8 @@ impl Harness {
     /// Claude Code: the result's `usage` tokens are the run's own, its `total_cost_usd` the
     /// session's running total. Codex: `turn.completed.usage` (and the session file's
     /// `total_token_usage`) is the thread's running total; no cost. OpenCode: tokens and cost
-    /// per message, the run's messages only. Muse: the retained session log holds every run of
+    /// per message, the run's messages only; Gemini CLI: the result's `stats` count the run's
+    /// requests only (no cost). Muse: the retained session log holds every run of
     /// the session and its usage is summed over all of them. Grok and Antigravity: not
     /// documented.
     #[must_use]
@@ -210,7 +211,13 @@ impl Harness {
         match self {
             Harness::Claude => (UsageScope::Run, UsageScope::Session),
             Harness::Codex | Harness::Muse => (UsageScope::Session, UsageScope::Run),
-            Harness::OpenCode => (UsageScope::Run, UsageScope::Run),
+            // Qwen Code's result total is the session's, but its assistant messages (which
+            // the decoder sums) and its session log's records are the run's own; pi's stream
+            // and log records of a run are the run's own; Gemini CLI's result `stats` count
+            // the run's requests only.
+            Harness::OpenCode | Harness::Qwen | Harness::Pi | Harness::Gemini => {
+                (UsageScope::Run, UsageScope::Run)
+            }
             Harness::Grok | Harness::Antigravity => (UsageScope::Unknown, UsageScope::Unknown),
         }
     }

@@ -35,14 +35,16 @@ use agentrun_core::ReadSyntax;
 /// Arguments of `agentrun agent`.
 #[derive(Debug, Args)]
 pub(crate) struct AgentArgs {
-    /// The harness to launch: claude, grok, agy (antigravity), codex, muse, opencode.
+    /// The harness to launch: claude, grok, agy (antigravity), codex, muse, opencode, qwen,
+    /// pi, gemini.
     #[arg(value_name = "NAME", value_parser = parse_harness)]
     harness: Harness,
     /// The model to request (passed to the harness verbatim).
     #[arg(long, value_name = "M")]
     model: Option<String>,
     /// The reasoning effort to request, a plain word such as `high` (claude, grok, codex;
-    /// opencode as its variant; ignored by the others).
+    /// opencode as its variant; pi as `--thinking`; refused for qwen, which takes it only
+    /// from its settings; ignored by the others).
     #[arg(long, value_name = "E")]
     effort: Option<String>,
     /// A harness session id to resume.

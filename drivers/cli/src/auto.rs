@@ -35,7 +35,8 @@ use crate::{Failure, duration};
 /// Arguments of `agentrun auto`.
 #[derive(Debug, Args)]
 pub(crate) struct AutoArgs {
-    /// The harness to drive: claude, grok, agy (antigravity), codex, muse, opencode.
+    /// The harness to drive: claude, grok, agy (antigravity), codex, muse, opencode, qwen, pi,
+    /// gemini.
     #[arg(
         value_name = "NAME",
         value_parser = parse_harness,

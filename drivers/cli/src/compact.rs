@@ -43,7 +43,8 @@ pub(crate) struct CompactArgs {
     /// The transcript: JSON in the Anthropic Messages shape (`-` reads stdin). Never modified.
     #[arg(value_name = "TRANSCRIPT")]
     transcript: PathBuf,
-    /// Summarize with this agent CLI: claude, grok, agy (antigravity), codex, muse, opencode.
+    /// Summarize with this agent CLI: claude, grok, agy (antigravity), codex, muse, opencode,
+    /// qwen, pi, gemini.
     #[arg(long, value_name = "NAME", value_parser = parse_harness)]
     harness: Option<Harness>,
     /// The model the harness should use (passed verbatim).

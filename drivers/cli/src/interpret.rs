@@ -25,7 +25,7 @@ use crate::Failure;
 #[derive(Debug, Args)]
 pub(crate) struct InterpretArgs {
     /// The harness whose dialect the stream is in: claude, grok, agy (antigravity), codex,
-    /// muse, opencode.
+    /// muse, opencode, qwen, pi, gemini.
     #[arg(long, value_name = "NAME", value_parser = parse_harness)]
     harness: Harness,
     /// Enable the security policy: `Model: …` progress and sticky safeguard refusals.

@@ -185,9 +185,9 @@ enum Command {
   agentrun interpret --harness claude session.jsonl
   claude -p --output-format stream-json --verbose hi | agentrun interpret --harness claude")]
     Interpret(interpret::InterpretArgs),
-    /// Launch a harness CLI (claude, grok, agy, codex, muse, opencode) with a prompt,
-    /// interpret its output live, retain it as artifacts, and print the completion and the
-    /// final message.
+    /// Launch a harness CLI (claude, grok, agy, codex, muse, opencode, qwen, pi, gemini) with a
+    /// prompt, interpret its output live, retain it as artifacts, and print the completion and
+    /// the final message.
     ///
     /// Exit code: 0 when the session succeeded; 1 when it did not (a failed turn, a safeguard
     /// refusal under --security, a harness that exited non-zero); 124 on timeout; 127 when

@@ -157,7 +157,7 @@ fn every_harness_name_decodes_its_fixture() {
 
 #[test]
 fn usage_and_input_errors_exit_125() {
-    let o = run(&["--harness", "gemini", "-"]);
+    let o = run(&["--harness", "no-such-agent", "-"]);
     assert_eq!(o.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown harness"));
     let o = run(&["--harness", "claude", "--requested-model", "m", "-"]);

@@ -24,8 +24,9 @@
 //! with a stdout tap that splits lines (bounded by [`MAX_LINE_BYTES`]) into the
 //! [`Interpretation`]; then either the run was stopped (timeout, idle timeout, cancellation:
 //! the interpretation is interrupted, no retained read) or it ended (the interpretation
-//! finishes, the retained record is read — `opencode export ID`, the Muse session log, or
-//! the lines Codex appended to its session file — and the completion is built).
+//! finishes, the retained record is read — `opencode export ID`, the Muse session log, the
+//! lines Codex appended to its session file, or the Gemini CLI session log — and the
+//! completion is built).
 
 use std::ffi::{OsStr, OsString};
 use std::future::{Future, IntoFuture};
@@ -46,7 +47,10 @@ use agentrun_core::process::{
     Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, RunSummary,
 };
 use agentrun_core::sink::ResultSink;
-use agentrun_fs::harness_sessions::{codex_sessions_dir, find_codex_session, find_muse_log};
+use agentrun_fs::harness_sessions::{
+    SessionLog, codex_sessions_dir, find_codex_session, find_gemini_log, find_muse_log,
+    find_session_log,
+};
 use futures_lite::Stream;
 use serde::Serialize;
 
@@ -579,7 +583,14 @@ async fn run_turn<R: Runtime>(
     let exit = match process.exit {
         Some(Exit::Code(0)) => HarnessExit::Success,
         other => HarnessExit::Failed {
-            diagnostic: exit_diagnostic(harness, other, &process),
+            diagnostic: match other {
+                // Gemini CLI's exit code is the HTTP status of the failed request, mod 256.
+                Some(Exit::Code(code)) if harness.http_status_of_exit(code).is_some() => {
+                    let status = harness.http_status_of_exit(code).unwrap_or_default();
+                    exit_diagnostic(format_args!("{harness} (HTTP {status})"), other, &process)
+                }
+                _ => exit_diagnostic(harness, other, &process),
+            },
         },
     };
     let finished = interp.finish(exit);
@@ -643,6 +654,25 @@ fn codex_snapshot(sessions: &Path, id: &str) -> Option<CodexSnapshot> {
         len: bytes.len() as u64,
         total: codex_token_total(&bytes),
     })
+}
+
+/// Reads the log of Gemini CLI session `id`: the newest candidate
+/// ([`find_gemini_log`]) whose header names the session.
+fn read_gemini_log(options: &AgentOptions, id: &str) -> Result<Vec<u8>, String> {
+    const WHAT: &str = "the Gemini session log";
+    let candidates = find_gemini_log(|k| options.child_env(k), id)
+        .ok_or_else(|| format!("{WHAT} cannot be found: no HOME"))?;
+    let mut last_error = None;
+    for path in &candidates {
+        match read_capped(path, 0) {
+            Ok(bytes) => match RetainedKind::GeminiSessionLog.parse(Some(id), &bytes) {
+                Ok(_) => return Ok(bytes),
+                Err(e) => last_error = Some(format!("{WHAT} {}: {e}", path.display())),
+            },
+            Err(e) => last_error = Some(format!("{WHAT} {}: {e}", path.display())),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| format!("{WHAT} of session {id} was not found")))
 }
 
 /// Reads and parses the retained record; the error says why it is absent.
@@ -713,6 +743,23 @@ async fn acquire<R: Runtime>(
                     .await?;
                     record.0.usage_baseline = record.1.take();
                     return Ok(record.0);
+                }
+                RetainedKind::QwenSessionLog | RetainedKind::PiSessionLog => {
+                    let options = options.clone();
+                    let kind = match request.kind {
+                        RetainedKind::QwenSessionLog => SessionLog::Qwen,
+                        _ => SessionLog::Pi,
+                    };
+                    blocking(runner, move || {
+                        let path = find_session_log(|k| options.child_env(k), kind, &id)
+                            .ok_or_else(|| format!("{what} of session {id} was not found"))?;
+                        read_capped(&path, 0).map_err(|e| format!("{what} {}: {e}", path.display()))
+                    })
+                    .await?
+                }
+                RetainedKind::GeminiSessionLog => {
+                    let options = options.clone();
+                    blocking(runner, move || read_gemini_log(&options, &id)).await?
                 }
                 _ => return Err(format!("{what} cannot be read by this version")),
             }

@@ -23,7 +23,8 @@ use crate::tools::{not_started, object, retain_text, stop_future, tool_error};
 use crate::{MAX_TIMEOUT, McpServer};
 
 const AGENT_DESCRIPTION: &str = "\
-Delegate a task to another coding agent CLI (claude, codex, opencode, grok, agy, muse) and get \
+Delegate a task to another coding agent CLI (claude, codex, opencode, gemini, grok, agy, muse, \
+qwen, pi) and get \
 its answer back bounded. The agent runs non-interactively with the prompt; the result gives \
 its final message, the models that answered, whether the session succeeded, and \
 `read(filePath=\"artifact://...\")` hints for its full retained output (its event stream and \
@@ -51,7 +52,7 @@ pub(crate) fn agent_tool() -> Tool {
             },
             "effort": {
                 "type": "string",
-                "description": "The reasoning effort to request: a plain lowercase word such as \"low\", \"medium\" or \"high\" (claude, grok, codex; opencode gets it as its variant)."
+                "description": "The reasoning effort to request: a plain lowercase word such as \"low\", \"medium\" or \"high\" (claude, grok, codex; opencode gets it as its variant, pi as its thinking level; qwen and gemini take none and refuse it)."
             },
             "cwd": {
                 "type": "string",
@@ -337,5 +338,28 @@ mod tests {
             err.0
         );
         assert!(call("-x").is_err());
+    }
+
+    #[test]
+    fn the_gemini_harness_is_offered_and_refuses_an_effort() {
+        let schema = serde_json::Value::Object((*agent_tool().input_schema).clone());
+        let names = &schema["properties"]["harness"]["enum"];
+        assert!(
+            names.as_array().unwrap().iter().any(|n| n == "gemini"),
+            "{names}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let store = agentrun_fs::Store::open(dir.path().join("store")).unwrap();
+        let server = McpServer::builder(store).allow_all().build().unwrap();
+        let parse = |args: serde_json::Value| parse_agent(&server, args.as_object().unwrap());
+        let (options, _) = parse(serde_json::json!({"harness": "gemini", "prompt": "-x"})).unwrap();
+        assert_eq!(options.harness(), Harness::Gemini);
+        let err = parse(serde_json::json!({"harness": "gemini", "prompt": "p", "effort": "high"}))
+            .unwrap_err();
+        assert!(
+            err.0.contains("gemini takes no reasoning effort"),
+            "{}",
+            err.0
+        );
     }
 }

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Benchmark of the Qwen Code and pi decoders: `agentrun interpret --harness qwen|pi` against jq
+# doing the equivalent selection on the same 1 GiB stream of the dialect, built by repeating
+# the recorded real-CLI events of tests/fixtures/harness/{qwen,pi}/ (text, tool, resumed and
+# failed turns). Reports wall/user/sys time and peak RSS (/usr/bin/time -f %M), three runs
+# each, alternating. The jq filters select what the decoder's evidence and progress read:
+#
+#   qwen: select(.type=="assistant") | .message.content[]? | select(.type=="tool_use") | .name
+#   pi:   select(.type=="message_end") | .message.responseModel // empty
+#
+# Usage: scripts/bench-interpret-chat.sh [WORKDIR] [qwen|pi ...]
+#   (default /tmp/agentrun-bench-chat, both dialects). Needs a release build of agentrun
+#   (`cargo build --release -p agentrun`, built here when missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+work=${1:-/tmp/agentrun-bench-chat}
+shift || true
+dialects=("$@")
+[ ${#dialects[@]} -gt 0 ] || dialects=(qwen pi)
+mkdir -p "$work"
+bin=${CARGO_TARGET_DIR:-$root/target}/release/agentrun
+[ -x "$bin" ] || cargo build --release -p agentrun >/dev/null
+export AGENTRUN_HOME=$work/store
+for d in "${dialects[@]}"; do
+    case "$d" in
+        qwen) filter='select(.type=="assistant") | .message.content[]? | select(.type=="tool_use") | .name' ;;
+        pi) filter='select(.type=="message_end") | .message.responseModel // empty' ;;
+        *) echo "bench-interpret-chat.sh: unknown dialect '$d' (expected qwen or pi)" >&2; exit 2 ;;
+    esac
+    file=$work/$d-1g.jsonl
+    if [ ! -s "$file" ]; then
+        # The streams only (not the retained logs), blank lines dropped.
+        ls "$root/tests/fixtures/harness/$d/"*.jsonl | grep -v -- '-log.jsonl$' | xargs cat | grep -v '^$' > "$work/$d-unit.jsonl"
+        python3 - "$work/$d-unit.jsonl" "$file" <<'PY'
+import sys
+unit = open(sys.argv[1], "rb").read()
+target, n = 1 << 30, 0
+with open(sys.argv[2], "wb") as f:
+    while n + len(unit) <= target:
+        f.write(unit); n += len(unit)
+    for line in unit.split(b"\n"):
+        if n + len(line) + 1 > target: break
+        f.write(line + b"\n"); n += len(line) + 1
+PY
+    fi
+    echo "$d: $(stat -c %s "$file") bytes, $(wc -l < "$file") lines, longest line $(awk '{ if (length($0) > m) m = length($0) } END { print m }' "$file") bytes"
+    cat "$file" > /dev/null # warm the page cache for both tools
+    for i in 1 2 3; do
+        /usr/bin/time -f "$d agentrun run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
+            "$bin" interpret --harness "$d" "$file" > "$work/$d-agentrun.out"
+        /usr/bin/time -f "$d jq       run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
+            /usr/bin/jq -c "$filter" "$file" > "$work/$d-jq.out"
+    done
+    echo "$d agentrun: $(grep -c . "$work/$d-agentrun.out") output lines; $(grep '^observed models:' "$work/$d-agentrun.out" || true)"
+    echo "$d jq: $(wc -l < "$work/$d-jq.out") lines ($(sort -u "$work/$d-jq.out" | head -5 | tr '\n' ' '))"
+done
