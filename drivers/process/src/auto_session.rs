@@ -14,7 +14,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use agentrun_core::auto_mode::{
     AutoMode, AutoModeError, AutoModeState, DEFAULT_MAX_TURNS, DEFAULT_RESULT_SINK_VAR,
@@ -548,9 +548,11 @@ impl<'a, R: Runtime> AutoSession<'a, R> {
         if let Some(timeout) = verify_timeout {
             channel = channel.verify_timeout(timeout);
         }
-        // Auto mode never idles; a short wait keeps a misbehaving channel from spinning.
+        // Auto mode never idles; a short wait keeps a misbehaving channel from spinning. The
+        // deadline is on the runtime's clock (a paused tokio clock included), as every instant
+        // handed to `sleep_until` must be.
         let result = run_session_loop(&mut session, &mut channel, || {
-            runtime.sleep_until(Instant::now() + Duration::from_millis(200))
+            runtime.sleep_until(runtime.now() + Duration::from_millis(200))
         })
         .await;
         let end = match result {
