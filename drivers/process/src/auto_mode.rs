@@ -484,7 +484,10 @@ impl<'a, R: Runtime> AutoModeChannel<'a, R> {
             },
             Err(e) => VerificationResult {
                 exit_code: None,
-                output: format!("the verification could not be run: {e}"),
+                output: format!(
+                    "the verification could not be run: {}",
+                    crate::error_chain(&e)
+                ),
                 artifacts: Vec::new(),
             },
         }
