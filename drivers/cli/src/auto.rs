@@ -39,7 +39,7 @@ pub(crate) struct AutoArgs {
     /// gemini.
     #[arg(
         value_name = "NAME",
-        value_parser = parse_harness,
+        value_parser = crate::harness_arg::parse_harness,
         required_unless_present = "continue_session"
     )]
     harness: Option<Harness>,
@@ -99,10 +99,6 @@ pub(crate) struct AppendArgs {
     /// The instruction, or `-` to read it from stdin.
     #[arg(value_name = "TEXT", allow_hyphen_values = true)]
     text: String,
-}
-
-fn parse_harness(s: &str) -> Result<Harness, String> {
-    Harness::from_name(s).map_err(|e| e.to_string())
 }
 
 /// A line on stderr; a failing stderr is not worth dying for.

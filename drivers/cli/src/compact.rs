@@ -45,7 +45,7 @@ pub(crate) struct CompactArgs {
     transcript: PathBuf,
     /// Summarize with this agent CLI: claude, grok, agy (antigravity), codex, muse, opencode,
     /// qwen, pi, gemini.
-    #[arg(long, value_name = "NAME", value_parser = parse_harness)]
+    #[arg(long, value_name = "NAME", value_parser = crate::harness_arg::parse_harness)]
     harness: Option<Harness>,
     /// The model the harness should use (passed verbatim).
     #[arg(long, value_name = "M", requires = "harness")]
@@ -73,10 +73,6 @@ pub(crate) struct CompactArgs {
     /// compacted transcript (or the error and the attempts).
     #[arg(long)]
     pub(crate) json: bool,
-}
-
-fn parse_harness(s: &str) -> Result<Harness, String> {
-    Harness::from_name(s).map_err(|e| e.to_string())
 }
 
 /// Runs `agentrun compact`.
