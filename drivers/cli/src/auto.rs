@@ -173,10 +173,8 @@ pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
         AutoEnd::Finished => {}
         AutoEnd::Interrupted => {
             say(&format!("agentrun: interrupted; {}", resume_hint()));
-            let code = interrupts
-                .exit_code()
-                .map_or(outcome.exit_code(), i32::from);
-            return Ok(exit_code(code));
+            let code = interrupts.exit_code().unwrap_or(outcome.exit_code());
+            return Ok(ExitCode::from(code));
         }
         AutoEnd::SpawnFailed {
             program, reason, ..
@@ -185,7 +183,7 @@ pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
                 "agentrun: error: cannot launch the {harness} harness `{program}`: {reason}; {}",
                 resume_hint()
             ));
-            return Ok(exit_code(outcome.exit_code()));
+            return Ok(ExitCode::from(outcome.exit_code()));
         }
         AutoEnd::Failed(e) => {
             return Err(Failure::runtime(format!(
@@ -211,7 +209,7 @@ pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
         json.push('\n');
         write_or_quiet(&mut io::stdout().lock(), json.as_bytes())?;
     }
-    Ok(exit_code(outcome.exit_code()))
+    Ok(ExitCode::from(outcome.exit_code()))
 }
 
 /// A session that could not be created or resumed: bad settings and sessions are usage
@@ -227,11 +225,6 @@ fn session_failure(e: AutoSessionError) -> Failure {
         | AutoSessionError::Resume(_) => Failure::usage(error_chain(&e)),
         _ => Failure::runtime(error_chain(&e)),
     }
-}
-
-/// A session's exit code as a process's (a code outside 0–255 cannot be one: 1).
-fn exit_code(code: i32) -> ExitCode {
-    ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
 /// Runs `agentrun append`.

@@ -241,14 +241,15 @@ impl AutoOutcome {
     /// The exit code by auto mode's contract: 0 completed or stopped at the turn limit; the
     /// failing phase's code on error; 127/126 when the harness cannot be started;
     /// [`exit::INTERRUPTED`] when interrupted; [`exit::FAILED`] when agentrun could
-    /// not carry on. Read [`AutoOutcome::abort`] first.
+    /// not carry on. Read [`AutoOutcome::abort`] first. A recorded code outside 0–255 is
+    /// brought into range by [`exit::session_exit_code`], so this is the code to exit with.
     #[must_use]
-    pub fn exit_code(&self) -> i32 {
+    pub fn exit_code(&self) -> u8 {
         match &self.end {
-            AutoEnd::Finished => self.state.exit_code,
-            AutoEnd::Interrupted => i32::from(exit::INTERRUPTED),
-            AutoEnd::SpawnFailed { exit_code, .. } => *exit_code,
-            AutoEnd::Failed(_) => i32::from(exit::FAILED),
+            AutoEnd::Finished => exit::session_exit_code(self.state.exit_code),
+            AutoEnd::Interrupted => exit::INTERRUPTED,
+            AutoEnd::SpawnFailed { exit_code, .. } => exit::session_exit_code(*exit_code),
+            AutoEnd::Failed(_) => exit::FAILED,
         }
     }
 
