@@ -235,6 +235,9 @@ fn wide_line(h: Harness, n: usize) -> String {
         Harness::Muse => format!(r#"{{"payload_type":"run.terminal.completed","x":{body}}}"#),
         Harness::OpenCode => format!(r#"{{"type":"step_finish","x":{body}}}"#),
         Harness::Gemini => format!(r#"{{"type":"result","status":"success","x":{body}}}"#),
+        // `Harness` is non-exhaustive: a harness added later fails here, loudly, until it is
+        // given an event of its dialect, rather than being checked with another's.
+        other => panic!("no wide line for the {other} dialect yet: add one"),
     }
 }
 

@@ -38,6 +38,9 @@ fn probe(h: Harness, n: usize) -> (Vec<u8>, String) {
         Harness::Gemini => format!(
             r#"{{"type":"tool_use","tool_name":"Read","tool_id":"g{n}","parameters":{{"file_path":"/p{n}"}}}}"#
         ),
+        // `Harness` is non-exhaustive: a harness added later fails here until it has a probe
+        // in its own dialect.
+        other => panic!("no probe line for the {other} dialect yet: add one"),
     };
     let expected = match h {
         Harness::Codex => format!("Edit /p{n}"),

@@ -74,15 +74,13 @@ fn case() -> Case {
     dir.drop_instruction(b"Please keep the API stable.")
         .unwrap();
     let machine = AutoMode::new("s-1", settings(&workspace), SystemTime::now()).unwrap();
-    let launch = agentrun_smol::HarnessLaunch {
+    let launch = agentrun_smol::HarnessLaunch::new()
         // The runner looks the harness up on the PATH it gives the harness.
-        env: vec![(
-            "PATH".to_owned(),
+        .env(
+            "PATH",
             format!("{}:/usr/bin:/bin", program.parent().unwrap().display()),
-        )],
-        workspace: Some(workspace),
-        ..Default::default()
-    };
+        )
+        .workspace(workspace);
     Case {
         tmp,
         store,

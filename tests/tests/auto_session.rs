@@ -120,11 +120,9 @@ macro_rules! drive_pair {
             SystemTime::now(),
         )
         .unwrap();
-        let launch = $driver::HarnessLaunch {
-            env: vec![("PATH".to_owned(), fx.path_var.clone())],
-            workspace: Some(fx.workspace.clone()),
-            ..Default::default()
-        };
+        let launch = $driver::HarnessLaunch::new()
+            .env("PATH", fx.path_var.clone())
+            .workspace(fx.workspace.clone());
         async move {
             let runner = $driver::Runner::new(store);
             let mut session =

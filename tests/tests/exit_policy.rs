@@ -62,10 +62,7 @@ fn auto_mode_gives_a_harness_that_cannot_start_the_same_code() {
     let store = Store::open(dir.path().join("store")).unwrap();
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
-    let launch = HarnessLaunch {
-        env: vec![("PATH".to_owned(), empty.display().to_string())],
-        ..HarnessLaunch::default()
-    };
+    let launch = HarnessLaunch::new().env("PATH", empty.display().to_string());
     let runner = agentrun_smol::Runner::new(store);
     let mut session = agentrun_smol::AutoModeRunner::new(runner, Harness::Claude, launch, "s-1");
     match smol::block_on(session.run_turn("hello")) {

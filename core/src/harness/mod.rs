@@ -62,6 +62,7 @@ pub use interpretation::Interpretation;
 
 /// One of the supported agent CLIs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Harness {
     /// Claude Code (`claude -p --output-format stream-json`).
     Claude,

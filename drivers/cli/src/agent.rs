@@ -37,7 +37,7 @@ use agentrun_core::ReadSyntax;
 pub(crate) struct AgentArgs {
     /// The harness to launch: claude, grok, agy (antigravity), codex, muse, opencode, qwen,
     /// pi, gemini.
-    #[arg(value_name = "NAME", value_parser = parse_harness)]
+    #[arg(value_name = "NAME", value_parser = crate::harness_arg::parse_harness)]
     harness: Harness,
     /// The model to request (passed to the harness verbatim).
     #[arg(long, value_name = "M")]
@@ -82,10 +82,6 @@ pub(crate) struct AgentArgs {
     // the prompt and be sent to the harness; without it, it is an error naming the option.
     #[arg(required = true, trailing_var_arg = true, value_name = "PROMPT")]
     prompt: Vec<String>,
-}
-
-fn parse_harness(s: &str) -> Result<Harness, String> {
-    Harness::from_name(s).map_err(|e| e.to_string())
 }
 
 /// Stdout while the harness runs: progress lines as they come, and the first write error

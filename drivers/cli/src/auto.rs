@@ -39,7 +39,7 @@ pub(crate) struct AutoArgs {
     /// gemini.
     #[arg(
         value_name = "NAME",
-        value_parser = parse_harness,
+        value_parser = crate::harness_arg::parse_harness,
         required_unless_present = "continue_session"
     )]
     harness: Option<Harness>,
@@ -99,10 +99,6 @@ pub(crate) struct AppendArgs {
     /// The instruction, or `-` to read it from stdin.
     #[arg(value_name = "TEXT", allow_hyphen_values = true)]
     text: String,
-}
-
-fn parse_harness(s: &str) -> Result<Harness, String> {
-    Harness::from_name(s).map_err(|e| e.to_string())
 }
 
 /// A line on stderr; a failing stderr is not worth dying for.
@@ -177,10 +173,8 @@ pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
         AutoEnd::Finished => {}
         AutoEnd::Interrupted => {
             say(&format!("agentrun: interrupted; {}", resume_hint()));
-            let code = interrupts
-                .exit_code()
-                .map_or(outcome.exit_code(), i32::from);
-            return Ok(exit_code(code));
+            let code = interrupts.exit_code().unwrap_or(outcome.exit_code());
+            return Ok(ExitCode::from(code));
         }
         AutoEnd::SpawnFailed {
             program, reason, ..
@@ -189,7 +183,7 @@ pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
                 "agentrun: error: cannot launch the {harness} harness `{program}`: {reason}; {}",
                 resume_hint()
             ));
-            return Ok(exit_code(outcome.exit_code()));
+            return Ok(ExitCode::from(outcome.exit_code()));
         }
         AutoEnd::Failed(e) => {
             return Err(Failure::runtime(format!(
@@ -215,7 +209,7 @@ pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
         json.push('\n');
         write_or_quiet(&mut io::stdout().lock(), json.as_bytes())?;
     }
-    Ok(exit_code(outcome.exit_code()))
+    Ok(ExitCode::from(outcome.exit_code()))
 }
 
 /// A session that could not be created or resumed: bad settings and sessions are usage
@@ -231,11 +225,6 @@ fn session_failure(e: AutoSessionError) -> Failure {
         | AutoSessionError::Resume(_) => Failure::usage(error_chain(&e)),
         _ => Failure::runtime(error_chain(&e)),
     }
-}
-
-/// A session's exit code as a process's (a code outside 0–255 cannot be one: 1).
-fn exit_code(code: i32) -> ExitCode {
-    ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
 /// Runs `agentrun append`.

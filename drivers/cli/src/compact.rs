@@ -45,7 +45,7 @@ pub(crate) struct CompactArgs {
     transcript: PathBuf,
     /// Summarize with this agent CLI: claude, grok, agy (antigravity), codex, muse, opencode,
     /// qwen, pi, gemini.
-    #[arg(long, value_name = "NAME", value_parser = parse_harness)]
+    #[arg(long, value_name = "NAME", value_parser = crate::harness_arg::parse_harness)]
     harness: Option<Harness>,
     /// The model the harness should use (passed verbatim).
     #[arg(long, value_name = "M", requires = "harness")]
@@ -75,9 +75,9 @@ pub(crate) struct CompactArgs {
     pub(crate) json: bool,
 }
 
-fn parse_harness(s: &str) -> Result<Harness, String> {
-    Harness::from_name(s).map_err(|e| e.to_string())
-}
+/// The exit code of a compaction that ran and failed (every attempt refused or broke); the
+/// transcript is left unchanged. Printed in `--json`'s error as well.
+const COMPACTION_FAILED: u8 = 1;
 
 /// Runs `agentrun compact`.
 pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Failure> {
@@ -145,13 +145,13 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
         }
         Err(CompactError::Compaction(failed)) => {
             if args.json {
-                out.line(&failure_json(&failed).to_string())?;
+                out.line(&failure_json(&failed, COMPACTION_FAILED).to_string())?;
                 out.flush()?;
             } else {
                 progress(&format!("agentrun: error: {}", error_chain(&*failed)));
                 progress("agentrun: the transcript is unchanged");
             }
-            Ok(ExitCode::from(1))
+            Ok(ExitCode::from(COMPACTION_FAILED))
         }
         Err(CompactError::Summarizer(e)) => Err(Failure::usage(error_chain(&e))),
         Err(CompactError::Transcript(e)) => Err(load_failure(&e)),
@@ -370,12 +370,13 @@ fn references_json(references: &[Reference]) -> serde_json::Value {
     serde_json::to_value(references).unwrap_or_default()
 }
 
-fn failure_json(failed: &Failed) -> serde_json::Value {
+/// `exit_code` is the code the process exits with, so the JSON and the status agree.
+fn failure_json(failed: &Failed, exit_code: u8) -> serde_json::Value {
     serde_json::json!({
         "error": {
             "kind": "compaction",
             "message": error_chain(failed),
-            "exit_code": 1,
+            "exit_code": exit_code,
         },
         "attempts": attempts_json(&failed.attempts),
         "retried": failed.attempts.len() > 1,

@@ -26,7 +26,7 @@ use crate::Failure;
 pub(crate) struct InterpretArgs {
     /// The harness whose dialect the stream is in: claude, grok, agy (antigravity), codex,
     /// muse, opencode, qwen, pi, gemini.
-    #[arg(long, value_name = "NAME", value_parser = parse_harness)]
+    #[arg(long, value_name = "NAME", value_parser = crate::harness_arg::parse_harness)]
     harness: Harness,
     /// Enable the security policy: `Model: …` progress and sticky safeguard refusals.
     #[arg(long)]
@@ -43,10 +43,6 @@ pub(crate) struct InterpretArgs {
     /// The stream to decode; `-` or absent for stdin.
     #[arg(value_name = "FILE|-")]
     input: Option<PathBuf>,
-}
-
-fn parse_harness(s: &str) -> Result<Harness, String> {
-    Harness::from_name(s).map_err(|e| e.to_string())
 }
 
 /// Runs `agentrun interpret`.

@@ -31,6 +31,7 @@ mod compact;
 mod docs_cmds;
 mod duration;
 mod failure;
+mod harness_arg;
 mod interpret;
 mod interrupts;
 mod mcp;

@@ -77,8 +77,10 @@ impl<'a> StopRequests<'a> {
 /// Receives live progress lines (the harness's decoded progress, the session's log lines).
 pub type ProgressSink = Arc<Mutex<dyn FnMut(&str) + Send>>;
 
-/// What a harness turn is launched with.
+/// What a harness turn is launched with. Built with [`HarnessLaunch::new`] and its setters
+/// (non-exhaustive, so that a setting added later is not a breaking change).
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct HarnessLaunch {
     /// Environment variables set for the harness (e.g. its API endpoint, or a `PATH` that
     /// finds it); a variable naming the result sink is refused by the runner.
@@ -124,6 +126,68 @@ impl<R> std::fmt::Debug for AutoModeRunner<'_, R> {
 }
 
 impl HarnessLaunch {
+    /// A launch with nothing set: the harness's defaults, in the current directory.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets environment variable `key` to `value` for the harness.
+    #[must_use]
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// The model to request.
+    #[must_use]
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// The reasoning effort to request.
+    #[must_use]
+    pub fn effort(mut self, effort: impl Into<String>) -> Self {
+        self.effort = Some(effort.into());
+        self
+    }
+
+    /// Adds an argument passed verbatim before the prompt.
+    #[must_use]
+    pub fn harness_arg(mut self, arg: impl Into<String>) -> Self {
+        self.harness_args.push(arg.into());
+        self
+    }
+
+    /// The directory the harness runs in.
+    #[must_use]
+    pub fn workspace(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.workspace = Some(dir.into());
+        self
+    }
+
+    /// The environment variable naming the result sink.
+    #[must_use]
+    pub fn sink_var(mut self, var: impl Into<String>) -> Self {
+        self.sink_var = Some(var.into());
+        self
+    }
+
+    /// Stops a turn after `timeout` (it then counts as exit code 124).
+    #[must_use]
+    pub fn turn_timeout(mut self, timeout: Duration) -> Self {
+        self.turn_timeout = Some(timeout);
+        self
+    }
+
+    /// Stops a turn that printed nothing for `idle` (exit code 124).
+    #[must_use]
+    pub fn idle_timeout(mut self, idle: Duration) -> Self {
+        self.idle_timeout = Some(idle);
+        self
+    }
+
     /// The options of every turn of `harness` launched this way (the prompt and the resume id
     /// are set per turn); consumes the launch, so each value is held once.
     pub(crate) fn into_turn(self, harness: Harness) -> AgentOptions {
@@ -484,7 +548,10 @@ impl<'a, R: Runtime> AutoModeChannel<'a, R> {
             },
             Err(e) => VerificationResult {
                 exit_code: None,
-                output: format!("the verification could not be run: {e}"),
+                output: format!(
+                    "the verification could not be run: {}",
+                    crate::error_chain(&e)
+                ),
                 artifacts: Vec::new(),
             },
         }

@@ -14,7 +14,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use agentrun_core::auto_mode::{
     AutoMode, AutoModeError, AutoModeState, DEFAULT_MAX_TURNS, DEFAULT_RESULT_SINK_VAR,
@@ -241,14 +241,15 @@ impl AutoOutcome {
     /// The exit code by auto mode's contract: 0 completed or stopped at the turn limit; the
     /// failing phase's code on error; 127/126 when the harness cannot be started;
     /// [`exit::INTERRUPTED`] when interrupted; [`exit::FAILED`] when agentrun could
-    /// not carry on. Read [`AutoOutcome::abort`] first.
+    /// not carry on. Read [`AutoOutcome::abort`] first. A recorded code outside 0–255 is
+    /// brought into range by [`exit::session_exit_code`], so this is the code to exit with.
     #[must_use]
-    pub fn exit_code(&self) -> i32 {
+    pub fn exit_code(&self) -> u8 {
         match &self.end {
-            AutoEnd::Finished => self.state.exit_code,
-            AutoEnd::Interrupted => i32::from(exit::INTERRUPTED),
-            AutoEnd::SpawnFailed { exit_code, .. } => *exit_code,
-            AutoEnd::Failed(_) => i32::from(exit::FAILED),
+            AutoEnd::Finished => exit::session_exit_code(self.state.exit_code),
+            AutoEnd::Interrupted => exit::INTERRUPTED,
+            AutoEnd::SpawnFailed { exit_code, .. } => exit::session_exit_code(*exit_code),
+            AutoEnd::Failed(_) => exit::FAILED,
         }
     }
 
@@ -548,9 +549,11 @@ impl<'a, R: Runtime> AutoSession<'a, R> {
         if let Some(timeout) = verify_timeout {
             channel = channel.verify_timeout(timeout);
         }
-        // Auto mode never idles; a short wait keeps a misbehaving channel from spinning.
+        // Auto mode never idles; a short wait keeps a misbehaving channel from spinning. The
+        // deadline is on the runtime's clock (a paused tokio clock included), as every instant
+        // handed to `sleep_until` must be.
         let result = run_session_loop(&mut session, &mut channel, || {
-            runtime.sleep_until(Instant::now() + Duration::from_millis(200))
+            runtime.sleep_until(runtime.now() + Duration::from_millis(200))
         })
         .await;
         let end = match result {

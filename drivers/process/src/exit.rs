@@ -149,9 +149,32 @@ pub fn turn_exit_code(turn: &AgentRun) -> Option<i32> {
     }
 }
 
+/// A code a session recorded (a turn's or a verification's, or one read back from a saved
+/// session) as a process's exit code: 0–255 as it is, a larger one clamped to 255 as
+/// [`run_exit_code`] clamps a shell code, and a negative one, which no process exits with,
+/// [`FAILED`] (it must not pass for success).
+pub fn session_exit_code(code: i32) -> u8 {
+    if code < 0 {
+        FAILED
+    } else {
+        u8::try_from(code).unwrap_or(u8::MAX)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_code_outside_a_byte_is_clamped_and_a_negative_one_is_a_failure() {
+        assert_eq!(session_exit_code(0), 0);
+        assert_eq!(session_exit_code(2), 2);
+        assert_eq!(session_exit_code(255), 255);
+        assert_eq!(session_exit_code(256), 255);
+        assert_eq!(session_exit_code(i32::MAX), 255);
+        assert_eq!(session_exit_code(-1), FAILED);
+        assert_eq!(session_exit_code(i32::MIN), FAILED);
+    }
 
     #[test]
     fn a_name_too_long_for_any_file_is_not_found_however_it_is_given() {
