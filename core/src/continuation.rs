@@ -51,6 +51,16 @@ impl Continuation {
             Self::Line(line)
         }
     }
+
+    /// The continuation as page metadata names it, the same in every front end's JSON:
+    /// `{"offset": N}` for lines, `{"byteOffset": B}` for bytes, `null` at the end.
+    pub fn to_json(self) -> serde_json::Value {
+        match self {
+            Self::Line(line) => serde_json::json!({ "offset": line }),
+            Self::Byte(byte) => serde_json::json!({ "byteOffset": byte }),
+            Self::End => serde_json::Value::Null,
+        }
+    }
 }
 
 /// A syntax that names a read of an artifact from a continuation: one per front end.
@@ -93,6 +103,19 @@ mod tests {
             Continuation::after(5, 3 * page, 0, 0, page + 1),
             Continuation::Byte(5)
         );
+    }
+
+    #[test]
+    fn the_json_shape_names_lines_bytes_or_null() {
+        assert_eq!(
+            Continuation::Line(3).to_json(),
+            serde_json::json!({"offset": 3})
+        );
+        assert_eq!(
+            Continuation::Byte(9).to_json(),
+            serde_json::json!({"byteOffset": 9})
+        );
+        assert_eq!(Continuation::End.to_json(), serde_json::Value::Null);
     }
 
     #[test]

@@ -116,6 +116,11 @@ pub struct StreamRecord {
     /// in records written before it existed: see [`continuation`](Self::continuation)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continuation: Option<Continuation>,
+    /// Where reading the stream from its start begins, decided when the capture finished from
+    /// the length of line 0 (absent in records written before it existed: see
+    /// [`start`](Self::start)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<Continuation>,
 }
 
 impl StreamRecord {
@@ -133,6 +138,11 @@ impl StreamRecord {
     /// Where reading the stream from its start begins: line 0, or byte 0 when its first line
     /// is longer than a page (the preview then shows part of it and continues by byte).
     pub fn start(&self) -> Continuation {
+        if let Some(start) = self.start {
+            return start;
+        }
+        // An older record: its preview shows whether line 0 ended inside it; when it did not,
+        // the stored continuation says whether line 0 is longer than a page.
         match self.continuation() {
             Continuation::Byte(_) if self.preview.newlines == 0 => Continuation::Byte(0),
             _ => Continuation::Line(0),
@@ -496,6 +506,7 @@ fn empty_stream(name: Option<StreamName>) -> StreamRecord {
         },
         tail: None,
         continuation: None,
+        start: None,
     }
 }
 
@@ -547,9 +558,21 @@ fn stream_record(s: &StreamSummary, limits: &PreviewLimits, streams: usize) -> S
         bytes: s.bytes,
         lines: s.lines,
         continuation: Some(continuation(s, &preview)),
+        start: Some(start(s)),
         preview,
         tail,
     }
+}
+
+/// Where reading the stream from its start begins: line 0, or byte 0 when line 0 alone is
+/// longer than a page (it ends in the retained head, at the first newline after it, or at the
+/// end of the stream). The preview may be longer than a page, so it cannot tell.
+fn start(s: &StreamSummary) -> Continuation {
+    let line_end = match memchr::memchr(b'\n', &s.head) {
+        Some(i) => (i + 1) as u64,
+        None => s.newline_after_head.map_or(s.bytes, |at| at + 1),
+    };
+    Continuation::at_line(0, 0, line_end, 0)
 }
 
 /// Where reading continues after `preview`: the end of the first line not shown in full is in
@@ -707,6 +730,41 @@ mod tests {
         let r = run(OutputDeclaration::Single, limits, &[("", &long)]);
         let hint = format!("byteOffset={}", r.streams()[0].preview.raw_bytes);
         assert!(r.render().contains(&hint) && !r.render().contains("offset=0"));
+    }
+
+    #[test]
+    fn the_start_is_by_byte_when_line_0_is_longer_than_a_page_even_inside_the_preview() {
+        use crate::page::MAX_PAGE_BYTES;
+        let long = vec![b'x'; MAX_PAGE_BYTES + 1];
+        // (stream, max_bytes, whether reading from the start is by byte)
+        let cases = [
+            // The preview (larger than a page) shows line 0 in full, and more.
+            ([&long[..], b"\nnext\n"].concat(), 3 * MAX_PAGE_BYTES, true),
+            ([&long[..], b"\nnext\n"].concat(), 1000, true),
+            // Line 0 ends past the head.
+            ([&long[..], b"\n"].concat(), 1000, true),
+            (
+                [b"a\n", &long[..], b"\n"].concat(),
+                3 * MAX_PAGE_BYTES,
+                false,
+            ),
+            (vec![b'y'; MAX_PAGE_BYTES], 3 * MAX_PAGE_BYTES, false),
+            (Vec::new(), 1000, false),
+        ];
+        for (bytes, max_bytes, by_byte) in cases {
+            let limits = PreviewLimits {
+                max_bytes,
+                max_lines: 100,
+                ..Default::default()
+            };
+            let r = run(OutputDeclaration::Single, limits, &[("", &bytes)]);
+            let want = if by_byte {
+                Continuation::Byte(0)
+            } else {
+                Continuation::Line(0)
+            };
+            assert_eq!(r.streams()[0].start(), want, "{} bytes", bytes.len());
+        }
     }
 
     #[test]

@@ -100,6 +100,7 @@ pub(crate) fn read(settings: &Settings, args: ReadArgs) -> Result<ExitCode, Fail
             "lines": page.lines,
             "total_lines": page.total_lines,
             "next_offset": page.next_offset,
+            "next": page.continuation.to_json(),
             "content": String::from_utf8_lossy(&page.bytes),
             "content_is_utf8": std::str::from_utf8(&page.bytes).is_ok(),
         });
@@ -165,6 +166,7 @@ fn read_bytes(
             "bytes": page.bytes.len(),
             "total_bytes": page.total_bytes,
             "next_byte_offset": page.next_byte_offset,
+            "next": page.continuation().to_json(),
             "content": String::from_utf8_lossy(&page.bytes),
             "content_is_utf8": std::str::from_utf8(&page.bytes).is_ok(),
         });

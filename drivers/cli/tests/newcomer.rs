@@ -864,4 +864,15 @@ fn a_page_before_an_over_long_line_continues_by_byte_offset() {
     assert_eq!(out(&page), "a\n");
     let next = format!("next: agentrun read {uri} --byte-offset 2");
     assert!(err(&page).contains(&next), "{}", err(&page));
+    // The JSON page names the same continuation, so a script need not follow `next_offset`
+    // into a refused line read.
+    let json = h.run(&["read", "--json", &uri]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["next"], serde_json::json!({"byteOffset": 2}), "{v}");
+    let bytes = h.run(&["read", "--json", &uri, "--byte-offset", "2"]);
+    let v: serde_json::Value = serde_json::from_slice(&bytes.stdout).unwrap();
+    assert_eq!(v["next"], serde_json::json!({"byteOffset": 2 + (1 << 20)}));
+    let rest = h.run(&["read", "--json", &uri, "--offset", "2"]);
+    let v: serde_json::Value = serde_json::from_slice(&rest.stdout).unwrap();
+    assert_eq!(v["next"], serde_json::Value::Null, "{v}");
 }

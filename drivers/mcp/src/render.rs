@@ -438,16 +438,6 @@ pub(crate) fn byte_continuation(uri: &ArtifactUri, page: &BytePage) -> String {
     line
 }
 
-/// A continuation as MCP metadata: the arguments of the `read` call that continues
-/// (`{"offset": N}` or `{"byteOffset": B}`), `null` at the end.
-pub(crate) fn continuation_json(at: Continuation) -> Value {
-    match at {
-        Continuation::Line(line) => json!({ "offset": line }),
-        Continuation::Byte(byte) => json!({ "byteOffset": byte }),
-        _ => Value::Null,
-    }
-}
-
 fn push_lossy_note(line: &mut String, bytes: &[u8]) {
     if std::str::from_utf8(bytes).is_err() {
         line.push_str(
@@ -466,7 +456,7 @@ pub(crate) fn page_json(uri: &ArtifactUri, page: &Page) -> Value {
         "bytes": page.bytes.len(),
         "total_lines": page.total_lines,
         "next_offset": page.next_offset,
-        "next": continuation_json(page.continuation),
+        "next": page.continuation.to_json(),
         "content_is_utf8": std::str::from_utf8(&page.bytes).is_ok(),
     })
 }
@@ -479,7 +469,7 @@ pub(crate) fn byte_page_json(uri: &ArtifactUri, page: &BytePage) -> Value {
         "bytes": page.bytes.len(),
         "total_bytes": page.total_bytes,
         "next_byte_offset": page.next_byte_offset,
-        "next": continuation_json(page.continuation()),
+        "next": page.continuation().to_json(),
         "content_is_utf8": std::str::from_utf8(&page.bytes).is_ok(),
     })
 }

@@ -115,7 +115,7 @@ impl McpServer {
                 meta.insert("totalLines".into(), json!(page.total_lines));
                 meta.insert("lines".into(), json!(page.lines));
                 meta.insert("nextOffset".into(), json!(page.next_offset));
-                meta.insert("next".into(), render::continuation_json(page.continuation));
+                meta.insert("next".into(), page.continuation.to_json());
                 meta.insert(
                     "continuation".into(),
                     json!(render::page_continuation(&uri, &page)),
@@ -126,10 +126,7 @@ impl McpServer {
                 meta.insert("totalBytes".into(), json!(page.total_bytes));
                 meta.insert("bytes".into(), json!(page.bytes.len()));
                 meta.insert("nextByteOffset".into(), json!(page.next_byte_offset));
-                meta.insert(
-                    "next".into(),
-                    render::continuation_json(page.continuation()),
-                );
+                meta.insert("next".into(), page.continuation().to_json());
                 meta.insert(
                     "continuation".into(),
                     json!(render::byte_continuation(&uri, &page)),
