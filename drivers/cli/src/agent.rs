@@ -43,8 +43,8 @@ pub(crate) struct AgentArgs {
     #[arg(long, value_name = "M")]
     model: Option<String>,
     /// The reasoning effort to request, a plain word such as `high` (claude, grok, codex;
-    /// opencode as its variant; pi as `--thinking`; refused for qwen, which takes it only
-    /// from its settings; ignored by the others).
+    /// opencode as its variant; pi as `--thinking`; refused for qwen and gemini, which take
+    /// it only from their settings; ignored by agy and muse).
     #[arg(long, value_name = "E")]
     effort: Option<String>,
     /// A harness session id to resume.

@@ -617,6 +617,19 @@ fn prompts_that_look_like_flags_reach_every_harness_as_data() {
 }
 
 #[test]
+fn the_effort_help_names_the_harnesses_that_refuse_or_ignore_it() {
+    let env = Env::new();
+    let o = env.cmd(&["agent", "--help"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Collapse the help's line wrapping before matching.
+    let help = stdout(&o).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains("refused for qwen and gemini") && help.contains("ignored by agy and muse"),
+        "{help}"
+    );
+}
+
+#[test]
 fn an_effort_that_is_not_a_plain_word_is_a_usage_error_before_launch() {
     for (harness, effort) in [
         ("codex", "high\" model=\"evil"),
