@@ -630,6 +630,38 @@ fn the_effort_help_names_the_harnesses_that_refuse_or_ignore_it() {
 }
 
 #[test]
+fn a_resume_id_that_could_be_a_flag_or_a_path_is_a_usage_error_before_launch() {
+    for (harness, id) in [
+        ("claude", "--help"),
+        ("codex", "-x"),
+        ("gemini", "../s"),
+        ("pi", "s.jsonl"),
+        ("pi", "a/b"),
+        ("qwen", ""),
+    ] {
+        let env = Env::new();
+        let flag = format!("--resume={id}");
+        let o = env
+            .cmd(&["agent", harness, &flag, "--", "fix the bug"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(125),
+            "{harness} {id:?}: {}",
+            stderr(&o)
+        );
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("invalid resume id {id:?} for {harness}")),
+            "{err}"
+        );
+        // Refused before launch: the fake (exit 90 on any argv) never ran.
+        assert!(!err.contains("fake "), "{err}");
+    }
+}
+
+#[test]
 fn an_effort_that_is_not_a_plain_word_is_a_usage_error_before_launch() {
     for (harness, effort) in [
         ("codex", "high\" model=\"evil"),
