@@ -627,6 +627,15 @@ fn the_effort_help_names_the_harnesses_that_refuse_or_ignore_it() {
         help.contains("refused for qwen and gemini") && help.contains("ignored by agy and muse"),
         "{help}"
     );
+    // `--retained` names every harness's record.
+    for command in ["agent", "interpret"] {
+        let o = env.cmd(&[command, "--help"]).output().unwrap();
+        let help = stdout(&o).split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            help.contains("Muse, Qwen Code, pi or Gemini CLI session log"),
+            "{command}: {help}"
+        );
+    }
 }
 
 #[test]
