@@ -515,3 +515,40 @@ fn an_opencode_step_finish_or_error_over_the_budget_still_ends_the_turn() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A Qwen `assistant` message past the value budget (a tool call with a large input) still
+/// counts its tokens: after a resume its messages' usage is the only count of the run's own.
+#[test]
+fn a_qwen_assistant_message_over_the_budget_still_counts_its_usage() {
+    let numbers = vec!["1"; MAX_JSON_VALUES].join(",");
+    let big = format!(
+        r#"{{"type":"assistant","session_id":"s1","parent_tool_use_id":null,"message":{{"model":"qwen-x","content":[{{"type":"tool_use","id":"t","name":"write_file","input":{{"values":[{numbers}]}}}}],"usage":{{"input_tokens":100,"cache_read_input_tokens":40,"output_tokens":7,"reasoning_tokens":2}}}}}}"#
+    );
+    let mut interp = Interpretation::new(Harness::Qwen);
+    interp.handle_line(big.as_bytes());
+    interp.handle_line(
+        br#"{"type":"assistant","session_id":"s1","parent_tool_use_id":null,"message":{"model":"qwen-x","content":[{"type":"text","text":"done"}],"usage":{"input_tokens":150,"output_tokens":3}}}"#,
+    );
+    // The result's usage is the session's running total: not the run's.
+    interp.handle_line(
+        br#"{"type":"result","subtype":"success","session_id":"s1","is_error":false,"num_turns":2,"result":"done","usage":{"input_tokens":9999,"output_tokens":9999}}"#,
+    );
+    let c = interp.finish(HarnessExit::Success).complete(None);
+    let usage = c.report.usage.expect("usage");
+    assert_eq!(
+        (
+            usage.input_tokens,
+            usage.cached_input_tokens,
+            usage.output_tokens,
+            usage.reasoning_tokens
+        ),
+        (250, 40, 10, 2)
+    );
+    assert_eq!(c.outcome.session_id.as_deref(), Some("s1"));
+    // Still reported as past the budget.
+    assert!(
+        c.report.warnings.iter().any(|w| w.contains("JSON budget")),
+        "{:?}",
+        c.report.warnings
+    );
+}

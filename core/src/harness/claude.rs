@@ -462,64 +462,85 @@ fn first<'a>(fields: &[&'a Str<'_>]) -> Option<&'a str> {
         .find_map(|f| f.get().filter(|s| !s.is_empty()))
 }
 
-/// Claude's result-text refusal predicates: after leading whitespace, `[cyber]` at the start,
-/// or `API Error:` at the start with `[cyber]` anywhere.
-/// Claude Code's over-long request: `terminal_reason: "prompt_too_long"` (2.1), or, from
-/// versions without that field, the result text it writes for the API's 400 answer.
+/// The token counts of a `usage` object the decoders read (a result's, or a Qwen assistant
+/// message's).
+const USAGE_FIELDS: json::Keep = json::Keep::Fields(&[
+    ("input_tokens", json::Keep::Scalar),
+    ("inputTokens", json::Keep::Scalar),
+    ("prompt_tokens", json::Keep::Scalar),
+    ("cache_read_input_tokens", json::Keep::Scalar),
+    ("cached_input_tokens", json::Keep::Scalar),
+    ("cacheReadInputTokens", json::Keep::Scalar),
+    ("cachedTokens", json::Keep::Scalar),
+    ("cache_creation_input_tokens", json::Keep::Scalar),
+    ("output_tokens", json::Keep::Scalar),
+    ("outputTokens", json::Keep::Scalar),
+    ("completion_tokens", json::Keep::Scalar),
+    ("reasoning_tokens", json::Keep::Scalar),
+    ("reasoningTokens", json::Keep::Scalar),
+    ("thoughtTokens", json::Keep::Scalar),
+    (
+        "output_tokens_details",
+        json::Keep::Fields(&[("thinking_tokens", json::Keep::Scalar)]),
+    ),
+]);
+
+/// The fields a partial read keeps, of every type it reads.
+const PARTIAL_FIELDS: &[(&str, json::Keep)] = {
+    use json::Keep::{Fields, Keys, Present, Scalar, Strings};
+    &[
+        ("type", Scalar),
+        ("subtype", Scalar),
+        ("is_error", Scalar),
+        ("result", Scalar),
+        ("parent_tool_use_id", Present),
+        ("num_turns", Scalar),
+        ("total_cost_usd", Scalar),
+        ("terminal_reason", Scalar),
+        ("errors", Strings),
+        ("modelUsage", Keys),
+        ("session_id", Scalar),
+        ("sessionId", Scalar),
+        // A Grok error's text, or a Qwen assistant message's model and usage (a string is
+        // kept as is).
+        (
+            "message",
+            Fields(&[
+                ("model", Scalar),
+                ("is_api_error_message", Scalar),
+                ("usage", USAGE_FIELDS),
+            ]),
+        ),
+        ("is_api_error_message", Scalar),
+        ("data", Scalar),
+        ("usage", USAGE_FIELDS),
+    ]
+};
+
 /// What is still read of a line past the JSON value budget: the turn's end (a `result`, or a
 /// Grok `error`) with the fields [`ClaudeDecoder::result`] reads, so a large payload does not
 /// make the turn look cut off; the bulk is skipped.
-const PARTIAL: json::Partial = {
-    use json::Keep::{Fields, Keys, Present, Scalar, Strings};
-    json::Partial {
-        types: &["result", "error"],
-        fields: &[
-            ("type", Scalar),
-            ("subtype", Scalar),
-            ("is_error", Scalar),
-            ("result", Scalar),
-            ("parent_tool_use_id", Present),
-            ("num_turns", Scalar),
-            ("total_cost_usd", Scalar),
-            ("terminal_reason", Scalar),
-            ("errors", Strings),
-            ("modelUsage", Keys),
-            ("session_id", Scalar),
-            ("sessionId", Scalar),
-            ("message", Scalar),
-            ("data", Scalar),
-            (
-                "usage",
-                Fields(&[
-                    ("input_tokens", Scalar),
-                    ("inputTokens", Scalar),
-                    ("prompt_tokens", Scalar),
-                    ("cache_read_input_tokens", Scalar),
-                    ("cached_input_tokens", Scalar),
-                    ("cacheReadInputTokens", Scalar),
-                    ("cachedTokens", Scalar),
-                    ("cache_creation_input_tokens", Scalar),
-                    ("output_tokens", Scalar),
-                    ("outputTokens", Scalar),
-                    ("completion_tokens", Scalar),
-                    ("reasoning_tokens", Scalar),
-                    ("reasoningTokens", Scalar),
-                    ("thoughtTokens", Scalar),
-                    (
-                        "output_tokens_details",
-                        Fields(&[("thinking_tokens", Scalar)]),
-                    ),
-                ]),
-            ),
-        ],
-    }
+const PARTIAL: json::Partial = json::Partial {
+    types: &["result", "error"],
+    fields: PARTIAL_FIELDS,
 };
 
+/// Qwen's partial read: also its `assistant` messages, whose `usage` is the only count of the
+/// run's own tokens after a resume (a message carrying a large tool call must still count).
+const QWEN_PARTIAL: json::Partial = json::Partial {
+    types: &["result", "error", "assistant"],
+    fields: PARTIAL_FIELDS,
+};
+
+/// Claude Code's over-long request: `terminal_reason: "prompt_too_long"` (2.1), or, from
+/// versions without that field, the result text it writes for the API's 400 answer.
 fn is_prompt_too_long(v: &Value, text: Option<&str>) -> bool {
     json::str(v, "terminal_reason") == Some("prompt_too_long")
         || text.is_some_and(|t| t.trim_start().starts_with("Prompt is too long"))
 }
 
+/// Claude's result-text refusal predicates: after leading whitespace, `[cyber]` at the start,
+/// or `API Error:` at the start with `[cyber]` anywhere.
 fn is_cyber_refusal_text(text: &str) -> bool {
     let t = text.trim_start();
     t.starts_with("[cyber]") || (t.starts_with("API Error:") && t.contains("[cyber]"))
@@ -583,7 +604,12 @@ impl StreamDecoder for ClaudeDecoder {
             self.assistant(&frame, &mut update);
             return update;
         }
-        let Some(v) = self.drift.object_or_partial(line, Some(&PARTIAL)) else {
+        let partial = if self.dialect == Dialect::Qwen {
+            &QWEN_PARTIAL
+        } else {
+            &PARTIAL
+        };
+        let Some(v) = self.drift.object_or_partial(line, Some(partial)) else {
             return update;
         };
         let Some(kind) = json::str(&v, "type") else {

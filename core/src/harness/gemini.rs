@@ -10,8 +10,11 @@
 //!   replaces it).
 //! * `tool_use{tool_name, tool_id, parameters}` (the shell is `run_shell_command` with
 //!   `parameters.command`) and `tool_result{tool_id, status, output, error}`.
-//! * `error{severity, message}`: a warning (loop detection, turn limits); the turn's fate is
-//!   the result's.
+//! * `error{severity, message}`: `severity: "warning"` (loop detection: "Loop detected,
+//!   stopping execution") is a diagnostic and the turn's fate is the result's; `severity:
+//!   "error"` is fatal even though the CLI follows it with a `result` of `status: "success"`
+//!   (the turn limit: "Maximum session turns exceeded"), and it is the only reason given when
+//!   a `result` of `status: "error"` has no `error` object (an invalid stream).
 //! * `result{status, error{type, message}, stats{total_tokens, input_tokens, output_tokens,
 //!   cached, tool_calls, models{<model>: {total_tokens, input_tokens, output_tokens, …}}}}`:
 //!   the terminal event. `stats.models` names the models the API said served the requests
@@ -78,6 +81,9 @@ pub(crate) struct GeminiDecoder {
     replied: bool,
     failure: Option<String>,
     failure_kind: Option<FailureKind>,
+    /// The message of the last `error` event of `severity: "error"` since the last result:
+    /// it fails the turn the next result ends, whatever that result's status.
+    fatal_error: Option<String>,
     usage: Option<Usage>,
     diagnostics: Vec<String>,
     terminal_seen: bool,
@@ -208,15 +214,50 @@ impl GeminiDecoder {
         if stats.is_object() {
             self.usage = Some(stream_usage(stats));
         }
-        if json::str(v, "status") == Some("error") {
-            let error = v.get("error").unwrap_or(&Value::Null);
-            let (text, kind) = error_text(error);
-            self.failure = Some(text);
-            self.failure_kind = kind;
-        } else {
-            self.failure = None;
-            self.failure_kind = None;
+        let fatal = self.fatal_error.take();
+        let failed = json::str(v, "status") == Some("error");
+        // An error that names neither a message nor a type says nothing.
+        let own = v.get("error").filter(|e| {
+            json::nonempty(e, "message").is_some()
+                || json::nonempty(e, "type").is_some_and(|t| t != "unknown")
+        });
+        let (failure, kind) = match own {
+            // The result's own error is the most specific reason.
+            Some(error) if failed => {
+                let (text, kind) = error_text(error);
+                (Some(text), kind)
+            }
+            // A fatal error event before the result is the reason: the CLI reports an
+            // invalid stream as a bare `status: "error"`, and its turn limit as a success.
+            _ => match fatal {
+                Some(m) => {
+                    let kind = failure_kind(&m, None);
+                    (Some(m), kind)
+                }
+                None if failed => (Some("the turn failed".to_owned()), None),
+                None => (None, None),
+            },
+        };
+        self.failure = failure;
+        self.failure_kind = kind;
+    }
+
+    fn error_event(&mut self, v: &Value, update: &mut StreamUpdate) {
+        let Some(m) = json::nonempty(v, "message") else {
+            return;
+        };
+        let severity = json::nonempty(v, "severity");
+        if severity == Some("error") {
+            self.fatal_error = Some(m.to_owned());
         }
+        // Shown either way: a warning is the only trace of why the turn stopped early, and
+        // a fatal error keeps its severity in the diagnostics beside the failure it causes.
+        let line = match severity {
+            Some(s) => format!("{s}: {m}"),
+            None => m.to_owned(),
+        };
+        self.diagnostic(&line);
+        update.progress.push(progress::detail(&line));
     }
 }
 
@@ -265,13 +306,19 @@ fn error_text(error: &Value) -> (String, Option<FailureKind>) {
         }),
         None => kind.unwrap_or("the turn failed").to_owned(),
     };
+    let kind = failure_kind(&text, kind);
+    (text, kind)
+}
+
+/// The failure kind of a diagnostic `text` (of a result whose error has type `kind`).
+fn failure_kind(text: &str, kind: Option<&str>) -> Option<FailureKind> {
     let lower = text.to_lowercase();
     // The Gemini API's over-long request: "The input token count (N) exceeds the maximum
     // number of tokens allowed (M)."; the CLI's own check names the context window.
     let context = (lower.contains("input token count") && lower.contains("exceeds the maximum"))
         || lower.contains("context window")
         || kind == Some("context_window_overflow");
-    (text, context.then_some(FailureKind::ContextLength))
+    context.then_some(FailureKind::ContextLength)
 }
 
 /// `message (HTTP 400, INVALID_ARGUMENT)` from `[API Error: <the API's error body>]`; `None`
@@ -334,16 +381,7 @@ impl StreamDecoder for GeminiDecoder {
                     }
                 }
             }
-            "error" => {
-                if let Some(m) = json::nonempty(&v, "message") {
-                    let line = match json::nonempty(&v, "severity") {
-                        Some(s) => format!("{s}: {m}"),
-                        None => m.to_owned(),
-                    };
-                    self.diagnostic(&line);
-                    update.progress.push(progress::detail(&line));
-                }
-            }
+            "error" => self.error_event(&v, &mut update),
             "result" => self.result(&v, &mut update),
             other => self.drift.unknown(other),
         }
@@ -511,6 +549,84 @@ mod tests {
         for odd in ["[API Error: not json]", "[API Error: {\"error\":{}}]", "{"] {
             assert_eq!(api_error_text(odd), None, "{odd}");
         }
+    }
+
+    fn feed(lines: &[&str]) -> Facts {
+        let mut d = Box::new(GeminiDecoder::default());
+        for l in lines {
+            d.condense(l.as_bytes());
+        }
+        d.complete()
+    }
+
+    #[test]
+    fn a_fatal_error_event_fails_a_turn_the_result_calls_a_success() {
+        // Gemini CLI 0.61 at its turn limit.
+        let facts = feed(&[
+            r#"{"type":"init","session_id":"s","model":"m"}"#,
+            r#"{"type":"message","role":"assistant","content":"working","delta":true}"#,
+            r#"{"type":"error","severity":"error","message":"Maximum session turns exceeded"}"#,
+            r#"{"type":"result","status":"success","stats":{"total_tokens":3}}"#,
+        ]);
+        assert_eq!(
+            facts.failure.as_deref(),
+            Some("Maximum session turns exceeded")
+        );
+        assert_eq!(
+            facts.diagnostics,
+            vec!["error: Maximum session turns exceeded".to_owned()]
+        );
+        // A warning leaves the success standing and stays a diagnostic.
+        let facts = feed(&[
+            r#"{"type":"error","severity":"warning","message":"Loop detected, stopping execution"}"#,
+            r#"{"type":"result","status":"success"}"#,
+        ]);
+        assert_eq!(facts.failure, None);
+        assert_eq!(
+            facts.diagnostics,
+            vec!["warning: Loop detected, stopping execution".to_owned()]
+        );
+        // A fatal error belongs to the turn the next result ends, not to a later one.
+        let facts = feed(&[
+            r#"{"type":"error","severity":"error","message":"Maximum session turns exceeded"}"#,
+            r#"{"type":"result","status":"success"}"#,
+            r#"{"type":"result","status":"success"}"#,
+        ]);
+        assert_eq!(facts.failure, None);
+    }
+
+    #[test]
+    fn a_bare_error_result_takes_the_reason_of_the_fatal_error_event() {
+        // An invalid stream: the result carries no error object.
+        let facts = feed(&[
+            r#"{"type":"error","severity":"error","message":"Model stream ended with an invalid chunk"}"#,
+            r#"{"type":"result","status":"error"}"#,
+        ]);
+        assert_eq!(
+            facts.failure.as_deref(),
+            Some("Model stream ended with an invalid chunk")
+        );
+        let facts = feed(&[
+            r#"{"type":"error","severity":"error","message":"the input token count exceeds the maximum"}"#,
+            r#"{"type":"result","status":"error","error":{"type":"unknown"}}"#,
+        ]);
+        assert_eq!(
+            facts.failure.as_deref(),
+            Some("the input token count exceeds the maximum")
+        );
+        assert_eq!(facts.failure_kind, Some(FailureKind::ContextLength));
+        // The result's own error wins over the event's.
+        let facts = feed(&[
+            r#"{"type":"error","severity":"error","message":"earlier"}"#,
+            r#"{"type":"result","status":"error","error":{"message":"own"}}"#,
+        ]);
+        assert_eq!(facts.failure.as_deref(), Some("own"));
+        // Neither: the generic text.
+        let facts = feed(&[
+            r#"{"type":"error","severity":"warning","message":"a warning"}"#,
+            r#"{"type":"result","status":"error"}"#,
+        ]);
+        assert_eq!(facts.failure.as_deref(), Some("the turn failed"));
     }
 
     #[test]

@@ -25,9 +25,15 @@ impl Harness {
     /// must be a word of lowercase letters, digits, `-` and `_` not starting with `-`.
     /// [`LaunchError::EffortUnsupported`] for an effort to Qwen Code or Gemini CLI, which take
     /// one only from their settings.
+    /// [`LaunchError::InvalidResume`] when the resume id is not a [`plausible_session_id`]
+    /// (it would be read as a flag or a path), or, for pi, ends in `.jsonl` (pi opens such a
+    /// `--session` value as a session file).
     pub fn invocation(self, request: &LaunchRequest) -> Result<Invocation, LaunchError> {
         if let Some(effort) = &request.effort {
             check_effort(self, effort)?;
+        }
+        if let Some(id) = &request.resume {
+            check_resume(self, id)?;
         }
         if let Some(model) = &request.model {
             check_model(self, model)?;
@@ -313,6 +319,36 @@ fn check_model(harness: Harness, model: &str) -> Result<(), LaunchError> {
     }
 }
 
+/// Whether a session id may name a file or an argument: letters, digits, `-`, `_`, `.`,
+/// `:`, not starting with `-` or `.`, at most 256 bytes (no paths, no options).
+pub fn plausible_session_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 256
+        && !id.starts_with(['-', '.'])
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+}
+
+/// A resume id goes out as the value of the harness's resume option (or Codex's `resume`
+/// subcommand): it must not be readable as a flag or as a path.
+fn check_resume(harness: Harness, id: &str) -> Result<(), LaunchError> {
+    // pi's `--session` takes a path as well as an id: a value with a path separator or
+    // ending in `.jsonl` is opened as a file (the first is already refused above).
+    let ok = plausible_session_id(id) && !(harness == Harness::Pi && id.ends_with(".jsonl"));
+    if ok {
+        Ok(())
+    } else {
+        Err(LaunchError::InvalidResume {
+            harness,
+            id: id.chars().take(MAX_RESUME_CHARS).collect(),
+        })
+    }
+}
+
+/// The most characters of a refused resume id kept in its error.
+const MAX_RESUME_CHARS: usize = 256;
+
 fn check_effort(harness: Harness, effort: &str) -> Result<(), LaunchError> {
     if matches!(harness, Harness::Qwen | Harness::Gemini) {
         return Err(LaunchError::EffortUnsupported { harness });
@@ -382,6 +418,18 @@ pub enum LaunchError {
     EffortUnsupported {
         /// The harness.
         harness: Harness,
+    },
+    /// The resume id could be read as a flag or a path, or is not an id at all.
+    #[error(
+        "invalid resume id {id:?} for {harness}: expected a session id (letters, digits, '-', \
+         '_', '.' and ':', not starting with '-' or '.', at most 256 characters; for pi not \
+         ending in .jsonl)"
+    )]
+    InvalidResume {
+        /// The harness.
+        harness: Harness,
+        /// The resume id (at most its first 256 characters).
+        id: String,
     },
 }
 
@@ -492,6 +540,47 @@ pub struct StopSignals {
 mod tests {
     use super::*;
     use crate::harness::Harness;
+
+    #[test]
+    fn a_resume_id_that_could_be_a_flag_or_a_path_is_refused_for_every_harness() {
+        for harness in Harness::ALL {
+            let resume = |id: &str| {
+                harness.invocation(&LaunchRequest {
+                    prompt: "p".into(),
+                    resume: Some(id.into()),
+                    ..LaunchRequest::default()
+                })
+            };
+            for id in ["-x", "--help", "", "a/b", "..\\x", ".hidden", "a b", "x\n"] {
+                assert_eq!(
+                    resume(id),
+                    Err(LaunchError::InvalidResume {
+                        harness,
+                        id: id.into()
+                    }),
+                    "{harness} {id:?}"
+                );
+            }
+            let long = "a".repeat(300);
+            assert!(
+                matches!(resume(&long), Err(LaunchError::InvalidResume { id, .. }) if id.len() == 256),
+                "{harness}"
+            );
+            for id in [
+                "ses_abc123",
+                "0b7f.e:1",
+                "5f0c1f3e-6a3b-4d0e-9a57-2f1d7c7b9e10",
+            ] {
+                assert!(resume(id).is_ok(), "{harness} {id:?}");
+            }
+            // Only pi reads a `.jsonl` value as a session file.
+            assert_eq!(
+                resume("s.jsonl").is_err(),
+                harness == Harness::Pi,
+                "{harness}"
+            );
+        }
+    }
 
     fn with_effort(harness: Harness, effort: &str) -> Result<Invocation, LaunchError> {
         harness.invocation(&LaunchRequest {

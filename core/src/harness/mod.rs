@@ -54,7 +54,7 @@ pub use decode::{
 };
 pub use launch::{
     Invocation, LaunchError, LaunchRequest, MAX_ARG_BYTES, PromptDelivery, Stdin, StopSignal,
-    StopSignals,
+    StopSignals, plausible_session_id,
 };
 
 /// The one interface callers use; see [`interpretation::Interpretation`].

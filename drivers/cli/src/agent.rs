@@ -4,7 +4,8 @@
 //! interpret`, shared printing in `interpret.rs`), then the completion and the final message;
 //! the run summary and the `agentrun read` commands for the artifacts on stderr. This file
 //! only parses arguments and formats: launching, live interpretation, retention and the
-//! retained record (OpenCode export, Muse log, Codex session file) are the library's.
+//! retained record (OpenCode export, Muse, Qwen Code, pi and Gemini CLI logs, Codex session
+//! file) are the library's.
 //!
 //! Exit codes: 0 when the session succeeded; 1 when it did not (a failed turn, a safeguard
 //! refusal under `--security`, a harness that exited non-zero or was killed by a signal, a
@@ -43,8 +44,8 @@ pub(crate) struct AgentArgs {
     #[arg(long, value_name = "M")]
     model: Option<String>,
     /// The reasoning effort to request, a plain word such as `high` (claude, grok, codex;
-    /// opencode as its variant; pi as `--thinking`; refused for qwen, which takes it only
-    /// from its settings; ignored by the others).
+    /// opencode as its variant; pi as `--thinking`; refused for qwen and gemini, which take
+    /// it only from their settings; ignored by agy and muse).
     #[arg(long, value_name = "E")]
     effort: Option<String>,
     /// A harness session id to resume.
@@ -67,8 +68,9 @@ pub(crate) struct AgentArgs {
     /// Stop the harness when it printed nothing for this long; exit code 124.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse_timeout)]
     idle_timeout: Option<Duration>,
-    /// The retained record to reconcile with, instead of the harness's own (Muse session log;
-    /// OpenCode export, as `opencode export ID` prints it).
+    /// The retained record to reconcile with, instead of the harness's own (the Muse, Qwen
+    /// Code, pi or Gemini CLI session log; the Codex session file; the OpenCode export, as
+    /// `opencode export ID` prints it).
     #[arg(long, value_name = "FILE")]
     retained: Option<PathBuf>,
     /// Print JSON lines: `{"progress": …}` per progress line, then one completion object

@@ -34,7 +34,8 @@ pub(crate) struct InterpretArgs {
     /// The model the session requested (security wording; never an observation).
     #[arg(long, value_name = "M", requires = "security")]
     requested_model: Option<String>,
-    /// The retained record to reconcile with (Muse session log, OpenCode session export).
+    /// The retained record to reconcile with (the Muse, Qwen Code, pi or Gemini CLI session
+    /// log, the Codex session file, the OpenCode session export).
     #[arg(long, value_name = "FILE")]
     retained: Option<PathBuf>,
     /// Print JSON lines: `{"progress": …}` per progress line, then one completion object.

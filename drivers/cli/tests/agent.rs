@@ -617,6 +617,60 @@ fn prompts_that_look_like_flags_reach_every_harness_as_data() {
 }
 
 #[test]
+fn the_effort_help_names_the_harnesses_that_refuse_or_ignore_it() {
+    let env = Env::new();
+    let o = env.cmd(&["agent", "--help"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Collapse the help's line wrapping before matching.
+    let help = stdout(&o).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains("refused for qwen and gemini") && help.contains("ignored by agy and muse"),
+        "{help}"
+    );
+    // `--retained` names every harness's record.
+    for command in ["agent", "interpret"] {
+        let o = env.cmd(&[command, "--help"]).output().unwrap();
+        let help = stdout(&o).split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            help.contains("Muse, Qwen Code, pi or Gemini CLI session log"),
+            "{command}: {help}"
+        );
+    }
+}
+
+#[test]
+fn a_resume_id_that_could_be_a_flag_or_a_path_is_a_usage_error_before_launch() {
+    for (harness, id) in [
+        ("claude", "--help"),
+        ("codex", "-x"),
+        ("gemini", "../s"),
+        ("pi", "s.jsonl"),
+        ("pi", "a/b"),
+        ("qwen", ""),
+    ] {
+        let env = Env::new();
+        let flag = format!("--resume={id}");
+        let o = env
+            .cmd(&["agent", harness, &flag, "--", "fix the bug"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(125),
+            "{harness} {id:?}: {}",
+            stderr(&o)
+        );
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("invalid resume id {id:?} for {harness}")),
+            "{err}"
+        );
+        // Refused before launch: the fake (exit 90 on any argv) never ran.
+        assert!(!err.contains("fake "), "{err}");
+    }
+}
+
+#[test]
 fn an_effort_that_is_not_a_plain_word_is_a_usage_error_before_launch() {
     for (harness, effort) in [
         ("codex", "high\" model=\"evil"),

@@ -97,10 +97,11 @@ pub fn find_session_log(
 
 /// The candidate logs of Gemini CLI session `id`, newest first:
 /// `<GEMINI_CLI_HOME or HOME>/.gemini/tmp/<project>/chats/session-<date>-<id8>.jsonl`, where
-/// `<id8>` is the id's first 8 characters. Only a log's header says which session it is (a
-/// resumed session gets a new file per run, and ids may share their first 8 characters), so
-/// the caller takes the first candidate whose header names `id`. `None` when neither variable
-/// is set. Bounded: at most 4096 entries per directory.
+/// `<id8>` is the id's first 8 characters. Only a log's header says which session it is (ids
+/// may share their first 8 characters; a resumed session's runs are appended to the file of
+/// its first run, within the same session), so the caller takes the first candidate whose
+/// header names `id`. `None` when neither variable is set. Bounded: at most 4096 entries per
+/// directory.
 pub fn find_gemini_log(env: impl Fn(&str) -> Option<OsString>, id: &str) -> Option<Vec<PathBuf>> {
     let home = env("GEMINI_CLI_HOME").or_else(|| env("HOME"))?;
     let tmp = PathBuf::from(home).join(".gemini").join("tmp");

@@ -37,6 +37,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentrun_core::PreviewLimits;
+/// The rule the launch applies to resume ids, applied here to the session ids a stream
+/// reports before they name a file.
+pub use agentrun_core::harness::plausible_session_id;
 use agentrun_core::harness::retained::codex_token_total;
 use agentrun_core::harness::{
     Completion, Harness, HarnessExit, Interpretation, LaunchError, LaunchRequest, OutcomeStatus,
@@ -780,17 +783,6 @@ async fn blocking<R: Runtime, T: Send + 'static>(
         .spawn_blocking(job)
         .await
         .map_err(|e| e.to_string())?
-}
-
-/// Whether a session id may name a file or an argument: letters, digits, `-`, `_`, `.`,
-/// `:`, not starting with `-` or `.` (no paths, no options).
-pub fn plausible_session_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 256
-        && !id.starts_with(['-', '.'])
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
 }
 
 /// Reads `path` from `offset`, refusing more than [`RETAINED_CAP`] bytes, and anything but a
