@@ -475,6 +475,10 @@ async def compact(agentrun, store):
         check(data["retried"] and data["retry_reason"] == "context length exceeded", f"{data}")
         check(data["references"][0]["read"] == {"filePath": hints[0][0], "offset": 0}, f"{data['references']}")
         check(data["retained"]["kept"] == [hints[0][0]], f"{data['retained']}")
+        links = [b for b in result.content if getattr(b, "type", None) == "resource_link"]
+        check([str(l.uri) for l in links] == [hints[0][0]], f"one resource link per kept artifact: {links}")
+        linked = await session.read_resource(links[0].uri)
+        check(linked.contents[0].text == log, "the resource link reads back the tool output")
         check(open(path, "rb").read() == before, "the transcript is unchanged")
 
         # A summarizer failure that is not about size: an error result with the attempts.

@@ -19,7 +19,9 @@ use agentrun_process::{
 };
 use agentrun_tokio::Runner;
 use rmcp::RoleServer;
-use rmcp::model::{CallToolResult, ContentBlock, ErrorData, JsonObject, Tool, ToolAnnotations};
+use rmcp::model::{
+    CallToolResult, ContentBlock, ErrorData, JsonObject, Resource, Tool, ToolAnnotations,
+};
 use rmcp::service::RequestContext;
 use serde_json::{Value, json};
 
@@ -251,6 +253,42 @@ fn hints_text(done: &CompactRun) -> String {
     out
 }
 
+/// A resource link for each artifact the compaction kept (the retained tool outputs first), as
+/// many as fit `budget` bytes of serialized content: a client that follows links reads them
+/// with `resources/read`, one that does not has the same URIs in the read hints.
+fn resource_links(done: &CompactRun, budget: usize) -> Vec<ContentBlock> {
+    let mut uris: Vec<(String, String)> = done
+        .references
+        .iter()
+        .map(|r| {
+            let name = format!("tool output of {}", render::clip(&r.tool_use_id, 128));
+            (r.uri.clone(), name)
+        })
+        .collect();
+    if let Some(retained) = &done.retained {
+        for uri in &retained.kept {
+            let uri = uri.to_string();
+            if !uris.iter().any(|(u, _)| *u == uri) {
+                uris.push((uri, "artifact kept by the compaction".to_owned()));
+            }
+        }
+    }
+    let mut left = budget;
+    let mut links = Vec::new();
+    for (uri, name) in uris {
+        let link = ContentBlock::resource_link(
+            Resource::new(uri, name).with_mime_type("text/plain; charset=utf-8"),
+        );
+        let size = serde_json::to_string(&link).map_or(usize::MAX, |s| s.len() + 1);
+        if size > left {
+            break;
+        }
+        left -= size;
+        links.push(link);
+    }
+    links
+}
+
 fn success_json(done: &CompactRun, summary_artifact: Option<String>) -> Value {
     json!({
         "summary": done.summary,
@@ -323,8 +361,13 @@ impl McpServer {
                 let mut text = head;
                 push_answer(&mut text, &answer, "Summary", "summary", room);
                 text.push_str(&tail);
-                let mut out =
-                    CallToolResult::success(vec![ContentBlock::text(render::fit(text, max))]);
+                let text = render::fit(text, max);
+                // The links share what the text left of the payload bound, at most a quarter
+                // of it: a result stays within the bound however many artifacts were kept.
+                let links = resource_links(&done, max.saturating_sub(text.len()).min(max / 4));
+                let mut content = vec![ContentBlock::text(text)];
+                content.extend(links);
+                let mut out = CallToolResult::success(content);
                 if self.inner.structured_content {
                     let artifact = match &answer {
                         render::Answer::Retained(record) => Some(record.output_uri().to_string()),
