@@ -109,3 +109,22 @@ fn failure_kind_is_serialized_only_when_present() {
     let json = serde_json::to_value(complete(interp).outcome).unwrap();
     assert!(json.get("failure_kind").is_none());
 }
+
+#[test]
+fn every_kind_serializes_as_its_stable_name_and_only_rate_limits_and_overloads_retry() {
+    for kind in FailureKind::ALL {
+        let json = serde_json::to_value(kind).unwrap();
+        assert_eq!(json, kind.as_str(), "{kind:?}");
+        assert_eq!(kind.to_string(), kind.as_str());
+        let back: FailureKind = serde_json::from_value(json).unwrap();
+        assert_eq!(back, kind);
+    }
+    let retryable: Vec<_> = FailureKind::ALL
+        .into_iter()
+        .filter(|k| k.is_retryable())
+        .collect();
+    assert_eq!(
+        retryable,
+        [FailureKind::RateLimited, FailureKind::Overloaded]
+    );
+}

@@ -57,16 +57,96 @@ pub enum Evidence {
     Refusal(RefusalCategory),
 }
 
-/// A turn failure a decoder can tell apart from the others, because a caller reacts to it
-/// differently.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+/// Why a turn failed, one set for every harness, so a caller reacts to the kind (retry a rate
+/// limit, shrink the input of a context overflow, stop on a bad key) without parsing any
+/// harness's wording. Absent on success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum FailureKind {
+    /// The API refused the request for its rate or quota (HTTP 429).
+    RateLimited,
+    /// The API is overloaded (HTTP 529 or 503, "high demand").
+    Overloaded,
+    /// Another server-side API error (5xx).
+    ServerError,
+    /// The credentials were missing, invalid or not allowed (HTTP 401, 403).
+    Auth,
     /// The request did not fit the model's context window (Claude Code's `prompt_too_long`
     /// result, Codex's "ran out of room in the model's context window", OpenCode's
     /// `ContextOverflowError`). A summarizer failing this way may be retried with less input.
     ContextLength,
+    /// A safeguard refused the work (the security policy's refusal evidence).
+    Refused,
+    /// The harness's permission mode refused a tool the turn needed.
+    PermissionDenied,
+    /// The API could not be reached (connection refused, DNS, TLS, reset).
+    Network,
+    /// The stream ended without its terminal event (a crash, a killed pipe, a partial log).
+    CutOff,
+    /// agentrun stopped the harness because no event line arrived for the stall timeout.
+    Stalled,
+    /// agentrun stopped the harness, or started no further turn, because a cost or token
+    /// budget was spent.
+    Budget,
+}
+
+impl FailureKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [FailureKind; 11] = [
+        FailureKind::RateLimited,
+        FailureKind::Overloaded,
+        FailureKind::ServerError,
+        FailureKind::Auth,
+        FailureKind::ContextLength,
+        FailureKind::Refused,
+        FailureKind::PermissionDenied,
+        FailureKind::Network,
+        FailureKind::CutOff,
+        FailureKind::Stalled,
+        FailureKind::Budget,
+    ];
+
+    /// The stable name, as in JSON (`rate_limited`, `context_length`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::RateLimited => "rate_limited",
+            FailureKind::Overloaded => "overloaded",
+            FailureKind::ServerError => "server_error",
+            FailureKind::Auth => "auth",
+            FailureKind::ContextLength => "context_length",
+            FailureKind::Refused => "refused",
+            FailureKind::PermissionDenied => "permission_denied",
+            FailureKind::Network => "network",
+            FailureKind::CutOff => "cut_off",
+            FailureKind::Stalled => "stalled",
+            FailureKind::Budget => "budget",
+        }
+    }
+
+    /// Whether waiting and resuming the same session may succeed: a rate limit or an
+    /// overload passes; every other kind would fail the same way again.
+    pub fn is_retryable(self) -> bool {
+        matches!(self, FailureKind::RateLimited | FailureKind::Overloaded)
+    }
+}
+
+impl fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// When the harness said a retryable failure passes, as the stream gave it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RetryAfter {
+    /// Wait this many milliseconds (a `Retry-After` header in seconds, Claude's
+    /// `retry_delay_ms`).
+    DelayMs(u64),
+    /// The limit resets at this Unix time, in seconds (a reset timestamp).
+    ResetAtUnixSecs(u64),
 }
 
 /// What one line condenses to.
@@ -97,6 +177,8 @@ pub struct Facts {
     /// What kind of failure [`Facts::failure`] is, when the dialect says so; `None` for an
     /// unclassified failure or no failure.
     pub failure_kind: Option<FailureKind>,
+    /// When a retryable failure passes, when the stream said so.
+    pub retry_after: Option<RetryAfter>,
     /// Work the harness killed or left unfinished (task descriptions or commands).
     pub killed_work: Vec<String>,
     /// The human summary (`N turns, $X.XX`, token counts, …).

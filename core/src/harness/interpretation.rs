@@ -36,8 +36,8 @@ use serde::Serialize;
 
 use super::retained::{RetainedRecord, RetainedRequest};
 use super::{
-    Evidence, Facts, FailureKind, Harness, ModelScope, RefusalCategory, StreamDecoder, Usage,
-    UsageScope,
+    Evidence, Facts, FailureKind, Harness, ModelScope, RefusalCategory, RetryAfter, StreamDecoder,
+    Usage, UsageScope,
 };
 
 /// Most line numbers of oversized lines remembered (the count goes on).
@@ -593,10 +593,14 @@ impl Finished {
             OutcomeStatus::TurnFailed { .. } => facts.failure_kind,
             _ => None,
         };
+        let retry_after = facts
+            .retry_after
+            .filter(|_| failure_kind.is_some_and(FailureKind::is_retryable));
         Completion {
             report,
             outcome: Outcome {
                 failure_kind,
+                retry_after,
                 session_id: facts.session_id,
                 final_message,
                 killed_work: facts.killed_work,
@@ -744,6 +748,10 @@ pub struct Outcome {
     /// [`OutcomeStatus::TurnFailed`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure_kind: Option<FailureKind>,
+    /// When a retryable failure passes, when the harness said so (only with a
+    /// [`FailureKind::is_retryable`] kind).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<RetryAfter>,
 }
 
 /// How a session ended.

@@ -49,8 +49,8 @@ pub use usage::{Usage, UsageLedger, UsageScope};
 
 pub(crate) use decode::Drift;
 pub use decode::{
-    Evidence, Facts, FailureKind, MAX_UNKNOWN_TYPES, ModelScope, RefusalCategory, StreamDecoder,
-    StreamUpdate,
+    Evidence, Facts, FailureKind, MAX_UNKNOWN_TYPES, ModelScope, RefusalCategory, RetryAfter,
+    StreamDecoder, StreamUpdate,
 };
 pub use launch::{
     Invocation, LaunchError, LaunchRequest, MAX_ARG_BYTES, PromptDelivery, Stdin, StopSignal,
