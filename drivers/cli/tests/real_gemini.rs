@@ -15,6 +15,8 @@ use agentrun_tests::agent_clis::{self, AgentCli, GEMINI_MAX_ATTEMPTS};
 use agentrun_tests::model_server::{Api, ModelServer, Reply, Request, TokenUsage, replies};
 use serde_json::Value;
 
+#[path = "support/connect_trace.rs"]
+mod connect_trace;
 #[path = "support/sandbox.rs"]
 mod sandbox;
 
@@ -60,28 +62,11 @@ impl Sandbox {
         (o, last)
     }
 
-    /// Puts a `gemini` on `PATH` that runs the real one under `strace`, logging every
-    /// `connect` of the CLI and its children to the returned file.
+    /// Runs the real `gemini` under `strace`; returns the log of its connections.
     fn trace_connections(&mut self) -> PathBuf {
-        let bin = self.sandbox.path("traced-bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        let log = self.sandbox.path("connect.log");
+        let dir = self.sandbox.path("trace");
         let real = agent_clis::executable(AgentCli::Gemini);
-        let wrapper = bin.join("gemini");
-        std::fs::write(
-            &wrapper,
-            format!(
-                "#!/bin/sh\nexec strace -f -qq -e trace=connect -o '{}' '{}' \"$@\"\n",
-                log.display(),
-                real.display()
-            ),
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let path = self.env.iter_mut().find(|(k, _)| k == "PATH").unwrap();
-        path.1 = format!("{}:{}", bin.display(), path.1);
-        log
+        connect_trace::trace(&real, "gemini", &dir, &mut self.env)
     }
 }
 
@@ -116,15 +101,6 @@ const USAGE: TokenUsage = TokenUsage {
     output: 20,
     reasoning: 4,
 };
-
-/// Every address `connect` was called with in the strace log: `(family, address, port)`.
-fn connections(log: &Path) -> Vec<String> {
-    let log = std::fs::read_to_string(log).unwrap_or_default();
-    log.lines()
-        .filter(|l| l.contains("connect(") && (l.contains("AF_INET") || l.contains("AF_INET6")))
-        .map(str::to_owned)
-        .collect()
-}
 
 #[test]
 fn a_text_answer_names_the_served_model_and_reaches_no_other_host() {
@@ -173,15 +149,7 @@ fn a_text_answer_names_the_served_model_and_reaches_no_other_host() {
     );
     assert_eq!(last_user_text(&requests[0]), "say hello");
     // Every connection the CLI (and anything it started) opened went to the model server.
-    let port = server.addr().port();
-    let seen = connections(&log);
-    assert!(!seen.is_empty(), "strace logged no connection");
-    for line in &seen {
-        assert!(
-            line.contains("inet_addr(\"127.0.0.1\")") && line.contains(&format!("htons({port})")),
-            "a connection elsewhere than the model server: {line}"
-        );
-    }
+    connect_trace::assert_only_to(&log, server.addr().port());
 }
 
 #[test]

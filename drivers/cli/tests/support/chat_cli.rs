@@ -11,6 +11,8 @@ use agentrun_tests::agent_clis::{self, AgentCli};
 use agentrun_tests::model_server::{ModelServer, Reply, Request, TokenUsage, replies};
 use serde_json::Value;
 
+#[path = "connect_trace.rs"]
+mod connect_trace;
 #[path = "sandbox.rs"]
 mod sandbox;
 
@@ -48,6 +50,13 @@ impl Cli {
 
     pub(crate) fn home(&self) -> PathBuf {
         self.sandbox.path("home")
+    }
+
+    /// Runs the real CLI under `strace` from now on; returns the log of its connections.
+    pub(crate) fn trace_connections(&mut self) -> PathBuf {
+        let dir = self.sandbox.path("trace");
+        let real = agent_clis::executable(self.cli);
+        connect_trace::trace(&real, self.cli.name(), &dir, &mut self.env)
     }
 
     pub(crate) fn command(&self, args: &[&str]) -> Command {
@@ -117,7 +126,8 @@ pub(crate) const SERVED: &str = "served-model-7";
 
 pub(crate) fn a_text_answer_names_the_served_model(cli: AgentCli, flags: &[&str]) -> Value {
     let server = server(cli, vec![Reply::text("Hello there.").with_model(SERVED)]);
-    let c = Cli::new(cli, &server, flags);
+    let mut c = Cli::new(cli, &server, flags);
+    let log = c.trace_connections();
     let (o, last) = c.agent(&[], "say hello");
     assert_eq!(o.status.code(), Some(0), "{}", describe(&o));
     assert!(!text(&o.stderr).contains("warning"), "{}", describe(&o));
@@ -139,6 +149,8 @@ pub(crate) fn a_text_answer_names_the_served_model(cli: AgentCli, flags: &[&str]
     assert_eq!(requests.len(), 1);
     assert_eq!(last_user_text(&requests[0]), "say hello");
     only_the_server(&server);
+    // Every connection the CLI (and anything it started) opened went to the model server.
+    connect_trace::assert_only_to(&log, server.addr().port());
     last
 }
 
