@@ -230,3 +230,26 @@ fn pi() {
     );
     check_no_answer(Harness::Pi, PREFIX);
 }
+
+#[test]
+fn gemini_cli() {
+    const PREFIX: &str = "gemini/gemini-cli-0.61.0";
+    // Gemini CLI retries on stderr only: no retry progress on the stream. It passes a 429's
+    // and a 503's message without the API's body (so without the status: the wording
+    // classifies them; its exit code, the status mod 256, still names it), a 500's and a
+    // 401's with it.
+    check(
+        Harness::Gemini,
+        PREFIX,
+        &[
+            case("http-429", RateLimited, None, &[]),
+            case("http-429-retry-after", RateLimited, None, &[]),
+            case("http-503", Overloaded, None, &[]),
+            case("http-500", ServerError, None, &[]),
+            case("http-401", Auth, None, &[]),
+            // The cut connection, as its HTTP client words it: `[API Error: terminated]`.
+            case("disconnect", Network, None, &[]),
+        ],
+    );
+    check_no_answer(Harness::Gemini, PREFIX);
+}

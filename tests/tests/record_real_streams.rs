@@ -192,6 +192,9 @@ impl Sandbox {
             })
             .unwrap();
         let mut c = self.command(&agent_clis::executable(self.cli));
+        // Its own process group, which a stop signals as agentrun does: Gemini CLI runs in a
+        // child process it starts itself.
+        std::os::unix::process::CommandExt::process_group(&mut c, 0);
         c.args(&invocation.args)
             .envs(invocation.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped())
@@ -237,8 +240,9 @@ impl Sandbox {
             AgentCli::Codex => "INT",
             _ => "TERM",
         };
+        let group = format!("-{}", child.id());
         let _ = Command::new("kill")
-            .args(["-s", signal, &child.id().to_string()])
+            .args(["-s", signal, "--", &group])
             .status();
         for _ in 0..100 {
             if child.try_wait().unwrap().is_some() {
@@ -246,7 +250,10 @@ impl Sandbox {
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        let _ = child.kill();
+        // Whatever outlived the grace period, as agentrun's SIGKILL to the group.
+        let _ = Command::new("kill")
+            .args(["-s", "KILL", "--", &group])
+            .status();
         let _ = child.wait();
         reader.join().unwrap().unwrap()
     }
