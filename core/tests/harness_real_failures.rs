@@ -253,3 +253,32 @@ fn gemini_cli() {
     );
     check_no_answer(Harness::Gemini, PREFIX);
 }
+
+#[test]
+fn opencode() {
+    const PREFIX: &str = "opencode/opencode-1.18.33";
+    // OpenCode retries 429 and 5xx five times on its own, silently; its `error` event names
+    // the status and keeps the response headers, so the API's `Retry-After` is passed on
+    // (kept for the retryable kinds only).
+    check(
+        Harness::OpenCode,
+        PREFIX,
+        &[
+            case("http-429", RateLimited, None, &[]),
+            case(
+                "http-429-retry-after",
+                RateLimited,
+                Some(RetryAfter::DelayMs(1_000)),
+                &[],
+            ),
+            case("http-503", Overloaded, Some(RetryAfter::DelayMs(0)), &[]),
+            case("http-500", ServerError, None, &[]),
+            case("http-401", Auth, None, &[]),
+            // "Cannot connect to API: The socket connection was closed unexpectedly."
+            case("disconnect", Network, None, &[]),
+        ],
+    );
+    // Stopped while waiting, OpenCode had printed nothing.
+    assert!(fixture(&format!("{PREFIX}-no-answer.jsonl")).is_empty());
+    check_no_answer(Harness::OpenCode, PREFIX);
+}

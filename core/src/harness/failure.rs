@@ -93,6 +93,9 @@ const NETWORK_WORDINGS: &[&str] = &[
     "socket hang up",
     "unexpected eof",
     "connection closed",
+    "connection was closed",
+    "cannot connect to",
+    "unable to connect",
     "connection error",
     "request timed out",
     "terminated",
@@ -381,6 +384,10 @@ mod tests {
             ),
             ("connect ECONNREFUSED 127.0.0.1:9", Some(Network)),
             (
+                "Cannot connect to API: The socket connection was closed unexpectedly.",
+                Some(Network),
+            ),
+            (
                 "stream disconnected before completion: error decoding response body",
                 Some(Network),
             ),
@@ -425,6 +432,17 @@ mod tests {
         ] {
             assert_eq!(status_in_text(text), status, "{text}");
         }
+    }
+
+    #[test]
+    fn text_that_changes_length_when_lowercased_is_read_safely() {
+        // `İ` lowercases to two characters (the second a combining dot, which ends a word):
+        // the marker check must not slice inside one.
+        assert_eq!(status_in_text("İstatus: 429"), Some(429));
+        assert_eq!(status_in_text("xstatus: 429"), None);
+        assert_eq!(status_in_text("İ status: 429"), Some(429));
+        assert_eq!(status_in_text("ǅ429 ß"), None);
+        assert_eq!(classify(None, "ÄÖÜ HTTP 503 ÄÖÜ"), Some(Overloaded));
     }
 
     #[test]
