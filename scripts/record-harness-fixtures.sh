@@ -7,8 +7,10 @@
 #
 #   tests/fixtures/harness/{claude,codex,opencode,qwen,pi,gemini}/<cli>-<version>-<scenario>.jsonl
 #
-# (see tests/tests/record_real_streams.rs for the scenarios and what is normalized).
-# Then run `cargo test -p agentrun-core --test harness_real_cli`: after a CLI version change,
+# (see tests/tests/record_real_streams.rs for the scenarios and what is normalized), with
+# the failure scenarios (HTTP 429 with and without Retry-After, 503, 500, 401, a cut stream,
+# a request never answered) of Codex, OpenCode, pi and Gemini CLI.
+# Then run `cargo test -p agentrun-core --test harness_real_cli --test harness_real_failures`: after a CLI version change,
 # rename the fixtures it reads to the new version and review what changed.
 #
 # Usage: scripts/record-harness-fixtures.sh [claude|codex|opencode|qwen|pi|gemini ...]   (default: all)
@@ -25,7 +27,7 @@ for arg in "$@"; do
         pi) filters+=(record_pi) ;;
         gemini) filters+=(record_gemini_cli) ;;
         -h | --help)
-            sed -n '2,14p' "$0"
+            sed -n '2,16p' "$0"
             exit 0
             ;;
         *)

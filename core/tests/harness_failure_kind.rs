@@ -1,5 +1,6 @@
 //! Context-length failures are reported as their own kind, so a summarizer that is a harness
-//! run can trigger the pruned compaction retry; every other failure stays unclassified.
+//! run can trigger the pruned compaction retry; a failure with no known status or wording stays
+//! unclassified.
 
 // The shared helpers read fixtures from disk; the tests themselves do no I/O.
 #![allow(clippy::disallowed_methods)]
@@ -73,7 +74,13 @@ fn codex_context_window_turn_failure_is_classified() {
         kind(Harness::Codex, stream).1,
         Some(FailureKind::ContextLength)
     );
-    let other = r#"{"type":"turn.failed","error":{"message":"You've hit your usage limit."}}"#;
+    // A plan's usage limit is a rate limit; a failure without a known wording has no kind.
+    let usage = r#"{"type":"turn.failed","error":{"message":"You've hit your usage limit."}}"#;
+    assert_eq!(
+        kind(Harness::Codex, usage).1,
+        Some(FailureKind::RateLimited)
+    );
+    let other = r#"{"type":"turn.failed","error":{"message":"the sandbox broke"}}"#;
     assert_eq!(kind(Harness::Codex, other).1, None);
     // A top-level `error` event is a diagnostic, never a turn failure of any kind.
     let diagnostic = r#"{"type":"error","message":"context window exceeded"}
@@ -92,7 +99,12 @@ fn opencode_context_overflow_error_is_classified() {
         matches!(status, OutcomeStatus::TurnFailed { diagnostic } if diagnostic.starts_with("ContextOverflowError"))
     );
     assert_eq!(k, Some(FailureKind::ContextLength));
-    let other = r#"{"type":"error","sessionID":"ses_1","error":{"name":"APIError","data":{"message":"overloaded"}}}"#;
+    let overloaded = r#"{"type":"error","sessionID":"ses_1","error":{"name":"APIError","data":{"message":"overloaded"}}}"#;
+    assert_eq!(
+        kind(Harness::OpenCode, overloaded).1,
+        Some(FailureKind::Overloaded)
+    );
+    let other = r#"{"type":"error","sessionID":"ses_1","error":{"name":"UnknownError","data":{"message":"the disk is full"}}}"#;
     assert_eq!(kind(Harness::OpenCode, other).1, None);
 }
 

@@ -265,8 +265,8 @@ fn claude_code() {
 fn codex() {
     CODEX.common_scenarios();
     let (_, c) = CODEX.run("failure");
-    // Codex words an HTTP 500 its own way.
-    CODEX.failed(&c, 3, "high demand", None);
+    // Codex words an HTTP 500 its own way, as an overload.
+    CODEX.failed(&c, 3, "high demand", Some(FailureKind::Overloaded));
     let (_, c) = CODEX.run("context-length");
     assert!(
         matches!(&c.outcome.status, OutcomeStatus::TurnFailed { diagnostic }
@@ -295,7 +295,7 @@ fn opencode() {
         &c,
         3,
         "APIError: Incorrect API key provided: sk-offline-test",
-        None,
+        Some(FailureKind::Auth),
     );
     // The stream alone names no model; the export does.
     let (_, c) = OPENCODE.decode("text-turn", None);
@@ -311,14 +311,14 @@ fn opencode() {
 }
 
 /// The scenarios Qwen Code and pi share beyond the common ones.
-fn chat_cli_scenarios(cli: &Cli, failure: &str) {
+fn chat_cli_scenarios(cli: &Cli, failure: &str, server_error: Option<FailureKind>) {
     cli.common_scenarios();
     let (_, c) = cli.run("failure");
     cli.failed(&c, 3, failure, None);
     let (_, c) = cli.run("rate-limited");
     cli.succeeded(&c, 6, "after the wait", 1);
     let (_, c) = cli.run("server-error");
-    cli.failed(&c, 7, "the scripted outage", None);
+    cli.failed(&c, 7, "the scripted outage", server_error);
     // The resumed run: this run's tokens only, although the log holds both runs.
     let (_, c) = cli.run("resume");
     cli.succeeded(&c, 5, "second answer", 1);
@@ -338,7 +338,7 @@ fn chat_cli_scenarios(cli: &Cli, failure: &str) {
 
 #[test]
 fn qwen_code() {
-    chat_cli_scenarios(&QWEN, "[API Error: 400");
+    chat_cli_scenarios(&QWEN, "[API Error: 400", None);
     // The stream names only the requested model: no model without the session log.
     let (_, c) = QWEN.decode("text-turn", None);
     assert!(c.report.models.is_empty());
@@ -364,7 +364,7 @@ fn qwen_code() {
 
 #[test]
 fn pi() {
-    chat_cli_scenarios(&PI, "400");
+    chat_cli_scenarios(&PI, "400", Some(FailureKind::ServerError));
     // Served by the requested model: the requested-model fallback, never an observation; pi
     // prices the test model.
     let (progress, interp) = interpret(
@@ -384,7 +384,7 @@ fn pi() {
     assert!(
         progress
             .iter()
-            .any(|p| p.starts_with("retrying (attempt 1/3): 500")),
+            .any(|p| p == "server error, retry 1/3 in 2.0 s"),
         "{progress:?}"
     );
     assert!(c.outcome.terminal_seen);

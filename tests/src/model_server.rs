@@ -18,7 +18,8 @@
 //!   which it sends the next request carrying the tool results;
 //! * [`Reply::rate_limited`] (HTTP 429), [`Reply::server_error`] (HTTP 500),
 //!   [`Reply::prompt_too_long`] (HTTP 400, the real context-length error of the API),
-//!   [`Reply::error`] for any other status;
+//!   [`Reply::error`] for any other status; [`Reply::error_retry_after`] for an error with a
+//!   given `Retry-After` header or none (the others send `retry-after: 0`);
 //! * [`Reply::stream_error`]: HTTP 200, then an error event inside the stream (the real APIs'
 //!   mid-stream failure, e.g. `overloaded_error`); [`Reply::disconnect`]: HTTP 200 and some
 //!   text, then the connection is cut;
@@ -423,6 +424,15 @@ pub enum Reply {
     },
     /// No answer: the connection is held open until the server is dropped.
     Hang,
+    /// An HTTP error status with the API's error body, sending `Retry-After: <value>` when
+    /// `retry_after` is given and no retry header at all when it is not (instead of the
+    /// `retry-after: 0` every other error carries).
+    ErrorRetryAfter {
+        /// The error.
+        error: ApiError,
+        /// The `Retry-After` value (seconds or an HTTP-date), or none.
+        retry_after: Option<String>,
+    },
 }
 
 impl Reply {
@@ -465,6 +475,26 @@ impl Reply {
             code: None,
             should_retry: None,
         })
+    }
+
+    /// Any API error with the `Retry-After` header `retry_after` (none when `None`); the CLI's
+    /// own retry policy applies (no `x-should-retry`).
+    pub fn error_retry_after(
+        status: u16,
+        kind: &str,
+        message: &str,
+        retry_after: Option<&str>,
+    ) -> Reply {
+        Reply::ErrorRetryAfter {
+            error: ApiError {
+                status,
+                kind: kind.to_owned(),
+                message: message.to_owned(),
+                code: None,
+                should_retry: None,
+            },
+            retry_after: retry_after.map(str::to_owned),
+        }
     }
 
     /// HTTP 429 (`rate_limit_error`), with `x-should-retry: false` so the CLI reports it
@@ -1009,14 +1039,31 @@ fn error_body(api: Api, e: &ApiError) -> Value {
 }
 
 fn write_error(w: &mut TcpStream, api: Api, e: &ApiError) -> io::Result<bool> {
+    // Clients that retry anyway (OpenCode's session loop retries 5xx and 429 up to five
+    // times) retry at once instead of backing off for a minute.
+    write_error_with(
+        w,
+        api,
+        e,
+        &[
+            ("retry-after", "0".to_owned()),
+            ("retry-after-ms", "0".to_owned()),
+        ],
+    )
+}
+
+/// An error response with `retry` as its retry headers.
+fn write_error_with(
+    w: &mut TcpStream,
+    api: Api,
+    e: &ApiError,
+    retry: &[(&str, String)],
+) -> io::Result<bool> {
     let mut headers = vec![("request-id", "req_test".to_owned())];
     if let Some(retry) = e.should_retry {
         headers.push(("x-should-retry", retry.to_string()));
     }
-    // Clients that retry anyway (OpenCode's session loop retries 5xx and 429 up to five
-    // times) retry at once instead of backing off for a minute.
-    headers.push(("retry-after", "0".to_owned()));
-    headers.push(("retry-after-ms", "0".to_owned()));
+    headers.extend(retry.iter().cloned());
     write_full(
         w,
         e.status,
@@ -1035,6 +1082,13 @@ fn respond(
     let index = request.model_index.unwrap_or(0);
     match reply {
         Reply::Error(e) => write_error(w, shared.api, &e),
+        Reply::ErrorRetryAfter { error, retry_after } => {
+            let retry: Vec<(&str, String)> = retry_after
+                .into_iter()
+                .map(|v| ("retry-after", v))
+                .collect();
+            write_error_with(w, shared.api, &error, &retry)
+        }
         Reply::Hang => {
             let until = Instant::now() + MAX_HOLD;
             while !shared.shutdown.load(Ordering::SeqCst) && Instant::now() < until {

@@ -261,6 +261,29 @@ fn api_errors_carry_the_real_apis_bodies_and_retry_headers() {
 }
 
 #[test]
+fn an_error_can_carry_a_given_retry_after_header_or_none() {
+    let server = ModelServer::start(
+        Api::OpenAiChat,
+        replies([
+            Reply::error_retry_after(429, "rate_limit_error", "slow down", Some("7")),
+            Reply::error_retry_after(503, "overloaded_error", "busy", None),
+        ]),
+    )
+    .unwrap();
+    let r = post(server.addr(), "/v1/chat/completions", json!({}));
+    assert_eq!(r.status, 429);
+    assert_eq!(r.header("retry-after"), Some("7"));
+    assert_eq!(r.header("retry-after-ms"), None);
+    assert_eq!(r.header("x-should-retry"), None);
+    assert_eq!(r.json()["error"]["message"], "slow down");
+    let r = post(server.addr(), "/v1/chat/completions", json!({}));
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), None);
+    assert_eq!(r.header("retry-after-ms"), None);
+    assert_eq!(r.json()["error"]["type"], "overloaded_error");
+}
+
+#[test]
 fn mid_stream_failures_error_inside_the_stream_or_cut_the_connection() {
     let server = ModelServer::start(
         Api::AnthropicMessages,

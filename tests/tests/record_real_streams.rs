@@ -1,13 +1,17 @@
 //! Records what the real Claude Code, Codex, OpenCode, Qwen Code, pi and Gemini CLIs print in
 //! the real-CLI scenarios — a text turn, a tool turn, a failed turn, a context-length failure
 //! and a resumed session; for Qwen Code, pi and Gemini CLI also a rate-limited request retried
-//! to success and a persistent server error, and for Gemini CLI a prompt starting with `-` —
+//! to success and a persistent server error, and for Gemini CLI a prompt starting with `-`;
+//! for Codex, OpenCode, pi and Gemini CLI the failure taxonomy's scenarios (`failures`: every
+//! request answered with HTTP 429 without and with `Retry-After`, 503, 500, 401, a cut
+//! stream; and a request never answered, the CLI stopped) —
 //! into `tests/fixtures/harness/<harness>/<cli>-<version>-<scenario>.jsonl`, with the retained
 //! records agentrun reads after them: Codex's session file (the lines each run appended,
 //! `…-session.jsonl`), OpenCode's `opencode export` (`…-export.json`), the session logs of
 //! Qwen Code and pi (`…-log.jsonl`, the whole log as the run left it) and Gemini CLI's session
 //! log (`…-session.jsonl`).
-//! `core/tests/harness_real_cli.rs` decodes these files, so a decoder regression against the
+//! `core/tests/harness_real_cli.rs` (and `harness_real_failures.rs`) decodes these files, so a
+//! decoder regression against the
 //! real dialects fails without the CLIs installed.
 //!
 //! Ignored by default: `scripts/record-harness-fixtures.sh` re-records them (after a CLI
@@ -23,7 +27,7 @@ use std::process::{Command, Stdio};
 
 use agentrun_core::harness::{Harness, LaunchRequest, Stdin};
 use agentrun_tests::agent_clis::{self, AgentCli};
-use agentrun_tests::model_server::{ModelServer, Reply, Script, TokenUsage, replies};
+use agentrun_tests::model_server::{ModelServer, Reply, Request, Script, TokenUsage, replies};
 use serde_json::Value;
 
 /// The fixed path the sandbox directory is replaced with.
@@ -41,8 +45,21 @@ fn fixed_session_id(cli: AgentCli, scenario: &str) -> String {
         // Gemini CLI's were recorded before these had ids of their own.
         "rate-limited" if cli != AgentCli::Gemini => 6,
         "server-error" if cli != AgentCli::Gemini => 7,
+        // The failure taxonomy's scenarios (see `failures`), by hex digit.
+        "http-429" => return fixed_id(cli, 'a'),
+        "http-429-retry-after" => return fixed_id(cli, 'b'),
+        "http-503" => return fixed_id(cli, 'c'),
+        "http-500" => return fixed_id(cli, 'd'),
+        "http-401" => return fixed_id(cli, 'e'),
+        "disconnect" => return fixed_id(cli, 'f'),
+        "no-answer" => 9,
         _ => 5, // resume-first and resume
     };
+    fixed_id(cli, char::from_digit(n, 10).unwrap_or('0'))
+}
+
+/// The fixed session id number `n` (a hex digit) of `cli`.
+fn fixed_id(cli: AgentCli, n: char) -> String {
     match cli {
         AgentCli::OpenCode => format!("ses_0000000000000000000fixture{n}"),
         _ => format!("00000000-0000-4000-8000-00000000000{n}"),
@@ -142,6 +159,19 @@ impl Sandbox {
 
     /// Runs one turn as `agentrun agent` launches it; returns its stdout.
     fn turn(&self, prompt: &str, resume: Option<&str>) -> Vec<u8> {
+        let child = self.spawn(prompt, resume);
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            !out.stdout.is_empty(),
+            "{} printed nothing: {}",
+            self.cli.name(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// Starts one turn as `agentrun agent` launches it, its prompt written.
+    fn spawn(&self, prompt: &str, resume: Option<&str>) -> std::process::Child {
         let gemini = self.cli == AgentCli::Gemini;
         let invocation = harness(self.cli)
             .invocation(&LaunchRequest {
@@ -162,6 +192,9 @@ impl Sandbox {
             })
             .unwrap();
         let mut c = self.command(&agent_clis::executable(self.cli));
+        // Its own process group, which a stop signals as agentrun does: Gemini CLI runs in a
+        // child process it starts itself.
+        std::os::unix::process::CommandExt::process_group(&mut c, 0);
         c.args(&invocation.args)
             .envs(invocation.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped())
@@ -182,14 +215,47 @@ impl Sandbox {
             let mut stdin = child.stdin.take().unwrap();
             stdin.write_all(&bytes).unwrap();
         }
-        let out = child.wait_with_output().unwrap();
+        child
+    }
+
+    /// Runs one turn whose model request is never answered: once the server has it, and the
+    /// CLI a few seconds more to print what it prints while waiting, the CLI is stopped with
+    /// its first stop signal (as agentrun's stall timeout stops it), killed if it outlives
+    /// the grace period; returns what it printed.
+    fn stopped_turn(&self, prompt: &str) -> Vec<u8> {
+        let mut child = self.spawn(prompt, None);
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut { stdout }, &mut bytes).map(|_| bytes)
+        });
         assert!(
-            !out.stdout.is_empty(),
-            "{} printed nothing: {}",
-            self.cli.name(),
-            String::from_utf8_lossy(&out.stderr)
+            self.server
+                .wait_for_requests(1, std::time::Duration::from_secs(120)),
+            "{} sent no model request",
+            self.cli.name()
         );
-        out.stdout
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        let signal = match self.cli {
+            AgentCli::Codex => "INT",
+            _ => "TERM",
+        };
+        let group = format!("-{}", child.id());
+        let _ = Command::new("kill")
+            .args(["-s", signal, "--", &group])
+            .status();
+        for _ in 0..100 {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        // Whatever outlived the grace period, as agentrun's SIGKILL to the group.
+        let _ = Command::new("kill")
+            .args(["-s", "KILL", "--", &group])
+            .status();
+        let _ = child.wait();
+        reader.join().unwrap().unwrap()
     }
 
     /// `opencode export ID`'s stdout.
@@ -323,6 +389,12 @@ impl Sandbox {
 
 /// The session id the CLI printed: the first `session_id` / `thread_id` / `sessionID`.
 fn session_id(stream: &[u8]) -> String {
+    find_session_id(stream)
+        .unwrap_or_else(|| panic!("no session id in {}", String::from_utf8_lossy(stream)))
+}
+
+/// [`session_id`], `None` when the stream names none.
+fn find_session_id(stream: &[u8]) -> Option<String> {
     for line in stream.split(|&b| b == b'\n') {
         let Ok(v) = serde_json::from_slice::<Value>(line) else {
             continue;
@@ -331,15 +403,15 @@ fn session_id(stream: &[u8]) -> String {
         if v.get("type").and_then(Value::as_str) == Some("session")
             && let Some(id) = v.get("id").and_then(Value::as_str)
         {
-            return id.to_owned();
+            return Some(id.to_owned());
         }
         for key in ["session_id", "thread_id", "sessionID"] {
             if let Some(id) = v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()) {
-                return id.to_owned();
+                return Some(id.to_owned());
             }
         }
     }
-    panic!("no session id in {}", String::from_utf8_lossy(stream));
+    None
 }
 
 /// Records one single-run scenario.
@@ -396,6 +468,113 @@ impl Sandbox {
             _ => 0,
         }
     }
+}
+
+/// The failure taxonomy's scenarios: each model request answered with the same failure, so
+/// the CLI's own retries (kept few, see `Sandbox::few_retries`) meet it too.
+fn failures() -> Vec<(&'static str, Reply)> {
+    vec![
+        (
+            "http-429",
+            Reply::error_retry_after(
+                429,
+                "rate_limit_error",
+                "Rate limit reached for requests",
+                None,
+            ),
+        ),
+        (
+            "http-429-retry-after",
+            Reply::error_retry_after(
+                429,
+                "rate_limit_error",
+                "Rate limit reached for requests",
+                Some("1"),
+            ),
+        ),
+        (
+            "http-503",
+            Reply::error_retry_after(
+                503,
+                "overloaded_error",
+                "The server is overloaded",
+                Some("0"),
+            ),
+        ),
+        (
+            "http-500",
+            Reply::error_retry_after(500, "server_error", "The server had an error", Some("0")),
+        ),
+        (
+            "http-401",
+            Reply::error_retry_after(
+                401,
+                "invalid_request_error",
+                "Incorrect API key provided: sk-offline-test",
+                None,
+            ),
+        ),
+        ("disconnect", Reply::disconnect("partial answer")),
+    ]
+}
+
+impl Sandbox {
+    /// Makes the CLI retry a failed request at most once or twice, quickly, where its
+    /// configuration allows it (so a persistent failure is reported within seconds): Codex's
+    /// provider retries, pi's own retries (its provider SDK's off). Gemini CLI already makes
+    /// at most `GEMINI_MAX_ATTEMPTS`; OpenCode's retries are not configurable.
+    fn few_retries(&self) {
+        let home = self.root.join("home");
+        match self.cli {
+            AgentCli::Codex => {
+                let path = home.join(".codex/config.toml");
+                let config = std::fs::read_to_string(&path).unwrap();
+                let config = config
+                    .replace("request_max_retries = 0", "request_max_retries = 1")
+                    .replace("stream_max_retries = 0", "stream_max_retries = 2");
+                std::fs::write(&path, config).unwrap();
+            }
+            AgentCli::Pi => {
+                let path = home.join(".pi/agent/settings.json");
+                let mut settings: Value =
+                    serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+                settings["retry"] = serde_json::json!({
+                    "enabled": true,
+                    "maxRetries": 2,
+                    "baseDelayMs": 500,
+                    "provider": {"maxRetries": 0},
+                });
+                std::fs::write(&path, settings.to_string()).unwrap();
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Records the failure taxonomy's scenarios: every failure of `failures()`, then a request
+/// never answered (the CLI stopped). Only the streams: what is classified is on them.
+fn record_failures(cli: AgentCli) {
+    for (scenario, reply) in failures() {
+        let sandbox = Sandbox::new(cli, move |_: &Request| reply.clone());
+        sandbox.few_retries();
+        let stream = sandbox.turn("hi", None);
+        let id = session_id(&stream);
+        sandbox.write(
+            scenario,
+            ".jsonl",
+            &sandbox.normalize(&stream, &id, scenario),
+        );
+    }
+    let sandbox = Sandbox::new(cli, |_: &Request| Reply::Hang);
+    sandbox.few_retries();
+    let stream = sandbox.stopped_turn("hi");
+    // A CLI may have printed nothing yet that names its session.
+    let id = find_session_id(&stream).unwrap_or_else(|| "no session id".to_owned());
+    sandbox.write(
+        "no-answer",
+        ".jsonl",
+        &sandbox.normalize(&stream, &id, "no-answer"),
+    );
 }
 
 /// The model Gemini CLI is asked for in the recordings.
@@ -497,6 +676,30 @@ fn record(cli: AgentCli) {
         &sandbox.normalize(&second, &id, "resume"),
     );
     sandbox.write_retained("resume", &id, end);
+}
+
+#[test]
+#[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
+fn record_codex_failures() {
+    record_failures(AgentCli::Codex);
+}
+
+#[test]
+#[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
+fn record_opencode_failures() {
+    record_failures(AgentCli::OpenCode);
+}
+
+#[test]
+#[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
+fn record_pi_failures() {
+    record_failures(AgentCli::Pi);
+}
+
+#[test]
+#[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
+fn record_gemini_cli_failures() {
+    record_failures(AgentCli::Gemini);
 }
 
 #[test]

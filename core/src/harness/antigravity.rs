@@ -6,6 +6,7 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
+use super::failure;
 use super::json;
 use super::progress;
 use super::usage::turns_text;
@@ -192,6 +193,11 @@ impl StreamDecoder for AgyDecoder {
         let mut facts = Facts {
             session_id: this.session_id,
             final_message: this.final_message,
+            // The result's `error` is the API's error as Antigravity passes it through.
+            failure_kind: this
+                .failure
+                .as_deref()
+                .and_then(|f| failure::classify(None, f)),
             failure: this.failure,
             summary,
             usage: this.usage,

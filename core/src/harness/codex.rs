@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::Value;
 
+use super::failure;
 use super::json;
 use super::progress;
 use super::{
@@ -173,6 +174,22 @@ fn provider_error_text(message: &str) -> Option<String> {
     })
 }
 
+/// The progress line of Codex's own retry, `Reconnecting... 2/5 (<why>)`: `rate limited, retry
+/// 2/5` (the kind from the reason, when it names one). `None` for any other message.
+fn reconnect_progress(message: &str) -> Option<String> {
+    let rest = message.trim().strip_prefix("Reconnecting...")?.trim_start();
+    let counts = rest.split_whitespace().next().unwrap_or("");
+    let (n, max) = counts.split_once('/')?;
+    let (n, max) = (n.parse().ok()?, max.parse().ok()?);
+    let reason = rest[counts.len()..].trim();
+    Some(failure::retry_progress(
+        failure::classify(None, reason),
+        Some(n),
+        Some(max),
+        None,
+    ))
+}
+
 fn render_item(kind: &str, item: &Value) -> Option<String> {
     match kind {
         "command_execution" => {
@@ -265,19 +282,23 @@ impl StreamDecoder for CodexDecoder {
                         .evidence
                         .push(Evidence::Refusal(RefusalCategory::CodexCyber));
                 }
-                // "Codex ran out of room in the model's context window. …", or the API's
-                // `context_length_exceeded` code passed through.
-                self.failure_kind = (lower.contains("context window")
-                    || lower.contains("context_length_exceeded"))
-                .then_some(FailureKind::ContextLength);
-                self.failure = Some(match message {
+                let failure = match message {
                     Some(m) => provider_error_text(m).unwrap_or_else(|| m.to_owned()),
                     None => "turn failed".to_owned(),
-                });
+                };
+                // "Codex ran out of room in the model's context window. …", "exceeded retry
+                // limit, last status: 429 Too Many Requests", "We're currently experiencing
+                // high demand", a provider body's HTTP status.
+                self.failure_kind = failure::classify(None, &failure);
+                self.failure = Some(failure);
             }
-            // A diagnostic only: `Reconnecting... 1/5` must not fail the turn.
+            // A diagnostic only: `Reconnecting... 1/5` must not fail the turn. Codex's own
+            // retries become progress lines.
             "error" => {
                 if let Some(m) = json::nonempty(&v, "message") {
+                    if let Some(line) = reconnect_progress(m) {
+                        update.progress.push(line);
+                    }
                     match provider_error_text(m) {
                         Some(text) => self.diagnostic(&text),
                         None => self.diagnostic(m),
@@ -310,7 +331,30 @@ impl StreamDecoder for CodexDecoder {
 
 #[cfg(test)]
 mod tests {
-    use super::provider_error_text;
+    use super::{provider_error_text, reconnect_progress};
+
+    #[test]
+    fn codex_reconnects_are_retry_progress() {
+        assert_eq!(
+            reconnect_progress(
+                "Reconnecting... 2/5 (exceeded retry limit, last status: 429 Too Many Requests)"
+            )
+            .as_deref(),
+            Some("rate limited, retry 2/5")
+        );
+        assert_eq!(
+            reconnect_progress("Reconnecting... 1/5 (stream disconnected before completion)")
+                .as_deref(),
+            Some("network error, retry 1/5")
+        );
+        assert_eq!(
+            reconnect_progress("Reconnecting... 1/3").as_deref(),
+            Some("API error, retry 1/3")
+        );
+        for other in ["Reconnecting...", "Reconnecting... x/5", "stream error", ""] {
+            assert_eq!(reconnect_progress(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn a_provider_body_is_unwrapped_to_its_message() {

@@ -31,6 +31,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
+use super::failure;
 use super::interpretation::ModelList;
 use super::json;
 use super::json::lenient::{self, Bool, Str};
@@ -310,15 +311,18 @@ fn error_text(error: &Value) -> (String, Option<FailureKind>) {
     (text, kind)
 }
 
-/// The failure kind of a diagnostic `text` (of a result whose error has type `kind`).
+/// The failure kind of a diagnostic `text` (of a result whose error has type `kind`): the
+/// shared classifier reads the HTTP status `api_error_text` put in it and the API's wording
+/// (the Gemini API's over-long request: "The input token count (N) exceeds the maximum number
+/// of tokens allowed (M)."); the CLI's own check names the context window in its type.
 fn failure_kind(text: &str, kind: Option<&str>) -> Option<FailureKind> {
     let lower = text.to_lowercase();
-    // The Gemini API's over-long request: "The input token count (N) exceeds the maximum
-    // number of tokens allowed (M)."; the CLI's own check names the context window.
-    let context = (lower.contains("input token count") && lower.contains("exceeds the maximum"))
-        || lower.contains("context window")
-        || kind == Some("context_window_overflow");
-    context.then_some(FailureKind::ContextLength)
+    if (lower.contains("input token count") && lower.contains("exceeds the maximum"))
+        || kind == Some("context_window_overflow")
+    {
+        return Some(FailureKind::ContextLength);
+    }
+    failure::classify(None, text)
 }
 
 /// `message (HTTP 400, INVALID_ARGUMENT)` from `[API Error: <the API's error body>]`; `None`

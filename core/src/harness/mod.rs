@@ -14,6 +14,8 @@
 //! * Launching lives in `launch` (the invocation, the model and effort checks, the stop
 //!   signals); decoding in `decode` (the decoder seam, evidence, facts, format drift). Both are
 //!   re-exported here.
+//! * [`failure`] is the one classifier of API failures (an HTTP status, the wordings the
+//!   harnesses pass through, `Retry-After`) every dialect decodes its failures with.
 //! * [`retained`] holds the pure parsers of the retained records (the Muse session log and the
 //!   OpenCode session export); reading them is the driver's job.
 //!
@@ -25,6 +27,7 @@ mod antigravity;
 mod claude;
 mod codex;
 mod decode;
+pub mod failure;
 #[cfg(any(fuzzing, test, feature = "fuzz-bodies"))]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
+use super::failure;
 use super::json;
 use super::progress;
 use super::{Drift, Facts, StreamDecoder, StreamUpdate};
@@ -187,6 +188,11 @@ impl StreamDecoder for MuseDecoder {
         let mut facts = Facts {
             session_id: this.session_id.or(this.payload_session_id),
             final_message,
+            // Muse passes the API's error through as the failure's reason.
+            failure_kind: this
+                .failure
+                .as_deref()
+                .and_then(|f| failure::classify(None, f)),
             failure: this.failure,
             killed_work: this.killed,
             terminal_seen: this.terminal_seen,

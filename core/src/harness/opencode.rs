@@ -6,9 +6,10 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
+use super::failure;
 use super::json;
 use super::progress;
-use super::{Drift, Facts, FailureKind, StreamDecoder, StreamUpdate, Usage};
+use super::{Drift, Facts, FailureKind, RetryAfter, StreamDecoder, StreamUpdate, Usage};
 
 /// Adds OpenCode token counts (`tokens{input, output, reasoning, cache{read, write}}` of live
 /// `step_finish` parts and of the session export alike) in the common convention. OpenCode
@@ -62,7 +63,17 @@ const PARTIAL: json::Partial = {
                     ("type", Scalar),
                     ("name", Scalar),
                     ("message", Scalar),
-                    ("data", Fields(&[("message", Scalar)])),
+                    (
+                        "data",
+                        Fields(&[
+                            ("message", Scalar),
+                            ("statusCode", Scalar),
+                            (
+                                "responseHeaders",
+                                Fields(&[("retry-after", Scalar), ("retry-after-ms", Scalar)]),
+                            ),
+                        ]),
+                    ),
                 ]),
             ),
         ],
@@ -78,6 +89,7 @@ pub(crate) struct OpenCodeDecoder {
     final_message: Option<String>,
     failure: Option<String>,
     failure_kind: Option<FailureKind>,
+    retry_after: Option<RetryAfter>,
     usage: Option<Usage>,
     terminal_seen: bool,
 }
@@ -134,6 +146,31 @@ pub(crate) fn error_text(error: &Value) -> (Option<&str>, String) {
     (kind, text)
 }
 
+/// The kind of an OpenCode error, and the API's retry time: `ContextOverflowError` is a
+/// context overflow; an `APIError{data{statusCode, message, responseHeaders}}` is classified
+/// by its status and message, its `retry-after(-ms)` header the retry time. `(None, None)`
+/// for an error that carries neither.
+fn classify_error(name: Option<&str>, error: &Value) -> (Option<FailureKind>, Option<RetryAfter>) {
+    if name == Some("ContextOverflowError") {
+        return (Some(FailureKind::ContextLength), None);
+    }
+    let data = error.get("data").unwrap_or(&Value::Null);
+    let status = json::u64(data, "statusCode").and_then(|s| u16::try_from(s).ok());
+    let message = json::str(data, "message").unwrap_or("");
+    let kind = failure::classify(status, message);
+    let retry_after = data
+        .get("responseHeaders")
+        .and_then(Value::as_object)
+        .and_then(|headers| {
+            failure::retry_after_of_headers(
+                headers
+                    .iter()
+                    .filter_map(|(name, value)| Some((name.as_str(), value.as_str()?))),
+            )
+        });
+    (kind, retry_after)
+}
+
 impl StreamDecoder for OpenCodeDecoder {
     fn condense(&mut self, line: &[u8]) -> StreamUpdate {
         let mut update = StreamUpdate::default();
@@ -175,9 +212,10 @@ impl StreamDecoder for OpenCodeDecoder {
                 self.terminal_seen = true;
                 let error = v.get("error").unwrap_or(&Value::Null);
                 let (kind, text) = error_text(error);
+                let (failure_kind, retry_after) = classify_error(kind, error);
+                self.failure_kind = failure_kind.or_else(|| failure::classify(None, &text));
+                self.retry_after = retry_after;
                 self.failure = Some(text);
-                self.failure_kind =
-                    (kind == Some("ContextOverflowError")).then_some(FailureKind::ContextLength);
             }
             k if QUIET_TYPES.contains(&k) => {}
             other => self.drift.unknown(other),
@@ -202,6 +240,7 @@ impl StreamDecoder for OpenCodeDecoder {
             final_message: this.final_message,
             failure: this.failure,
             failure_kind: this.failure_kind,
+            retry_after: this.retry_after,
             summary,
             usage: this.usage,
             terminal_seen: this.terminal_seen,

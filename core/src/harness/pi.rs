@@ -19,9 +19,10 @@
 
 use serde_json::Value;
 
+use super::failure;
 use super::json;
 use super::progress;
-use super::{Drift, Evidence, Facts, FailureKind, ModelScope, StreamDecoder, StreamUpdate, Usage};
+use super::{Drift, Evidence, Facts, ModelScope, StreamDecoder, StreamUpdate, Usage};
 
 /// Event types that produce nothing here. `message_update` and `tool_execution_update` are
 /// most of a stream's bytes (each repeats the partial message), so they are only peeked at.
@@ -134,20 +135,10 @@ fn usage_of(u: &Value) -> Usage {
     }
 }
 
-/// Whether a failure is the model's context window overflowing (the OpenAI-compatible
-/// servers' `context_length_exceeded`, or the wording of the common providers). Shared with
-/// Qwen Code, which passes the API's error through the same way.
-pub(crate) fn is_context_overflow(failure: &str) -> bool {
-    let lower = failure.to_lowercase();
-    [
-        "context_length_exceeded",
-        "maximum context length",
-        "context window",
-        "prompt is too long",
-    ]
-    .iter()
-    .any(|needle| lower.contains(needle))
-}
+/// Whether a failure is the model's context window overflowing: the shared classifier's
+/// rule, kept under this name for the Claude-family decoder (Qwen Code passes the API's error
+/// through the way pi does).
+pub(crate) use super::failure::is_context_overflow;
 
 #[derive(Debug, Default)]
 pub(crate) struct PiDecoder {
@@ -262,14 +253,20 @@ impl StreamDecoder for PiDecoder {
                 self.terminal_seen = false;
                 self.failure = None;
                 let error = json::nonempty(&v, "errorMessage").unwrap_or("error");
+                // pi's own retry: shown as `rate limited, retry 1/3 in 2.0 s`, the error kept
+                // in the diagnostics.
+                update.progress.push(failure::retry_progress(
+                    failure::classify(None, error),
+                    json::u64(&v, "attempt"),
+                    json::u64(&v, "maxAttempts"),
+                    json::u64(&v, "delayMs"),
+                ));
                 let attempt = match (json::u64(&v, "attempt"), json::u64(&v, "maxAttempts")) {
                     (Some(n), Some(max)) => format!(" (attempt {n}/{max})"),
                     (Some(n), None) => format!(" (attempt {n})"),
                     _ => String::new(),
                 };
-                let text = format!("retrying{attempt}: {error}");
-                update.progress.push(progress::detail(&text));
-                self.diagnostic(text);
+                self.diagnostic(format!("retrying{attempt}: {error}"));
             }
             "compaction_start" => {
                 let reason = json::nonempty(&v, "reason").unwrap_or("compaction");
@@ -305,11 +302,12 @@ impl StreamDecoder for PiDecoder {
 
     fn complete(self: Box<Self>) -> Facts {
         let this = *self;
+        // pi's error messages start with the HTTP status (`429 slow down`) or are the
+        // provider's wording (`Connection error.`).
         let failure_kind = this
             .failure
             .as_deref()
-            .filter(|f| is_context_overflow(f))
-            .map(|_| FailureKind::ContextLength);
+            .and_then(|f| failure::classify(None, f));
         let mut facts = Facts {
             session_id: this.session_id,
             final_message: this.final_message,
