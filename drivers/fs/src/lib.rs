@@ -109,6 +109,9 @@ mod lock;
 mod mapped;
 mod read;
 mod record_file;
+pub mod remote;
+#[cfg(test)]
+mod remote_tests;
 mod reserve;
 pub mod runs;
 pub mod sink;
@@ -122,6 +125,7 @@ pub use compaction::{RETAINED_DISPLAY, RetainError, Retained, RetentionSession};
 pub use error::IoError;
 pub use gc::{GcOptions, GcReport};
 pub use read::{MAX_MANIFEST_BYTES, ReadError};
+pub use remote::{RemoteError, UrlError, is_store_url};
 pub use runs::{RunEntry, RunListing, UnreadableRun};
 pub use sink::{PreparedSink, read_sink};
 pub use store::{Store, StoreError};
