@@ -6,6 +6,12 @@
 //! verification ([`Store::verify`]). Every call blocks; async drivers run them on their
 //! blocking pools so no file logic is written twice.
 //!
+//! A store is local (a directory) or shared on object storage ([`Store::open`] with
+//! `s3://BUCKET/PREFIX`, `gs://…`, `az://…` or `file://…`): then this layout is the local
+//! spool where captures are written first, and the bucket holds the published objects,
+//! records and leases (see [`remote`] for its layout, the publication order and the GC
+//! protocol).
+//!
 //! # On-disk layout
 //!
 //! Everything under the root is owner-only: directories 0700, files 0600.
