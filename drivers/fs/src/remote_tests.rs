@@ -20,9 +20,9 @@ use object_store::PutMode;
 use crate::remote::LeaseBody;
 use crate::{GcOptions, ReadError, Store};
 
-/// A moto server for the whole test binary (killed when the binary exits: it is started in
-/// its own process group by us and reaped at exit through `Drop` of the static's owner
-/// never running, so it is also told to exit when our stdin-like pipe closes).
+/// A moto server for the whole test binary. It runs under a wrapper shell that waits on a
+/// pipe only this process writes: when the test binary exits, the pipe closes and the
+/// wrapper stops the server.
 struct Moto {
     port: u16,
     _child: Child,
@@ -45,8 +45,6 @@ fn moto() -> &'static Moto {
             .local_addr()
             .unwrap()
             .port();
-        // The server exits with us: `setsid`-free, it reads nothing, so it is tied to this
-        // process by a watchdog shell that waits for our stdin pipe to close.
         let child = Command::new("sh")
             .arg("-c")
             .arg(
