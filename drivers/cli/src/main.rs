@@ -102,12 +102,15 @@ struct Cli {
 /// Options every command accepts.
 #[derive(Debug, Args)]
 pub(crate) struct GlobalArgs {
-    /// Artifact store directory [default: $AGENTRUN_HOME, else the config file's `store`, else
-    /// $XDG_DATA_HOME/agentrun, else ~/.local/share/agentrun].
+    /// Artifact store: a directory, or a shared store on object storage
+    /// (s3://BUCKET/PREFIX, gs://…, az://…, file:///PATH; captures spool in $AGENTRUN_HOME)
+    /// [default: $AGENTRUN_STORE, else the config file's `store` URL, else $AGENTRUN_HOME,
+    /// else the config file's `store`, else $XDG_DATA_HOME/agentrun, else
+    /// ~/.local/share/agentrun].
     #[arg(
         long,
         global = true,
-        value_name = "DIR",
+        value_name = "DIR|URL",
         help_heading = "Global options"
     )]
     pub(crate) store: Option<PathBuf>,

@@ -16,6 +16,11 @@ use agentrun_fs::config::{Config, DEFAULT_GC_GRACE, DEFAULT_RECORD_RETENTION, fo
 use clap::Args;
 
 use crate::GlobalArgs;
+
+/// Whether a store setting is an object-store URL rather than a directory.
+fn is_url(value: &Path) -> bool {
+    value.to_str().is_some_and(agentrun_fs::is_store_url)
+}
 use crate::failure::{Failure, write_or_quiet};
 
 /// Where a setting's value comes from.
@@ -92,11 +97,19 @@ impl Settings {
         })
     }
 
-    /// The store root: `--store`, else `$AGENTRUN_HOME`, else the config file's `store`, else
-    /// `$XDG_DATA_HOME/agentrun`, else `~/.local/share/agentrun`.
+    /// The store: `--store`, else `$AGENTRUN_STORE`, else the config file's `store` when it
+    /// is an object-store URL, else `$AGENTRUN_HOME`, else the config file's `store`, else
+    /// `$XDG_DATA_HOME/agentrun`, else `~/.local/share/agentrun`. A directory, or an
+    /// object-store URL (`s3://BUCKET/PREFIX`, `gs://…`, `az://…`, `file:///…`).
     pub(crate) fn store_root(&self) -> Result<Setting<PathBuf>, Failure> {
         if let Some(dir) = &self.store_flag {
             return Ok(Setting::new(dir.clone(), Source::Flag("--store")));
+        }
+        if let Some(dir) = std::env::var_os("AGENTRUN_STORE").filter(|v| !v.is_empty()) {
+            return Ok(Setting::new(dir.into(), Source::Env("AGENTRUN_STORE")));
+        }
+        if let Some(url) = self.config.store.as_deref().filter(|p| is_url(p)) {
+            return Ok(Setting::new(url.to_path_buf(), Source::File));
         }
         if let Some(dir) = std::env::var_os("AGENTRUN_HOME").filter(|v| !v.is_empty()) {
             return Ok(Setting::new(dir.into(), Source::Env("AGENTRUN_HOME")));
@@ -109,11 +122,26 @@ impl Settings {
         Ok(Setting::new(root, Source::Default))
     }
 
+    /// Opens a shared store on object storage, spooling in `$AGENTRUN_HOME` (else the default
+    /// local root).
+    fn open_url(&self, url: &Path) -> Result<Store, Failure> {
+        let spool = match std::env::var_os("AGENTRUN_HOME").filter(|v| !v.is_empty()) {
+            Some(dir) => PathBuf::from(dir),
+            None => Store::default_root().map_err(|e| {
+                Failure::usage(format!("{e} (the local spool of {})", url.display()))
+            })?,
+        };
+        Store::open_url(&url.to_string_lossy(), spool).map_err(store_failure)
+    }
+
     /// Opens the store, creating it if missing. A store named explicitly (flag, variable,
     /// config file) is created only inside an existing directory, so a typo does not leave a
     /// tree of directories behind; the default location gets its parents created.
     pub(crate) fn open_store(&self) -> Result<Store, Failure> {
         let root = self.store_root()?;
+        if is_url(&root.value) {
+            return self.open_url(&root.value);
+        }
         if root.source != Source::Default && !root.value.exists() {
             let parent = root
                 .value
@@ -134,8 +162,13 @@ impl Settings {
     }
 
     /// Opens the store only if it exists (`None` otherwise): for commands that only read.
+    /// A shared store on object storage always exists (its bucket is checked by the first
+    /// request).
     pub(crate) fn existing_store(&self) -> Result<Option<Store>, Failure> {
         let root = self.store_root()?;
+        if is_url(&root.value) {
+            return self.open_url(&root.value).map(Some);
+        }
         if !root.value.exists() {
             return Ok(None);
         }

@@ -260,6 +260,14 @@ impl Store {
     /// Waits for running publications to finish, and blocks new ones while it runs; live
     /// captures keep streaming meanwhile.
     pub fn gc(&self, options: &GcOptions) -> Result<GcReport, StoreError> {
+        if let Some(remote) = &self.remote {
+            // The bucket (leases, records, grace: see the remote module), then the spool.
+            let mut report = remote.gc(options)?;
+            let spool = self.local_only().gc(options)?;
+            report.captures_removed += spool.captures_removed;
+            report.runtime_dirs_removed += spool.runtime_dirs_removed;
+            return Ok(report);
+        }
         let layout = &self.layout;
         let _lock = GcLock::exclusive(layout)?;
         let scan = scan_objects(layout)?;

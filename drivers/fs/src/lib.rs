@@ -6,6 +6,12 @@
 //! verification ([`Store::verify`]). Every call blocks; async drivers run them on their
 //! blocking pools so no file logic is written twice.
 //!
+//! A store is local (a directory) or shared on object storage ([`Store::open`] with
+//! `s3://BUCKET/PREFIX`, `gs://…`, `az://…` or `file://…`): then this layout is the local
+//! spool where captures are written first, and the bucket holds the published objects,
+//! records and leases (see [`remote`] for its layout, the publication order and the GC
+//! protocol).
+//!
 //! # On-disk layout
 //!
 //! Everything under the root is owner-only: directories 0700, files 0600.
@@ -109,6 +115,9 @@ mod lock;
 mod mapped;
 mod read;
 mod record_file;
+pub mod remote;
+#[cfg(test)]
+mod remote_tests;
 mod reserve;
 pub mod runs;
 pub mod sink;
@@ -122,6 +131,7 @@ pub use compaction::{RETAINED_DISPLAY, RetainError, Retained, RetentionSession};
 pub use error::IoError;
 pub use gc::{GcOptions, GcReport};
 pub use read::{MAX_MANIFEST_BYTES, ReadError};
+pub use remote::{RemoteError, UrlError, is_store_url};
 pub use runs::{RunEntry, RunListing, UnreadableRun};
 pub use sink::{PreparedSink, read_sink};
 pub use store::{Store, StoreError};

@@ -30,6 +30,24 @@ use crate::store::Store;
 /// 2 KiB; the cap keeps a stream-segment read from loading a large artifact into memory.
 pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
 
+/// Blocks fetched per request when a remote object is streamed whole (4 MiB).
+const COPY_WINDOW_BLOCKS: u64 = 64;
+
+/// Where an object's bytes are read from. The index is always a local file (a remote
+/// object's sidecar is immutable and cached locally by digest).
+#[derive(Debug)]
+pub(crate) enum Data {
+    /// A file of the local store.
+    File {
+        /// The object file.
+        file: File,
+        /// Its path, for errors.
+        path: PathBuf,
+    },
+    /// An object in a bucket, read by range requests.
+    Remote(crate::remote::RemoteBlob),
+}
+
 /// Why a read failed. Each variant is a distinct situation with its own remedy.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -82,6 +100,15 @@ pub enum ReadError {
     /// An I/O error.
     #[error(transparent)]
     Io(#[from] IoError),
+    /// A request to the object store failed (boxed: it is large, and rare).
+    #[error(transparent)]
+    Remote(Box<crate::remote::RemoteError>),
+}
+
+impl From<crate::remote::RemoteError> for ReadError {
+    fn from(e: crate::remote::RemoteError) -> Self {
+        ReadError::Remote(Box::new(e))
+    }
 }
 
 impl Store {
@@ -89,13 +116,13 @@ impl Store {
     ///
     /// Costs `O(log n)` index entries plus the blocks covering the page, whatever the offset.
     pub fn read_page(&self, uri: &ArtifactUri, request: PageRequest) -> Result<Page, ReadError> {
-        let object = Object::open(&self.layout, &self.resolve(uri)?)?;
+        let object = self.open_object(&self.resolve(uri)?)?;
         object.page(request)
     }
 
     /// A byte range of the artifact `uri` names (for lines longer than a page).
     pub fn read_bytes(&self, uri: &ArtifactUri, range: ByteRange) -> Result<BytePage, ReadError> {
-        let object = Object::open(&self.layout, &self.resolve(uri)?)?;
+        let object = self.open_object(&self.resolve(uri)?)?;
         object.bytes(range)
     }
 
@@ -104,10 +131,15 @@ impl Store {
     /// everything written is compared with the name too; a mismatch is reported as
     /// [`ReadError::Corrupt`] (the caller must then discard the output).
     pub fn copy_to(&self, uri: &ArtifactUri, out: &mut dyn io::Write) -> Result<u64, ReadError> {
-        let object = Object::open(&self.layout, &self.resolve(uri)?)?;
+        let object = self.open_object(&self.resolve(uri)?)?;
         let mut hasher = StreamingDigest::default();
         let mut buf = Vec::new();
         for block in 0..object.header.block_count() {
+            // A remote object is fetched a window of blocks per request; memory stays bounded
+            // by the window.
+            if block % COPY_WINDOW_BLOCKS == 0 {
+                object.prefetch(block, block + COPY_WINDOW_BLOCKS - 1);
+            }
             object.block(block, &mut buf)?;
             hasher.update(&buf);
             out.write_all(&buf)
@@ -123,7 +155,7 @@ impl Store {
 
     /// The manifest stored under `digest`, or `None` if that object is not a manifest.
     pub fn manifest(&self, digest: &Digest) -> Result<Option<Manifest>, ReadError> {
-        let object = Object::open(&self.layout, digest)?;
+        let object = self.open_object(digest)?;
         if object.header.total_bytes > MAX_MANIFEST_BYTES {
             return Ok(None);
         }
@@ -144,6 +176,16 @@ impl Store {
     /// read starts with).
     pub(crate) fn readable(&self, digest: &Digest) -> bool {
         Object::open(&self.layout, digest).is_ok()
+    }
+
+    /// Opens `digest` where this store keeps its objects: the local root, or the bucket (by
+    /// range reads, with the index sidecar cached locally). Every read below is written once
+    /// against [`Object`], whichever holds the bytes.
+    pub(crate) fn open_object(&self, digest: &Digest) -> Result<Object, ReadError> {
+        match &self.remote {
+            Some(remote) => remote.open_object(digest),
+            None => Object::open(&self.layout, digest),
+        }
     }
 
     /// The digest of the object a URI reads: itself, or the selected stream of a manifest.
@@ -168,8 +210,7 @@ impl Store {
 #[derive(Debug)]
 pub(crate) struct Object {
     digest: Digest,
-    path: PathBuf,
-    file: File,
+    data: Data,
     index_path: PathBuf,
     index: File,
     pub(crate) header: IndexHeader,
@@ -270,14 +311,53 @@ impl Object {
         }
         Ok(Self {
             digest: *digest,
-            path,
-            file,
+            data: Data::File { file, path },
             index_path,
             index,
             header,
             #[cfg(test)]
             reads: std::cell::Cell::new((0, 0)),
         })
+    }
+
+    /// An object whose bytes are in a bucket; `index` is its cached sidecar, already checked
+    /// against `digest` by [`check_index`].
+    pub(crate) fn remote(
+        digest: Digest,
+        blob: crate::remote::RemoteBlob,
+        index_path: PathBuf,
+        index: File,
+        header: IndexHeader,
+    ) -> Self {
+        Self {
+            digest,
+            data: Data::Remote(blob),
+            index_path,
+            index,
+            header,
+            #[cfg(test)]
+            reads: std::cell::Cell::new((0, 0)),
+        }
+    }
+
+    /// Tells a remote object that blocks `first..=last` (clamped to the object) are about to
+    /// be read, so it fetches them with one range request. Local objects read in place.
+    pub(crate) fn prefetch(&self, first: u64, last: u64) {
+        if let Data::Remote(blob) = &self.data {
+            let count = self.header.block_count();
+            if first < count {
+                blob.want(&self.header, first, last.min(count - 1));
+            }
+        }
+    }
+
+    /// The range requests made so far (remote objects; 0 for local ones).
+    #[cfg(test)]
+    pub(crate) fn requests(&self) -> u64 {
+        match &self.data {
+            Data::Remote(blob) => blob.requests(),
+            Data::File { .. } => 0,
+        }
     }
 
     fn corrupt(&self, detail: String) -> ReadError {
@@ -308,12 +388,16 @@ impl Object {
         self.reads.set((self.reads.get().0, self.reads.get().1 + 1));
         let (start, end) = self.header.block_range(block);
         buf.resize((end - start) as usize, 0);
-        match self.file.read_exact_at(buf, start) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                return Err(self.corrupt(format!("the object ends inside block {block}")));
-            }
-            Err(e) => return Err(IoError::at("read", &self.path, e).into()),
+        let complete = match &self.data {
+            Data::File { file, path } => match file.read_exact_at(buf, start) {
+                Ok(()) => true,
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => false,
+                Err(e) => return Err(IoError::at("read", path, e).into()),
+            },
+            Data::Remote(blob) => blob.read_exact_at(&self.header, buf, start)?,
+        };
+        if !complete {
+            return Err(self.corrupt(format!("the object ends inside block {block}")));
         }
         if index::block_crc(buf) != entry.crc {
             return Err(self.corrupt(format!(
@@ -321,6 +405,12 @@ impl Object {
             )));
         }
         Ok(entry)
+    }
+
+    /// A line page, for the tests that count an object's requests.
+    #[cfg(test)]
+    pub(crate) fn page_for_tests(&self, request: PageRequest) -> Result<Page, ReadError> {
+        self.page(request)
     }
 
     /// A line page; see [`Store::read_page`].
@@ -335,6 +425,16 @@ impl Object {
             .into());
         }
         let mut buf = Vec::new();
+        if matches!(self.data, Data::Remote(_)) {
+            // One range request for the whole page: its first and last block come from the
+            // (local) index, and a page is at most MAX_PAGE_BYTES.
+            let first = block_of_newline(header, request.offset, |b| self.entry(b))?.unwrap_or(0);
+            let end_line = request.offset + u64::from(request.limit);
+            let last = block_of_newline(header, end_line, |b| self.entry(b))?
+                .unwrap_or(header.block_count().saturating_sub(1));
+            let span = agentrun_core::page::MAX_PAGE_BYTES as u64 / u64::from(header.block_size);
+            self.prefetch(first, last.min(first + span + 1));
+        }
         let (first_block, mut skip, mut loaded) = self.find_line(request.offset, &mut buf)?;
         let start_byte =
             (first_block * u64::from(header.block_size) + skip as u64).min(header.total_bytes);
@@ -420,6 +520,7 @@ impl Object {
         let mut out = Vec::with_capacity((end - start) as usize);
         let mut buf = Vec::new();
         let mut block = start / block_size;
+        self.prefetch(block, end.saturating_sub(1) / block_size);
         while block * block_size < end {
             self.block(block, &mut buf)?;
             let (block_start, block_end) = self.header.block_range(block);

@@ -55,6 +55,9 @@ impl Store {
     /// why. A record removed by a concurrent GC is skipped. `Err` only when `records/` itself
     /// cannot be listed.
     pub fn recent_runs(&self, limit: usize) -> Result<RunListing, StoreError> {
+        if let Some(remote) = &self.remote {
+            return remote.recent_runs(limit);
+        }
         let ids = self.records()?;
         let mut listing = RunListing::default();
         for run_id in ids.into_iter().rev() {

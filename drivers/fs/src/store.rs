@@ -218,6 +218,12 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// A request to the object store failed (boxed: it is large, and rare).
+    #[error(transparent)]
+    Remote(Box<crate::remote::RemoteError>),
+    /// A store URL cannot be opened.
+    #[error(transparent)]
+    Url(Box<crate::remote::UrlError>),
     /// A captured stream's file does not hold the bytes that were accepted for it.
     #[error("capture file {} is shorter than the {expected} bytes accepted for it", .path.display())]
     CaptureFileTruncated {
@@ -228,6 +234,18 @@ pub enum StoreError {
     },
 }
 
+impl From<crate::remote::RemoteError> for StoreError {
+    fn from(e: crate::remote::RemoteError) -> Self {
+        StoreError::Remote(Box::new(e))
+    }
+}
+
+impl From<crate::remote::UrlError> for StoreError {
+    fn from(e: crate::remote::UrlError) -> Self {
+        StoreError::Url(Box::new(e))
+    }
+}
+
 /// A content-addressed artifact store rooted at one owner-only directory.
 ///
 /// Cheap to clone; every clone refers to the same root. All methods block on file I/O: async
@@ -235,15 +253,74 @@ pub enum StoreError {
 #[derive(Debug, Clone)]
 pub struct Store {
     pub(crate) layout: Arc<Layout>,
+    /// The bucket of a shared store (`s3://…`); `None` for a local store. The layout is
+    /// then the local spool.
+    pub(crate) remote: Option<Arc<crate::remote::Remote>>,
 }
 
 impl Store {
     /// Opens the store at `root`, creating missing directories (mode 0700).
     ///
+    /// `root` may also be an object-store URL (`s3://BUCKET/PREFIX`, `gs://…`, `az://…`,
+    /// `file:///PATH`): the shared store in that bucket, spooling captures in the default
+    /// local root ([`Store::default_root`]); see [`Store::open_url`].
+    ///
     /// Refuses a root or store subdirectory that is not owner-only or that another user owns,
     /// with a message saying how to fix it.
     pub fn open(root: impl Into<PathBuf>) -> Result<Store, StoreError> {
         let root = root.into();
+        if let Some(url) = root.to_str().filter(|s| crate::remote::is_store_url(s)) {
+            return Store::open_url(url, Store::default_root()?);
+        }
+        Store::open_local(root)
+    }
+
+    /// Opens the shared store at the object-store URL `url`, with `spool` as the local
+    /// store where captures are spooled before they are published to the bucket (and where
+    /// index sidecars read from the bucket are cached). Credentials, region and endpoint
+    /// come from the provider's standard environment (`AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, …;
+    /// `GOOGLE_*`; `AZURE_*`). No request is made until the store is used.
+    pub fn open_url(url: &str, spool: impl Into<PathBuf>) -> Result<Store, StoreError> {
+        Store::open_url_with(url, spool, &[])
+    }
+
+    /// [`Store::open_url`] with explicit provider settings (`("aws_endpoint",
+    /// "http://127.0.0.1:9000")`, `("aws_region", "eu-west-1")`, …: the environment
+    /// variables' names in lower case), applied over the environment.
+    pub fn open_url_with(
+        url: &str,
+        spool: impl Into<PathBuf>,
+        options: &[(&str, &str)],
+    ) -> Result<Store, StoreError> {
+        let mut store = Store::open_local(spool.into())?;
+        let remote = crate::remote::Remote::open(url, &store.layout, options)?;
+        store.remote = Some(Arc::new(remote));
+        Ok(store)
+    }
+
+    /// The store's URL when it is a shared store on object storage.
+    pub fn url(&self) -> Option<&str> {
+        self.remote.as_deref().map(crate::remote::Remote::url)
+    }
+
+    /// This store's local side alone (of a shared store: the spool).
+    pub(crate) fn local_only(&self) -> Store {
+        Store {
+            layout: Arc::clone(&self.layout),
+            remote: None,
+        }
+    }
+
+    /// The manifest under `digest` in the local side (the spool), if that object is one.
+    pub(crate) fn local_manifest(
+        &self,
+        digest: &agentrun_core::Digest,
+    ) -> Result<Option<agentrun_core::Manifest>, crate::ReadError> {
+        self.local_only().manifest(digest)
+    }
+
+    fn open_local(root: PathBuf) -> Result<Store, StoreError> {
         // Absolute, so errors name an unambiguous path and a later chdir changes nothing.
         let root = std::path::absolute(&root).at("resolve", &root)?;
         if !layout::exists(&root)?
@@ -262,6 +339,7 @@ impl Store {
         layout::append_private_file(&lock)?;
         Ok(Store {
             layout: Arc::new(layout),
+            remote: None,
         })
     }
 
@@ -271,7 +349,7 @@ impl Store {
         default_root_from(|name| std::env::var_os(name))
     }
 
-    /// The root directory.
+    /// The root directory (of a shared store: its local spool).
     pub fn root(&self) -> &Path {
         self.layout.root()
     }
@@ -286,6 +364,9 @@ impl Store {
         if !layout::valid_run_id(run_id) {
             return Err(StoreError::InvalidRunId(run_id.to_owned()));
         }
+        if let Some(remote) = &self.remote {
+            return remote.record(run_id);
+        }
         let path = self.layout.record(run_id);
         match record_file::read(&path) {
             Ok(file) => parse_record(&path, &file.bytes),
@@ -298,6 +379,9 @@ impl Store {
 
     /// The run ids of all persisted records, oldest first (run ids sort by start time).
     pub fn records(&self) -> Result<Vec<String>, StoreError> {
+        if let Some(remote) = &self.remote {
+            return remote.records();
+        }
         let dir = self.layout.records();
         let mut ids = Vec::new();
         for entry in fs::read_dir(&dir).at("list", &dir)? {

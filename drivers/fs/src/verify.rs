@@ -46,6 +46,9 @@ impl Store {
     /// memory), its index header and every block checksum, and that every record parses and
     /// references only existing objects. Problems are reported, not repaired.
     pub fn verify(&self) -> Result<VerifyReport, StoreError> {
+        if let Some(remote) = &self.remote {
+            return remote.verify();
+        }
         let layout = &self.layout;
         // Shared: publishers may continue, GC may not remove objects under our feet.
         let _lock = GcLock::shared(layout)?;

@@ -302,7 +302,13 @@ impl CaptureSession {
         drop(gc);
         drop((streams, indexes));
         drop(dir);
-        published
+        let record = published?;
+        // A shared store: the run is in the spool now, complete and crash-safe; then it goes
+        // to the bucket (objects, then the record). A failure leaves it in the spool.
+        if !kept_by_keeper && let Some(remote) = &store.remote {
+            remote.publish_run(&store, &record)?;
+        }
+        Ok(record)
     }
 }
 

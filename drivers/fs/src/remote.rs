@@ -1,0 +1,1098 @@
+//! The shared store on object storage: `s3://BUCKET/PREFIX`, `gs://`, `az://`, `file://`.
+//!
+//! A remote [`Store`](crate::Store) is a local store (the *spool*, under the local home) plus a
+//! bucket. Captures run exactly as on a local store (bounded memory, streaming digest and line
+//! index, crash-safe local publication); once the local record is written the run is
+//! published to the bucket and its local record removed (its spooled objects are then
+//! unreferenced and the next `gc` removes them from the spool). Reads, records, runs, `show`,
+//! `gc` and `verify` go to the bucket, through the same page logic as local reads
+//! ([`crate::read::Object`]).
+//!
+//! # Bucket layout
+//!
+//! ```text
+//! <prefix>/objects/<2 hex>/<62 hex>       artifact bytes, named by their SHA-256
+//! <prefix>/objects/<2 hex>/<62 hex>.idx   the index sidecar (the local store's format)
+//! <prefix>/records/<run_id>.json          result records: the GC roots
+//! <prefix>/leases/<lease_id>.json         publishers' leases: {"expires_unix_ms", "digests"}
+//! ```
+//!
+//! # Publication (crash-safe order)
+//!
+//! 1. A lease naming every digest the record will reference is written (and renewed every
+//!    third of [`LEASE`] by a thread while the publication runs).
+//! 2. Each object: its index sidecar first, then the object (one `PUT` up to
+//!    [`MULTIPART_THRESHOLD`], else a multipart upload of [`PART_SIZE`] parts, at most
+//!    [`PARTS_IN_FLIGHT`] in flight, so memory stays bounded). A new object is put with
+//!    `PutMode::Create`, so two machines storing the same bytes store them once; an existing
+//!    copy counts as a hit when its sidecar equals ours byte for byte and its size is the
+//!    indexed size, and is replaced (overwritten, content-addressed bytes) otherwise.
+//! 3. The record, last: when it exists, everything it names is in the bucket.
+//! 4. The lease is deleted.
+//!
+//! A crash at any point leaves at most objects that no record names (collected by `gc` after
+//! the grace period) and a lease that expires; never a record naming a missing object.
+//!
+//! # GC protocol
+//!
+//! Roots are every record, every live lease, and every object younger than the grace period.
+//! GC lists the objects, reads every record, then deletes the unreferenced old objects; it
+//! re-reads the leases whenever its last read is older than [`LEASE_READ_WINDOW`] before each
+//! delete, so every delete is decided on leases at most that old. A publisher that finds an
+//! object already there (a deduplication hit) and old enough for a GC to take it checks that
+//! it is still there only [`HIT_WAIT`] after its lease was written: any GC delete landing
+//! after that check was decided on leases read after the lease existed, so it keeps the
+//! object. Assumptions (documented for operators): machine clocks within [`CLOCK_SKEW`] of the
+//! object store's, a GC delete request lands within `HIT_WAIT - LEASE_READ_WINDOW` of being
+//! sent, and the bucket is strongly consistent (S3, GCS, Azure, MinIO are).
+//!
+//! # Why a private runtime
+//!
+//! `object_store` is async (tokio); every agentrun-fs call blocks and is called from any
+//! thread (the CLI on smol, the MCP server's blocking pool). Each remote store owns a small
+//! tokio runtime (current-thread, IO and timers) and blocks on it, so callers need no runtime
+//! and no async code leaks into the store's API.
+
+use std::collections::HashSet;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use agentrun_core::digest::StreamingDigest;
+use agentrun_core::index::{BLOCK_SIZE, ENTRY_LEN, HEADER_LEN, IndexHeader};
+use agentrun_core::{Digest, Manifest, ResultRecord};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{IoContext, IoError};
+use crate::gc::{GcOptions, GcReport};
+use crate::layout::{self, Layout, RECORD_SUFFIX};
+use crate::read::{MAX_MANIFEST_BYTES, Object, ReadError};
+use crate::runs::{RunEntry, RunListing, UnreadableRun};
+use crate::store::{StoreError, parse_record, record_id};
+use crate::verify::VerifyReport;
+
+/// How long a lease lasts without renewal.
+pub const LEASE: Duration = Duration::from_secs(60);
+/// Most a GC's lease read may be old when it deletes an object.
+pub const LEASE_READ_WINDOW: Duration = Duration::from_secs(1);
+/// How long after writing its lease a publisher confirms a deduplication hit on an old object.
+pub const HIT_WAIT: Duration = Duration::from_secs(5);
+/// The clock skew assumed at most between any machine and the object store.
+pub const CLOCK_SKEW: Duration = Duration::from_secs(60);
+/// The smallest grace a GC of a shared store uses (a smaller one is raised to it): a
+/// publisher confirms a deduplication hit at once when the object is younger than this less
+/// `2 * CLOCK_SKEW + HIT_WAIT`, so no GC may count such an object as old.
+pub const MIN_GRACE: Duration = Duration::from_secs(600);
+/// Objects up to this size are put in one request; larger ones by multipart upload.
+pub const MULTIPART_THRESHOLD: u64 = 16 << 20;
+/// The size of a multipart upload's parts (S3's minimum is 5 MiB).
+pub const PART_SIZE: usize = 8 << 20;
+/// Most multipart parts in flight at once (memory: about this many parts).
+pub const PARTS_IN_FLIGHT: usize = 3;
+
+/// A request to the object store failed.
+#[derive(Debug, thiserror::Error)]
+#[error("object store {url}: cannot {op} {key}: {source}")]
+pub struct RemoteError {
+    /// The store's URL.
+    pub url: String,
+    /// What was being done.
+    pub op: &'static str,
+    /// The key concerned.
+    pub key: String,
+    /// The client's error.
+    #[source]
+    pub source: Box<object_store::Error>,
+}
+
+/// Why a `--store` URL cannot be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UrlError {
+    /// Not `s3://`, `gs://`, `az://` (or `azure://`, `abfs://`) or `file://`.
+    #[error(
+        "unsupported store URL {0:?}: use s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, \
+         az://CONTAINER/PREFIX or file:///ABSOLUTE/PATH (or a local directory)"
+    )]
+    Scheme(String),
+    /// A URL without a bucket, or a `file://` URL without an absolute path.
+    #[error("store URL {0:?} names no bucket (or, for file://, no absolute path)")]
+    NoBucket(String),
+    /// The client refused the configuration (credentials, region, endpoint).
+    #[error("cannot configure the object store for {url}: {source}")]
+    Client {
+        /// The URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: object_store::Error,
+    },
+    /// A configuration key the provider does not know.
+    #[error("store {url}: unknown configuration key {key:?}")]
+    Option {
+        /// The URL.
+        url: String,
+        /// The key.
+        key: String,
+    },
+    /// The local side of the store could not be set up.
+    #[error(transparent)]
+    Io(#[from] IoError),
+}
+
+/// Whether `s` names an object store (a URL with a scheme) rather than a local directory.
+pub fn is_store_url(s: &str) -> bool {
+    s.split_once("://").is_some_and(|(scheme, _)| {
+        !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric())
+    })
+}
+
+/// The bucket side of a remote store.
+#[derive(Debug)]
+pub(crate) struct Remote {
+    url: String,
+    client: Arc<dyn ObjectStore>,
+    prefix: ObjPath,
+    runtime: tokio::runtime::Runtime,
+    /// `<spool>/remote-cache/<url hash>/`: index sidecars by digest.
+    cache: PathBuf,
+}
+
+impl Remote {
+    /// Connects to the store `url` (no request is made yet); `spool` is the local store's
+    /// layout, under which the sidecar cache lives.
+    /// `options` are the provider's configuration keys (`aws_endpoint`, `aws_region`, …, as
+    /// the environment names them, lower case), applied over the environment.
+    pub(crate) fn open(
+        url: &str,
+        spool: &Layout,
+        options: &[(&str, &str)],
+    ) -> Result<Self, UrlError> {
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| UrlError::Scheme(url.to_owned()))?;
+        let client_err = |source| UrlError::Client {
+            url: url.to_owned(),
+            source,
+        };
+        let (client, prefix): (Arc<dyn ObjectStore>, &str) = match scheme {
+            "file" => {
+                if !rest.starts_with('/') {
+                    return Err(UrlError::NoBucket(url.to_owned()));
+                }
+                let root = PathBuf::from(rest);
+                fs::create_dir_all(&root).at("create directory", &root)?;
+                let fs = object_store::local::LocalFileSystem::new_with_prefix(&root)
+                    .map_err(client_err)?;
+                (Arc::new(fs), "")
+            }
+            "s3" | "gs" | "az" | "azure" | "abfs" => {
+                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+                if bucket.is_empty() {
+                    return Err(UrlError::NoBucket(url.to_owned()));
+                }
+                let base = format!("{scheme}://{bucket}");
+                let unknown = |key: &str| UrlError::Option {
+                    url: url.to_owned(),
+                    key: key.to_owned(),
+                };
+                let client: Arc<dyn ObjectStore> = match scheme {
+                    "s3" => {
+                        let mut b = object_store::aws::AmazonS3Builder::from_env().with_url(base);
+                        for (k, v) in options {
+                            b = b.with_config(k.parse().map_err(|_| unknown(k))?, *v);
+                        }
+                        Arc::new(b.build().map_err(client_err)?)
+                    }
+                    "gs" => {
+                        let mut b =
+                            object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(base);
+                        for (k, v) in options {
+                            b = b.with_config(k.parse().map_err(|_| unknown(k))?, *v);
+                        }
+                        Arc::new(b.build().map_err(client_err)?)
+                    }
+                    _ => {
+                        let mut b =
+                            object_store::azure::MicrosoftAzureBuilder::from_env().with_url(base);
+                        for (k, v) in options {
+                            b = b.with_config(k.parse().map_err(|_| unknown(k))?, *v);
+                        }
+                        Arc::new(b.build().map_err(client_err)?)
+                    }
+                };
+                (client, prefix)
+            }
+            _ => return Err(UrlError::Scheme(url.to_owned())),
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| IoError::bare("start the object store client's runtime", e))?;
+        let cache = spool
+            .root()
+            .join("remote-cache")
+            .join(&Digest::of(url.as_bytes()).to_hex()[..16]);
+        layout::create_private_dir(&spool.root().join("remote-cache"))?;
+        layout::create_private_dir(&cache)?;
+        Ok(Self {
+            url: url.to_owned(),
+            client,
+            prefix: ObjPath::from(prefix.trim_matches('/')),
+            runtime,
+            cache,
+        })
+    }
+
+    /// The URL the store was opened with.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn key(&self, rel: &str) -> ObjPath {
+        if self.prefix.as_ref().is_empty() {
+            ObjPath::from(rel)
+        } else {
+            ObjPath::from(format!("{}/{rel}", self.prefix))
+        }
+    }
+
+    pub(crate) fn object_key(&self, digest: &Digest) -> ObjPath {
+        let hex = digest.to_hex();
+        self.key(&format!("objects/{}/{}", &hex[..2], &hex[2..]))
+    }
+
+    pub(crate) fn index_key(&self, digest: &Digest) -> ObjPath {
+        let hex = digest.to_hex();
+        self.key(&format!("objects/{}/{}.idx", &hex[..2], &hex[2..]))
+    }
+
+    fn record_key(&self, run_id: &str) -> ObjPath {
+        self.key(&format!("records/{run_id}{RECORD_SUFFIX}"))
+    }
+
+    /// A path for messages: `URL/records/<run>.json`.
+    fn display_path(&self, key: &ObjPath) -> PathBuf {
+        let rel = key
+            .as_ref()
+            .strip_prefix(self.prefix.as_ref())
+            .unwrap_or(key.as_ref())
+            .trim_start_matches('/');
+        PathBuf::from(format!("{}/{rel}", self.url.trim_end_matches('/')))
+    }
+
+    fn err(&self, op: &'static str, key: &ObjPath, source: object_store::Error) -> RemoteError {
+        RemoteError {
+            url: self.url.clone(),
+            op,
+            key: key.to_string(),
+            source: Box::new(source),
+        }
+    }
+
+    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.runtime.block_on(f)
+    }
+
+    pub(crate) fn get_all(&self, key: &ObjPath) -> Result<Option<Bytes>, RemoteError> {
+        self.block_on(async {
+            match self.client.get(key).await {
+                Ok(r) => r.bytes().await.map(Some),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+        .map_err(|e| self.err("read", key, e))
+    }
+
+    /// At most `limit + 1` bytes of `key` (a record: never loaded whole when it is huge).
+    fn get_bounded(&self, key: &ObjPath, limit: u64) -> Result<Option<Vec<u8>>, RemoteError> {
+        self.block_on(async {
+            let r = match self.client.get(key).await {
+                Ok(r) => r,
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            let mut out = Vec::new();
+            let mut stream = r.into_stream();
+            while let Some(chunk) = stream.next().await {
+                out.extend_from_slice(&chunk?);
+                if out.len() as u64 > limit {
+                    out.truncate(limit as usize + 1);
+                    break;
+                }
+            }
+            Ok(Some(out))
+        })
+        .map_err(|e| self.err("read", key, e))
+    }
+
+    pub(crate) fn head(
+        &self,
+        key: &ObjPath,
+    ) -> Result<Option<object_store::ObjectMeta>, RemoteError> {
+        match self.block_on(self.client.head(key)) {
+            Ok(m) => Ok(Some(m)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.err("look up", key, e)),
+        }
+    }
+
+    pub(crate) fn put(
+        &self,
+        key: &ObjPath,
+        bytes: Vec<u8>,
+        mode: PutMode,
+    ) -> Result<bool, RemoteError> {
+        let opts = PutOptions {
+            mode,
+            ..Default::default()
+        };
+        match self.block_on(self.client.put_opts(key, PutPayload::from(bytes), opts)) {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(self.err("write", key, e)),
+        }
+    }
+
+    pub(crate) fn delete(&self, key: &ObjPath) -> Result<(), RemoteError> {
+        match self.block_on(self.client.delete(key)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.err("delete", key, e)),
+        }
+    }
+
+    pub(crate) fn list(&self, rel: &str) -> Result<Vec<object_store::ObjectMeta>, RemoteError> {
+        let prefix = self.key(rel);
+        self.block_on(async {
+            let mut out = Vec::new();
+            let mut stream = self.client.list(Some(&prefix));
+            while let Some(meta) = stream.next().await {
+                out.push(meta?);
+            }
+            Ok(out)
+        })
+        .map_err(|e| self.err("list", &prefix, e))
+    }
+
+    // ---- reads ----
+
+    /// The cached sidecar of `digest`, fetched once (it is immutable: the digest names it).
+    fn cached_index(&self, digest: &Digest) -> Result<(PathBuf, File, IndexHeader), ReadError> {
+        let path = self.cache.join(format!("{}.idx", digest.to_hex()));
+        for attempt in 0..2 {
+            if !path.exists() {
+                let key = self.index_key(digest);
+                let bytes = self.get_all(&key)?.ok_or(ReadError::Missing(*digest))?;
+                let tmp =
+                    self.cache
+                        .join(format!(".{}.{}.tmp", digest.to_hex(), std::process::id()));
+                crate::atomic::write_new_file(&tmp, &bytes).or_else(|e| {
+                    let _ = fs::remove_file(&tmp);
+                    crate::atomic::write_new_file(&tmp, &bytes).map_err(|_| e)
+                })?;
+                fs::rename(&tmp, &path).at("cache the index of an object at", &path)?;
+            }
+            match check_index(digest, &path) {
+                Ok((file, header)) => return Ok((path, file, header)),
+                // A damaged cache entry is fetched again once; damage in the bucket is reported.
+                Err(e) if attempt == 0 => {
+                    let _ = fs::remove_file(&path);
+                    if !matches!(e, ReadError::CorruptIndex { .. }) {
+                        return Err(e);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    pub(crate) fn open_object(self: &Arc<Self>, digest: &Digest) -> Result<Object, ReadError> {
+        let (path, file, header) = self.cached_index(digest)?;
+        let blob = RemoteBlob {
+            remote: Arc::clone(self),
+            key: self.object_key(digest),
+            digest: *digest,
+            window: Mutex::new(None),
+            requests: AtomicU64::new(0),
+        };
+        Ok(Object::remote(*digest, blob, path, file, header))
+    }
+
+    // ---- records and runs ----
+
+    pub(crate) fn record(&self, run_id: &str) -> Result<ResultRecord, StoreError> {
+        let key = self.record_key(run_id);
+        let path = self.display_path(&key);
+        let limit = agentrun_core::record::MAX_RECORD_BYTES;
+        match self.get_bounded(&key, limit)? {
+            None => Err(StoreError::UnknownRun(run_id.to_owned())),
+            Some(bytes) if bytes.len() as u64 > limit => Err(StoreError::RecordTooLarge {
+                path,
+                size: bytes.len() as u64,
+                limit,
+            }),
+            Some(bytes) => parse_record(&path, &bytes),
+        }
+    }
+
+    /// Every record's run id with its write time, oldest first.
+    fn record_metas(&self) -> Result<Vec<(String, SystemTime)>, StoreError> {
+        let mut ids: Vec<(String, SystemTime)> = self
+            .list("records/")?
+            .into_iter()
+            .filter_map(|m| {
+                let name = m.location.filename()?.to_owned();
+                Some((
+                    record_id(std::ffi::OsStr::new(&name))?,
+                    m.last_modified.into(),
+                ))
+            })
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    pub(crate) fn records(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self.record_metas()?.into_iter().map(|(id, _)| id).collect())
+    }
+
+    pub(crate) fn recent_runs(&self, limit: usize) -> Result<RunListing, StoreError> {
+        let mut listing = RunListing::default();
+        for (run_id, finished) in self.record_metas()?.into_iter().rev() {
+            if listing.runs.len() + listing.unreadable.len() == limit {
+                break;
+            }
+            match self.record(&run_id) {
+                Ok(record) => listing.runs.push(RunEntry {
+                    run_id,
+                    finished,
+                    record,
+                }),
+                Err(StoreError::UnknownRun(_)) => {}
+                Err(error) => listing.unreadable.push(UnreadableRun { run_id, error }),
+            }
+        }
+        Ok(listing)
+    }
+
+    // ---- publication ----
+
+    /// Publishes the run whose local record is `record` (its objects are in `spool`), then
+    /// removes the local record. See the module documentation for the order.
+    pub(crate) fn publish_run(
+        self: &Arc<Self>,
+        spool: &crate::Store,
+        record: &ResultRecord,
+    ) -> Result<(), StoreError> {
+        let mut digests: Vec<Digest> = Vec::new();
+        let mut seen = HashSet::new();
+        let mut stack = record.artifacts();
+        while let Some(d) = stack.pop() {
+            if !seen.insert(d) {
+                continue;
+            }
+            digests.push(d);
+            // Kept manifests (a compaction's) root their streams: those must be there too.
+            if let Ok(Some(m)) = spool.local_manifest(&d) {
+                stack.extend(m.streams.iter().map(|s| s.sha256));
+            }
+        }
+        let lease = Lease::acquire(self, &digests)?;
+        crate::fault::point("remote: after the lease, before the objects");
+        let mut old_hits = Vec::new();
+        for digest in &digests {
+            if let Some(old) = self.publish_object(&spool.layout, digest)? {
+                old_hits.push((*digest, old));
+            }
+        }
+        // Old hits: confirmed only when every GC delete decided without our lease has landed.
+        if !old_hits.is_empty() {
+            let wait = (lease.written + HIT_WAIT).saturating_duration_since(Instant::now());
+            std::thread::sleep(wait);
+            for (digest, _) in &old_hits {
+                if self.head(&self.object_key(digest))?.is_none() {
+                    // A GC took it meanwhile: we still have the bytes.
+                    self.upload_object(&spool.layout, digest)?;
+                }
+            }
+        }
+        crate::fault::point("remote: after the objects, before the record");
+        let local = spool.layout.record(&record.run_id);
+        let json = fs::read(&local).at("read", &local)?;
+        let key = self.record_key(&record.run_id);
+        self.put(&key, json, PutMode::Overwrite)?;
+        crate::fault::point("remote: after the record, before the lease is released");
+        lease.release();
+        // The bucket has the run now; the spool's copy becomes garbage for the local gc.
+        let _ = fs::remove_file(&local);
+        Ok(())
+    }
+
+    /// Puts `digest`'s sidecar and object unless an intact copy is there. Returns the age
+    /// of an existing copy that is old enough for a GC to collect (a hit that needs
+    /// confirming), `None` otherwise.
+    fn publish_object(
+        &self,
+        spool: &Layout,
+        digest: &Digest,
+    ) -> Result<Option<Duration>, StoreError> {
+        let local_idx_path = spool.index(digest);
+        let local_idx = fs::read(&local_idx_path).at("read", &local_idx_path)?;
+        let header = IndexHeader::decode(&local_idx[..HEADER_LEN.min(local_idx.len())])
+            .map_err(|e| IoError::at("read", &local_idx_path, io::Error::other(e.to_string())))?;
+        let okey = self.object_key(digest);
+        if let Some(meta) = self.head(&okey)? {
+            let ikey = self.index_key(digest);
+            let same_index = self.get_all(&ikey)?.is_some_and(|b| b[..] == local_idx[..]);
+            // Up to the multipart threshold the stored bytes are compared with ours too (one
+            // GET): a flipped byte is replaced. Larger copies are checked by size and sidecar
+            // only; `verify` checks every block of every object.
+            let same_bytes = || -> Result<bool, StoreError> {
+                if header.total_bytes > MULTIPART_THRESHOLD {
+                    return Ok(true);
+                }
+                let path = spool.object(digest);
+                let ours = fs::read(&path).at("read", &path)?;
+                Ok(self.get_all(&okey)?.is_some_and(|b| b[..] == ours[..]))
+            };
+            if same_index && meta.size == header.total_bytes && same_bytes()? {
+                let modified: SystemTime = meta.last_modified.into();
+                let age = SystemTime::now()
+                    .duration_since(modified)
+                    .unwrap_or_default();
+                let safe = MIN_GRACE.saturating_sub(2 * CLOCK_SKEW + HIT_WAIT);
+                return Ok((age >= safe).then_some(age));
+            }
+            // A damaged copy (different size or sidecar): replaced below.
+            self.upload_object(spool, digest)?;
+            return Ok(None);
+        }
+        self.upload_object(spool, digest)?;
+        Ok(None)
+    }
+
+    /// Uploads the sidecar, then the object (replacing what is there).
+    pub(crate) fn upload_object(&self, spool: &Layout, digest: &Digest) -> Result<(), StoreError> {
+        let idx_path = spool.index(digest);
+        let idx = fs::read(&idx_path).at("read", &idx_path)?;
+        self.put(&self.index_key(digest), idx, PutMode::Overwrite)?;
+        crate::fault::point("remote: after an index sidecar, before its object");
+        let path = spool.object(digest);
+        let mut file = File::open(&path).at("open", &path)?;
+        let len = file.metadata().at("read", &path)?.len();
+        let key = self.object_key(digest);
+        if len <= MULTIPART_THRESHOLD {
+            let mut bytes = Vec::with_capacity(len as usize);
+            file.read_to_end(&mut bytes).at("read", &path)?;
+            self.put(&key, bytes, PutMode::Overwrite)?;
+            return Ok(());
+        }
+        let result: Result<(), StoreError> = self.block_on(async {
+            let upload = self
+                .client
+                .put_multipart(&key)
+                .await
+                .map_err(|e| self.err("start a multipart upload of", &key, e))?;
+            let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+            let mut buf = vec![0u8; PART_SIZE];
+            loop {
+                let n = read_full(&mut file, &mut buf).at("read", &path)?;
+                if n == 0 {
+                    break;
+                }
+                writer
+                    .wait_for_capacity(PARTS_IN_FLIGHT)
+                    .await
+                    .map_err(|e| self.err("upload a part of", &key, e))?;
+                writer.write(&buf[..n]);
+            }
+            writer
+                .finish()
+                .await
+                .map_err(|e| self.err("complete the multipart upload of", &key, e))?;
+            Ok(())
+        });
+        result
+    }
+
+    // ---- leases ----
+
+    pub(crate) fn lease_key(&self, id: &str) -> ObjPath {
+        self.key(&format!("leases/{id}.json"))
+    }
+
+    /// The digests of every lease that has not expired; expired ones are deleted unless
+    /// `dry_run`.
+    fn live_leases(&self, dry_run: bool) -> Result<HashSet<Digest>, StoreError> {
+        let mut live = HashSet::new();
+        let now = unix_ms(SystemTime::now());
+        for meta in self.list("leases/")? {
+            let Some(bytes) = self.get_bounded(&meta.location, 16 << 20)? else {
+                continue;
+            };
+            match serde_json::from_slice::<LeaseBody>(&bytes) {
+                Ok(body) if body.expires_unix_ms + CLOCK_SKEW.as_millis() as u64 > now => {
+                    live.extend(body.digests.iter().filter_map(|h| Digest::from_hex(h).ok()));
+                }
+                // Expired (a crashed writer's), or not a lease at all but under leases/:
+                // a damaged lease that names nothing readable is kept only while young.
+                Ok(_) => {
+                    if !dry_run {
+                        self.delete(&meta.location)?;
+                    }
+                }
+                Err(_) => {
+                    let modified: SystemTime = meta.last_modified.into();
+                    if modified + LEASE + CLOCK_SKEW < SystemTime::now() && !dry_run {
+                        self.delete(&meta.location)?;
+                    }
+                }
+            }
+        }
+        Ok(live)
+    }
+
+    // ---- gc ----
+
+    pub(crate) fn gc(&self, options: &GcOptions) -> Result<GcReport, StoreError> {
+        let mut report = GcReport::default();
+        let listed = self.list("objects/")?;
+        let mut objects: Vec<(Digest, u64, SystemTime)> = Vec::new();
+        let mut indexes: Vec<(Digest, u64, SystemTime)> = Vec::new();
+        for meta in &listed {
+            let Some((digest, is_index)) = parse_key(meta.location.as_ref()) else {
+                continue;
+            };
+            let entry = (digest, meta.size, meta.last_modified.into());
+            if is_index {
+                indexes.push(entry);
+            } else {
+                objects.push(entry);
+            }
+        }
+        // Records: a record GC cannot read stops it, as on the local store.
+        let mut roots: HashSet<Digest> = HashSet::new();
+        let mut kept_lists: Vec<Digest> = Vec::new();
+        for (run_id, written) in self.record_metas()? {
+            let path = self.display_path(&self.record_key(&run_id));
+            // Records older than the retention are forgotten first and root nothing.
+            if let Some(expire) = options.expire_records
+                && options
+                    .now
+                    .duration_since(written)
+                    .is_ok_and(|age| age > expire)
+            {
+                report.records_expired += 1;
+                if !options.dry_run {
+                    self.delete(&self.record_key(&run_id))?;
+                }
+                continue;
+            }
+            match self.record(&run_id) {
+                Ok(record) => {
+                    report.records += 1;
+                    kept_lists.extend(record.keeps.iter().copied());
+                    roots.extend(record.artifacts());
+                }
+                Err(StoreError::UnknownRun(_)) => {}
+                Err(StoreError::RecordFormatUnknown { path, format }) => {
+                    return Err(StoreError::GcRecordFormatUnknown { path, format });
+                }
+                Err(e) => {
+                    return Err(StoreError::GcRefused {
+                        path,
+                        detail: e.to_string(),
+                    });
+                }
+            }
+        }
+        // Kept manifests root their streams.
+        let sizes: std::collections::HashMap<Digest, u64> =
+            objects.iter().map(|(d, s, _)| (*d, *s)).collect();
+        let expand = |roots: &mut HashSet<Digest>, start: Vec<Digest>| -> Result<(), StoreError> {
+            let mut stack = start;
+            while let Some(d) = stack.pop() {
+                if sizes.get(&d).is_some_and(|s| *s <= MAX_MANIFEST_BYTES)
+                    && let Some(bytes) = self.get_all(&self.object_key(&d))?
+                    && Digest::of(&bytes) == d
+                    && let Ok(m) = Manifest::parse(&bytes)
+                {
+                    for s in &m.streams {
+                        if roots.insert(s.sha256) {
+                            stack.push(s.sha256);
+                        }
+                    }
+                }
+            }
+            Ok(())
+        };
+        expand(&mut roots, kept_lists)?;
+        let mut leases = self.live_leases(options.dry_run)?;
+        let mut leases_read = Instant::now();
+        let start: Vec<Digest> = leases.iter().copied().collect();
+        expand(&mut leases, start)?;
+        let grace = options.grace.max(MIN_GRACE);
+        let old = |t: SystemTime| options.now.duration_since(t).is_ok_and(|age| age > grace);
+        let present: HashSet<Digest> = objects.iter().map(|(d, _, _)| *d).collect();
+        for (digest, size, modified) in &objects {
+            if roots.contains(digest) {
+                report.objects_kept += 1;
+                continue;
+            }
+            if !old(*modified) {
+                report.objects_kept += 1;
+                report.objects_in_grace += 1;
+                continue;
+            }
+            if leases_read.elapsed() >= LEASE_READ_WINDOW {
+                leases = self.live_leases(options.dry_run)?;
+                let start: Vec<Digest> = leases.iter().copied().collect();
+                expand(&mut leases, start)?;
+                leases_read = Instant::now();
+            }
+            if leases.contains(digest) {
+                report.objects_kept += 1;
+                continue;
+            }
+            report.objects_removed += 1;
+            report.bytes_removed += size;
+            if !options.dry_run {
+                // The object before its sidecar: no object is ever without its index.
+                self.delete(&self.object_key(digest))?;
+                if let Some((_, isize, _)) = indexes.iter().find(|(d, _, _)| d == digest) {
+                    report.bytes_removed += isize;
+                }
+                self.delete(&self.index_key(digest))?;
+            }
+        }
+        // Sidecars whose object is gone (a crash between the two puts), once old.
+        for (digest, size, modified) in &indexes {
+            if !present.contains(digest) && old(*modified) && !roots.contains(digest) {
+                if leases_read.elapsed() >= LEASE_READ_WINDOW {
+                    leases = self.live_leases(options.dry_run)?;
+                    leases_read = Instant::now();
+                }
+                if leases.contains(digest) {
+                    continue;
+                }
+                report.bytes_removed += size;
+                if !options.dry_run {
+                    self.delete(&self.index_key(digest))?;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    // ---- verify ----
+
+    pub(crate) fn verify(self: &Arc<Self>) -> Result<VerifyReport, StoreError> {
+        let mut report = VerifyReport::default();
+        let listed = self.list("objects/")?;
+        let mut present = HashSet::new();
+        let mut with_index = HashSet::new();
+        for meta in &listed {
+            match parse_key(meta.location.as_ref()) {
+                Some((d, false)) => {
+                    present.insert(d);
+                }
+                Some((d, true)) => {
+                    with_index.insert(d);
+                }
+                None => report.problems.push(format!(
+                    "{}: not an object of this store",
+                    self.display_path(&meta.location).display()
+                )),
+            }
+        }
+        let mut digests: Vec<&Digest> = present.iter().collect();
+        digests.sort();
+        for digest in digests {
+            report.objects_checked += 1;
+            if !with_index.contains(digest) {
+                report
+                    .problems
+                    .push(format!("object {digest}: its index sidecar is missing"));
+                continue;
+            }
+            // Fresh from the bucket: a cached sidecar must not hide damage there.
+            let _ = fs::remove_file(self.cache.join(format!("{}.idx", digest.to_hex())));
+            let checked = self.open_object(digest).and_then(|object| {
+                let mut hasher = StreamingDigest::default();
+                let mut buf = Vec::new();
+                for block in 0..object.header.block_count() {
+                    if block % 64 == 0 {
+                        object.prefetch(block, block + 63);
+                    }
+                    object.block(block, &mut buf)?;
+                    hasher.update(&buf);
+                }
+                if hasher.finish() != *digest {
+                    return Err(ReadError::Corrupt {
+                        digest: *digest,
+                        detail: "its content does not hash to its name".to_owned(),
+                    });
+                }
+                Ok(())
+            });
+            if let Err(e) = checked {
+                report.problems.push(e.to_string());
+            }
+        }
+        for (run_id, _) in self.record_metas()? {
+            match self.record(&run_id) {
+                Ok(record) => {
+                    report.records_checked += 1;
+                    for d in record.artifacts() {
+                        if !present.contains(&d) {
+                            report.problems.push(format!(
+                                "record {run_id} references artifact {d}, which is not in the store"
+                            ));
+                        }
+                    }
+                }
+                Err(StoreError::UnknownRun(_)) => {}
+                Err(e) => report.problems.push(e.to_string()),
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// `(digest, is_index)` of an object key `.../objects/<2 hex>/<62 hex>[.idx]`.
+fn parse_key(key: &str) -> Option<(Digest, bool)> {
+    let mut parts = key.rsplit('/');
+    let file = parts.next()?;
+    let dir = parts.next()?;
+    let (file, is_index) = match file.strip_suffix(layout::INDEX_SUFFIX) {
+        Some(f) => (f, true),
+        None => (file, false),
+    };
+    Some((layout::parse_object_name(dir, file)?, is_index))
+}
+
+/// Checks a sidecar file against `digest`: header checksum, name, block size, length.
+fn check_index(digest: &Digest, path: &FsPath) -> Result<(File, IndexHeader), ReadError> {
+    let bad = |detail: String| ReadError::CorruptIndex {
+        digest: *digest,
+        detail,
+    };
+    let mut file = File::open(path).at("open", path)?;
+    let len = file.metadata().at("read", path)?.len();
+    let mut raw = [0u8; HEADER_LEN];
+    if file.read_exact(&mut raw).is_err() {
+        return Err(bad("the index file is truncated".to_owned()));
+    }
+    let header = IndexHeader::decode(&raw).map_err(|e| bad(e.to_string()))?;
+    if header.digest != *digest {
+        return Err(bad(format!("it describes artifact {}", header.digest)));
+    }
+    if header.block_size != BLOCK_SIZE {
+        return Err(bad(format!("unexpected block size {}", header.block_size)));
+    }
+    let expected = HEADER_LEN as u64 + header.block_count() * ENTRY_LEN as u64;
+    if len != expected {
+        return Err(bad(format!("it has {len} bytes, expected {expected}")));
+    }
+    Ok((file, header))
+}
+
+/// An object in the bucket, read through a window of prefetched blocks.
+#[derive(Debug)]
+pub(crate) struct RemoteBlob {
+    remote: Arc<Remote>,
+    key: ObjPath,
+    digest: Digest,
+    /// `(first byte, bytes)` fetched by the last range request.
+    window: Mutex<Option<(u64, Bytes)>>,
+    requests: AtomicU64,
+}
+
+impl RemoteBlob {
+    /// Fetches blocks `first..=last` in one range request unless the window holds them.
+    pub(crate) fn want(&self, header: &IndexHeader, first: u64, last: u64) {
+        let start = header.block_range(first).0;
+        let end = header.block_range(last).1;
+        if self.holds(start, end) {
+            return;
+        }
+        // A failed prefetch is not an error here: the block read that follows asks again
+        // and reports it.
+        let _ = self.fetch(start, end);
+    }
+
+    fn holds(&self, start: u64, end: u64) -> bool {
+        let window = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        window
+            .as_ref()
+            .is_some_and(|(s, b)| *s <= start && end <= *s + b.len() as u64)
+    }
+
+    fn fetch(&self, start: u64, end: u64) -> Result<(), ReadError> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let bytes = self
+            .remote
+            .block_on(self.remote.client.get_range(&self.key, start..end));
+        let bytes = match bytes {
+            Ok(b) => b,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(ReadError::Missing(self.digest));
+            }
+            // A range past the end: the object is shorter than its index says.
+            Err(e) if is_range_error(&e) => Bytes::new(),
+            Err(e) => return Err(self.remote.err("read", &self.key, e).into()),
+        };
+        *self.window.lock().unwrap_or_else(|e| e.into_inner()) = Some((start, bytes));
+        Ok(())
+    }
+
+    /// Fills `buf` from byte `start`; `false` when the object ends first.
+    pub(crate) fn read_exact_at(
+        &self,
+        header: &IndexHeader,
+        buf: &mut [u8],
+        start: u64,
+    ) -> Result<bool, ReadError> {
+        let end = start + buf.len() as u64;
+        if !self.holds(start, end) {
+            let block = start / u64::from(header.block_size);
+            let last = end.saturating_sub(1) / u64::from(header.block_size);
+            let (s, e) = (header.block_range(block).0, header.block_range(last).1);
+            self.fetch(s, e)?;
+            if !self.holds(start, end) {
+                return Ok(false);
+            }
+        }
+        let window = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        let (s, bytes) = window.as_ref().expect("held");
+        let from = (start - s) as usize;
+        buf.copy_from_slice(&bytes[from..from + buf.len()]);
+        Ok(true)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+}
+
+fn is_range_error(e: &object_store::Error) -> bool {
+    let text = e.to_string();
+    text.contains("Range") || text.contains("range")
+}
+
+/// A publisher's lease: written before its objects, renewed while it publishes, deleted after
+/// its record.
+struct Lease {
+    remote: Arc<Remote>,
+    key: ObjPath,
+    written: Instant,
+    stop: Arc<AtomicBool>,
+    renewer: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Serialize, Deserialize)]
+pub(crate) struct LeaseBody {
+    pub(crate) expires_unix_ms: u64,
+    pub(crate) digests: Vec<String>,
+}
+
+fn lease_body(digests: &[Digest]) -> Vec<u8> {
+    let body = LeaseBody {
+        expires_unix_ms: unix_ms(SystemTime::now() + LEASE),
+        digests: digests.iter().map(Digest::to_hex).collect(),
+    };
+    serde_json::to_vec(&body).expect("a lease serializes")
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Lease {
+    fn acquire(remote: &Arc<Remote>, digests: &[Digest]) -> Result<Self, StoreError> {
+        let id = format!("{}-{}", layout::new_run_id(), std::process::id());
+        let key = remote.lease_key(&id);
+        remote.put(&key, lease_body(digests), PutMode::Overwrite)?;
+        let written = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let renewer = {
+            let (remote, key, stop, digests) = (
+                Arc::clone(remote),
+                key.clone(),
+                Arc::clone(&stop),
+                digests.to_vec(),
+            );
+            std::thread::Builder::new()
+                .name("agentrun-lease".to_owned())
+                .spawn(move || {
+                    let step = Duration::from_millis(200);
+                    let mut since = Instant::now();
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(step);
+                        if since.elapsed() >= LEASE / 3 && !stop.load(Ordering::Relaxed) {
+                            // A failed renewal is retried at the next step; the lease
+                            // still has two thirds of its length.
+                            if remote
+                                .put(&key, lease_body(&digests), PutMode::Overwrite)
+                                .is_ok()
+                            {
+                                since = Instant::now();
+                            }
+                        }
+                    }
+                })
+                .ok()
+        };
+        Ok(Self {
+            remote: Arc::clone(remote),
+            key,
+            written,
+            stop,
+            renewer,
+        })
+    }
+
+    fn release(mut self) {
+        self.stop_renewing();
+        // A lease left behind (the delete failed) expires by itself.
+        let _ = self.remote.delete(&self.key);
+    }
+
+    fn stop_renewing(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.renewer.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.stop_renewing();
+    }
+}
+
+/// Reads until `buf` is full or the file ends.
+fn read_full(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}

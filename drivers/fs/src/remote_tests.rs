@@ -1,0 +1,514 @@
+//! The shared store on object storage, against a real S3-API server (moto's server mode,
+//! installed by `scripts/install-moto.sh` when missing, started here on 127.0.0.1) and against
+//! object_store's local-file backend (`file://`). Every scenario runs on both. Each "machine"
+//! is a [`Store`] with its own local home (spool and sidecar cache) on the same bucket.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use agentrun_core::{
+    ArtifactUri, CaptureCompletion, CaptureStatus, Digest, OutputChannel, OutputDeclaration,
+    PageRequest, PreviewLimits,
+};
+use object_store::PutMode;
+
+use crate::remote::LeaseBody;
+use crate::{GcOptions, ReadError, Store};
+
+/// A moto server for the whole test binary. It runs under a wrapper shell that waits on a
+/// pipe only this process writes: when the test binary exits, the pipe closes and the
+/// wrapper stops the server.
+struct Moto {
+    port: u16,
+    _child: Child,
+}
+
+fn moto() -> &'static Moto {
+    static MOTO: OnceLock<Moto> = OnceLock::new();
+    MOTO.get_or_init(|| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install-moto.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg("--print-path")
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run scripts/install-moto.sh");
+        assert!(out.status.success(), "scripts/install-moto.sh failed");
+        let server = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(
+                "\"$0\" -H 127.0.0.1 -p \"$1\" >/dev/null 2>&1 & pid=$!; cat >/dev/null; kill $pid",
+            )
+            .arg(&server)
+            .arg(port.to_string())
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("start moto_server");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while http(port, "GET", "/").is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "moto_server did not start on port {port}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Moto {
+            port,
+            _child: child,
+        }
+    })
+}
+
+/// One plain HTTP request (moto accepts unsigned requests for bucket creation).
+fn http(port: u16, method: &str, path: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+/// A bucket: on moto (`s3://`) or in a directory (`file://`).
+enum Bucket {
+    S3 {
+        name: String,
+    },
+    File {
+        _dir: tempfile::TempDir,
+        url: String,
+    },
+}
+
+impl Bucket {
+    fn s3() -> Self {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let name = format!(
+            "t{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let reply = http(moto().port, "PUT", &format!("/{name}")).unwrap();
+        assert!(reply.starts_with("HTTP/1.1 200"), "create bucket: {reply}");
+        Bucket::S3 { name }
+    }
+
+    fn file() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().join("bucket").display());
+        Bucket::File { _dir: dir, url }
+    }
+
+    fn both() -> [Bucket; 2] {
+        [Bucket::file(), Bucket::s3()]
+    }
+
+    /// A machine: a store on this bucket with its own local home.
+    fn machine(&self, home: &Path) -> Store {
+        match self {
+            Bucket::S3 { name } => {
+                let endpoint = format!("http://127.0.0.1:{}", moto().port);
+                Store::open_url_with(
+                    &format!("s3://{name}/team/agentrun"),
+                    home,
+                    &[
+                        ("aws_access_key_id", "test"),
+                        ("aws_secret_access_key", "test"),
+                        ("aws_region", "us-east-1"),
+                        ("aws_endpoint", &endpoint),
+                        ("aws_allow_http", "true"),
+                    ],
+                )
+                .unwrap()
+            }
+            Bucket::File { url, .. } => Store::open_url(url, home).unwrap(),
+        }
+    }
+}
+
+fn done() -> CaptureCompletion {
+    CaptureCompletion::Streamed {
+        display: None,
+        status: CaptureStatus::Succeeded,
+    }
+}
+
+fn lines(n: u64, tag: &str) -> Vec<u8> {
+    (0..n)
+        .flat_map(|i| format!("{tag} line {i} {}\n", "y".repeat((i % 50) as usize)).into_bytes())
+        .collect()
+}
+
+fn capture(store: &Store, bytes: &[u8]) -> agentrun_core::ResultRecord {
+    let mut s = store
+        .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+        .unwrap();
+    for piece in bytes.chunks(1 << 20) {
+        s.write_channel(&OutputChannel::Single, piece).unwrap();
+    }
+    s.finish(done()).unwrap()
+}
+
+fn single_uri(record: &agentrun_core::ResultRecord) -> ArtifactUri {
+    record.stream_uri(&record.streams()[0])
+}
+
+fn bucket_objects(store: &Store) -> Vec<String> {
+    let remote = store.remote.as_ref().unwrap();
+    remote
+        .list("objects/")
+        .unwrap()
+        .into_iter()
+        .map(|m| m.location.to_string())
+        .filter(|k| !k.ends_with(".idx"))
+        .collect()
+}
+
+fn homes() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    (tmp, a, b)
+}
+
+#[test]
+fn what_one_machine_runs_the_other_pages_reads_lists_and_shows() {
+    for bucket in Bucket::both() {
+        let (_tmp, ha, hb) = homes();
+        let (a, b) = (bucket.machine(&ha), bucket.machine(&hb));
+        let content = lines(200_000, "run");
+        let record = capture(&a, &content);
+        // The spool keeps no record once the bucket has it.
+        assert!(a.local_only().records().unwrap().is_empty());
+        assert_eq!(b.records().unwrap(), std::slice::from_ref(&record.run_id));
+        let listing = b.recent_runs(10).unwrap();
+        assert!(listing.is_complete());
+        assert_eq!(listing.runs[0].record, record);
+        assert_eq!(b.record(&record.run_id).unwrap().render(), record.render());
+        let uri = single_uri(&record);
+        let all: Vec<&[u8]> = content.split_inclusive(|&c| c == b'\n').collect();
+        for offset in [0u64, 1, 100_000, 197_999, 199_990] {
+            let digest = b.resolve(&uri).unwrap();
+            let page = b
+                .read_page(&uri, PageRequest::new(offset, 2000).unwrap())
+                .unwrap();
+            let want: Vec<u8> =
+                all[offset as usize..(offset as usize + 2000).min(all.len())].concat();
+            assert_eq!(page.bytes, want, "offset {offset}");
+            // The same page on a fresh object handle, counting its range requests.
+            let fresh = b.open_object(&digest).unwrap();
+            let again = fresh_page(&fresh, offset);
+            assert_eq!(again, want);
+            assert!(
+                fresh.requests() <= 2,
+                "offset {offset}: {} range requests",
+                fresh.requests()
+            );
+        }
+        let mut whole = Vec::new();
+        assert_eq!(b.copy_to(&uri, &mut whole).unwrap(), content.len() as u64);
+        assert_eq!(whole, content);
+        let bytes = b
+            .read_bytes(
+                &uri,
+                agentrun_core::ByteRange::new(5_000_000, 1000).unwrap(),
+            )
+            .unwrap();
+        assert_eq!(bytes.bytes, content[5_000_000..5_001_000]);
+        assert!(b.verify().unwrap().is_healthy());
+    }
+}
+
+fn fresh_page(object: &crate::read::Object, offset: u64) -> Vec<u8> {
+    object
+        .page_for_tests(PageRequest::new(offset, 2000).unwrap())
+        .unwrap()
+        .bytes
+}
+
+#[test]
+fn identical_output_on_two_machines_is_stored_once() {
+    for bucket in Bucket::both() {
+        let (_tmp, ha, hb) = homes();
+        let (a, b) = (bucket.machine(&ha), bucket.machine(&hb));
+        let content = lines(30_000, "same");
+        let ra = capture(&a, &content);
+        let rb = capture(&b, &content);
+        assert_ne!(ra.run_id, rb.run_id);
+        assert_eq!(ra.streams()[0].sha256, rb.streams()[0].sha256);
+        assert_eq!(bucket_objects(&a).len(), 1, "{:?}", bucket_objects(&a));
+        assert_eq!(a.records().unwrap().len(), 2);
+        assert!(b.verify().unwrap().is_healthy());
+    }
+}
+
+#[test]
+fn a_flipped_byte_in_the_bucket_is_refused_and_a_damaged_copy_is_replaced() {
+    for bucket in Bucket::both() {
+        let (_tmp, ha, hb) = homes();
+        let (a, b) = (bucket.machine(&ha), bucket.machine(&hb));
+        let content = lines(20_000, "flip");
+        let record = capture(&a, &content);
+        let uri = single_uri(&record);
+        let digest = uri.digest;
+        let remote = a.remote.as_ref().unwrap();
+        let mut damaged = content.clone();
+        damaged[700_000] ^= 0x20;
+        remote
+            .put(&remote.object_key(&digest), damaged, PutMode::Overwrite)
+            .unwrap();
+        let deep = PageRequest::new(19_000, 100).unwrap();
+        assert!(
+            b.read_page(&uri, deep).is_ok(),
+            "a page away from the damage reads"
+        );
+        let err = b
+            .read_page(&uri, PageRequest::new(0, 2000).unwrap())
+            .and_then(|_| {
+                let mut out = Vec::new();
+                b.copy_to(&uri, &mut out).map(|_| ())
+            })
+            .unwrap_err();
+        assert!(matches!(err, ReadError::Corrupt { .. }), "{err:?}");
+        let report = b.verify().unwrap();
+        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+        assert!(
+            report.problems[0].contains("corrupt"),
+            "{:?}",
+            report.problems
+        );
+        // The same output captured again replaces the damaged copy.
+        capture(&b, &content);
+        let mut whole = Vec::new();
+        a.copy_to(&uri, &mut whole).unwrap();
+        assert_eq!(whole, content);
+        assert!(a.verify().unwrap().is_healthy());
+    }
+}
+
+/// An hour ahead: every object counts as old, whatever the grace.
+fn gc_later() -> GcOptions {
+    GcOptions {
+        grace: Duration::ZERO,
+        now: SystemTime::now() + Duration::from_secs(3600),
+        ..GcOptions::default()
+    }
+}
+
+#[test]
+fn gc_keeps_what_records_and_live_leases_name_and_collects_the_rest() {
+    for bucket in Bucket::both() {
+        let (_tmp, ha, hb) = homes();
+        let (a, b) = (bucket.machine(&ha), bucket.machine(&hb));
+        let kept = capture(&a, &lines(5_000, "kept"));
+        // Two objects no record names: one a live lease names, one nothing names.
+        let spool = Store::open(ha.join("other")).unwrap();
+        let leased = capture(&spool, &lines(3_000, "leased")).streams()[0].sha256;
+        let orphan = capture(&spool, &lines(3_000, "orphan")).streams()[0].sha256;
+        let remote = a.remote.as_ref().unwrap();
+        remote.upload_object(&spool.layout, &leased).unwrap();
+        remote.upload_object(&spool.layout, &orphan).unwrap();
+        let body = LeaseBody {
+            expires_unix_ms: unix_ms(SystemTime::now() + Duration::from_secs(600)),
+            digests: vec![leased.to_hex()],
+        };
+        let lease = remote.lease_key("live");
+        remote
+            .put(
+                &lease,
+                serde_json::to_vec(&body).unwrap(),
+                PutMode::Overwrite,
+            )
+            .unwrap();
+        let expired = remote.lease_key("expired");
+        let body = LeaseBody {
+            expires_unix_ms: unix_ms(SystemTime::now() - Duration::from_secs(3600)),
+            digests: vec![orphan.to_hex()],
+        };
+        remote
+            .put(
+                &expired,
+                serde_json::to_vec(&body).unwrap(),
+                PutMode::Overwrite,
+            )
+            .unwrap();
+        // Within the grace period nothing goes.
+        let report = b.gc(&GcOptions::default()).unwrap();
+        assert_eq!(report.objects_removed, 0);
+        let report = b.gc(&gc_later()).unwrap();
+        assert_eq!(report.objects_removed, 1, "{report:?}");
+        let left: Vec<String> = bucket_objects(&a);
+        assert_eq!(left.len(), 2, "{left:?}");
+        assert!(left.iter().any(|k| k.ends_with(&leased.to_hex()[2..])));
+        assert!(
+            remote.head(&expired).unwrap().is_none(),
+            "an expired lease is removed"
+        );
+        assert!(remote.head(&remote.index_key(&orphan)).unwrap().is_none());
+        // The lease released: the leased object goes too; the record's stays.
+        remote.delete(&lease).unwrap();
+        assert_eq!(b.gc(&gc_later()).unwrap().objects_removed, 1);
+        let mut out = Vec::new();
+        b.copy_to(&single_uri(&kept), &mut out).unwrap();
+        assert!(b.verify().unwrap().is_healthy());
+    }
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// GC on one machine, in a loop and counting every object as old, beside captures on
+/// another: nothing a record names is ever lost. (Distinct outputs: a GC whose clock runs an
+/// hour ahead is outside the protocol's clock assumption for deduplication hits.)
+#[test]
+fn gc_on_one_machine_beside_captures_on_another_loses_nothing() {
+    for bucket in Bucket::both() {
+        let (_tmp, ha, hb) = homes();
+        let (a, b) = (bucket.machine(&ha), bucket.machine(&hb));
+        let stop = Arc::new(AtomicBool::new(false));
+        let collector = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut removed = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    removed += b.gc(&gc_later()).unwrap().objects_removed;
+                }
+                removed
+            })
+        };
+        let mut records = Vec::new();
+        for i in 0..8 {
+            records.push(capture(&a, &lines(2_000 + i * 500, &format!("run{i}"))));
+        }
+        stop.store(true, Ordering::Relaxed);
+        let removed = collector.join().unwrap();
+        assert_eq!(removed, 0, "gc removed objects a record names");
+        for record in &records {
+            let mut out = Vec::new();
+            a.copy_to(&single_uri(record), &mut out).unwrap();
+            assert_eq!(Digest::of(&out), record.streams()[0].sha256);
+        }
+        assert!(a.verify().unwrap().is_healthy());
+    }
+}
+
+/// The recovery property on the object store: following every continuation from line 0
+/// reproduces the stream byte for byte.
+#[test]
+fn following_continuations_reproduces_every_stream_on_the_object_store() {
+    for bucket in Bucket::both() {
+        let (_tmp, ha, hb) = homes();
+        let (a, b) = (bucket.machine(&ha), bucket.machine(&hb));
+        let mut content = lines(7_000, "mixed");
+        // A line longer than a page, then more lines, and no final newline.
+        content.extend(vec![b'L'; 3 << 20]);
+        content.push(b'\n');
+        content.extend(lines(500, "after"));
+        content.extend_from_slice(b"tail without newline");
+        let record = capture(&a, &content);
+        let uri = single_uri(&record);
+        let mut got = Vec::new();
+        let mut next = agentrun_core::Continuation::Line(0);
+        // The record's own continuation starts where the preview ended; from line 0 the
+        // whole stream is read.
+        loop {
+            next = match next {
+                agentrun_core::Continuation::Line(line) => {
+                    let page = b
+                        .read_page(&uri, PageRequest::up_to(line, 2000).unwrap())
+                        .unwrap();
+                    got.extend_from_slice(&page.bytes);
+                    page.continuation
+                }
+                agentrun_core::Continuation::Byte(offset) => {
+                    let range = agentrun_core::ByteRange::new(offset, 1 << 20).unwrap();
+                    let page = b.read_bytes(&uri, range).unwrap();
+                    got.extend_from_slice(&page.bytes);
+                    page.continuation()
+                }
+                _ => break,
+            };
+        }
+        assert_eq!(got.len(), content.len());
+        assert!(got == content, "the pages differ from the stream");
+    }
+}
+
+/// The child of the crash test: publishes a fixed sequence to the bucket named by the
+/// environment, and is killed at fault point N.
+const CHILD_VAR: &str = "AGENTRUN_FS_REMOTE_CRASH";
+
+#[test]
+fn remote_crash_child() {
+    let Some(spec) = std::env::var_os(CHILD_VAR) else {
+        return;
+    };
+    let spec = spec.into_string().unwrap();
+    let (url, home) = spec.split_once('\n').unwrap();
+    let store = Store::open_url(url, home).unwrap();
+    capture(&store, &lines(40_000, "crash"));
+    capture(&store, &lines(40_000, "crash"));
+    capture(&store, &lines(100, "small"));
+}
+
+#[test]
+fn sigkill_of_a_publisher_at_every_step_leaves_the_bucket_consistent() {
+    let exe = std::env::current_exe().unwrap();
+    let mut at = 1u64;
+    loop {
+        let bucket = Bucket::file();
+        let (_tmp, ha, hb) = homes();
+        let Bucket::File { url, .. } = &bucket else {
+            unreachable!()
+        };
+        let out = Command::new(&exe)
+            .args([
+                "--exact",
+                "remote_tests::remote_crash_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_VAR, format!("{url}\n{}", ha.display()))
+            .env(crate::fault::FAULT_AT_VAR, at.to_string())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            assert!(at > 10, "only {} fault points were reached", at - 1);
+            break;
+        }
+        assert!(
+            stderr.contains(&format!("fault point {at}: ")),
+            "the child died elsewhere: {stderr}"
+        );
+        let b = bucket.machine(&hb);
+        let report = b.verify().unwrap();
+        assert!(report.is_healthy(), "fault {at}: {:?}", report.problems);
+        for id in b.records().unwrap() {
+            let record = b.record(&id).unwrap();
+            let mut out = Vec::new();
+            b.copy_to(&single_uri(&record), &mut out).unwrap();
+            assert_eq!(Digest::of(&out), record.streams()[0].sha256, "fault {at}");
+        }
+        // The sequence then runs to completion on that bucket.
+        let a = bucket.machine(&ha);
+        capture(&a, &lines(40_000, "crash"));
+        assert!(b.verify().unwrap().is_healthy(), "fault {at}, after");
+        at += 1;
+    }
+}
