@@ -61,10 +61,15 @@ fn turn(actions: &[Action]) -> (String, Option<String>) {
     turns[0].clone()
 }
 
+/// The one wait asked for (beside log lines).
 fn wait(actions: &[Action]) -> SystemTime {
-    match actions {
+    let waits: Vec<_> = actions
+        .iter()
+        .filter(|a| !matches!(a, Action::Log(_)))
+        .collect();
+    match waits[..] {
         [Action::WaitUntil(until)] => *until,
-        other => panic!("expected one wait, got {other:?}"),
+        _ => panic!("expected one wait, got {actions:?}"),
     }
 }
 
@@ -118,13 +123,6 @@ fn an_execute_turn_rate_limited_twice_then_served_runs_on() {
     m.handle_turn_finished(t(10_000), &limited(Some(RetryAfter::DelayMs(2_000))))
         .unwrap();
     let actions = drain(&mut m);
-    let lines = logs(&actions);
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.contains("rate limited; waiting until ") && l.ends_with("UTC (retry 1/5)")),
-        "{lines:?}"
-    );
     assert_eq!(actions.last(), Some(&Action::PersistState));
     let state = m.state();
     assert_eq!(state.phase, Phase::Execute, "the phase does not advance");
@@ -137,8 +135,17 @@ fn an_execute_turn_rate_limited_twice_then_served_runs_on() {
     assert_eq!(record.failure_kind, Some(FailureKind::RateLimited));
     assert_eq!(record.retry, 0);
 
-    // The wait; a wake before its end asks for the rest.
-    let until = wait(&listen(&mut m, t(10_001)));
+    // The wait, logged with its end; a wake before its end asks for the rest.
+    m.handle_listen(t(10_001)).unwrap();
+    let actions = drain(&mut m);
+    let lines = logs(&actions);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("rate limited; waiting until ") && l.ends_with("UTC (retry 1/5)")),
+        "{lines:?}"
+    );
+    let until = wait(&actions);
     assert_eq!(ms(until), 12_000);
     m.handle_wait_over(t(11_000)).unwrap();
     assert_eq!(wait(&drain(&mut m)), until);
@@ -271,21 +278,17 @@ fn a_session_continued_during_a_wait_waits_for_the_rest_then_retries() {
     assert!(json.contains("\"retry_wait\""), "{json}");
     let restored: AutoModeState = serde_json::from_str(&json).unwrap();
     let mut c = AutoMode::resume(restored, t(30_000)).unwrap();
-    let lines: Vec<String> = logs(&drain(&mut c))
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
+    drain(&mut c);
+    c.handle_listen(t(30_001)).unwrap();
+    let actions = drain(&mut c);
+    let lines = logs(&actions);
     assert!(
         lines
             .iter()
-            .any(|l| l.contains("session continued; still rate limited; waiting until")),
-        "{lines:?}"
+            .any(|l| l.contains("rate limited; waiting until ")),
+        "the continued wait is logged: {lines:?}"
     );
-    assert_eq!(
-        wait(&listen(&mut c, t(30_001))),
-        until,
-        "the same end, so the remaining time"
-    );
+    assert_eq!(wait(&actions), until, "the same end, so the remaining time");
     c.handle_wait_over(until).unwrap();
     let (again, resume) = turn(&drain(&mut c));
     assert_eq!((again, resume.as_deref()), (prompt, Some("h-1")));

@@ -366,13 +366,7 @@ impl AutoMode {
             waiting: Waiting::Listen,
             seed: 0,
         };
-        match machine.state.retry_wait {
-            Some(wait) => {
-                let msg = format!("session continued; still {}", wait.line());
-                machine.log(now, &msg);
-            }
-            None => machine.log(now, "session continued"),
-        }
+        machine.log(now, "session continued");
         machine.touch(now);
         machine.actions.push_back(Action::PersistState);
         Ok(machine)
@@ -401,6 +395,8 @@ impl AutoMode {
             other => return Err(out_of_order("a prompt request", other)),
         }
         if let Some(wait) = self.state.retry_wait {
+            // Logged when the wait starts, so a continued session says so too.
+            self.log(now, &wait.line());
             self.waiting = Waiting::RetryWait;
             self.actions.push_back(Action::WaitUntil(wait.until()));
             return Ok(());
@@ -748,7 +744,6 @@ impl AutoMode {
         match retry.poll_event() {
             Some(RetryEvent::Wait(wait)) => {
                 self.state.retry_wait = Some(wait);
-                self.log(now, &wait.line());
                 self.touch(now);
                 self.actions.push_back(Action::PersistState);
                 true
