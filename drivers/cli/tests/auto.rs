@@ -615,3 +615,59 @@ fn ctrl_c_during_a_retry_wait_then_continue_waits_for_the_rest_and_retries() {
     assert_eq!(prompt, env.call(3).1, "the same Execute prompt");
     assert!(argv.contains("--resume\nclaude-session-1"), "{argv}");
 }
+
+/// `agentrun agent --max-retries` (the same fake harness, one turn per call).
+#[test]
+fn agent_max_retries_reruns_a_rate_limited_turn_in_its_session() {
+    let env = Env::new(&["1|-|RATE_LIMITED", "1|-|RATE_LIMITED", "0|-|served"]);
+    let o = env
+        .cmd(&[
+            "agent",
+            "claude",
+            "--json",
+            "--max-retries",
+            "2",
+            "--retry-backoff",
+            "50ms",
+            "--",
+            "say",
+            "hi",
+        ])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(env.calls(), 3, "{err}");
+    for n in [2, 3] {
+        let (argv, prompt) = env.call(n);
+        assert_eq!(prompt, "say hi", "call {n}");
+        assert!(
+            argv.contains("--resume\nclaude-session-1"),
+            "call {n}: {argv}"
+        );
+    }
+    for retry in ["(retry 1/2)", "(retry 2/2)"] {
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("agentrun: rate limited; waiting until ")
+                    && l.ends_with(retry)),
+            "{retry}: {err}"
+        );
+    }
+    let last = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .last()
+        .map(str::to_owned)
+        .unwrap_or_default();
+    let json: serde_json::Value = serde_json::from_str(&last).unwrap();
+    assert_eq!(json["retries"], 2, "{last}");
+
+    // Without --max-retries the failure stands at once.
+    let env = Env::new(&["1|-|RATE_LIMITED", "0|-|served"]);
+    let o = env
+        .cmd(&["agent", "claude", "--", "say", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(env.calls(), 1);
+}

@@ -560,7 +560,7 @@ impl<'a, R: Runtime> AutoSession<'a, R> {
         let session_id = machine.state().session_id.clone();
         let turns_before = machine.state().harness_turns;
         let runtime = runner.runtime.clone();
-        let machine = machine.jitter_seed(random_seed());
+        let machine = machine.jitter_seed(crate::agent::random_seed());
         let mut session =
             AutoModeRunner::with_turn(runner.clone(), turn, session_id).progress(harness_progress);
         let mut channel = AutoModeChannel::new(machine, dir, runner, runtime.clone())
@@ -623,19 +623,6 @@ fn turn_options(harness: Harness, settings: &Settings) -> AgentOptions {
         idle_timeout: None,
     }
     .into_turn(harness)
-}
-
-/// A random value for the retry backoff's jitter, so that sessions limited together do not
-/// all come back at once (std's per-process random hash keys; no generator needed).
-fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    hasher.finish()
 }
 
 /// Runs `job` (the session's file work) on `runner`'s blocking pool.
