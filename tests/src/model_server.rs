@@ -16,7 +16,8 @@
 //! * [`Reply::text`]: an answer; [`Reply::tool_call`] / [`Reply::tool_calls`]: tool calls the
 //!   CLI executes for real (Claude's `Bash`/`Write`, Codex's `shell`, OpenCode's `bash`), after
 //!   which it sends the next request carrying the tool results;
-//! * [`Reply::rate_limited`] (HTTP 429), [`Reply::server_error`] (HTTP 500),
+//! * [`Reply::rate_limited`] (HTTP 429; [`Reply::rate_limited_retry_after`] with a
+//!   `Retry-After`), [`Reply::server_error`] (HTTP 500),
 //!   [`Reply::prompt_too_long`] (HTTP 400, the real context-length error of the API),
 //!   [`Reply::error`] for any other status;
 //! * [`Reply::stream_error`]: HTTP 200, then an error event inside the stream (the real APIs'
@@ -423,6 +424,9 @@ pub enum Reply {
     },
     /// No answer: the connection is held open until the server is dropped.
     Hang,
+    /// An HTTP error status with the API's error body and a `Retry-After` of this many
+    /// seconds (the other errors say 0).
+    ErrorRetryAfter(ApiError, u64),
 }
 
 impl Reply {
@@ -477,6 +481,15 @@ impl Reply {
             code: Some("rate_limit_exceeded".to_owned()),
             should_retry: Some(false),
         })
+    }
+
+    /// HTTP 429 (`rate_limit_error`) with `retry-after: SECS` (and `x-should-retry: false`,
+    /// so the CLI reports it rather than waiting itself).
+    pub fn rate_limited_retry_after(secs: u64) -> Reply {
+        match Reply::rate_limited() {
+            Reply::Error(e) => Reply::ErrorRetryAfter(e, secs),
+            other => other,
+        }
     }
 
     /// HTTP 500 (`api_error`), with `x-should-retry: false`.
@@ -1009,14 +1022,26 @@ fn error_body(api: Api, e: &ApiError) -> Value {
 }
 
 fn write_error(w: &mut TcpStream, api: Api, e: &ApiError) -> io::Result<bool> {
+    write_error_retry_after(w, api, e, 0)
+}
+
+fn write_error_retry_after(
+    w: &mut TcpStream,
+    api: Api,
+    e: &ApiError,
+    retry_after_secs: u64,
+) -> io::Result<bool> {
     let mut headers = vec![("request-id", "req_test".to_owned())];
     if let Some(retry) = e.should_retry {
         headers.push(("x-should-retry", retry.to_string()));
     }
     // Clients that retry anyway (OpenCode's session loop retries 5xx and 429 up to five
     // times) retry at once instead of backing off for a minute.
-    headers.push(("retry-after", "0".to_owned()));
-    headers.push(("retry-after-ms", "0".to_owned()));
+    headers.push(("retry-after", retry_after_secs.to_string()));
+    headers.push((
+        "retry-after-ms",
+        retry_after_secs.saturating_mul(1000).to_string(),
+    ));
     write_full(
         w,
         e.status,
@@ -1035,6 +1060,7 @@ fn respond(
     let index = request.model_index.unwrap_or(0);
     match reply {
         Reply::Error(e) => write_error(w, shared.api, &e),
+        Reply::ErrorRetryAfter(e, secs) => write_error_retry_after(w, shared.api, &e, secs),
         Reply::Hang => {
             let until = Instant::now() + MAX_HOLD;
             while !shared.shutdown.load(Ordering::SeqCst) && Instant::now() < until {
