@@ -17,6 +17,7 @@
 //!   channel's values;
 //! * [`lifecycle`]: the run lifecycle (timeouts, stop signals, SIGKILL, pipe drain), fed
 //!   instants by its driver;
+//! * [`retry`]: whether and when a turn that hit a rate limit or an overload runs again;
 //! * [`lines`]: a bounded line splitter for live output taps;
 //! * [`transcript`] and [`compaction`]: agent transcripts and compaction with one pruned
 //!   retry;
@@ -54,6 +55,7 @@ pub mod page;
 pub mod preview;
 pub mod process;
 pub mod record;
+pub mod retry;
 pub mod sink;
 pub mod stream;
 pub mod transcript;

@@ -32,7 +32,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::harness::Usage;
+use crate::harness::{FailureKind, RetryAfter, Usage};
 
 /// What one turn produced.
 ///
@@ -57,6 +57,8 @@ pub struct TurnOutput {
     models: Vec<String>,
     usage: Option<Usage>,
     artifacts: Vec<String>,
+    failure_kind: Option<FailureKind>,
+    retry_after: Option<RetryAfter>,
 }
 
 impl TurnOutput {
@@ -145,6 +147,26 @@ impl TurnOutput {
     pub fn artifacts(&self) -> &[String] {
         &self.artifacts
     }
+
+    /// Records why the turn failed, and when the harness said a retryable failure passes.
+    /// Last write wins.
+    pub fn with_failure(mut self, kind: FailureKind, retry_after: Option<RetryAfter>) -> Self {
+        self.failure_kind = Some(kind);
+        self.retry_after = retry_after;
+        self
+    }
+
+    /// Why the turn failed, when the harness said.
+    #[must_use]
+    pub fn failure_kind(&self) -> Option<FailureKind> {
+        self.failure_kind
+    }
+
+    /// When the turn's retryable failure passes, when the harness said.
+    #[must_use]
+    pub fn retry_after(&self) -> Option<RetryAfter> {
+        self.retry_after
+    }
 }
 
 /// An error from outside the core (a file, a process, a store) carried as the source of a
@@ -230,6 +252,10 @@ pub enum ChannelError {
     /// A step the channel runs itself (e.g. a verification command) could not be run.
     #[error("{0}")]
     Step(String),
+    /// A stop request (Ctrl-C, a signal) ended a wait of the channel's own (auto mode's wait
+    /// before a retry); the channel's state says where it stands.
+    #[error("the wait was interrupted before it ended")]
+    Interrupted,
 }
 
 /// What the channel wants run next.

@@ -27,6 +27,8 @@ fn settings(max_turns: u32, verify: Option<&str>) -> Settings {
         max_turns,
         result_sink_var: "AGENTRUN_RESULT_SINK".into(),
         harness_resumes: true,
+        max_retries: 0,
+        retry_backoff_ms: 30_000,
     }
 }
 

@@ -78,6 +78,8 @@ fn main() {
         max_turns: turns,
         result_sink_var: "AGENTRUN_RESULT_SINK".into(),
         harness_resumes: true,
+        max_retries: 0,
+        retry_backoff_ms: 30_000,
     };
     let harness_turns = 2 + 2 * (turns as usize - 2);
     let mut session = Instant0 {

@@ -300,6 +300,8 @@ pub fn check_auto_mode(input: &AutoModeInput) {
         max_turns,
         result_sink_var: "AGENTRUN_RESULT_SINK".into(),
         harness_resumes: true,
+        max_retries: 0,
+        retry_backoff_ms: 30_000,
     };
     let mut now = UNIX_EPOCH;
     let mut m = AutoMode::new("s", settings, now).expect("valid settings");

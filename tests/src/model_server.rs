@@ -16,7 +16,8 @@
 //! * [`Reply::text`]: an answer; [`Reply::tool_call`] / [`Reply::tool_calls`]: tool calls the
 //!   CLI executes for real (Claude's `Bash`/`Write`, Codex's `shell`, OpenCode's `bash`), after
 //!   which it sends the next request carrying the tool results;
-//! * [`Reply::rate_limited`] (HTTP 429), [`Reply::server_error`] (HTTP 500),
+//! * [`Reply::rate_limited`] (HTTP 429; [`Reply::rate_limited_retry_after`] with a
+//!   `Retry-After`), [`Reply::server_error`] (HTTP 500),
 //!   [`Reply::prompt_too_long`] (HTTP 400, the real context-length error of the API),
 //!   [`Reply::error`] for any other status; [`Reply::error_retry_after`] for an error with a
 //!   given `Retry-After` header or none (the others send `retry-after: 0`);
@@ -507,6 +508,18 @@ impl Reply {
             code: Some("rate_limit_exceeded".to_owned()),
             should_retry: Some(false),
         })
+    }
+
+    /// HTTP 429 (`rate_limit_error`) with `retry-after: SECS` (and `x-should-retry: false`,
+    /// so the CLI reports it rather than waiting itself).
+    pub fn rate_limited_retry_after(secs: u64) -> Reply {
+        match Reply::rate_limited() {
+            Reply::Error(error) => Reply::ErrorRetryAfter {
+                error,
+                retry_after: Some(secs.to_string()),
+            },
+            other => other,
+        }
     }
 
     /// HTTP 500 (`api_error`), with `x-should-retry: false`.

@@ -50,6 +50,8 @@ fn settings(workspace: &Path) -> Settings {
         max_turns: 5,
         result_sink_var: "AGENTRUN_RESULT_SINK".into(),
         harness_resumes: true,
+        max_retries: 0,
+        retry_backoff_ms: 30_000,
     }
 }
 

@@ -96,6 +96,8 @@ fn settings(workspace: &Path, max_turns: u32) -> Settings {
         max_turns,
         result_sink_var: "AGENTRUN_RESULT_SINK".into(),
         harness_resumes: true,
+        max_retries: 0,
+        retry_backoff_ms: 30_000,
     }
 }
 

@@ -29,6 +29,16 @@
 //! last turn (`max_turns`) is status stopped, exit 0. A turn with no recorded exit code counts
 //! as a failure with code 1.
 //!
+//! # Retries
+//!
+//! A turn of any harness phase that ends with a retryable failure kind (a rate limit, an
+//! overload) is not judged by the table above while it has retries left
+//! ([`Settings::max_retries`]): the machine records it, persists the wait the
+//! [`crate::retry`] machine chose (the harness's own delay or reset time, else the doubling
+//! backoff with jitter, at most 15 minutes), asks for [`Action::WaitUntil`] at the next prompt
+//! request, and then runs the same phase with the same prompt again, resuming the same harness
+//! session. When the retries are spent, or for any other kind, the table applies unchanged.
+//!
 //! # Driving order
 //!
 //! 1. After [`AutoMode::new`] or [`AutoMode::resume`], drain [`AutoMode::poll_action`].
@@ -38,6 +48,7 @@
 //!    * [`Action::ArchiveAppended`]: move those files from `append/` to `appended/`;
 //!    * [`Action::RunVerification`]: run it, call [`AutoMode::handle_verification`];
 //!    * [`Action::RunTurn`]: run the turn, then call [`AutoMode::handle_turn_finished`];
+//!    * [`Action::WaitUntil`]: wait until that time, then call [`AutoMode::handle_wait_over`];
 //!    * [`Action::PersistState`]: atomically replace `state.json` with [`AutoMode::state`];
 //!    * [`Action::Log`]: append the line to the log.
 //!
@@ -62,6 +73,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::harness::UsageLedger;
+use crate::retry::{GiveUpReason, Retry, RetryEvent};
 use crate::turn::TurnOutput;
 use prompt::PromptContext;
 pub use sanitize::sanitize_instruction;
@@ -185,6 +197,10 @@ pub enum Action {
         /// The command.
         command: String,
     },
+    /// Wait until this time (a rate limit or an overload passing), then call
+    /// [`AutoMode::handle_wait_over`]. Persisted before it is asked for: a session
+    /// interrupted during the wait waits for what remains of it when continued.
+    WaitUntil(SystemTime),
 }
 
 /// Errors of auto mode's configuration and driving.
@@ -227,6 +243,7 @@ enum Waiting {
     Appended,
     Turn,
     Verification,
+    RetryWait,
     Closed,
 }
 
@@ -237,6 +254,7 @@ impl Waiting {
             Waiting::Appended => "the appended instructions",
             Waiting::Turn => "a turn to finish",
             Waiting::Verification => "a verification to finish",
+            Waiting::RetryWait => "a retry wait to end",
             Waiting::Closed => "nothing (the session is finished)",
         }
     }
@@ -248,6 +266,8 @@ pub struct AutoMode {
     state: AutoModeState,
     actions: VecDeque<Action>,
     waiting: Waiting,
+    /// The retry backoff's jitter source ([`AutoMode::jitter_seed`]).
+    seed: u64,
 }
 
 impl AutoMode {
@@ -281,6 +301,8 @@ impl AutoMode {
             usage: UsageLedger::default(),
             instructions: Vec::new(),
             instructions_delivered: 0,
+            retries: 0,
+            retry_wait: None,
             created_unix_ms: now_ms,
             updated_unix_ms: now_ms,
         };
@@ -288,6 +310,7 @@ impl AutoMode {
             state,
             actions: VecDeque::new(),
             waiting: Waiting::Listen,
+            seed: 0,
         };
         let s = &machine.state.settings;
         let msg = format!(
@@ -332,15 +355,29 @@ impl AutoMode {
                 "phase verify without a verification command".to_owned(),
             ));
         }
+        if state.retry_wait.is_some() && state.phase == Phase::Verify {
+            return Err(AutoModeError::Inconsistent(
+                "a retry wait in phase verify, which runs no harness turn".to_owned(),
+            ));
+        }
         let mut machine = AutoMode {
             state,
             actions: VecDeque::new(),
             waiting: Waiting::Listen,
+            seed: 0,
         };
         machine.log(now, "session continued");
         machine.touch(now);
         machine.actions.push_back(Action::PersistState);
         Ok(machine)
+    }
+
+    /// The retry backoff's jitter source: a random value from the driver (the same seed
+    /// gives the same waits). Defaults to 0.
+    #[must_use]
+    pub fn jitter_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
     }
 
     /// The next action for the driver, in order.
@@ -356,6 +393,13 @@ impl AutoMode {
             Waiting::Closed => return Ok(()),
             Waiting::Listen => {}
             other => return Err(out_of_order("a prompt request", other)),
+        }
+        if let Some(wait) = self.state.retry_wait {
+            // Logged when the wait starts, so a continued session says so too.
+            self.log(now, &wait.line());
+            self.waiting = Waiting::RetryWait;
+            self.actions.push_back(Action::WaitUntil(wait.until()));
+            return Ok(());
         }
         match self.state.phase {
             Phase::Execute => {
@@ -453,6 +497,8 @@ impl AutoMode {
             artifacts: output.artifacts().to_vec(),
             models: output.models().to_vec(),
             usage: usage.clone(),
+            failure_kind: output.failure_kind(),
+            retry: self.state.retries,
         });
         let mut msg = format!(
             "{} turn exited with {} (answer {} chars",
@@ -466,6 +512,13 @@ impl AutoMode {
         msg.push(')');
         self.log(now, &msg);
         self.waiting = Waiting::Listen;
+
+        // A rate limit or an overload: the same phase runs again after a wait, and nothing
+        // else changes; otherwise the failure stands and the phase's rules apply.
+        if (failed || output.failure_kind().is_some()) && self.schedule_retry(now, output) {
+            return Ok(());
+        }
+        self.state.retries = 0;
 
         if failed && phase.is_required() {
             let code = failure_code(code);
@@ -542,6 +595,47 @@ impl AutoMode {
         if self.waiting != Waiting::Closed {
             self.touch(now);
             self.actions.push_back(Action::PersistState);
+        }
+        Ok(())
+    }
+
+    /// The wait asked for by the last [`Action::WaitUntil`] ended (the driver woke at `now`):
+    /// the failed turn runs again with the same phase prompt, resuming the same harness
+    /// session; a wake before the wait's end asks for the rest of it.
+    pub fn handle_wait_over(&mut self, now: SystemTime) -> Result<(), AutoModeError> {
+        if self.waiting != Waiting::RetryWait {
+            return Err(out_of_order("the end of a retry wait", self.waiting));
+        }
+        let policy = self.state.settings.retry_policy();
+        let mut retry = Retry::resume(policy, self.seed, self.state.retries, self.state.retry_wait);
+        // The pending wait, replayed by `resume`.
+        let _ = retry.poll_event();
+        retry
+            .handle_timeout(now)
+            .map_err(|e| AutoModeError::Inconsistent(e.to_string()))?;
+        match retry.poll_event() {
+            Some(RetryEvent::Wait(wait)) => {
+                self.state.retry_wait = Some(wait);
+                self.actions.push_back(Action::WaitUntil(wait.until()));
+            }
+            Some(RetryEvent::Retry { retry }) => {
+                self.state.retries = retry;
+                self.state.retry_wait = None;
+                let msg = format!(
+                    "retry {retry}/{} of the {} turn",
+                    policy.max_retries,
+                    self.state.phase.as_str()
+                );
+                self.log(now, &msg);
+                self.touch(now);
+                self.actions.push_back(Action::PersistState);
+                self.start_turn(now);
+            }
+            other => {
+                return Err(AutoModeError::Inconsistent(format!(
+                    "the retry wait ended with {other:?}"
+                )));
+            }
         }
         Ok(())
     }
@@ -633,6 +727,40 @@ impl AutoMode {
             self.state.harness_session_id.as_deref()
         } else {
             None
+        }
+    }
+
+    /// Decides whether the failed turn `output` runs again; when it does, the wait is in the
+    /// state (persisted) and the next prompt request asks for it.
+    fn schedule_retry(&mut self, now: SystemTime, output: &TurnOutput) -> bool {
+        let policy = self.state.settings.retry_policy();
+        let mut retry = Retry::resume(policy, self.seed, self.state.retries, None);
+        if retry
+            .handle_failure(now, output.failure_kind(), output.retry_after())
+            .is_err()
+        {
+            return false;
+        }
+        match retry.poll_event() {
+            Some(RetryEvent::Wait(wait)) => {
+                self.state.retry_wait = Some(wait);
+                self.touch(now);
+                self.actions.push_back(Action::PersistState);
+                true
+            }
+            Some(RetryEvent::GiveUp {
+                kind: Some(kind),
+                reason: GiveUpReason::RetriesSpent,
+                retries,
+            }) => {
+                let msg = format!(
+                    "{kind} again; giving up after {retries} {}",
+                    if retries == 1 { "retry" } else { "retries" }
+                );
+                self.log(now, &msg);
+                false
+            }
+            _ => false,
         }
     }
 

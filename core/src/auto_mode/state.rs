@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::Phase;
 use super::verdict::Verdict;
-use crate::harness::{Usage, UsageLedger};
+use crate::harness::{FailureKind, Usage, UsageLedger};
+use crate::retry::{DEFAULT_AUTO_MAX_RETRIES, DEFAULT_RETRY_BACKOFF, RetryPolicy, RetryWait};
 
 /// The `format` written by this version; a state with another format is refused on continue.
 pub const STATE_FORMAT: u32 = 1;
@@ -74,6 +75,36 @@ pub struct Settings {
     /// Whether the harness resumes its own session; when not, the plan is embedded in later
     /// prompts.
     pub harness_resumes: bool,
+    /// The most retries of one turn that hit a rate limit or an overload (absent in a state
+    /// written before retries existed: the default).
+    #[serde(default = "default_max_retries")]
+    pub max_retries: u32,
+    /// The first backoff wait, in milliseconds, when the harness says nothing about when to
+    /// come back (doubled for each further retry).
+    #[serde(default = "default_retry_backoff_ms")]
+    pub retry_backoff_ms: u64,
+}
+
+impl Settings {
+    /// The retry policy of every turn.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::new(
+            self.max_retries,
+            std::time::Duration::from_millis(self.retry_backoff_ms),
+        )
+    }
+}
+
+fn default_max_retries() -> u32 {
+    DEFAULT_AUTO_MAX_RETRIES
+}
+
+fn default_retry_backoff_ms() -> u64 {
+    u64::try_from(DEFAULT_RETRY_BACKOFF.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One turn that ran.
@@ -95,6 +126,12 @@ pub struct TurnRecord {
     /// turn's), when the harness reported usage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// Why it failed, when the harness said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_kind: Option<FailureKind>,
+    /// Which retry of its phase's turn this run was (absent: the first run).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retry: u32,
 }
 
 /// One run of the verification command.
@@ -177,6 +214,13 @@ pub struct AutoModeState {
     pub instructions: Vec<Instruction>,
     /// How many appended instructions were embedded in total.
     pub instructions_delivered: u64,
+    /// How many retries the current phase's turn has had (after rate limits or overloads).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: u32,
+    /// The wait before the next retry, while one is pending: a continued session waits for
+    /// what remains of it, then retries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_wait: Option<RetryWait>,
     /// Milliseconds since the Unix epoch when the session started.
     pub created_unix_ms: u64,
     /// Milliseconds since the Unix epoch of the last transition.

@@ -317,6 +317,15 @@ impl ClaudeDecoder {
                 _ => is_prompt_too_long(v, text),
             }
             .then_some(FailureKind::ContextLength);
+            // Claude Code's `api_error` result names the HTTP status it gave up on: a rate
+            // limit or an overload is worth waiting out.
+            if json::str(v, "terminal_reason") == Some("api_error") {
+                match json::u64(v, "api_error_status") {
+                    Some(429) => self.failure_kind = Some(FailureKind::RateLimited),
+                    Some(503 | 529) => self.failure_kind = Some(FailureKind::Overloaded),
+                    _ => {}
+                }
+            }
             self.failure = Some(diagnostic);
         } else {
             self.failure = None;

@@ -68,6 +68,14 @@ pub(crate) struct AgentArgs {
     /// Stop the harness when it printed nothing for this long; exit code 124.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse_timeout)]
     idle_timeout: Option<Duration>,
+    /// Run the turn again, up to N times, when it ends with a rate limit or an overload,
+    /// resuming its harness session after a wait (0: the failure stands).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_retries: u32,
+    /// The first wait before a retry when the harness does not say how long; doubled for
+    /// each further retry, with jitter, each wait at most 15 minutes.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse_backoff)]
+    retry_backoff: Duration,
     /// The retained record to reconcile with, instead of the harness's own (the Muse, Qwen
     /// Code, pi or Gemini CLI session log; the Codex session file; the OpenCode export, as
     /// `opencode export ID` prints it).
@@ -121,6 +129,8 @@ impl AgentArgs {
             options = options.retained(RetainedSource::File(path.clone()));
         }
         options
+            .max_retries(self.max_retries)
+            .retry_backoff(self.retry_backoff)
     }
 }
 
@@ -160,6 +170,7 @@ pub(crate) fn run(store: Store, args: AgentArgs) -> Result<ExitCode, Failure> {
                 }
             })
             .cancel_on(interrupts.requests())
+            .on_retry_wait(|wait| say!("agentrun: {}", wait.line()))
             .into_future(),
     );
     let turn = match turn {

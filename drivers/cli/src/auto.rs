@@ -21,6 +21,7 @@ use std::time::Duration;
 use agentrun_core::auto_mode::sanitize::MAX_INPUT_BYTES;
 use agentrun_core::auto_mode::{AutoModeError, DEFAULT_MAX_TURNS};
 use agentrun_core::harness::Harness;
+use agentrun_core::retry::DEFAULT_AUTO_MAX_RETRIES;
 use agentrun_fs::Store;
 use agentrun_fs::auto_session::SessionDir;
 use agentrun_smol::{
@@ -68,11 +69,19 @@ pub(crate) struct AutoArgs {
     /// Stop a harness turn after this long (it counts as exit code 124).
     #[arg(long, value_name = "DURATION", value_parser = duration::parse_timeout)]
     turn_timeout: Option<Duration>,
+    /// Run a turn that hit a rate limit or an overload again, up to N times (0: never),
+    /// resuming the same harness session after a wait.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_AUTO_MAX_RETRIES)]
+    max_retries: u32,
+    /// The first wait before a retry when the harness does not say how long; doubled for
+    /// each further retry, with jitter, each wait at most 15 minutes.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse_backoff)]
+    retry_backoff: Duration,
     /// Continue an interrupted session (its id or directory) from its last transition.
     #[arg(
         long = "continue",
         value_name = "SESSION",
-        conflicts_with_all = ["harness", "model", "effort", "verify", "session_dir", "harness_args", "objective"]
+        conflicts_with_all = ["harness", "model", "effort", "verify", "session_dir", "harness_args", "objective", "max_retries", "retry_backoff"]
     )]
     continue_session: Option<String>,
     /// Print the final session state as one JSON document on stdout.
@@ -117,7 +126,9 @@ pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
                     return Ok(None);
                 };
                 let mut options = AutoSessionOptions::new(harness, args.objective.join(" "))
-                    .max_turns(args.max_turns);
+                    .max_turns(args.max_turns)
+                    .max_retries(args.max_retries)
+                    .retry_backoff(args.retry_backoff);
                 if let Some(model) = &args.model {
                     options = options.model(model);
                 }

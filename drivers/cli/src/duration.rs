@@ -36,6 +36,31 @@ pub(crate) fn parse_timeout(s: &str) -> Result<Duration, TimeoutError> {
     Ok(d)
 }
 
+/// Why a retry backoff cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum BackoffError {
+    /// Not a duration.
+    #[error(transparent)]
+    Invalid(#[from] DurationError),
+    /// A duration of zero.
+    #[error(
+        "a backoff of zero would retry a rate-limited turn at once, again and again; give a \
+         positive duration (e.g. 30s), or `--max-retries 0` for no retries"
+    )]
+    Zero,
+}
+
+/// Parses a retry backoff, which must be more than zero: with none, a rate limit the harness
+/// gave no time for would be retried at once, hammering the API it limits.
+pub(crate) fn parse_backoff(s: &str) -> Result<Duration, BackoffError> {
+    let d = parse(s)?;
+    if d.is_zero() {
+        return Err(BackoffError::Zero);
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,5 +84,20 @@ mod tests {
         assert!(e.to_string().contains("expected"), "{e}");
         // A plain duration (a grace period) may be zero.
         assert_eq!(parse("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_backoff_must_be_more_than_zero() {
+        let e = parse_backoff("0s").unwrap_err();
+        assert!(matches!(e, BackoffError::Zero), "{e:?}");
+        assert!(e.to_string().contains("--max-retries 0"), "{e}");
+        assert_eq!(
+            parse_backoff("250ms").ok(),
+            Some(Duration::from_millis(250))
+        );
+        assert!(matches!(
+            parse_backoff("later"),
+            Err(BackoffError::Invalid(_))
+        ));
     }
 }

@@ -1,7 +1,8 @@
 //! End-to-end scenarios of `agentrun auto` and `agentrun append` against a scripted fake
 //! harness (`tests/support/fake_auto_harness.rs`) speaking each dialect: honest completion,
 //! a false claim caught by `--verify`, a required phase failing, appended instructions, the
-//! harness session resumed, Ctrl-C and `--continue`.
+//! harness session resumed, Ctrl-C and `--continue`, rate limits waited out (and a wait
+//! interrupted, then continued).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -425,4 +426,248 @@ fn a_turn_limit_too_low_is_reported_under_its_option() {
         125,
         "agentrun: error: --max-turns: the turn limit 2 is too low: auto mode needs at least 3 turns",
     );
+}
+
+/// Reads the session's `state.json`.
+fn saved_state(session: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(session.join("state.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn an_execute_turn_rate_limited_twice_is_retried_in_the_same_session_then_completes() {
+    let env = Env::new(&[
+        "0|-|restated",
+        "0|-|the plan",
+        "1|-|RATE_LIMITED",
+        "1|-|RATE_LIMITED",
+        "0|-|worked",
+        "0|COMPLETE|done",
+    ]);
+    let o = env
+        .cmd(&[
+            "auto",
+            "claude",
+            "--json",
+            "--retry-backoff",
+            "100ms",
+            "--",
+            "fix",
+            "it",
+        ])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    let s = succeeded(&o);
+    assert_eq!(s["status"], "completed", "{err}");
+    assert_eq!(env.calls(), 6, "{err}");
+    // The retries send the same Execute prompt, resuming the same harness session.
+    let (_, first) = env.call(3);
+    assert!(first.contains("Execute phase"), "{first}");
+    for n in [4, 5] {
+        let (argv, prompt) = env.call(n);
+        assert_eq!(prompt, first, "call {n}");
+        assert!(
+            argv.contains("--resume\nclaude-session-1"),
+            "call {n}: {argv}"
+        );
+    }
+    // The waits are on stderr with the time they end.
+    for retry in ["(retry 1/5)", "(retry 2/5)"] {
+        assert!(
+            err.lines()
+                .any(|l| l.contains("rate limited; waiting until ")
+                    && l.contains(" UTC ")
+                    && l.ends_with(retry)),
+            "{retry}: {err}"
+        );
+    }
+    let records: Vec<_> = s["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["phase"] == "execute")
+        .map(|r| (r["failure_kind"].clone(), r["retry"].clone()))
+        .collect();
+    assert_eq!(
+        records,
+        [
+            (serde_json::json!("rate_limited"), serde_json::Value::Null),
+            (serde_json::json!("rate_limited"), serde_json::json!(1)),
+            (serde_json::Value::Null, serde_json::json!(2)),
+        ]
+    );
+    assert!(s.get("retry_wait").is_none(), "no wait is left pending");
+}
+
+#[test]
+fn rate_limits_beyond_max_retries_keep_the_phase_rules() {
+    // The clarify turn is limited twice with one retry allowed: the required phase fails as
+    // before, with its own exit code.
+    let env = Env::new(&["3|-|RATE_LIMITED", "3|-|RATE_LIMITED"]);
+    let o = env
+        .cmd(&[
+            "auto",
+            "claude",
+            "--max-retries",
+            "1",
+            "--retry-backoff",
+            "50ms",
+            "--",
+            "fix",
+            "it",
+        ])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("giving up after 1 retry"), "{err}");
+    assert!(err.contains("session aborted"), "{err}");
+    assert_eq!(env.calls(), 2);
+}
+
+#[test]
+fn ctrl_c_during_a_retry_wait_then_continue_waits_for_the_rest_and_retries() {
+    let env = Env::new(&["0|-|restated", "0|-|the plan", "1|-|RATE_LIMITED"]);
+    let session = env.path("session");
+    // A backoff long enough that the interrupt lands during the wait.
+    let child = env
+        .cmd(&["auto", "claude", "--retry-backoff", "10m", "--session-dir"])
+        .arg(&session)
+        .args(["--", "fix", "it"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !session.join("state.json").exists() || saved_state(&session).get("retry_wait").is_none()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the wait was never persisted"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(err.contains("(retry 1/5)"), "{err}");
+    let mut saved = saved_state(&session);
+    assert_eq!(saved["status"], "running");
+    assert_eq!(saved["phase"], "execute");
+    let wait = &saved["retry_wait"];
+    assert_eq!(
+        (wait["kind"].as_str(), wait["retry"].as_u64()),
+        (Some("rate_limited"), Some(1))
+    );
+    assert_eq!(env.calls(), 3, "no retry ran before the wait ended");
+
+    // Bring the persisted end close, so the continued session's wait is short: it must
+    // wait for that end (the rest of the wait), not start a new one.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let until = now_ms + 1_500;
+    saved["retry_wait"]["until_unix_ms"] = until.into();
+    std::fs::write(session.join("state.json"), saved.to_string()).unwrap();
+    env.script(&[
+        "0|-|restated",
+        "0|-|the plan",
+        "1|-|RATE_LIMITED",
+        "0|-|worked",
+        "0|COMPLETE|done",
+    ]);
+    let o = env
+        .cmd(&["auto", "--json", "--continue"])
+        .arg(&session)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    let s = succeeded(&o);
+    assert_eq!(s["status"], "completed", "{err}");
+    let secs = until / 1000 % 86_400;
+    let clock = format!(
+        "{:02}:{:02}:{:02} UTC",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    );
+    assert!(
+        err.contains(&format!("rate limited; waiting until {clock} (retry 1/5)")),
+        "{err}"
+    );
+    assert!(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+            >= until,
+        "the retry did not run before the wait ended"
+    );
+    let (argv, prompt) = env.call(4);
+    assert_eq!(prompt, env.call(3).1, "the same Execute prompt");
+    assert!(argv.contains("--resume\nclaude-session-1"), "{argv}");
+}
+
+/// `agentrun agent --max-retries` (the same fake harness, one turn per call).
+#[test]
+fn agent_max_retries_reruns_a_rate_limited_turn_in_its_session() {
+    let env = Env::new(&["1|-|RATE_LIMITED", "1|-|RATE_LIMITED", "0|-|served"]);
+    let o = env
+        .cmd(&[
+            "agent",
+            "claude",
+            "--json",
+            "--max-retries",
+            "2",
+            "--retry-backoff",
+            "50ms",
+            "--",
+            "say",
+            "hi",
+        ])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(env.calls(), 3, "{err}");
+    for n in [2, 3] {
+        let (argv, prompt) = env.call(n);
+        assert_eq!(prompt, "say hi", "call {n}");
+        assert!(
+            argv.contains("--resume\nclaude-session-1"),
+            "call {n}: {argv}"
+        );
+    }
+    for retry in ["(retry 1/2)", "(retry 2/2)"] {
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("agentrun: rate limited; waiting until ")
+                    && l.ends_with(retry)),
+            "{retry}: {err}"
+        );
+    }
+    let last = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .last()
+        .map(str::to_owned)
+        .unwrap_or_default();
+    let json: serde_json::Value = serde_json::from_str(&last).unwrap();
+    assert_eq!(json["retries"], 2, "{last}");
+
+    // Without --max-retries the failure stands at once.
+    let env = Env::new(&["1|-|RATE_LIMITED", "0|-|served"]);
+    let o = env
+        .cmd(&["agent", "claude", "--", "say", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(env.calls(), 1);
 }

@@ -302,3 +302,57 @@ fn the_session_cost_is_the_real_spend_across_resumed_turns() {
     assert!(err.contains("usage: 400 input tokens"), "{err}");
     assert!(err.contains(&format!(", ${cost}\n")), "{err}");
 }
+
+#[test]
+fn an_execute_turn_rate_limited_twice_is_waited_out_and_resumed_in_the_same_session() {
+    let env = env();
+    // Claude Code's own retries are off (`CLAUDE_CODE_MAX_RETRIES=0`), so the 429s reach
+    // agentrun, whose retries are the ones under test.
+    let server = ModelServer::start(
+        Api::AnthropicMessages,
+        replies([
+            Reply::text("criteria"),
+            Reply::text("plan"),
+            Reply::rate_limited_retry_after(1),
+            Reply::rate_limited_retry_after(1),
+            Reply::text("worked"),
+            bash(VERDICT_COMPLETE),
+            Reply::text("COMPLETE"),
+        ]),
+    )
+    .unwrap();
+    let o = auto(&env, &server, &["--retry-backoff", "1s", "--", "work"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let s = state(&o);
+    assert_eq!(s["status"], "completed", "{s:#}");
+    for retry in ["(retry 1/5)", "(retry 2/5)"] {
+        assert!(
+            err.lines()
+                .any(|l| l.contains("rate limited; waiting until ") && l.ends_with(retry)),
+            "{retry}: {err}"
+        );
+    }
+    let executes: Vec<&Value> = s["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["phase"] == "execute")
+        .collect();
+    assert_eq!(executes.len(), 3, "{s:#}");
+    assert_eq!(executes[0]["failure_kind"], "rate_limited", "{s:#}");
+    assert_eq!(executes[1]["failure_kind"], "rate_limited", "{s:#}");
+    assert_eq!(executes[2]["retry"], 2, "{s:#}");
+    assert!(executes[2].get("failure_kind").is_none(), "{s:#}");
+    // Every retry resumed the same session: the served Execute request still carries the
+    // Clarify exchange, and the session id never changed.
+    let requests = server.model_requests();
+    let served = requests
+        .iter()
+        .filter(|r| r.tool_results().is_empty())
+        .filter(|r| r.has_user_text("This is the Execute phase"))
+        .nth(2)
+        .expect("the third execute request");
+    assert!(served.has_user_text("This is the Clarify phase"), "resumed");
+    assert!(served.body_text().contains("criteria"));
+}

@@ -483,6 +483,8 @@ mod tests {
             max_turns: 5,
             result_sink_var: "AGENTRUN_RESULT_SINK".into(),
             harness_resumes: true,
+            max_retries: 0,
+            retry_backoff_ms: 30_000,
         };
         let machine = AutoMode::new("id-1", settings, UNIX_EPOCH).unwrap();
         dir.write_state(machine.state()).unwrap();

@@ -49,6 +49,7 @@ use agentrun_core::lines::{Line, LineSplitter};
 use agentrun_core::process::{
     Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, RunSummary,
 };
+use agentrun_core::retry::{Retry, RetryEvent, RetryPolicy, RetryWait};
 use agentrun_core::sink::ResultSink;
 use agentrun_fs::harness_sessions::{
     SessionLog, codex_sessions_dir, find_codex_session, find_gemini_log, find_muse_log,
@@ -98,6 +99,7 @@ pub struct AgentOptions {
     result_sink: Option<(ResultSink, Option<OsString>)>,
     program: Option<PathBuf>,
     label: Option<String>,
+    retry: RetryPolicy,
 }
 
 impl AgentOptions {
@@ -118,7 +120,23 @@ impl AgentOptions {
             result_sink: None,
             program: None,
             label: None,
+            retry: RetryPolicy::NEVER,
         }
+    }
+
+    /// Runs the turn again, up to `retries` times, when it ends with a rate limit or an
+    /// overload: after a wait (the harness's own delay or reset time, else the backoff),
+    /// resuming the harness session the failed run reported (default 0: the failure stands).
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.retry.max_retries = retries;
+        self
+    }
+
+    /// The first wait before a retry when the harness does not say how long (default 30 s),
+    /// doubled for each further retry with jitter, each wait at most 15 minutes.
+    pub fn retry_backoff(mut self, backoff: Duration) -> Self {
+        self.retry.backoff = backoff;
+        self
     }
 
     /// Runs the harness (and, for OpenCode, its `opencode export`) from the executable at
@@ -347,6 +365,9 @@ pub struct AgentRun {
     pub truncated_lines: u64,
     /// Why the retained record is absent, when the harness has one and it could not be read.
     pub retained_error: Option<String>,
+    /// How many times the turn was run again after a rate limit or an overload
+    /// ([`AgentOptions::max_retries`]); this run is the last of them.
+    pub retries: u32,
 }
 
 impl Serialize for AgentRun {
@@ -361,6 +382,11 @@ impl Serialize for AgentRun {
             truncated_lines: u64,
             #[serde(skip_serializing_if = "Option::is_none")]
             retained_error: Option<&'a str>,
+            #[serde(skip_serializing_if = "is_zero")]
+            retries: u32,
+        }
+        fn is_zero(n: &u32) -> bool {
+            *n == 0
         }
         Json {
             turn: TurnSummary::new(
@@ -373,6 +399,7 @@ impl Serialize for AgentRun {
             run: self.process.summary(),
             truncated_lines: self.truncated_lines,
             retained_error: self.retained_error.as_deref(),
+            retries: self.retries,
         }
         .serialize(s)
     }
@@ -396,6 +423,7 @@ impl AgentRun {
 
 type Progress = Box<dyn FnMut(&str) + Send>;
 type StopInput<'a> = Pin<Box<dyn Stream<Item = ()> + Send + 'a>>;
+type RetryNotice = Box<dyn FnMut(&RetryWait) + Send>;
 
 /// One agent turn being described ([`Runner::agent`]); awaiting it runs the turn.
 #[must_use = "an agent turn does nothing until awaited"]
@@ -404,6 +432,7 @@ pub struct AgentRunBuilder<'a, R> {
     options: AgentOptions,
     progress: Option<Progress>,
     stop: Option<StopInput<'a>>,
+    on_retry_wait: Option<RetryNotice>,
 }
 
 impl<R> std::fmt::Debug for AgentRunBuilder<'_, R> {
@@ -422,6 +451,7 @@ impl<R: Runtime> Runner<R> {
             options,
             progress: None,
             stop: None,
+            on_retry_wait: None,
         }
     }
 }
@@ -450,6 +480,13 @@ impl<'a, R: Runtime> AgentRunBuilder<'a, R> {
         self.stop = Some(Box::pin(requests));
         self
     }
+
+    /// Calls `notice` when a retry is scheduled ([`AgentOptions::max_retries`]), before the
+    /// wait: [`RetryWait::line`] says `rate limited; waiting until 03:12:40 UTC (retry 1/3)`.
+    pub fn on_retry_wait(mut self, notice: impl FnMut(&RetryWait) + Send + 'static) -> Self {
+        self.on_retry_wait = Some(Box::new(notice));
+        self
+    }
 }
 
 impl<'a, R: Runtime> IntoFuture for AgentRunBuilder<'a, R> {
@@ -457,13 +494,130 @@ impl<'a, R: Runtime> IntoFuture for AgentRunBuilder<'a, R> {
     type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(run_turn(
+        if self.options.retry.max_retries == 0 {
+            return Box::pin(run_turn(
+                self.runner,
+                self.options,
+                self.progress,
+                self.stop,
+            ));
+        }
+        Box::pin(run_with_retries(
             self.runner,
             self.options,
             self.progress,
             self.stop,
+            self.on_retry_wait,
         ))
     }
+}
+
+/// Runs the turn, and again after each rate limit or overload the retry machine allows:
+/// every run gets the same progress callback and stop requests; a stop request during a wait
+/// ends the turn with the failed run.
+async fn run_with_retries<R: Runtime>(
+    runner: &Runner<R>,
+    mut options: AgentOptions,
+    progress: Option<Progress>,
+    stop: Option<StopInput<'_>>,
+    mut on_retry_wait: Option<RetryNotice>,
+) -> Result<AgentRun, AgentError> {
+    let progress = progress.map(|p| Arc::new(Mutex::new(p)));
+    let stop = stop.map(|s| Arc::new(Mutex::new(s)));
+    let stop_stream = || {
+        stop.clone().map(|shared| {
+            Box::pin(futures_lite::stream::poll_fn(move |cx| {
+                let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
+                match s.as_mut().poll_next(cx) {
+                    // An ended stop stream stops nothing more.
+                    std::task::Poll::Ready(None) => std::task::Poll::Pending,
+                    other => other,
+                }
+            })) as StopInput<'_>
+        })
+    };
+    let mut retry = Retry::new(options.retry, random_seed());
+    loop {
+        let each = progress.clone().map(|shared| {
+            Box::new(move |line: &str| (shared.lock().unwrap_or_else(|p| p.into_inner()))(line))
+                as Progress
+        });
+        let mut run = run_turn(runner, options.clone(), each, stop_stream()).await?;
+        run.retries = retry.retries();
+        let Some(completion) = &run.completion else {
+            return Ok(run);
+        };
+        if completion.outcome.status == OutcomeStatus::Succeeded {
+            return Ok(run);
+        }
+        let outcome = &completion.outcome;
+        let now = std::time::SystemTime::now();
+        if retry
+            .handle_failure(now, outcome.failure_kind, outcome.retry_after)
+            .is_err()
+        {
+            return Ok(run);
+        }
+        loop {
+            match retry.poll_event() {
+                Some(RetryEvent::Wait(wait)) => {
+                    if let Some(notice) = &mut on_retry_wait {
+                        notice(&wait);
+                    }
+                    let remaining = wait
+                        .until()
+                        .duration_since(std::time::SystemTime::now())
+                        .unwrap_or(Duration::ZERO);
+                    let sleep = runner.runtime.sleep_until(runner.runtime.now() + remaining);
+                    let stopped = match stop_stream() {
+                        Some(mut stop) => {
+                            futures_lite::future::or(
+                                async {
+                                    sleep.await;
+                                    false
+                                },
+                                async {
+                                    futures_lite::StreamExt::next(&mut stop).await;
+                                    true
+                                },
+                            )
+                            .await
+                        }
+                        None => {
+                            sleep.await;
+                            false
+                        }
+                    };
+                    if stopped {
+                        return Ok(run);
+                    }
+                    // Woken: a retry, or the rest of the wait.
+                    let _ = retry.handle_timeout(std::time::SystemTime::now());
+                }
+                Some(RetryEvent::Retry { .. }) => break,
+                _ => return Ok(run),
+            }
+        }
+        // The retry continues the session the failed run reported, when the harness resumes.
+        if let Some(id) = &completion.outcome.session_id
+            && options.harness.resumes_sessions()
+        {
+            options = options.resume(id.clone());
+        }
+    }
+}
+
+/// A random value for the backoff's jitter, so that runs limited together do not all come
+/// back at once (std's per-process random hash keys; no generator needed).
+pub(crate) fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.finish()
 }
 
 /// What the stdout tap owns while the harness runs.
@@ -580,6 +734,7 @@ async fn run_turn<R: Runtime>(
             process,
             truncated_lines,
             retained_error: None,
+            retries: 0,
         });
     }
 
@@ -615,6 +770,7 @@ async fn run_turn<R: Runtime>(
         process,
         truncated_lines,
         retained_error,
+        retries: 0,
     })
 }
 

@@ -327,6 +327,9 @@ impl<R: Runtime> AgentSession for AutoModeRunner<'_, R> {
         if let Some(id) = &completion.outcome.session_id {
             out = out.with_harness_session_id(id.clone());
         }
+        if let Some(kind) = completion.outcome.failure_kind {
+            out = out.with_failure(kind, completion.outcome.retry_after);
+        }
         // The session's running totals when the run's own share was computed from them: the
         // session ledger then also counts what stopped turns spent before this one.
         let report = &completion.report;
@@ -508,6 +511,11 @@ impl<'a, R: Runtime> AutoModeChannel<'a, R> {
                     self.machine.handle_verification(now, result)?;
                 }
                 Action::RunTurn { prompt, .. } => return Ok(Some(prompt)),
+                Action::WaitUntil(until) => {
+                    self.wait_until(until).await?;
+                    let now = SystemTime::now();
+                    self.machine.handle_wait_over(now)?;
+                }
                 other => {
                     return Err(ChannelError::Step(format!(
                         "unsupported auto-mode action {other:?}"
@@ -516,6 +524,36 @@ impl<'a, R: Runtime> AutoModeChannel<'a, R> {
             }
         }
         Ok(None)
+    }
+
+    /// Sleeps until the wall-clock time `until` (on the runtime's timer), unless a stop
+    /// request comes first: then [`ChannelError::Interrupted`], with the wait still in the
+    /// persisted state for a continued session to finish.
+    async fn wait_until(&self, until: SystemTime) -> Result<(), ChannelError> {
+        let remaining = until
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        let sleep = self.runtime.sleep_until(self.runtime.now() + remaining);
+        let Some(stop) = &self.stop else {
+            sleep.await;
+            return Ok(());
+        };
+        let mut stop = std::pin::pin!(stop.stream());
+        let stopped = futures_lite::future::or(
+            async {
+                sleep.await;
+                false
+            },
+            async {
+                futures_lite::StreamExt::next(&mut stop).await;
+                true
+            },
+        )
+        .await;
+        if stopped {
+            return Err(ChannelError::Interrupted);
+        }
+        Ok(())
     }
 
     /// Runs the verification command with `sh -c` in the workspace; a command that cannot

@@ -21,6 +21,7 @@ use agentrun_core::auto_mode::{
     SessionStatus, Settings,
 };
 use agentrun_core::harness::{Harness, LaunchError, UnknownHarness};
+use agentrun_core::retry::RetryPolicy;
 use agentrun_core::turn::{ChannelError, LoopError, TurnError, run_session_loop};
 use agentrun_fs::auto_session::{SessionDir, SessionError, new_session_id};
 
@@ -45,6 +46,7 @@ pub struct AutoSessionOptions {
     max_turns: u32,
     workspace: Option<PathBuf>,
     session_dir: Option<PathBuf>,
+    retry: RetryPolicy,
 }
 
 impl AutoSessionOptions {
@@ -61,7 +63,25 @@ impl AutoSessionOptions {
             max_turns: DEFAULT_MAX_TURNS,
             workspace: None,
             session_dir: None,
+            retry: RetryPolicy::default(),
         }
+    }
+
+    /// The most retries of one turn that hit a rate limit or an overload (default
+    /// [`DEFAULT_AUTO_MAX_RETRIES`](agentrun_core::retry::DEFAULT_AUTO_MAX_RETRIES); `0`:
+    /// the failure stands at once).
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.retry.max_retries = retries;
+        self
+    }
+
+    /// The first wait before a retry when the harness does not say how long (default
+    /// [`DEFAULT_RETRY_BACKOFF`](agentrun_core::retry::DEFAULT_RETRY_BACKOFF)); doubled for
+    /// each further retry, with jitter, each wait at most
+    /// [`MAX_RETRY_WAIT`](agentrun_core::retry::MAX_RETRY_WAIT).
+    pub fn retry_backoff(mut self, backoff: Duration) -> Self {
+        self.retry.backoff = backoff;
+        self
     }
 
     /// Requests a model (passed to the harness verbatim).
@@ -168,7 +188,8 @@ pub enum AutoEnd {
     /// The session finished: completed, stopped at the turn limit, or error (see
     /// [`AutoOutcome::status`] and [`AutoOutcome::abort`]).
     Finished,
-    /// A stop request ended the running turn or verification; the session can be resumed.
+    /// A stop request ended the running turn, verification or retry wait; the session can
+    /// be resumed.
     Interrupted,
     /// The harness could not be started; the session can be resumed once it can.
     SpawnFailed {
@@ -360,6 +381,7 @@ impl<'a, R: Runtime> AutoSession<'a, R> {
                 max_turns,
                 workspace,
                 session_dir,
+                retry,
             } = options;
             let workspace = match workspace {
                 Some(dir) => dir,
@@ -376,6 +398,8 @@ impl<'a, R: Runtime> AutoSession<'a, R> {
                 max_turns,
                 result_sink_var: DEFAULT_RESULT_SINK_VAR.to_owned(),
                 harness_resumes: harness.resumes_sessions(),
+                max_retries: retry.max_retries,
+                retry_backoff_ms: u64::try_from(retry.backoff.as_millis()).unwrap_or(u64::MAX),
             };
             // A model or effort the harness would refuse fails every turn the same way,
             // and would be saved in the session: refuse it before anything is created.
@@ -536,6 +560,7 @@ impl<'a, R: Runtime> AutoSession<'a, R> {
         let session_id = machine.state().session_id.clone();
         let turns_before = machine.state().harness_turns;
         let runtime = runner.runtime.clone();
+        let machine = machine.jitter_seed(crate::agent::random_seed());
         let mut session =
             AutoModeRunner::with_turn(runner.clone(), turn, session_id).progress(harness_progress);
         let mut channel = AutoModeChannel::new(machine, dir, runner, runtime.clone())
@@ -558,7 +583,10 @@ impl<'a, R: Runtime> AutoSession<'a, R> {
         .await;
         let end = match result {
             Ok(_) => AutoEnd::Finished,
-            Err(LoopError::Turn(TurnError::Interrupted)) => AutoEnd::Interrupted,
+            Err(
+                LoopError::Turn(TurnError::Interrupted)
+                | LoopError::Channel(ChannelError::Interrupted),
+            ) => AutoEnd::Interrupted,
             Err(LoopError::Turn(TurnError::Spawn {
                 program,
                 reason,

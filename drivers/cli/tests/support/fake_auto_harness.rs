@@ -10,7 +10,8 @@
 //!   after the first event, to be interrupted) and the counter `n`. Each call writes
 //!   `call-<n>.argv` (one argument per line) and `call-<n>.prompt` (the prompt: the last
 //!   argument, or stdin for opencode). `opencode export ID` prints an empty export and is not
-//!   counted as a turn.
+//!   counted as a turn. TEXT `RATE_LIMITED` (claude, grok) ends the turn the way Claude Code
+//!   reports an HTTP 429 it gave up on: an `api_error` result with `api_error_status` 429.
 //! * `AGENTRUN_RESULT_SINK`: where SINK is written.
 
 use std::io::{Read, Write};
@@ -127,7 +128,13 @@ fn main() -> ExitCode {
     std::fs::write(dir.join(format!("call-{}.prompt", n + 1)), &prompt).unwrap();
 
     let session = format!("{name}-session-1");
-    let (start, end) = stream(&name, &session, &text, exit != 0);
+    let (start, mut end) = stream(&name, &session, &text, exit != 0);
+    if text == "RATE_LIMITED" {
+        end = format!(
+            "{{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":true,\"terminal_reason\":\"api_error\",\"api_error_status\":429,\"result\":\"API Error: 429 rate limited\",\"session_id\":{},\"num_turns\":1,\"total_cost_usd\":0}}\n",
+            json_str(&session)
+        );
+    }
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(start.as_bytes());
     let _ = out.flush();
