@@ -11,6 +11,7 @@ use serde::Deserialize;
 use super::json;
 use super::json::lenient::{self, Bool, NonNull, Obj, Seq, Str};
 use super::progress;
+use super::scan::Shape;
 use super::usage::turns_text;
 use super::{
     Drift, Evidence, Facts, FailureKind, ModelScope, RefusalCategory, StreamDecoder, StreamUpdate,
@@ -455,6 +456,42 @@ struct ToolInput<'a> {
     query: Str<'a>,
 }
 
+/// What [`AssistantFrame`] reads, for [`lenient::from_slice_reduced`]: its fields and their
+/// types, struct by struct (a test checks it against the structs on recorded lines).
+const ASSISTANT_SHAPE: Shape = {
+    use Shape::{Leaf, SeqOf, Struct};
+    const TOOL_INPUT: Shape = Struct(&[
+        ("command", Leaf),
+        ("skill", Leaf),
+        ("name", Leaf),
+        ("file_path", Leaf),
+        ("absolute_path", Leaf),
+        ("pattern", Leaf),
+        ("description", Leaf),
+        ("url", Leaf),
+        ("query", Leaf),
+    ]);
+    const BLOCK: Shape = Struct(&[
+        ("type", Leaf),
+        ("name", Leaf),
+        ("text", Leaf),
+        ("input", TOOL_INPUT),
+    ]);
+    Struct(&[
+        ("type", Leaf),
+        ("parent_tool_use_id", Leaf),
+        ("is_api_error_message", Leaf),
+        (
+            "message",
+            Struct(&[
+                ("model", Leaf),
+                ("is_api_error_message", Leaf),
+                ("content", SeqOf(&BLOCK)),
+            ]),
+        ),
+    ])
+};
+
 /// The first non-empty string among `fields`.
 fn first<'a>(fields: &[&'a Str<'_>]) -> Option<&'a str> {
     fields
@@ -588,17 +625,20 @@ impl StreamDecoder for ClaudeDecoder {
         // The peek runs only when a quoted quiet type name is near the start of the line, so
         // other lines are not scanned twice; when it runs it still validates the whole line.
         if (self.dialect == Dialect::Claude || self.any_session_id.is_some())
-            && json::mentions_early(line, QUIET_TYPES)
-            && let json::Peek::Str(kind) = json::peek_str(line, "type")
-            && QUIET_TYPES.contains(&kind.as_ref())
+            && json::is_quiet(line, QUIET_TYPES)
         {
             return update;
         }
         // Assistant frames of Claude are read straight into a borrowed typed view (no value
         // tree); any failure (duplicate keys, another type) falls back to the value parse.
+        let mut reduced = Vec::new();
         if self.dialect == Dialect::Claude
             && json::mentions_early(line, &["assistant"])
-            && let Some(frame) = lenient::from_slice::<AssistantFrame<'_>>(line)
+            && let Some(frame) = lenient::from_slice_reduced::<AssistantFrame<'_>>(
+                line,
+                &ASSISTANT_SHAPE,
+                &mut reduced,
+            )
             && frame.kind.get() == Some("assistant")
         {
             self.assistant(&frame, &mut update);
@@ -703,3 +743,6 @@ impl StreamDecoder for ClaudeDecoder {
         facts
     }
 }
+
+#[cfg(test)]
+mod view_tests;

@@ -463,6 +463,21 @@ pub(crate) fn peek_str<'a>(line: &'a [u8], key: &'static str) -> Peek<'a> {
     }
 }
 
+/// Whether `line` is an object whose top-level `type` is one of `names` (the key once, its
+/// value a string), with one of `names` quoted in its first bytes ([`mentions_early`]): the
+/// decoders' test for their quiet event types. The fast scan ([`super::scan::object_type`])
+/// answers for ordinary lines; where it is unsure, [`peek_str`] decides, as it always did, so
+/// the answer is the same either way.
+pub(crate) fn is_quiet(line: &[u8], names: &[&str]) -> bool {
+    if !mentions_early(line, names) {
+        return false;
+    }
+    match super::scan::object_type(line) {
+        Some(kind) => names.contains(&kind),
+        None => matches!(peek_str(line, "type"), Peek::Str(k) if names.contains(&k.as_ref())),
+    }
+}
+
 /// How far into a line [`mentions_early`] looks.
 const EARLY_BYTES: usize = 128;
 
@@ -732,6 +747,23 @@ pub(crate) mod lenient {
             return None;
         }
         serde_json::from_slice(trimmed).ok()
+    }
+
+    /// [`from_slice`] of `line` with the long strings the view skips emptied first
+    /// ([`reduce`](super::super::scan::reduce) with the view's `shape`, into `buf`): the same
+    /// view, without scanning those strings twice. Where the scan is unsure of the line, the
+    /// view is read from `line` itself.
+    pub(crate) fn from_slice_reduced<'a, T: Deserialize<'a>>(
+        line: &'a [u8],
+        shape: &'static super::super::scan::Shape,
+        buf: &'a mut Vec<u8>,
+    ) -> Option<T> {
+        if super::super::scan::reduce(line, shape, buf) {
+            let buf: &'a Vec<u8> = buf;
+            from_slice(buf)
+        } else {
+            from_slice(line)
+        }
     }
 
     /// Reads a typed view from a parsed value.
