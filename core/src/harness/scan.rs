@@ -128,7 +128,7 @@ fn valid_escape(b: u8) -> bool {
 /// Indexes `line` into `out`: the positions of its unescaped quotes and of its bytes outside
 /// strings other than spaces, in order. `false` when the line holds a control byte, an
 /// invalid escape, or ends inside a string.
-fn index(line: &[u8], out: &mut Vec<u32>) -> bool {
+fn index(line: &[u8], out: &mut Vec<u32>, u_escapes: &mut bool) -> bool {
     if u32::try_from(line.len()).is_err() {
         return false;
     }
@@ -171,6 +171,9 @@ fn index(line: &[u8], out: &mut Vec<u32>) -> bool {
             };
             if !valid_escape(c) {
                 return false;
+            }
+            if c == b'u' {
+                *u_escapes = true;
             }
             if c == b'u'
                 && !line
@@ -220,10 +223,29 @@ pub(crate) fn object_type(line: &[u8]) -> Option<&str> {
         return None;
     }
     let mut idx = Vec::with_capacity(64);
-    if !index(line, &mut idx) {
+    if !index(line, &mut idx, &mut false) {
         return None;
     }
     walk(line, &idx, None)
+}
+
+/// Whether `line` is certainly a JSON object that `serde_json` parses into a `Value` (not
+/// only skips): on top of the scan's checks, the whole line is UTF-8, and it holds no `\u`
+/// escape (a lone surrogate fails the value parse) and no number with an exponent (one out
+/// of range fails it). A borrowed view read from such a line reads what the value parse
+/// would: a decoder may skip the value parse when the view suffices. `false` when unsure.
+pub(crate) fn parses_as_value(line: &[u8]) -> bool {
+    let line = line.trim_ascii();
+    if line.first() != Some(&b'{') || std::str::from_utf8(line).is_err() {
+        return false;
+    }
+    let mut idx = Vec::with_capacity(256);
+    let mut u_escapes = false;
+    if !index(line, &mut idx, &mut u_escapes) || u_escapes {
+        return false;
+    }
+    let mut exponent = false;
+    walk_checked(line, &idx, None, &mut exponent).is_some() && !exponent
 }
 
 /// Which values of a line a lenient typed view (`json::lenient`) reads, as a tree of the
@@ -256,7 +278,7 @@ pub(crate) fn reduce(line: &[u8], shape: &'static Shape, out: &mut Vec<u8>) -> b
         return false;
     }
     let mut idx = Vec::with_capacity(256);
-    if !index(line, &mut idx) {
+    if !index(line, &mut idx, &mut false) {
         return false;
     }
     let mut sink = Reduce {
@@ -264,7 +286,7 @@ pub(crate) fn reduce(line: &[u8], shape: &'static Shape, out: &mut Vec<u8>) -> b
         copied: 0,
         root: shape,
     };
-    if walk_checked(line, &idx, Some(&mut sink)).is_none() {
+    if walk_checked(line, &idx, Some(&mut sink), &mut false).is_none() {
         return false;
     }
     sink.out.extend_from_slice(&line[sink.copied..]);
@@ -281,15 +303,17 @@ struct Reduce<'o> {
 
 /// Checks the structure from the index; the `type` as [`object_type`] gives it.
 fn walk<'a>(line: &'a [u8], idx: &[u32], sink: Option<&mut Reduce<'_>>) -> Option<&'a str> {
-    walk_checked(line, idx, sink)?
+    walk_checked(line, idx, sink, &mut false)?
 }
 
 /// The walk: `None` when the line is not certainly valid, else `Some` of the top-level
-/// `type` (itself `None` when there is not exactly one plain string `type`).
+/// `type` (itself `None` when there is not exactly one plain string `type`). `exponent` is set
+/// when a number has one.
 fn walk_checked<'a>(
     line: &'a [u8],
     idx: &[u32],
     mut sink: Option<&mut Reduce<'_>>,
+    exponent: &mut bool,
 ) -> Option<Option<&'a str>> {
     // Bit d of `objects`: whether the container at depth d + 1 is an object.
     let mut objects = 0u64;
@@ -369,6 +393,7 @@ fn walk_checked<'a>(
                     }
                     b'-' | b'0'..=b'9' => {
                         let end = number_end(line, at)?;
+                        *exponent |= line[at..end].iter().any(|&c| c == b'e' || c == b'E');
                         k += end - at - 1;
                     }
                     _ => return None,

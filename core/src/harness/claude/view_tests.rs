@@ -141,3 +141,114 @@ proptest! {
         prop_assert_eq!(full, reduced, "{}", String::from_utf8_lossy(&line));
     }
 }
+
+const QWEN: &[&str] = &[
+    include_str!("../../../../tests/fixtures/harness/qwen/qwen-code-0.24.4-tool-turn.jsonl"),
+    include_str!("../../../../tests/fixtures/harness/qwen/qwen-code-0.24.4-resume.jsonl"),
+    include_str!("../../../../tests/fixtures/harness/qwen/qwen-code-0.24.4-rate-limited.jsonl"),
+    include_str!("../../../../tests/fixtures/harness/qwen/qwen-code-0.24.4-failure.jsonl"),
+];
+
+/// Qwen's borrowed reads agree with the value reads of the same line: the init frame's two
+/// strings, and the assistant frame's view and token counts.
+fn qwen_agrees(line: &[u8]) {
+    use crate::harness::json;
+    let value = match json::parse(line) {
+        json::Line::Object(v) => Some(v),
+        _ => None,
+    };
+    // The decoder reads the views only from lines the scan says parse as values.
+    if !crate::harness::scan::parses_as_value(line) {
+        return;
+    }
+    assert!(value.is_some(), "{}", String::from_utf8_lossy(line));
+    if let Some(frame) = lenient::from_slice::<super::InitFrame<'_>>(line) {
+        let v = value.as_ref().expect("a view implies a value");
+        assert_eq!(frame.kind.get(), json::str(v, "type"));
+        assert_eq!(frame.subtype.get(), json::str(v, "subtype"));
+        assert_eq!(frame.session_id.get(), json::str(v, "session_id"));
+        assert_eq!(frame.api_key_source.get(), json::str(v, "apiKeySource"));
+    }
+    let mut buf = Vec::new();
+    if let Some(frame) =
+        lenient::from_slice_reduced::<AssistantFrame<'_>>(line, &ASSISTANT_SHAPE, &mut buf)
+    {
+        let v = value.as_ref().expect("a view implies a value");
+        let from_value = lenient::from_value::<AssistantFrame<'_>>(v);
+        assert_eq!(
+            format!("{:?}", Some(&frame)),
+            format!("{:?}", from_value.as_ref())
+        );
+        let counts = |u: &super::QwenUsage| {
+            [
+                u.input_tokens.0.unwrap_or(0),
+                u.cache_read_input_tokens.0.unwrap_or(0),
+                u.output_tokens.0.unwrap_or(0),
+                u.reasoning_tokens.0.unwrap_or(0),
+            ]
+        };
+        let viewed = frame
+            .message
+            .0
+            .as_ref()
+            .and_then(|m| m.usage.0.as_ref())
+            .map(counts);
+        let valued = v.get("message").and_then(|m| m.get("usage")).map(|u| {
+            let get = |k: &str| json::u64(u, k).unwrap_or(0);
+            [
+                get("input_tokens"),
+                get("cache_read_input_tokens"),
+                get("output_tokens"),
+                get("reasoning_tokens"),
+            ]
+        });
+        assert_eq!(viewed, valued, "{}", String::from_utf8_lossy(line));
+    }
+}
+
+#[test]
+fn qwen_recorded_frames_read_the_same() {
+    let mut fast = 0;
+    for line in QWEN.iter().flat_map(|s| s.lines()) {
+        qwen_agrees(line.as_bytes());
+        fast += usize::from(crate::harness::scan::parses_as_value(line.as_bytes()));
+    }
+    // The recorded frames do take the fast path.
+    assert!(fast > 10);
+    for line in [
+        r#"{"type":"assistant","message":{"usage":null}}"#,
+        r#"{"type":"assistant","message":{"usage":"x"}}"#,
+        r#"{"type":"assistant","message":{"usage":{"input_tokens":-3,"output_tokens":2.9,"cache_read_input_tokens":1e3,"reasoning_tokens":"7"}}}"#,
+        r#"{"type":"assistant","message":"text"}"#,
+        r#"{"type":"system","subtype":"init","session_id":1,"apiKeySource":["none"]}"#,
+        r#"{"type":"system","subtype":"init","session_id":"a","session_id":"b"}"#,
+    ] {
+        qwen_agrees(line.as_bytes());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn qwen_mutated_frames_read_the_same(
+        which in any::<prop::sample::Index>(),
+        edits in proptest::collection::vec((any::<prop::sample::Index>(), 0u8..3, prop_oneof![
+            Just(b'"'), Just(b'\\'), Just(b'{'), Just(b'}'), Just(b'['), Just(b']'), Just(b','),
+            Just(b':'), Just(b'1'), Just(b'-'), Just(b'.'), Just(0xffu8), any::<u8>(),
+        ]), 0..3),
+    ) {
+        let lines: Vec<&str> = QWEN.iter().flat_map(|s| s.lines()).collect();
+        let mut line = lines[which.index(lines.len())].as_bytes().to_vec();
+        for (at, op, byte) in edits {
+            if line.is_empty() { break; }
+            let i = at.index(line.len());
+            match op {
+                0 => line[i] = byte,
+                1 => line.insert(i, byte),
+                _ => { line.remove(i); }
+            }
+        }
+        qwen_agrees(&line);
+    }
+}

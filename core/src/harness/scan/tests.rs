@@ -23,6 +23,13 @@ fn recorded_lines() -> Vec<&'static str> {
 
 /// The scan's promise: where it answers, the full check agrees.
 fn agrees(line: &[u8]) {
+    if parses_as_value(line) {
+        assert!(
+            serde_json::from_slice::<serde_json::Value>(line.trim_ascii()).is_ok(),
+            "{:?}",
+            String::from_utf8_lossy(line)
+        );
+    }
     if let Some(kind) = object_type(line) {
         match peek_str(line, "type") {
             Peek::Str(k) => assert_eq!(k, kind, "line {:?}", String::from_utf8_lossy(line)),
