@@ -10,7 +10,8 @@
 #
 # Usage: scripts/bench-interpret-chat.sh [WORKDIR] [qwen|pi ...]
 #   (default /tmp/agentrun-bench-chat, both dialects). Needs a release build of agentrun
-#   (`cargo build --release -p agentrun`, built here when missing).
+#   (`cargo build --release -p agentrun`, built here when missing). SIZE_MIB sets the
+#   stream's size (default 1024), BASELINE_BIN adds another agentrun build to every round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -28,14 +29,15 @@ for d in "${dialects[@]}"; do
         pi) filter='select(.type=="message_end") | .message.responseModel // empty' ;;
         *) echo "bench-interpret-chat.sh: unknown dialect '$d' (expected qwen or pi)" >&2; exit 2 ;;
     esac
-    file=$work/$d-1g.jsonl
+    size_mib=${SIZE_MIB:-1024}
+    file=$work/$d-${size_mib}m.jsonl
     if [ ! -s "$file" ]; then
         # The streams only (not the retained logs), blank lines dropped.
         ls "$root/tests/fixtures/harness/$d/"*.jsonl | grep -v -- '-log.jsonl$' | xargs cat | grep -v '^$' > "$work/$d-unit.jsonl"
-        python3 - "$work/$d-unit.jsonl" "$file" <<'PY'
+        python3 - "$work/$d-unit.jsonl" "$file" "$size_mib" <<'PY'
 import sys
 unit = open(sys.argv[1], "rb").read()
-target, n = 1 << 30, 0
+target, n = int(sys.argv[3]) << 20, 0
 with open(sys.argv[2], "wb") as f:
     while n + len(unit) <= target:
         f.write(unit); n += len(unit)
@@ -49,6 +51,11 @@ PY
     for i in 1 2 3; do
         /usr/bin/time -f "$d agentrun run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
             "$bin" interpret --harness "$d" "$file" > "$work/$d-agentrun.out"
+        if [ -n "${BASELINE_BIN:-}" ]; then
+            /usr/bin/time -f "$d baseline run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
+                "$BASELINE_BIN" interpret --harness "$d" "$file" > "$work/$d-baseline.out"
+            cmp -s "$work/$d-agentrun.out" "$work/$d-baseline.out" || { echo "$d: baseline output differs" >&2; exit 1; }
+        fi
         /usr/bin/time -f "$d jq       run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
             /usr/bin/jq -c "$filter" "$file" > "$work/$d-jq.out"
     done

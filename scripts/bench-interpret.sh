@@ -5,23 +5,31 @@
 # tests/fixtures/harness/claude/ (ccagent + morpheus). Reports wall/user/sys time and peak RSS
 # (/usr/bin/time -f %M), and a second run with one 256 MiB line to show that memory is bounded
 # by the longest line. Usage: scripts/bench-interpret.sh [WORKDIR] (default /tmp/agentrun-bench-interpret)
+#
+# Environment: SIZE_MIB (the stream's size, default 1024), RUNS (rounds, default 3), and
+# BASELINE_BIN (another agentrun build, run in every round beside the others). Each round runs
+# agentrun, jq and `wc -l` (the line-scan limit) in turn; at the end the medians of wall time
+# and of CPU time (user + sys) of each, and the ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 work=${1:-/tmp/agentrun-bench-interpret}
 mkdir -p "$work"
-cargo build --release -p agentrun >/dev/null
+[ -n "${SKIP_BUILD:-}" ] || cargo build --release -p agentrun >/dev/null
 bin=${CARGO_TARGET_DIR:-$root/target}/release/agentrun
 export AGENTRUN_HOME=$work/store
 fx=$root/tests/fixtures/harness/claude
-if [ ! -s "$work/claude-1g.jsonl" ]; then
+size_mib=${SIZE_MIB:-1024}
+runs=${RUNS:-3}
+file=$work/claude-${size_mib}m.jsonl
+if [ ! -s "$file" ]; then
     cat "$fx/ccagent-claude_response1.jsonl" "$fx/morpheus-claude_stream.jsonl" | grep -v '^$' > "$work/unit.jsonl"
-    python3 - "$work" <<'PY'
+    python3 - "$work" "$file" "$size_mib" <<'PY'
 import sys
 work = sys.argv[1]
 unit = open(f"{work}/unit.jsonl", "rb").read()
-target, n = 1 << 30, 0
-with open(f"{work}/claude-1g.jsonl", "wb") as f:
+target, n = int(sys.argv[3]) << 20, 0
+with open(sys.argv[2], "wb") as f:
     while n + len(unit) <= target:
         f.write(unit); n += len(unit)
     for line in unit.split(b"\n"):
@@ -29,15 +37,46 @@ with open(f"{work}/claude-1g.jsonl", "wb") as f:
         f.write(line + b"\n"); n += len(line) + 1
 PY
 fi
-file=$work/claude-1g.jsonl
 echo "file: $(stat -c %s "$file") bytes, $(wc -l < "$file") lines, longest line $(awk '{ if (length($0) > m) m = length($0) } END { print m }' "$file") bytes"
-cat "$file" > /dev/null # warm the page cache for both tools
-for i in 1 2 3; do
-    /usr/bin/time -f "agentrun run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
-        "$bin" interpret --harness claude "$file" > "$work/agentrun.out"
-    /usr/bin/time -f "jq       run $i: wall %e s, user %U s, sys %S s, peak RSS %M KiB" \
-        /usr/bin/jq -c 'select(.type=="assistant") | .message.model' "$file" > "$work/jq.out"
+cat "$file" > /dev/null # warm the page cache for every tool
+times=$work/times.txt
+: > "$times"
+timed() { # NAME COMMAND...: one run, wall and CPU seconds appended to $times
+    local name=$1
+    shift
+    /usr/bin/time -o "$work/one.txt" -f "%e %U %S %M" "$@"
+    read -r wall user sys rss < "$work/one.txt"
+    echo "$name $wall $(echo "$user + $sys" | bc) $rss" | tee -a "$times" >&2
+}
+for i in $(seq "$runs"); do
+    timed agentrun "$bin" interpret --harness claude "$file" > "$work/agentrun.out"
+    if [ -n "${BASELINE_BIN:-}" ]; then
+        timed baseline "$BASELINE_BIN" interpret --harness claude "$file" > "$work/baseline.out"
+    fi
+    timed jq /usr/bin/jq -c 'select(.type=="assistant") | .message.model' "$file" > "$work/jq.out"
+    timed wc wc -l "$file" > /dev/null
 done
+python3 - "$times" <<'PY'
+import sys, statistics
+rows = [l.split() for l in open(sys.argv[1])]
+med = {}
+for name in dict.fromkeys(r[0] for r in rows):
+    wall = statistics.median(float(r[1]) for r in rows if r[0] == name)
+    cpu = statistics.median(float(r[2]) for r in rows if r[0] == name)
+    rss = max(int(r[3]) for r in rows if r[0] == name)
+    med[name] = (wall, cpu)
+    print(f"{name:9} median wall {wall:.3f} s, median CPU {cpu:.3f} s, peak RSS {rss} KiB")
+a = med["agentrun"]
+print(f"jq / agentrun: {med['jq'][0] / a[0]:.1f}x by wall, {med['jq'][1] / a[1]:.1f}x by CPU")
+print(f"agentrun / wc -l: {a[0] / med['wc'][0]:.1f}x by wall, {a[1] / med['wc'][1]:.1f}x by CPU")
+if "baseline" in med:
+    b = med["baseline"]
+    print(f"baseline / agentrun: {b[0] / a[0]:.2f}x by wall, {b[1] / a[1]:.2f}x by CPU")
+PY
+if [ -n "${BASELINE_BIN:-}" ] && ! cmp -s "$work/agentrun.out" "$work/baseline.out"; then
+    echo "agentrun and the baseline printed different output" >&2
+    exit 1
+fi
 echo "agentrun observed: $(grep '^observed models:' "$work/agentrun.out")"
 echo "jq printed $(wc -l < "$work/jq.out") model lines ($(sort -u "$work/jq.out" | tr '\n' ' '))"
 # Memory bound: the same events plus one 256 MiB tool-result line and one 64 MiB assistant line.

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use super::json;
 use super::json::lenient::{self, Bool, NonNull, Obj, Seq, Str};
 use super::progress;
+use super::scan::Shape;
 use super::usage::turns_text;
 use super::{
     Drift, Evidence, Facts, FailureKind, ModelScope, RefusalCategory, StreamDecoder, StreamUpdate,
@@ -131,15 +132,11 @@ impl ClaudeDecoder {
                 // Qwen's stream never names the model that answered (its init and
                 // assistant `model` is the requested one): the requested model applies
                 // until the session log says otherwise.
-                if self.dialect == Dialect::Qwen {
-                    update.evidence.push(Evidence::RequestedModelFallback);
-                }
-                if !self.init_seen {
-                    self.init_seen = true;
-                    self.session_id = json::nonempty(v, "session_id").map(str::to_owned);
-                    self.subscription = json::str(v, "apiKeySource") == Some("none");
-                }
-                self.start_session(update);
+                self.init(
+                    json::str(v, "session_id"),
+                    json::str(v, "apiKeySource"),
+                    update,
+                );
             }
             "task_started" if self.dialect == Dialect::Claude => {
                 if let Some(id) = json::nonempty(v, "task_id") {
@@ -166,6 +163,24 @@ impl ClaudeDecoder {
             }
             _ => {}
         }
+    }
+
+    /// A `system/init` frame, with its `session_id` and `apiKeySource` strings.
+    fn init(
+        &mut self,
+        session_id: Option<&str>,
+        api_key_source: Option<&str>,
+        update: &mut StreamUpdate,
+    ) {
+        if self.dialect == Dialect::Qwen {
+            update.evidence.push(Evidence::RequestedModelFallback);
+        }
+        if !self.init_seen {
+            self.init_seen = true;
+            self.session_id = session_id.filter(|s| !s.is_empty()).map(str::to_owned);
+            self.subscription = api_key_source == Some("none");
+        }
+        self.start_session(update);
     }
 
     fn kill(&mut self, id: &str) {
@@ -342,11 +357,22 @@ impl ClaudeDecoder {
     /// includes `cache_read_input_tokens`).
     fn add_qwen_usage(&mut self, u: &Value) {
         let get = |k: &str| json::u64(u, k).unwrap_or(0);
+        self.add_qwen_counts(&QwenUsage {
+            input_tokens: lenient::U64(Some(get("input_tokens"))),
+            cache_read_input_tokens: lenient::U64(Some(get("cache_read_input_tokens"))),
+            output_tokens: lenient::U64(Some(get("output_tokens"))),
+            reasoning_tokens: lenient::U64(Some(get("reasoning_tokens"))),
+        });
+    }
+
+    /// [`Self::add_qwen_usage`] from the borrowed view of the counts.
+    fn add_qwen_counts(&mut self, u: &QwenUsage) {
+        let get = |n: &lenient::U64| n.0.unwrap_or(0);
         let add = Usage {
-            input_tokens: get("input_tokens"),
-            cached_input_tokens: get("cache_read_input_tokens"),
-            output_tokens: get("output_tokens"),
-            reasoning_tokens: get("reasoning_tokens"),
+            input_tokens: get(&u.input_tokens),
+            cached_input_tokens: get(&u.cache_read_input_tokens),
+            output_tokens: get(&u.output_tokens),
+            reasoning_tokens: get(&u.reasoning_tokens),
             ..Usage::default()
         };
         self.usage
@@ -425,6 +451,33 @@ struct Message<'a> {
     is_api_error_message: Bool,
     #[serde(borrow)]
     content: Seq<Block<'a>>,
+    /// Qwen's token counts of this request (any value counts as present, as in the value
+    /// read).
+    usage: lenient::Present<QwenUsage>,
+}
+
+/// The counts of a Qwen assistant message's `usage`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct QwenUsage {
+    input_tokens: lenient::U64,
+    cache_read_input_tokens: lenient::U64,
+    output_tokens: lenient::U64,
+    reasoning_tokens: lenient::U64,
+}
+
+/// The fields of a `system/init` frame the decoder reads.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct InitFrame<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Str<'a>,
+    #[serde(borrow)]
+    subtype: Str<'a>,
+    #[serde(borrow)]
+    session_id: Str<'a>,
+    #[serde(rename = "apiKeySource", borrow)]
+    api_key_source: Str<'a>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -463,6 +516,51 @@ struct ToolInput<'a> {
     #[serde(borrow)]
     query: Str<'a>,
 }
+
+/// What [`AssistantFrame`] reads, for [`lenient::from_slice_reduced`]: its fields and their
+/// types, struct by struct (a test checks it against the structs on recorded lines).
+const ASSISTANT_SHAPE: Shape = {
+    use Shape::{Leaf, SeqOf, Struct};
+    const TOOL_INPUT: Shape = Struct(&[
+        ("command", Leaf),
+        ("skill", Leaf),
+        ("name", Leaf),
+        ("file_path", Leaf),
+        ("absolute_path", Leaf),
+        ("pattern", Leaf),
+        ("description", Leaf),
+        ("url", Leaf),
+        ("query", Leaf),
+    ]);
+    const BLOCK: Shape = Struct(&[
+        ("type", Leaf),
+        ("name", Leaf),
+        ("text", Leaf),
+        ("input", TOOL_INPUT),
+    ]);
+    Struct(&[
+        ("type", Leaf),
+        ("parent_tool_use_id", Leaf),
+        ("is_api_error_message", Leaf),
+        (
+            "message",
+            Struct(&[
+                ("model", Leaf),
+                ("is_api_error_message", Leaf),
+                ("content", SeqOf(&BLOCK)),
+                (
+                    "usage",
+                    Struct(&[
+                        ("input_tokens", Leaf),
+                        ("cache_read_input_tokens", Leaf),
+                        ("output_tokens", Leaf),
+                        ("reasoning_tokens", Leaf),
+                    ]),
+                ),
+            ]),
+        ),
+    ])
+};
 
 /// The first non-empty string among `fields`.
 fn first<'a>(fields: &[&'a Str<'_>]) -> Option<&'a str> {
@@ -597,21 +695,65 @@ impl StreamDecoder for ClaudeDecoder {
         // The peek runs only when a quoted quiet type name is near the start of the line, so
         // other lines are not scanned twice; when it runs it still validates the whole line.
         if (self.dialect == Dialect::Claude || self.any_session_id.is_some())
-            && json::mentions_early(line, QUIET_TYPES)
-            && let json::Peek::Str(kind) = json::peek_str(line, "type")
-            && QUIET_TYPES.contains(&kind.as_ref())
+            && json::is_quiet(line, QUIET_TYPES)
         {
             return update;
         }
         // Assistant frames of Claude are read straight into a borrowed typed view (no value
         // tree); any failure (duplicate keys, another type) falls back to the value parse.
+        let mut reduced = Vec::new();
         if self.dialect == Dialect::Claude
             && json::mentions_early(line, &["assistant"])
-            && let Some(frame) = lenient::from_slice::<AssistantFrame<'_>>(line)
+            && let Some(frame) = lenient::from_slice_reduced::<AssistantFrame<'_>>(
+                line,
+                &ASSISTANT_SHAPE,
+                &mut reduced,
+            )
             && frame.kind.get() == Some("assistant")
         {
             self.assistant(&frame, &mut update);
             return update;
+        }
+        // Qwen's init and assistant frames (most of its stream) once its session id is known
+        // (so no session id is left to take from them) are read into borrowed views too; any
+        // failure falls back to the value parse below, as for Claude.
+        // The view skips what it does not read; the value parse would refuse a line with
+        // invalid UTF-8 or an out-of-range number there, so only lines it certainly parses
+        // take this path.
+        if self.dialect == Dialect::Qwen
+            && self.any_session_id.is_some()
+            && (json::mentions_early(line, &["system"])
+                || json::mentions_early(line, &["assistant"]))
+            && super::scan::parses_as_value(line)
+        {
+            if json::mentions_early(line, &["system"])
+                && let Some(frame) = lenient::from_slice::<InitFrame<'_>>(line)
+                && frame.kind.get() == Some("system")
+                && frame.subtype.get() == Some("init")
+            {
+                self.init(
+                    frame.session_id.get(),
+                    frame.api_key_source.get(),
+                    &mut update,
+                );
+                return update;
+            }
+            if json::mentions_early(line, &["assistant"])
+                && let Some(frame) = lenient::from_slice_reduced::<AssistantFrame<'_>>(
+                    line,
+                    &ASSISTANT_SHAPE,
+                    &mut reduced,
+                )
+                && frame.kind.get() == Some("assistant")
+            {
+                self.assistant(&frame, &mut update);
+                if !frame.parent_tool_use_id.0
+                    && let Some(usage) = frame.message.0.as_ref().and_then(|m| m.usage.0.as_ref())
+                {
+                    self.add_qwen_counts(usage);
+                }
+                return update;
+            }
         }
         let partial = if self.dialect == Dialect::Qwen {
             &QWEN_PARTIAL
@@ -712,3 +854,6 @@ impl StreamDecoder for ClaudeDecoder {
         facts
     }
 }
+
+#[cfg(test)]
+mod view_tests;

@@ -463,6 +463,21 @@ pub(crate) fn peek_str<'a>(line: &'a [u8], key: &'static str) -> Peek<'a> {
     }
 }
 
+/// Whether `line` is an object whose top-level `type` is one of `names` (the key once, its
+/// value a string), with one of `names` quoted in its first bytes ([`mentions_early`]): the
+/// decoders' test for their quiet event types. The fast scan ([`super::scan::object_type`])
+/// answers for ordinary lines; where it is unsure, [`peek_str`] decides, as it always did, so
+/// the answer is the same either way.
+pub(crate) fn is_quiet(line: &[u8], names: &[&str]) -> bool {
+    if !mentions_early(line, names) {
+        return false;
+    }
+    match super::scan::object_type(line) {
+        Some(kind) => names.contains(&kind),
+        None => matches!(peek_str(line, "type"), Peek::Str(k) if names.contains(&k.as_ref())),
+    }
+}
+
 /// How far into a line [`mentions_early`] looks.
 const EARLY_BYTES: usize = 128;
 
@@ -608,6 +623,102 @@ pub(crate) mod lenient {
         }
     }
 
+    /// An unsigned integer as `json::u64` reads one (a float truncated; a negative, non-finite
+    /// or non-number value: `None`).
+    #[derive(Debug, Default, Clone, Copy)]
+    pub(crate) struct U64(pub(crate) Option<u64>);
+
+    impl<'de> Deserialize<'de> for U64 {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = U64;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("any value")
+                }
+                fn visit_u64<E>(self, n: u64) -> Result<Self::Value, E> {
+                    Ok(U64(Some(n)))
+                }
+                fn visit_i64<E>(self, n: i64) -> Result<Self::Value, E> {
+                    Ok(U64(u64::try_from(n).ok()))
+                }
+                fn visit_f64<E>(self, f: f64) -> Result<Self::Value, E> {
+                    Ok(U64((f.is_finite() && f >= 0.0).then_some(f as u64)))
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                    Ok(U64(None))
+                }
+                fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                    Ok(U64(None))
+                }
+                fn visit_none<E>(self) -> Result<Self::Value, E> {
+                    Ok(U64(None))
+                }
+                fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                    Ok(U64(None))
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
+                    skip_seq(a).map(|()| U64(None))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
+                    skip_map(a).map(|()| U64(None))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// A field that is present with any value (`null` too): `Some` of its object view, or of
+    /// `T::default()` for a value of another shape; absent: `None` (by `Default`).
+    #[derive(Debug)]
+    pub(crate) struct Present<T>(pub(crate) Option<T>);
+
+    impl<T> Default for Present<T> {
+        fn default() -> Self {
+            Present(None)
+        }
+    }
+
+    impl<'de, T: Deserialize<'de> + Default> Deserialize<'de> for Present<T> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V<T>(PhantomData<T>);
+            impl<'de, T: Deserialize<'de> + Default> Visitor<'de> for V<T> {
+                type Value = Present<T>;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("any value")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
+                    T::deserialize(MapAccessDeserializer::new(a)).map(|t| Present(Some(t)))
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
+                    skip_seq(a).map(|()| Present(Some(T::default())))
+                }
+                fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                    Ok(Present(Some(T::default())))
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                    Ok(Present(Some(T::default())))
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                    Ok(Present(Some(T::default())))
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                    Ok(Present(Some(T::default())))
+                }
+                fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                    Ok(Present(Some(T::default())))
+                }
+                fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                    Ok(Present(Some(T::default())))
+                }
+                fn visit_none<E>(self) -> Result<Self::Value, E> {
+                    Ok(Present(Some(T::default())))
+                }
+            }
+            d.deserialize_any(V(PhantomData))
+        }
+    }
+
     /// Whether a present field is non-null (absent: `false` by `Default`).
     #[derive(Debug, Default, Clone, Copy)]
     pub(crate) struct NonNull(pub(crate) bool);
@@ -732,6 +843,23 @@ pub(crate) mod lenient {
             return None;
         }
         serde_json::from_slice(trimmed).ok()
+    }
+
+    /// [`from_slice`] of `line` with the long strings the view skips emptied first
+    /// ([`reduce`](super::super::scan::reduce) with the view's `shape`, into `buf`): the same
+    /// view, without scanning those strings twice. Where the scan is unsure of the line, the
+    /// view is read from `line` itself.
+    pub(crate) fn from_slice_reduced<'a, T: Deserialize<'a>>(
+        line: &'a [u8],
+        shape: &'static super::super::scan::Shape,
+        buf: &'a mut Vec<u8>,
+    ) -> Option<T> {
+        if super::super::scan::reduce(line, shape, buf) {
+            let buf: &'a Vec<u8> = buf;
+            from_slice(buf)
+        } else {
+            from_slice(line)
+        }
     }
 
     /// Reads a typed view from a parsed value.

@@ -40,6 +40,7 @@ mod opencode;
 mod pi;
 pub mod progress;
 pub mod retained;
+mod scan;
 mod usage;
 
 pub use interpretation::{

@@ -1,0 +1,524 @@
+//! A fast, conservative syntax check of one JSON line that also finds its top-level `type`,
+//! so the decoders can drop their quiet event types (Claude's `user` tool results are most of
+//! a stream's bytes) at close to the speed of a line count.
+//!
+//! It works like the first stage of simdjson: 64 bytes at a time it finds the quotes, the
+//! backslashes and the control bytes (SSE2 on x86-64, a plain loop elsewhere), works out which
+//! characters are escaped and which bytes lie inside strings with bit arithmetic, and indexes
+//! the remaining structure (quotes, and every byte outside strings but spaces). A small state
+//! machine then checks the structure, in order, from the index.
+//!
+//! It is a fast path, never the judge: [`object_type`] answers only when the line is certainly
+//! a JSON object that `serde_json` accepts, with exactly one top-level `type` key whose value
+//! is a plain (unescaped) UTF-8 string. Anything unusual (a control byte anywhere, even as
+//! whitespace; a backslash in a top-level key; nesting deeper than [`MAX_DEPTH`]; a `type`
+//! that is not such a string) gives `None`, and the caller decides with the full parse as
+//! before. So where it answers it agrees with [`super::json::peek_str`], which the tests check
+//! on recorded and mutated lines.
+
+/// Deepest nesting the scan follows; a deeper line is left to the full parse.
+const MAX_DEPTH: u32 = 64;
+
+/// Bits at even positions.
+const EVEN: u64 = 0x5555_5555_5555_5555;
+
+/// One 64-byte block's byte classes, one bit per byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Masks {
+    quote: u64,
+    backslash: u64,
+    /// Bytes below 0x20.
+    control: u64,
+    space: u64,
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn masks(block: &[u8; 64]) -> Masks {
+    use safe_arch::{
+        cmp_eq_mask_i8_m128i, load_unaligned_m128i, min_u8_m128i, move_mask_i8_m128i,
+        set_splat_i8_m128i,
+    };
+    let quote = set_splat_i8_m128i(b'"' as i8);
+    let backslash = set_splat_i8_m128i(b'\\' as i8);
+    let control = set_splat_i8_m128i(0x1f);
+    let space = set_splat_i8_m128i(b' ' as i8);
+    let mut m = Masks {
+        quote: 0,
+        backslash: 0,
+        control: 0,
+        space: 0,
+    };
+    for k in 0..4 {
+        let chunk: &[u8; 16] = block[16 * k..16 * k + 16]
+            .try_into()
+            .expect("16 bytes of 64");
+        let v = load_unaligned_m128i(chunk);
+        let bits = |eq| u64::from(move_mask_i8_m128i(eq) as u16) << (16 * k);
+        m.quote |= bits(cmp_eq_mask_i8_m128i(v, quote));
+        m.backslash |= bits(cmp_eq_mask_i8_m128i(v, backslash));
+        // Unsigned `b <= 0x1f` is `min(b, 0x1f) == b`.
+        m.control |= bits(cmp_eq_mask_i8_m128i(min_u8_m128i(v, control), v));
+        m.space |= bits(cmp_eq_mask_i8_m128i(v, space));
+    }
+    m
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+fn masks(block: &[u8; 64]) -> Masks {
+    masks_portable(block)
+}
+
+/// The byte classes one byte at a time (the reference, and the masks off x86-64).
+#[cfg_attr(
+    all(target_arch = "x86_64", target_feature = "sse2", not(test)),
+    allow(dead_code)
+)]
+fn masks_portable(block: &[u8; 64]) -> Masks {
+    let mut m = Masks {
+        quote: 0,
+        backslash: 0,
+        control: 0,
+        space: 0,
+    };
+    for (i, &b) in block.iter().enumerate() {
+        m.quote |= u64::from(b == b'"') << i;
+        m.backslash |= u64::from(b == b'\\') << i;
+        m.control |= u64::from(b < 0x20) << i;
+        m.space |= u64::from(b == b' ') << i;
+    }
+    m
+}
+
+/// Each bit the XOR of itself and all lower bits: set from an opening quote up to (not
+/// including) its closing one.
+#[inline(always)]
+fn prefix_xor(mut x: u64) -> u64 {
+    x ^= x << 1;
+    x ^= x << 2;
+    x ^= x << 4;
+    x ^= x << 8;
+    x ^= x << 16;
+    x ^= x << 32;
+    x
+}
+
+/// The characters escaped by a backslash (simdjson's `find_escaped`): the byte after each
+/// odd-length run of backslashes. `prev_escaped` carries an escape over the block boundary.
+#[inline(always)]
+fn escaped(backslash: u64, prev_escaped: &mut u64) -> u64 {
+    let backslash = backslash & !*prev_escaped;
+    let follows_escape = (backslash << 1) | *prev_escaped;
+    let odd_starts = backslash & !EVEN & !follows_escape;
+    let (even_starts, overflow) = odd_starts.overflowing_add(backslash);
+    *prev_escaped = u64::from(overflow);
+    let invert = even_starts << 1;
+    (EVEN ^ invert) & follows_escape
+}
+
+/// Whether `b` may follow a backslash in a JSON string.
+fn valid_escape(b: u8) -> bool {
+    matches!(
+        b,
+        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' | b'u'
+    )
+}
+
+/// Indexes `line` into `out`: the positions of its unescaped quotes and of its bytes outside
+/// strings other than spaces, in order. `false` when the line holds a control byte, an
+/// invalid escape, or ends inside a string.
+fn index(line: &[u8], out: &mut Vec<u32>, u_escapes: &mut bool) -> bool {
+    if u32::try_from(line.len()).is_err() {
+        return false;
+    }
+    let mut prev_escaped = 0u64;
+    let mut inside = 0u64;
+    let mut base = 0usize;
+    let mut blocks = line.chunks_exact(64);
+    let mut tail = [b' '; 64];
+    let mut last = false;
+    loop {
+        let block: &[u8; 64] = match blocks.next() {
+            Some(b) => b.try_into().expect("64 bytes"),
+            None if !last => {
+                last = true;
+                let rest = blocks.remainder();
+                if rest.is_empty() {
+                    break;
+                }
+                tail[..rest.len()].copy_from_slice(rest);
+                &tail
+            }
+            None => break,
+        };
+        let m = masks(block);
+        if m.control != 0 {
+            return false;
+        }
+        let esc = escaped(m.backslash, &mut prev_escaped);
+        let quote = m.quote & !esc;
+        let in_string = prefix_xor(quote) ^ inside;
+        inside = ((in_string as i64) >> 63) as u64;
+        // Every escaped character inside a string must make a valid escape (outside strings a
+        // backslash is itself a syntax error, found by the walk).
+        let mut e = esc & in_string;
+        while e != 0 {
+            let at = base + e.trailing_zeros() as usize;
+            e &= e - 1;
+            let Some(&c) = line.get(at) else {
+                return false;
+            };
+            if !valid_escape(c) {
+                return false;
+            }
+            if c == b'u' {
+                *u_escapes = true;
+            }
+            if c == b'u'
+                && !line
+                    .get(at + 1..at + 5)
+                    .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+            {
+                return false;
+            }
+        }
+        let mut structure = quote | (!in_string & !quote & !m.space);
+        while structure != 0 {
+            let at = base + structure.trailing_zeros() as usize;
+            structure &= structure - 1;
+            if at < line.len() {
+                out.push(at as u32);
+            }
+        }
+        base += 64;
+    }
+    // Ending inside a string, or on a lone backslash, is a truncated line.
+    inside == 0 && prev_escaped == 0
+}
+
+/// The walk's expectation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// A value (also the start).
+    Value,
+    /// A value or `]` (after `[`).
+    ValueOrClose,
+    /// A key or `}` (after `{`).
+    KeyOrClose,
+    /// A key (after `,` in an object).
+    Key,
+    Colon,
+    /// `,` or the container's close.
+    CommaOrClose,
+    /// Nothing more (the top-level object closed).
+    End,
+}
+
+/// The top-level `type` of `line` when the line is certainly a JSON object that `serde_json`
+/// accepts and that string is plain (see the module documentation); `None` when unsure.
+pub(crate) fn object_type(line: &[u8]) -> Option<&str> {
+    let line = line.trim_ascii();
+    if line.first() != Some(&b'{') {
+        return None;
+    }
+    let mut idx = Vec::with_capacity(64);
+    if !index(line, &mut idx, &mut false) {
+        return None;
+    }
+    walk(line, &idx, None)
+}
+
+/// Whether `line` is certainly a JSON object that `serde_json` parses into a `Value` (not
+/// only skips): on top of the scan's checks, the whole line is UTF-8, and it holds no `\u`
+/// escape (a lone surrogate fails the value parse) and no number with an exponent (one out
+/// of range fails it). A borrowed view read from such a line reads what the value parse
+/// would: a decoder may skip the value parse when the view suffices. `false` when unsure.
+pub(crate) fn parses_as_value(line: &[u8]) -> bool {
+    let line = line.trim_ascii();
+    if line.first() != Some(&b'{') || std::str::from_utf8(line).is_err() {
+        return false;
+    }
+    let mut idx = Vec::with_capacity(256);
+    let mut u_escapes = false;
+    if !index(line, &mut idx, &mut u_escapes) || u_escapes {
+        return false;
+    }
+    let mut exponent = false;
+    walk_checked(line, &idx, None, &mut exponent).is_some() && !exponent
+}
+
+/// Which values of a line a lenient typed view (`json::lenient`) reads, as a tree of the
+/// view's structs: the view's result depends on nothing else.
+#[derive(Debug)]
+pub(crate) enum Shape {
+    /// A derived struct: these fields (others are skipped unread); read only from an object.
+    Struct(&'static [(&'static str, Shape)]),
+    /// A `Seq` of objects of this shape; read only from an array, whose every element is
+    /// looked at (a string element too).
+    SeqOf(&'static Shape),
+    /// A leaf (`Str`, `Bool`, `NonNull`): a scalar is read, an array or object skipped.
+    Leaf,
+}
+
+/// Strings the view skips that are longer than this are emptied by [`reduce`].
+const KEEP_SHORT: usize = 16;
+
+/// Copies `line` into `out` with the long strings that a view of `shape` skips emptied (a
+/// `Write` tool's file content, thinking text, tool output), so that reading the view from
+/// `out` gives the same view as reading it from `line`, for less work: the view's own values,
+/// the keys, numbers, literals and the structure are kept byte for byte, and the emptied
+/// strings are ones the view's deserializer skips with `IgnoredAny`, whose checks (escapes,
+/// control bytes) the scan has made. `false` (and `out` unspecified) when the scan is unsure
+/// of the line: read the view from `line` then.
+pub(crate) fn reduce(line: &[u8], shape: &'static Shape, out: &mut Vec<u8>) -> bool {
+    let line = line.trim_ascii();
+    out.clear();
+    if line.first() != Some(&b'{') {
+        return false;
+    }
+    let mut idx = Vec::with_capacity(256);
+    if !index(line, &mut idx, &mut false) {
+        return false;
+    }
+    let mut sink = Reduce {
+        out,
+        copied: 0,
+        root: shape,
+    };
+    if walk_checked(line, &idx, Some(&mut sink), &mut false).is_none() {
+        return false;
+    }
+    sink.out.extend_from_slice(&line[sink.copied..]);
+    true
+}
+
+/// The output of [`reduce`] while the walk runs.
+struct Reduce<'o> {
+    out: &'o mut Vec<u8>,
+    /// Bytes of the line before this are in `out`.
+    copied: usize,
+    root: &'static Shape,
+}
+
+/// Checks the structure from the index; the `type` as [`object_type`] gives it.
+fn walk<'a>(line: &'a [u8], idx: &[u32], sink: Option<&mut Reduce<'_>>) -> Option<&'a str> {
+    walk_checked(line, idx, sink, &mut false)?
+}
+
+/// The walk: `None` when the line is not certainly valid, else `Some` of the top-level
+/// `type` (itself `None` when there is not exactly one plain string `type`). `exponent` is set
+/// when a number has one.
+fn walk_checked<'a>(
+    line: &'a [u8],
+    idx: &[u32],
+    mut sink: Option<&mut Reduce<'_>>,
+    exponent: &mut bool,
+) -> Option<Option<&'a str>> {
+    // Bit d of `objects`: whether the container at depth d + 1 is an object.
+    let mut objects = 0u64;
+    let mut depth = 0u32;
+    let mut expect = Expect::Value;
+    let mut types = 0u32;
+    let mut kind: Option<&'a str> = None;
+    let mut type_value_next = false;
+    // With a sink: the view's shape of each open container (`None`: skipped by the view)
+    // and of the next value.
+    let mut shapes: [Option<&'static Shape>; MAX_DEPTH as usize] = [None; MAX_DEPTH as usize];
+    let mut next_shape: Option<&'static Shape> = sink.as_ref().map(|s| s.root);
+    let mut k = 0usize;
+    while k < idx.len() {
+        let at = idx[k] as usize;
+        let b = line[at];
+        k += 1;
+        match expect {
+            Expect::Value | Expect::ValueOrClose => {
+                let is_type_value = std::mem::take(&mut type_value_next);
+                let shape = next_shape.take();
+                match b {
+                    b']' if expect == Expect::ValueOrClose => {
+                        close(&mut depth, &mut expect);
+                        continue;
+                    }
+                    b'{' | b'[' => {
+                        if depth >= MAX_DEPTH || (depth == 0 && b != b'{') {
+                            return None;
+                        }
+                        if b == b'{' {
+                            objects |= 1 << depth;
+                            expect = Expect::KeyOrClose;
+                            shapes[depth as usize] =
+                                shape.filter(|s| matches!(s, Shape::Struct(_)));
+                        } else {
+                            objects &= !(1 << depth);
+                            expect = Expect::ValueOrClose;
+                            shapes[depth as usize] = shape.filter(|s| matches!(s, Shape::SeqOf(_)));
+                            next_shape = element_shape(shapes[depth as usize]);
+                        }
+                        depth += 1;
+                        continue;
+                    }
+                    // Only an object may be the top level.
+                    _ if depth == 0 => return None,
+                    b'"' => {
+                        let end = *idx.get(k)? as usize;
+                        k += 1;
+                        if is_type_value {
+                            let s = &line[at + 1..end];
+                            kind = if memchr::memchr(b'\\', s).is_none() {
+                                std::str::from_utf8(s).ok()
+                            } else {
+                                None
+                            };
+                        }
+                        if let Some(sink) = sink.as_deref_mut()
+                            && shape.is_none()
+                            && end - at - 1 > KEEP_SHORT
+                        {
+                            sink.out.extend_from_slice(&line[sink.copied..=at]);
+                            sink.copied = end;
+                        }
+                    }
+                    b't' | b'f' | b'n' => {
+                        let word: &[u8] = match b {
+                            b't' => b"true",
+                            b'f' => b"false",
+                            _ => b"null",
+                        };
+                        if !line[at..].starts_with(word) {
+                            return None;
+                        }
+                        // Each letter is indexed (outside strings, not a space).
+                        k += word.len() - 1;
+                    }
+                    b'-' | b'0'..=b'9' => {
+                        let end = number_end(line, at)?;
+                        *exponent |= line[at..end].iter().any(|&c| c == b'e' || c == b'E');
+                        k += end - at - 1;
+                    }
+                    _ => return None,
+                }
+                if is_type_value && b != b'"' {
+                    kind = None;
+                }
+                expect = Expect::CommaOrClose;
+            }
+            Expect::KeyOrClose | Expect::Key => match b {
+                b'}' if expect == Expect::KeyOrClose => close(&mut depth, &mut expect),
+                b'"' => {
+                    let end = *idx.get(k)? as usize;
+                    k += 1;
+                    let key = &line[at + 1..end];
+                    let fields = match shapes[depth as usize - 1] {
+                        Some(Shape::Struct(fields)) => Some(*fields),
+                        _ => None,
+                    };
+                    // serde decodes the keys it reads (escapes, UTF-8): only plain ones here.
+                    if (depth == 1 || fields.is_some()) && memchr::memchr(b'\\', key).is_some() {
+                        return None;
+                    }
+                    if depth == 1 {
+                        let key = std::str::from_utf8(key).ok()?;
+                        if key == "type" {
+                            types += 1;
+                            type_value_next = true;
+                        }
+                    }
+                    next_shape = fields.and_then(|f| {
+                        f.iter()
+                            .find(|(name, _)| name.as_bytes() == key)
+                            .map(|(_, s)| s)
+                    });
+                    expect = Expect::Colon;
+                }
+                _ => return None,
+            },
+            Expect::Colon => {
+                if b != b':' {
+                    return None;
+                }
+                expect = Expect::Value;
+            }
+            Expect::CommaOrClose => {
+                let in_object = objects & (1 << (depth - 1)) != 0;
+                match b {
+                    b',' => {
+                        expect = if in_object {
+                            Expect::Key
+                        } else {
+                            next_shape = element_shape(shapes[depth as usize - 1]);
+                            Expect::Value
+                        };
+                    }
+                    b'}' if in_object => close(&mut depth, &mut expect),
+                    b']' if !in_object => close(&mut depth, &mut expect),
+                    _ => return None,
+                }
+            }
+            Expect::End => return None,
+        }
+    }
+    if expect != Expect::End {
+        return None;
+    }
+    Some(if types == 1 { kind } else { None })
+}
+
+/// The shape of an element of an array of `shape`.
+fn element_shape(shape: Option<&'static Shape>) -> Option<&'static Shape> {
+    match shape {
+        Some(Shape::SeqOf(s)) => Some(*s),
+        _ => None,
+    }
+}
+
+/// Leaves the current container.
+fn close(depth: &mut u32, expect: &mut Expect) {
+    *depth -= 1;
+    *expect = if *depth == 0 {
+        Expect::End
+    } else {
+        Expect::CommaOrClose
+    };
+}
+
+/// The end of the JSON number starting at `at` (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`),
+/// or `None` when it breaks that grammar. What follows it is checked by the walk.
+fn number_end(line: &[u8], mut at: usize) -> Option<usize> {
+    let digits = |from: usize| {
+        from + line[from..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    };
+    if line[at] == b'-' {
+        at += 1;
+    }
+    match line.get(at)? {
+        b'0' => at += 1,
+        b'1'..=b'9' => at = digits(at),
+        _ => return None,
+    }
+    if line.get(at) == Some(&b'.') {
+        let end = digits(at + 1);
+        if end == at + 1 {
+            return None;
+        }
+        at = end;
+    }
+    if matches!(line.get(at), Some(b'e' | b'E')) {
+        at += 1;
+        if matches!(line.get(at), Some(b'+' | b'-')) {
+            at += 1;
+        }
+        let end = digits(at);
+        if end == at {
+            return None;
+        }
+        at = end;
+    }
+    Some(at)
+}
+
+#[cfg(test)]
+mod tests;

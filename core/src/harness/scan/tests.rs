@@ -1,0 +1,224 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::harness::json::{Peek, peek_str};
+
+/// Recorded real-CLI streams of the Claude-shaped dialects (and the others, for variety).
+const RECORDED: &[&str] = &[
+    include_str!("../../../../tests/fixtures/harness/claude/ccagent-claude_response1.jsonl"),
+    include_str!("../../../../tests/fixtures/harness/claude/morpheus-claude_stream.jsonl"),
+    include_str!("../../../../tests/fixtures/harness/claude/claude-code-2.1.332-tool-turn.jsonl"),
+    include_str!("../../../../tests/fixtures/harness/claude/claude-code-2.1.332-failure.jsonl"),
+    include_str!("../../../../tests/fixtures/harness/qwen/qwen-code-0.24.4-tool-turn.jsonl"),
+    include_str!("../../../../tests/fixtures/harness/qwen/qwen-code-0.24.4-rate-limited.jsonl"),
+];
+
+fn recorded_lines() -> Vec<&'static str> {
+    RECORDED
+        .iter()
+        .flat_map(|s| s.lines())
+        .filter(|l| !l.trim().is_empty())
+        .collect()
+}
+
+/// The scan's promise: where it answers, the full check agrees.
+fn agrees(line: &[u8]) {
+    if parses_as_value(line) {
+        assert!(
+            serde_json::from_slice::<serde_json::Value>(line.trim_ascii()).is_ok(),
+            "{:?}",
+            String::from_utf8_lossy(line)
+        );
+    }
+    if let Some(kind) = object_type(line) {
+        match peek_str(line, "type") {
+            Peek::Str(k) => assert_eq!(k, kind, "line {:?}", String::from_utf8_lossy(line)),
+            Peek::Unknown => panic!(
+                "scan accepted a line serde refuses: {:?}",
+                String::from_utf8_lossy(line)
+            ),
+        }
+        // A line the scan accepts is valid JSON for a full parse too.
+        assert!(
+            serde_json::from_slice::<serde::de::IgnoredAny>(line.trim_ascii()).is_ok(),
+            "{:?}",
+            String::from_utf8_lossy(line)
+        );
+    }
+}
+
+#[test]
+fn recorded_lines_are_answered_and_agree() {
+    let lines = recorded_lines();
+    assert!(lines.len() > 100);
+    for line in &lines {
+        agrees(line.as_bytes());
+        // Every recorded line is a plain event: the fast path answers for all of them.
+        let expected = match peek_str(line.as_bytes(), "type") {
+            Peek::Str(k) => k.into_owned(),
+            Peek::Unknown => panic!("{line}"),
+        };
+        assert_eq!(
+            object_type(line.as_bytes()),
+            Some(expected.as_str()),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn unusual_lines_are_left_to_the_full_parse() {
+    for line in [
+        r#"{"type":"user","type":"user"}"#,
+        r#"{"typ\u0065":"user"}"#,
+        r#"{"type":"us\u0065r"}"#,
+        r#"{"type":1}"#,
+        r#"{"type":"user"}x"#,
+        r#"{"type":"user"} {}"#,
+        r#"{"type":"user","a":01}"#,
+        r#"{"type":"user","a":1.}"#,
+        r#"{"type":"user","a":1e}"#,
+        r#"{"type":"user","a":-}"#,
+        r#"{"type":"user","a":tru}"#,
+        r#"{"type":"user","a":"\x"}"#,
+        r#"{"type":"user","a":"\u12g4"}"#,
+        "{\"type\":\"user\",\"a\":\"\t\"}",
+        "{\"type\":\"user\",\t\"a\":1}",
+        r#"{"type":"user","a":"}"#,
+        r#"{"type":"user","a":"\"}"#,
+        r#"{"type":"user","a":[1,]}"#,
+        r#"{"type":"user","a":{"b"}}"#,
+        r#"{"type":"user","a":{"b":1,}}"#,
+        r#"{"type":"user",}"#,
+        r#"{"type":"user""#,
+        r#"{"type":"user"]"#,
+        r#"{"type":"user","a":[}"#,
+        r#"{"type":"user",\"a":1}"#,
+        r#"["type","user"]"#,
+        r#"{}"#,
+        "",
+    ] {
+        assert_eq!(object_type(line.as_bytes()), None, "{line}");
+        agrees(line.as_bytes());
+    }
+    let deep = format!(
+        r#"{{"type":"user","a":{}{}}}"#,
+        "[".repeat(MAX_DEPTH as usize),
+        "]".repeat(MAX_DEPTH as usize)
+    );
+    assert_eq!(object_type(deep.as_bytes()), None);
+    // Non-UTF-8 in a top-level key or the type is refused; inside other strings serde's
+    // skipping does not check it, and neither does the scan.
+    assert_eq!(object_type(b"{\"type\":\"us\xffer\"}"), None);
+    assert_eq!(object_type(b"{\"t\xffpe\":\"user\"}"), None);
+    assert_eq!(
+        object_type(b"{\"type\":\"user\",\"a\":\"\xff\"}"),
+        Some("user")
+    );
+    agrees(b"{\"type\":\"user\",\"a\":\"\xff\"}");
+    for line in [
+        r#"{"type":"user","a":[1,-0.5e+3,true,false,null,{"b":"\\\"\u00e9\/"}],"c":{}}"#,
+        r#"  { "type" : "user" , "a" : [ ] }  "#,
+        r#"{"a":{"type":"x"},"type":"user"}"#,
+    ] {
+        assert_eq!(object_type(line.as_bytes()), Some("user"), "{line}");
+        agrees(line.as_bytes());
+    }
+}
+
+#[test]
+fn block_boundaries_do_not_matter() {
+    // Escapes, strings and numbers straddling the 64-byte blocks at every offset.
+    for pad in 0..140 {
+        let p = "x".repeat(pad);
+        for body in [
+            format!(r#"{{"a":"{p}\\","type":"user"}}"#),
+            format!(r#"{{"a":"{p}\\\"","type":"user"}}"#),
+            format!(r#"{{"a":"{p}\u00e9\\\\\\\\","type":"user"}}"#),
+            format!(r#"{{"a":"{p}","b":123456789,"type":"user"}}"#),
+            format!(r#"{{"a":"{p}\"","type":"user"}}"#),
+            format!(r#"{{"a":"{p}\\\\\"","type":"user"}}"#),
+        ] {
+            assert_eq!(object_type(body.as_bytes()), Some("user"), "{body}");
+            agrees(body.as_bytes());
+        }
+        let open = format!(r#"{{"type":"user","a":"{p}\"}}"#);
+        assert_eq!(object_type(open.as_bytes()), None, "{open}");
+    }
+}
+
+/// The escaped characters one byte at a time.
+fn escaped_naive(bytes: &[u8]) -> Vec<bool> {
+    let mut out = vec![false; bytes.len()];
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' {
+            if i + 1 < bytes.len() {
+                out[i + 1] = true;
+            }
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// The vector masks are the byte-at-a-time ones.
+    #[test]
+    fn masks_match_the_portable_loop(block in proptest::array::uniform32(any::<u8>()), block2 in proptest::array::uniform32(any::<u8>())) {
+        let mut b = [0u8; 64];
+        b[..32].copy_from_slice(&block);
+        b[32..].copy_from_slice(&block2);
+        prop_assert_eq!(masks(&b), masks_portable(&b));
+    }
+
+    /// The escape arithmetic, carried over blocks, is the byte-at-a-time rule.
+    #[test]
+    fn escapes_match_the_naive_rule(bytes in proptest::collection::vec(prop_oneof![Just(b'\\'), Just(b'a'), Just(b'"')], 0..300)) {
+        let expected = escaped_naive(&bytes);
+        let mut prev = 0u64;
+        for (n, chunk) in bytes.chunks(64).enumerate() {
+            let mut block = [b'a'; 64];
+            block[..chunk.len()].copy_from_slice(chunk);
+            let esc = escaped(masks_portable(&block).backslash, &mut prev);
+            for i in 0..chunk.len() {
+                prop_assert_eq!(esc >> i & 1 == 1, expected[n * 64 + i], "at {}", n * 64 + i);
+            }
+        }
+    }
+
+    /// Recorded lines, cut and with bytes changed, inserted or removed: wherever the scan
+    /// answers, serde agrees.
+    #[test]
+    fn mutated_recorded_lines_agree(
+        which in any::<prop::sample::Index>(),
+        edits in proptest::collection::vec((any::<prop::sample::Index>(), 0u8..4, prop_oneof![
+            Just(b'"'), Just(b'\\'), Just(b'{'), Just(b'}'), Just(b'['), Just(b']'), Just(b','),
+            Just(b':'), Just(b' '), Just(b'0'), Just(b'-'), Just(b'e'), Just(b'.'), Just(b'u'),
+            Just(b't'), Just(b'n'), Just(0x01u8), Just(0xffu8), Just(b'\t'), any::<u8>(),
+        ]), 0..4),
+        cut in proptest::option::of(any::<prop::sample::Index>()),
+    ) {
+        let lines = recorded_lines();
+        let mut line = lines[which.index(lines.len())].as_bytes().to_vec();
+        for (at, op, byte) in edits {
+            if line.is_empty() { break; }
+            let i = at.index(line.len());
+            match op {
+                0 => line[i] = byte,
+                1 => line.insert(i, byte),
+                2 => { line.remove(i); }
+                _ => line.insert(i, b'\\'),
+            }
+        }
+        if let Some(c) = cut {
+            let n = c.index(line.len() + 1);
+            line.truncate(n);
+        }
+        agrees(&line);
+    }
+}
