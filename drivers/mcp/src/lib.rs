@@ -38,6 +38,7 @@
 
 mod args;
 mod handler;
+mod http;
 mod progress;
 mod render;
 mod resources;
@@ -57,6 +58,7 @@ use rmcp::ServiceExt;
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 
 pub use args::ArgError;
+pub use http::{HTTP_ENDPOINT, HttpError, HttpServer};
 pub use transport::DEFAULT_MAX_REQUEST_BYTES;
 
 /// The default timeout of a `run` call that names none: 10 minutes.
