@@ -281,6 +281,8 @@ fn the_official_conformance_suite_passes() {
         "ping",
         "tools-list",
         "resources-list",
+        "logging-set-level",
+        "completion-complete",
         "dns-rebinding-protection",
     ] {
         let output = Command::new(&node)

@@ -5,13 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ErrorData, Implementation, JsonObject,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, ErrorData,
+    Implementation, JsonObject, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    LoggingLevel, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, SetLevelRequestParams, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 
+use crate::catalog;
 use crate::render;
 use crate::tools;
 use crate::{Inner, McpServer};
@@ -52,13 +54,13 @@ pub(crate) async fn blocking<T: Send + 'static>(
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_resources()
-                .build(),
-        )
-        .with_instructions(
+        let capabilities = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_completions()
+            .enable_resources()
+            .enable_tools()
+            .build();
+        let mut info = ServerConfig::new(capabilities).with_instructions(
             "agentrun runs programs with their whole output retained and shows you a bounded \
              preview per stream. When a preview was cut, the result says `[Truncated. Read \
              more: read(filePath=\"artifact://...\", offset=N)]`: call this server's `read` \
@@ -100,6 +102,8 @@ impl ServerHandler for McpServer {
         let _call = CallGuard::new(&self.inner);
         let empty = JsonObject::new();
         let map = request.arguments.as_ref().unwrap_or(&empty);
+        let name = request.name.clone();
+        let peer = context.peer.clone();
         let result = match request.name.as_ref() {
             "run" => self.call_run(map, context).await?,
             "read" => self.call_read(map).await?,
@@ -115,7 +119,55 @@ impl ServerHandler for McpServer {
                 ));
             }
         };
+        if result.is_error == Some(true) {
+            // The model reads the error text; whoever runs the client sees it in the log.
+            let first = result
+                .content
+                .iter()
+                .find_map(|c| {
+                    c.as_text()
+                        .map(|t| t.text.lines().next().unwrap_or("").to_owned())
+                })
+                .unwrap_or_default();
+            self.log_level
+                .log(
+                    &peer,
+                    LoggingLevel::Warning,
+                    format!(
+                        "tool {name} answered with an error: {}",
+                        render::clip(&first, 1024)
+                    ),
+                )
+                .await;
+        }
         Ok(result.into())
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log_level.set(request.level);
+        // The start-up warnings, which went to stderr before the client could be told.
+        for (program, why) in self.unavailable_programs() {
+            self.log_level
+                .log(
+                    &context.peer,
+                    LoggingLevel::Warning,
+                    format!("{program} is allowed but cannot run: {why}"),
+                )
+                .await;
+        }
+        Ok(())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        catalog::complete(&self.inner.store, request).await
     }
 
     async fn list_resource_templates(

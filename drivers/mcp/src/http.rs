@@ -185,7 +185,7 @@ impl HttpServer {
         let sessions = config.cancellation_token.clone();
         let server = self.server.clone();
         let service = Arc::new(StreamableHttpService::new(
-            move || Ok(server.clone()),
+            move || Ok(server.for_new_session()),
             Arc::new(LocalSessionManager::default()),
             config,
         ));

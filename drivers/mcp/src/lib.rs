@@ -37,6 +37,11 @@
 //! rmcp transport.
 
 mod args;
+// MCP logging (`logging/setLevel`, `notifications/message`) is deprecated by a protocol
+// draft, but the released protocol versions clients speak have it: these two modules use it.
+#[allow(deprecated)]
+mod catalog;
+#[allow(deprecated)]
 mod handler;
 mod http;
 mod progress;
@@ -75,6 +80,8 @@ const RECENT_RUNS: usize = 64;
 #[derive(Debug, Clone)]
 pub struct McpServer {
     inner: Arc<Inner>,
+    /// The log level of the session this server serves (each HTTP session gets its own).
+    log_level: catalog::LogLevel,
 }
 
 #[derive(Debug)]
@@ -267,6 +274,7 @@ impl McpServerBuilder {
             return Err(ConfigError::RequestBound(self.max_request_bytes));
         }
         Ok(McpServer {
+            log_level: catalog::LogLevel::default(),
             inner: Arc::new(Inner {
                 store: self.store,
                 limits: self.limits,
@@ -334,6 +342,15 @@ impl McpServer {
             default_timeout: DEFAULT_TIMEOUT,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             structured_content: false,
+        }
+    }
+
+    /// A server for another session: the same configuration, store and calls, a log level of
+    /// its own.
+    pub(crate) fn for_new_session(&self) -> Self {
+        McpServer {
+            inner: self.inner.clone(),
+            log_level: catalog::LogLevel::default(),
         }
     }
 
