@@ -10,7 +10,7 @@ use rmcp::model::{
     LoggingLevel, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
     ServerCapabilities, ServerConfig, SetLevelRequestParams, Tool,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{RoleServer, ServerHandler};
 
 use crate::catalog;
@@ -43,6 +43,32 @@ pub(crate) async fn wait_for_calls(inner: &Inner) {
     let _ = tokio::time::timeout(SHUTDOWN_WAIT, calls.wait_for(|n| *n == 0)).await;
 }
 
+/// Tells every session that the list of resources changed; a session that is gone (the
+/// notification cannot be sent) is forgotten.
+async fn notify_list_changed(inner: &Inner) {
+    let peers = inner
+        .peers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let mut gone = Vec::new();
+    for (i, peer) in peers.iter().enumerate() {
+        if peer.notify_resource_list_changed().await.is_err() {
+            gone.push(i);
+        }
+    }
+    if !gone.is_empty() {
+        let mut live = inner.peers.lock().unwrap_or_else(|e| e.into_inner());
+        // Only the peers that were there when we looked: new ones were appended after them.
+        let mut index = 0;
+        live.retain(|_| {
+            let keep = !gone.contains(&index);
+            index += 1;
+            keep
+        });
+    }
+}
+
 /// Blocking store work on tokio's blocking pool; a panic there is an internal error.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
@@ -58,6 +84,7 @@ impl ServerHandler for McpServer {
             .enable_logging()
             .enable_completions()
             .enable_resources()
+            .enable_resources_list_changed()
             .enable_tools()
             .build();
         let mut info = ServerConfig::new(capabilities).with_instructions(
@@ -119,6 +146,10 @@ impl ServerHandler for McpServer {
                 ));
             }
         };
+        if matches!(name.as_ref(), "run" | "agent" | "compact") {
+            // The call made a run (or tried to): the store's list of runs changed.
+            notify_list_changed(&self.inner).await;
+        }
         if result.is_error == Some(true) {
             // The model reads the error text; whoever runs the client sees it in the log.
             let first = result
@@ -141,6 +172,11 @@ impl ServerHandler for McpServer {
                 .await;
         }
         Ok(result.into())
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let mut peers = self.inner.peers.lock().unwrap_or_else(|e| e.into_inner());
+        peers.push(context.peer);
     }
 
     async fn set_level(
@@ -180,10 +216,11 @@ impl ServerHandler for McpServer {
 
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        Ok(self.recent_resources())
+        self.list_store_resources(request.and_then(|r| r.cursor))
+            .await
     }
 
     async fn read_resource(

@@ -72,11 +72,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// The longest timeout a call may ask for: 24 hours.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
-/// How many recent runs `resources/list` offers.
-const RECENT_RUNS: usize = 64;
-
 /// An MCP server over an artifact store. Cheap to clone: clones share the configuration and
-/// the list of recent runs.
+/// the sessions told of new runs.
 #[derive(Debug, Clone)]
 pub struct McpServer {
     inner: Arc<Inner>,
@@ -96,8 +93,9 @@ struct Inner {
     default_timeout: Duration,
     max_request_bytes: usize,
     structured_content: bool,
-    /// Output URIs of the latest runs, newest last, for `resources/list`.
-    recent: Mutex<Vec<resources::RecentRun>>,
+    /// The sessions that finished `initialize`, told `notifications/resources/list_changed`
+    /// after each run (a closed one is dropped when telling it fails).
+    peers: Mutex<Vec<rmcp::service::Peer<rmcp::RoleServer>>>,
     /// Told when the connection ends, so running calls stop their processes.
     shutdown: tokio::sync::watch::Sender<bool>,
     /// Calls in flight, so that serving ends only after their processes were reaped.
@@ -283,7 +281,7 @@ impl McpServerBuilder {
                 default_timeout: self.default_timeout,
                 max_request_bytes: self.max_request_bytes,
                 structured_content: self.structured_content,
-                recent: Mutex::new(Vec::new()),
+                peers: Mutex::new(Vec::new()),
                 shutdown: tokio::sync::watch::Sender::new(false),
                 calls: tokio::sync::watch::Sender::new(0),
             }),

@@ -20,6 +20,7 @@ import jsonschema
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
+from mcp.types import PaginatedRequestParams
 
 HINT = re.compile(r'read\(filePath="(artifact://[0-9a-f]{64}(?:/[A-Za-z0-9._-]+)?)", offset=(\d+)\)')
 PY = sys.executable
@@ -489,8 +490,60 @@ async def compact(agentrun, store):
     await session_for(server(agentrun, store, PY), body)
 
 
+async def store_resources(agentrun, store):
+    """resources/list pages over every run of the store, those of earlier server processes
+    included, newest first; a bogus cursor is -32602; each run is followed by list_changed."""
+    first_uris = []
+
+    async def earlier(session):
+        for i in range(57):
+            result = await session.call_tool("run", {"command": ["printf", "earlier %d" % i]})
+            check(not result.is_error, text_of(result))
+            first_uris.append(result.structured_content["artifacts"]["manifest"])
+
+    await session_for(server(agentrun, store, "printf"), earlier)
+
+    changed = []
+
+    async def handler(message):
+        inner = getattr(message, "root", message)
+        if getattr(inner, "method", None) == "notifications/resources/list_changed":
+            changed.append(inner)
+
+    params = server(agentrun, store, "printf")
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, message_handler=handler) as session:
+            await session.initialize()
+            later = []
+            for i in range(2):
+                result = await session.call_tool("run", {"command": ["printf", "later %d" % i]})
+                later.append(result.structured_content["artifacts"]["manifest"])
+            with anyio.fail_after(60):
+                while len(changed) < 2:
+                    await anyio.sleep(0.05)
+            listed, cursor, pages = [], None, 0
+            while True:
+                page = await session.list_resources(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+                pages += 1
+                listed += [str(r.uri) for r in page.resources]
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+                check(pages < 10, "the cursor never ends")
+            check(pages == 2, f"59 runs in pages of 50: {pages} pages")
+            expected = list(reversed(first_uris + later))
+            check(listed == expected, f"newest first, every run once:\n{listed}\n{expected}")
+            for bogus in ["nonsense", "runs1-zz", "runs1-2f2e2e"]:
+                try:
+                    await session.list_resources(params=PaginatedRequestParams(cursor=bogus))
+                    check(False, f"cursor {bogus} accepted")
+                except MCPError as e:
+                    check(e.error.code == -32602, f"cursor {bogus}: {e.error}")
+
+
 SCENARIOS = {
     "agent": agent,
+    "store_resources": store_resources,
     "compact": compact,
     "conformance": conformance,
     "cancel": cancel,
