@@ -70,3 +70,11 @@ fn the_server_survives_bad_protocol_input() {
 fn resources_list_pages_over_the_whole_store() {
     scenario("store_resources");
 }
+
+/// With --structured-content every tool declares an output schema that every result (error
+/// results included) validates against; run results link each artifact, and the links
+/// resolve with resources/read; without the flag no tool declares a schema.
+#[test]
+fn output_schemas_validate_and_resource_links_resolve() {
+    scenario("structured");
+}

@@ -78,6 +78,19 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|e| ErrorData::internal_error(format!("a blocking task failed: {e}"), None))
 }
 
+impl McpServer {
+    /// With `--structured-content` every tool declares an `outputSchema` (and every result
+    /// carries matching structured content); without it none does, since clients reject a
+    /// declared schema on a result without structured content.
+    fn with_schema(&self, mut tool: Tool) -> Tool {
+        tool.output_schema = self
+            .inner
+            .structured_content
+            .then(|| tools::output_schema(&tool.name));
+        tool
+    }
+}
+
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
@@ -103,22 +116,26 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(vec![
+        let tools = vec![
             tools::run::run_tool(),
             tools::read::read_tool(),
             tools::agent::agent_tool(),
             tools::compact::compact_tool(),
-        ]))
+        ];
+        Ok(ListToolsResult::with_all_items(
+            tools.into_iter().map(|t| self.with_schema(t)).collect(),
+        ))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        match name {
+        let tool = match name {
             "run" => Some(tools::run::run_tool()),
             "read" => Some(tools::read::read_tool()),
             "agent" => Some(tools::agent::agent_tool()),
             "compact" => Some(tools::compact::compact_tool()),
             _ => None,
-        }
+        };
+        tool.map(|t| self.with_schema(t))
     }
 
     async fn call_tool(
@@ -146,6 +163,10 @@ impl ServerHandler for McpServer {
                 ));
             }
         };
+        let mut result = result;
+        if self.inner.structured_content {
+            tools::ensure_structured(&mut result);
+        }
         if matches!(name.as_ref(), "run" | "agent" | "compact") {
             // The call made a run (or tried to): the store's list of runs changed.
             notify_list_changed(&self.inner).await;

@@ -541,8 +541,60 @@ async def store_resources(agentrun, store):
                     check(e.error.code == -32602, f"cursor {bogus}: {e.error}")
 
 
+async def structured(agentrun, store):
+    """With --structured-content every tool declares an outputSchema and every result, error
+    results included, validates against it (the SDK checks each call); run results carry a
+    resource_link per artifact that resources/read resolves. Without the flag no tool
+    declares one."""
+
+    async def body(session):
+        tools = (await session.list_tools()).tools
+        check({t.name for t in tools} >= {"run", "read", "agent", "compact"}, tools)
+        for tool in tools:
+            check(tool.output_schema is not None and tool.output_schema.get("type") == "object", tool)
+            jsonschema.Draft202012Validator.check_schema(tool.output_schema)
+        result = await session.call_tool("run", {"command": ["printf", "hello\nworld\n"]})
+        check(not result.is_error, result)
+        check(result.structured_content["status"] is not None, result.structured_content)
+        links = [c for c in result.content if c.type == "resource_link"]
+        check(len(links) == 3, f"manifest, stdout, stderr: {links}")
+        artifacts = result.structured_content["artifacts"]
+        check([str(l.uri) for l in links] == [artifacts["manifest"], artifacts["stdout"], artifacts["stderr"]], links)
+        for link in links:
+            check(link.name and link.mime_type and link.size is not None, link)
+            contents = (await session.read_resource(link.uri)).contents
+            check(len(contents) == 1, contents)
+            check(len(contents[0].text.encode()) == link.size, f"{link}: {contents[0].text!r}")
+        stdout = (await session.read_resource(links[1].uri)).contents[0].text
+        check(stdout == "hello\nworld\n", stdout)
+        page = await session.call_tool("read", {"filePath": artifacts["stdout"]})
+        check(not page.is_error and page.structured_content["total_lines"] == 2, page)
+        # Error results carry structured content too, and validate.
+        refused = await session.call_tool("run", {"command": ["ls"]})
+        check(refused.is_error and "not allowed" in refused.structured_content["error"], refused)
+        bad = await session.call_tool("read", {"filePath": "/etc/passwd"})
+        check(bad.is_error and bad.structured_content["error"], bad)
+        compact = await session.call_tool("compact", {})
+        check(compact.is_error and compact.structured_content["error"], compact)
+
+    await session_for(server(agentrun, store, "printf"), body)
+
+    async def plain(session):
+        tools = (await session.list_tools()).tools
+        check(all(t.output_schema is None for t in tools), tools)
+        result = await session.call_tool("run", {"command": ["printf", "x"]})
+        check(result.structured_content is None, result)
+        check(sum(c.type == "resource_link" for c in result.content) == 3, result.content)
+
+    params = StdioServerParameters(
+        command=agentrun, args=["--store", store, "mcp", "--allow", "printf"], env=dict(os.environ)
+    )
+    await session_for(params, plain)
+
+
 SCENARIOS = {
     "agent": agent,
+    "structured": structured,
     "store_resources": store_resources,
     "compact": compact,
     "conformance": conformance,

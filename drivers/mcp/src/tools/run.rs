@@ -15,7 +15,7 @@ use serde_json::json;
 use crate::args::{ArgError, Args};
 use crate::progress::{Watch, report_progress};
 use crate::render::{self, Answer};
-use crate::tools::{not_started, object, retain_text, stop_future, tool_error};
+use crate::tools::{not_started, object, record_links, retain_text, stop_future, tool_error};
 use crate::{Allow, Inner, MAX_TIMEOUT, McpServer};
 
 const RUN_DESCRIPTION: &str = "\
@@ -224,7 +224,12 @@ impl McpServer {
                 result.sink.describe()
             )),
         };
-        let mut out = CallToolResult::success(vec![ContentBlock::text(parts.text(&answer, max))]);
+        let text = parts.text(&answer, max);
+        // The links share what the text left of the payload bound, at most a quarter of it.
+        let budget = max.saturating_sub(text.len()).min(max / 4);
+        let mut content = vec![ContentBlock::text(text)];
+        content.extend(record_links(inner, &result.record, budget).await);
+        let mut out = CallToolResult::success(content);
         if inner.structured_content {
             out.structured_content = Some(render::bound_structured(
                 render::run_json(&result, &answer),
