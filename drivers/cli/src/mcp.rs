@@ -1,11 +1,14 @@
 //! `agentrun mcp`: the Model Context Protocol server (agentrun-mcp) on standard input and
-//! output, on a tokio runtime of its own.
+//! output, or with `--http ADDR:PORT` on Streamable HTTP at `/mcp`, on a tokio runtime of its
+//! own.
 //!
-//! stdout carries only protocol messages; the start line and any failure go to stderr.
+//! stdout carries only protocol messages (nothing with `--http`); the start line and any
+//! failure go to stderr.
 //! SIGINT, SIGTERM and SIGHUP stop the server the way a disconnecting client does: the process
 //! groups of calls still running are stopped and their output is finalized before it exits.
 
-use std::path::Path;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -39,6 +42,50 @@ pub(crate) struct McpArgs {
     /// Timeout of `run` calls that name none (e.g. 30s, 10m, 1h).
     #[arg(long, value_name = "DURATION", value_parser = duration::parse_timeout, default_value = "10m")]
     timeout: Duration,
+    /// Serve Streamable HTTP at http://ADDR:PORT/mcp instead of stdio (e.g. 127.0.0.1:8765;
+    /// port 0 picks a free one, named on stderr). On a loopback address only loopback Host and
+    /// Origin names with that port are accepted; any other address needs --token-file.
+    #[arg(long, value_name = "ADDR:PORT", value_parser = parse_http_addr)]
+    http: Option<SocketAddr>,
+    /// With --http: every request must send `Authorization: Bearer TOKEN`, TOKEN being this
+    /// file's content (surrounding whitespace removed). Required off loopback.
+    #[arg(long, value_name = "FILE", requires = "http")]
+    token_file: Option<PathBuf>,
+}
+
+/// `ADDR:PORT` of `--http`: an IP address and port (`127.0.0.1:8765`, `[::1]:8765`), or
+/// `localhost:PORT` for 127.0.0.1.
+fn parse_http_addr(value: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = value.parse() {
+        return Ok(addr);
+    }
+    if let Some(port) = value.strip_prefix("localhost:")
+        && let Ok(port) = port.parse::<u16>()
+    {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    Err(format!(
+        "expected ADDR:PORT with an IP address (127.0.0.1:8765, [::1]:8765, 0.0.0.0:8765) or \
+         localhost:PORT, not {value:?}"
+    ))
+}
+
+/// The bearer token in `path`: its content without surrounding whitespace.
+fn read_token(path: &Path) -> Result<String, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::usage(format!(
+            "--token-file {}: cannot read it: {e}",
+            path.display()
+        ))
+    })?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(Failure::usage(format!(
+            "--token-file {}: the file is empty; put the bearer token in it",
+            path.display()
+        )));
+    }
+    Ok(token.to_owned())
 }
 
 /// Runs the server until the client disconnects or a stop signal arrives.
@@ -57,6 +104,7 @@ pub(crate) fn run(settings: &Settings, args: McpArgs) -> Result<ExitCode, Failur
         builder = builder.allow(program);
     }
     let server = builder.build().map_err(Failure::usage)?;
+    let token = args.token_file.as_deref().map(read_token).transpose()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -83,15 +131,35 @@ pub(crate) fn run(settings: &Settings, args: McpArgs) -> Result<ExitCode, Failur
     for (name, why) in server.unavailable_programs() {
         say!("agentrun mcp: warning: {name} is allowed but cannot run: {why}");
     }
-    say!(
-        "agentrun mcp: serving MCP on stdio; store {}; run allows {allowed}",
-        root.display()
-    );
     let mut interrupts = Interrupts::install();
-    let served = runtime.block_on(server.serve_stdio(interrupts.stopped()));
+    let served = match args.http {
+        Some(addr) => runtime.block_on(async {
+            let http = server.bind_http(addr, token).await.map_err(|e| match e {
+                agentrun_mcp::HttpError::Bind { .. } => Failure::runtime(e),
+                _ => Failure::usage(e),
+            })?;
+            say!(
+                "agentrun mcp: serving MCP on {}; store {}; run allows {allowed}",
+                http.url(),
+                root.display()
+            );
+            http.serve(interrupts.stopped())
+                .await
+                .map_err(Failure::runtime)
+        }),
+        None => {
+            say!(
+                "agentrun mcp: serving MCP on stdio; store {}; run allows {allowed}",
+                root.display()
+            );
+            runtime
+                .block_on(server.serve_stdio(interrupts.stopped()))
+                .map_err(Failure::runtime)
+        }
+    };
     // tokio's stdin reads on a blocking thread that cannot be interrupted: do not wait for it.
     runtime.shutdown_timeout(Duration::from_millis(100));
-    served.map_err(Failure::runtime)?;
+    served?;
     Ok(match interrupts.exit_code() {
         Some(code) => ExitCode::from(code),
         None => ExitCode::SUCCESS,

@@ -62,3 +62,19 @@ fn compact_summarizes_and_hints_at_the_retained_output() {
 fn the_server_survives_bad_protocol_input() {
     scenario("robustness");
 }
+
+/// `resources/list` pages over every run of the store (those of an earlier server process
+/// too), newest first, with a cursor; a bogus cursor is -32602; each run is followed by
+/// `notifications/resources/list_changed`.
+#[test]
+fn resources_list_pages_over_the_whole_store() {
+    scenario("store_resources");
+}
+
+/// With --structured-content every tool declares an output schema that every result (error
+/// results included) validates against; run results link each artifact, and the links
+/// resolve with resources/read; without the flag no tool declares a schema.
+#[test]
+fn output_schemas_validate_and_resource_links_resolve() {
+    scenario("structured");
+}

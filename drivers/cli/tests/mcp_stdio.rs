@@ -983,3 +983,138 @@ fn a_program_that_cannot_start_is_told_with_the_shell_code() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Completion and logging.
+
+/// `completion/complete` completes `{digest}` from the store's records (newest first, by
+/// prefix) and `{stream}` from the manifest named in the context; an unknown reference or
+/// argument gets empty values.
+#[test]
+fn completion_completes_digests_and_streams_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server =
+        Server::initialized(dir.path(), &["--allow", "printf", "--structured-content"]);
+    let mut manifests = Vec::new();
+    for (i, text) in ["one", "two"].iter().enumerate() {
+        let answer = server.call(json!(10 + i), "run", json!({"command": ["printf", text]}));
+        let uri = answer["result"]["structuredContent"]["artifacts"]["manifest"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{answer}"))
+            .to_owned();
+        manifests.push(uri.trim_start_matches("artifact://").to_owned());
+    }
+    let complete = |server: &mut Server, id: u64, params: Value| {
+        let answer = server.request(json!(id), "completion/complete", params);
+        answer["result"]["completion"]["values"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{answer}"))
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let digests = complete(
+        &mut server,
+        20,
+        json!({"ref": {"type": "ref/resource", "uri": "artifact://{digest}"},
+               "argument": {"name": "digest", "value": ""}}),
+    );
+    assert_eq!(
+        digests,
+        vec![manifests[1].clone(), manifests[0].clone()],
+        "newest first"
+    );
+    let prefix = &manifests[0][..12];
+    let digests = complete(
+        &mut server,
+        21,
+        json!({"ref": {"type": "ref/resource", "uri": "artifact://{digest}/{stream}"},
+               "argument": {"name": "digest", "value": prefix}}),
+    );
+    assert_eq!(digests, vec![manifests[0].clone()]);
+    let streams = complete(
+        &mut server,
+        22,
+        json!({"ref": {"type": "ref/resource", "uri": "artifact://{digest}/{stream}"},
+               "argument": {"name": "stream", "value": "std"},
+               "context": {"arguments": {"digest": manifests[0]}}}),
+    );
+    assert_eq!(streams, vec!["stdout", "stderr"]);
+    let streams = complete(
+        &mut server,
+        23,
+        json!({"ref": {"type": "ref/resource", "uri": "artifact://{digest}/{stream}"},
+               "argument": {"name": "stream", "value": "stde"}}),
+    );
+    assert_eq!(streams, vec!["stderr"]);
+    for (id, params) in [
+        (
+            24,
+            json!({"ref": {"type": "ref/prompt", "name": "nope"},
+                    "argument": {"name": "x", "value": ""}}),
+        ),
+        (
+            25,
+            json!({"ref": {"type": "ref/resource", "uri": "file:///{path}"},
+                    "argument": {"name": "path", "value": ""}}),
+        ),
+        (
+            26,
+            json!({"ref": {"type": "ref/resource", "uri": "artifact://{digest}"},
+                    "argument": {"name": "stream", "value": ""}}),
+        ),
+    ] {
+        assert!(complete(&mut server, id, params).is_empty());
+    }
+}
+
+/// Before `logging/setLevel` no log message is sent; after it, the start-up warnings and
+/// each error result come as `notifications/message` at or above the level.
+#[test]
+fn logging_sends_diagnostics_at_the_level_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::initialized(dir.path(), &["--allow", "no-such-program-here"]);
+    let refused = server.call(json!(1), "run", json!({"command": ["ls"]}));
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    let ping = server.request(json!(2), "ping", json!({}));
+    assert!(ping.get("result").is_some());
+    let logs = |stash: &[Value]| {
+        stash
+            .iter()
+            .filter(|m| m["method"] == "notifications/message")
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert!(logs(&server.stash).is_empty(), "{:?}", server.stash);
+    let set = server.request(json!(3), "logging/setLevel", json!({"level": "error"}));
+    assert!(set.get("result").is_some(), "{set}");
+    let refused = server.call(json!(4), "run", json!({"command": ["ls"]}));
+    assert_eq!(refused["result"]["isError"], true);
+    assert!(
+        logs(&server.stash).is_empty(),
+        "warnings are below error: {:?}",
+        server.stash
+    );
+    let set = server.request(json!(5), "logging/setLevel", json!({"level": "warning"}));
+    assert!(set.get("result").is_some(), "{set}");
+    let refused = server.call(json!(6), "run", json!({"command": ["ls"]}));
+    assert_eq!(refused["result"]["isError"], true);
+    let sent = logs(&server.stash);
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent[0]["params"]["level"], "warning");
+    assert_eq!(sent[0]["params"]["logger"], "agentrun");
+    assert!(
+        sent[0]["params"]["data"]
+            .as_str()
+            .unwrap()
+            .contains("no-such-program-here is allowed but cannot run"),
+        "{sent:?}"
+    );
+    assert!(
+        sent[1]["params"]["data"]
+            .as_str()
+            .unwrap()
+            .starts_with("tool run answered with an error"),
+        "{sent:?}"
+    );
+}

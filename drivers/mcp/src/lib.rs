@@ -37,7 +37,13 @@
 //! rmcp transport.
 
 mod args;
+// MCP logging (`logging/setLevel`, `notifications/message`) is deprecated by a protocol
+// draft, but the released protocol versions clients speak have it: these two modules use it.
+#[allow(deprecated)]
+mod catalog;
+#[allow(deprecated)]
 mod handler;
+mod http;
 mod progress;
 mod render;
 mod resources;
@@ -57,6 +63,7 @@ use rmcp::ServiceExt;
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 
 pub use args::ArgError;
+pub use http::{HTTP_ENDPOINT, HttpError, HttpServer};
 pub use transport::DEFAULT_MAX_REQUEST_BYTES;
 
 /// The default timeout of a `run` call that names none: 10 minutes.
@@ -65,14 +72,13 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// The longest timeout a call may ask for: 24 hours.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
-/// How many recent runs `resources/list` offers.
-const RECENT_RUNS: usize = 64;
-
 /// An MCP server over an artifact store. Cheap to clone: clones share the configuration and
-/// the list of recent runs.
+/// the sessions told of new runs.
 #[derive(Debug, Clone)]
 pub struct McpServer {
     inner: Arc<Inner>,
+    /// The log level of the session this server serves (each HTTP session gets its own).
+    log_level: catalog::LogLevel,
 }
 
 #[derive(Debug)]
@@ -87,8 +93,9 @@ struct Inner {
     default_timeout: Duration,
     max_request_bytes: usize,
     structured_content: bool,
-    /// Output URIs of the latest runs, newest last, for `resources/list`.
-    recent: Mutex<Vec<resources::RecentRun>>,
+    /// The sessions that finished `initialize`, told `notifications/resources/list_changed`
+    /// after each run (a closed one is dropped when telling it fails).
+    peers: Mutex<Vec<rmcp::service::Peer<rmcp::RoleServer>>>,
     /// Told when the connection ends, so running calls stop their processes.
     shutdown: tokio::sync::watch::Sender<bool>,
     /// Calls in flight, so that serving ends only after their processes were reaped.
@@ -265,6 +272,7 @@ impl McpServerBuilder {
             return Err(ConfigError::RequestBound(self.max_request_bytes));
         }
         Ok(McpServer {
+            log_level: catalog::LogLevel::default(),
             inner: Arc::new(Inner {
                 store: self.store,
                 limits: self.limits,
@@ -273,7 +281,7 @@ impl McpServerBuilder {
                 default_timeout: self.default_timeout,
                 max_request_bytes: self.max_request_bytes,
                 structured_content: self.structured_content,
-                recent: Mutex::new(Vec::new()),
+                peers: Mutex::new(Vec::new()),
                 shutdown: tokio::sync::watch::Sender::new(false),
                 calls: tokio::sync::watch::Sender::new(0),
             }),
@@ -332,6 +340,15 @@ impl McpServer {
             default_timeout: DEFAULT_TIMEOUT,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             structured_content: false,
+        }
+    }
+
+    /// A server for another session: the same configuration, store and calls, a log level of
+    /// its own.
+    pub(crate) fn for_new_session(&self) -> Self {
+        McpServer {
+            inner: self.inner.clone(),
+            log_level: catalog::LogLevel::default(),
         }
     }
 

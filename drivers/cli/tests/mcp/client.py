@@ -20,6 +20,7 @@ import jsonschema
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
+from mcp.types import PaginatedRequestParams
 
 HINT = re.compile(r'read\(filePath="(artifact://[0-9a-f]{64}(?:/[A-Za-z0-9._-]+)?)", offset=(\d+)\)')
 PY = sys.executable
@@ -489,8 +490,112 @@ async def compact(agentrun, store):
     await session_for(server(agentrun, store, PY), body)
 
 
+async def store_resources(agentrun, store):
+    """resources/list pages over every run of the store, those of earlier server processes
+    included, newest first; a bogus cursor is -32602; each run is followed by list_changed."""
+    first_uris = []
+
+    async def earlier(session):
+        for i in range(57):
+            result = await session.call_tool("run", {"command": ["printf", "earlier %d" % i]})
+            check(not result.is_error, text_of(result))
+            first_uris.append(result.structured_content["artifacts"]["manifest"])
+
+    await session_for(server(agentrun, store, "printf"), earlier)
+
+    changed = []
+
+    async def handler(message):
+        inner = getattr(message, "root", message)
+        if getattr(inner, "method", None) == "notifications/resources/list_changed":
+            changed.append(inner)
+
+    params = server(agentrun, store, "printf")
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, message_handler=handler) as session:
+            await session.initialize()
+            later = []
+            for i in range(2):
+                result = await session.call_tool("run", {"command": ["printf", "later %d" % i]})
+                later.append(result.structured_content["artifacts"]["manifest"])
+            with anyio.fail_after(60):
+                while len(changed) < 2:
+                    await anyio.sleep(0.05)
+            listed, cursor, pages = [], None, 0
+            while True:
+                page = await session.list_resources(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+                pages += 1
+                listed += [str(r.uri) for r in page.resources]
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+                check(pages < 10, "the cursor never ends")
+            check(pages == 2, f"59 runs in pages of 50: {pages} pages")
+            expected = list(reversed(first_uris + later))
+            check(listed == expected, f"newest first, every run once:\n{listed}\n{expected}")
+            for bogus in ["nonsense", "runs1-zz", "runs1-2f2e2e"]:
+                try:
+                    await session.list_resources(params=PaginatedRequestParams(cursor=bogus))
+                    check(False, f"cursor {bogus} accepted")
+                except MCPError as e:
+                    check(e.error.code == -32602, f"cursor {bogus}: {e.error}")
+
+
+async def structured(agentrun, store):
+    """With --structured-content every tool declares an outputSchema and every result, error
+    results included, validates against it (the SDK checks each call); run results carry a
+    resource_link per artifact that resources/read resolves. Without the flag no tool
+    declares one."""
+
+    async def body(session):
+        tools = (await session.list_tools()).tools
+        check({t.name for t in tools} >= {"run", "read", "agent", "compact"}, tools)
+        for tool in tools:
+            check(tool.output_schema is not None and tool.output_schema.get("type") == "object", tool)
+            jsonschema.Draft202012Validator.check_schema(tool.output_schema)
+        result = await session.call_tool("run", {"command": ["printf", "hello\nworld\n"]})
+        check(not result.is_error, result)
+        check(result.structured_content["status"] is not None, result.structured_content)
+        links = [c for c in result.content if c.type == "resource_link"]
+        check(len(links) == 3, f"manifest, stdout, stderr: {links}")
+        artifacts = result.structured_content["artifacts"]
+        check([str(l.uri) for l in links] == [artifacts["manifest"], artifacts["stdout"], artifacts["stderr"]], links)
+        for link in links:
+            check(link.name and link.mime_type and link.size is not None, link)
+            contents = (await session.read_resource(link.uri)).contents
+            check(len(contents) == 1, contents)
+            check(len(contents[0].text.encode()) == link.size, f"{link}: {contents[0].text!r}")
+        stdout = (await session.read_resource(links[1].uri)).contents[0].text
+        check(stdout == "hello\nworld\n", stdout)
+        page = await session.call_tool("read", {"filePath": artifacts["stdout"]})
+        check(not page.is_error and page.structured_content["total_lines"] == 2, page)
+        # Error results carry structured content too, and validate.
+        refused = await session.call_tool("run", {"command": ["ls"]})
+        check(refused.is_error and "not allowed" in refused.structured_content["error"], refused)
+        bad = await session.call_tool("read", {"filePath": "/etc/passwd"})
+        check(bad.is_error and bad.structured_content["error"], bad)
+        compact = await session.call_tool("compact", {})
+        check(compact.is_error and compact.structured_content["error"], compact)
+
+    await session_for(server(agentrun, store, "printf"), body)
+
+    async def plain(session):
+        tools = (await session.list_tools()).tools
+        check(all(t.output_schema is None for t in tools), tools)
+        result = await session.call_tool("run", {"command": ["printf", "x"]})
+        check(result.structured_content is None, result)
+        check(sum(c.type == "resource_link" for c in result.content) == 3, result.content)
+
+    params = StdioServerParameters(
+        command=agentrun, args=["--store", store, "mcp", "--allow", "printf"], env=dict(os.environ)
+    )
+    await session_for(params, plain)
+
+
 SCENARIOS = {
     "agent": agent,
+    "structured": structured,
+    "store_resources": store_resources,
     "compact": compact,
     "conformance": conformance,
     "cancel": cancel,

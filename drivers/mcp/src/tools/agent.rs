@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::args::{ArgError, Args};
 use crate::progress::{Watch, report_progress};
 use crate::render::{self, Answer, push_answer};
-use crate::tools::{not_started, object, retain_text, stop_future, tool_error};
+use crate::tools::{not_started, object, record_links, retain_text, stop_future, tool_error};
 use crate::{MAX_TIMEOUT, McpServer};
 
 const AGENT_DESCRIPTION: &str = "\
@@ -305,7 +305,10 @@ impl McpServer {
             Some(text) => retain_text(&self.inner, text, parts.room(max)).await?,
             None => Answer::Missing("the agent gave none".to_owned()),
         };
-        let mut out = CallToolResult::success(vec![ContentBlock::text(parts.text(&answer, max))]);
+        let text = parts.text(&answer, max);
+        let budget = max.saturating_sub(text.len()).min(max / 4);
+        let links = record_links(&self.inner, &turn.process.record, budget).await;
+        let mut out = CallToolResult::success([vec![ContentBlock::text(text)], links].concat());
         out.is_error = Some(!turn.succeeded());
         if self.inner.structured_content {
             out.structured_content = agent_json(&turn, &answer, self.inner.limits.max_bytes)

@@ -96,3 +96,159 @@ pub(crate) fn stop_future(
         }
     }
 }
+
+/// A `resource_link` for each artifact of a run's record: the manifest (for named output)
+/// and each stream, with its name, media type and size, as many as fit `budget` bytes of
+/// serialized content (a result stays within the payload bound). A client that follows
+/// links reads them with `resources/read`; the text's read hints name the same URIs.
+pub(crate) async fn record_links(
+    inner: &Inner,
+    record: &agentrun_core::ResultRecord,
+    budget: usize,
+) -> Vec<ContentBlock> {
+    use agentrun_core::record::RecordOutput;
+    use rmcp::model::Resource;
+    let run = render::clip(&record.run_id, 128);
+    let mut links = Vec::new();
+    if let RecordOutput::Named { manifest, .. } = &record.output {
+        // The manifest's size is its object's: one byte read says it.
+        let (store, uri) = (
+            inner.store.clone(),
+            agentrun_core::ArtifactUri::new(*manifest),
+        );
+        let size = blocking(move || {
+            let range = agentrun_core::page::ByteRange::new(0, 1).ok()?;
+            store.read_bytes(&uri, range).ok().map(|p| p.total_bytes)
+        })
+        .await
+        .ok()
+        .flatten();
+        let mut link = Resource::new(
+            agentrun_core::ArtifactUri::new(*manifest).to_string(),
+            format!("output manifest of run {run}"),
+        )
+        .with_mime_type("application/json");
+        if let Some(size) = size {
+            link = link.with_size(size);
+        }
+        links.push(link);
+    }
+    for stream in record.streams() {
+        let name = stream.name.as_ref().map_or("output", |n| n.as_str());
+        links.push(
+            Resource::new(
+                record.stream_uri(stream).to_string(),
+                format!("{name} of run {run}"),
+            )
+            .with_mime_type("text/plain; charset=utf-8")
+            .with_size(stream.bytes),
+        );
+    }
+    let mut left = budget;
+    let mut blocks = Vec::new();
+    for link in links {
+        let block = ContentBlock::resource_link(link);
+        let size = serde_json::to_string(&block).map_or(usize::MAX, |s| s.len() + 1);
+        if size > left {
+            break;
+        }
+        left -= size;
+        blocks.push(block);
+    }
+    blocks
+}
+
+/// The fields each tool's structured content documents (the JSON the text result is rendered
+/// from); `error` is what an error result carries instead.
+fn documented_fields(tool: &str) -> &'static [&'static str] {
+    match tool {
+        "run" => &[
+            "run_id",
+            "status",
+            "reason",
+            "outcome",
+            "exit",
+            "pid",
+            "duration_ms",
+            "artifacts",
+            "model_text",
+            "result",
+            "result_artifact",
+            "sink",
+            "record",
+        ],
+        "read" => &[
+            "offset",
+            "lines",
+            "bytes",
+            "total_lines",
+            "next_offset",
+            "content_is_utf8",
+            "byte_offset",
+            "total_bytes",
+            "next_byte_offset",
+            "next",
+        ],
+        "agent" => &[
+            "harness",
+            "observed_models",
+            "observed_models_omitted",
+            "report",
+            "outcome",
+            "run_id",
+            "status",
+            "artifacts",
+            "final_message_artifact",
+        ],
+        "compact" => &[
+            "summary",
+            "summary_artifact",
+            "attempts",
+            "retried",
+            "retry_reason",
+            "references",
+            "omitted_artifact_reads",
+            "retained",
+        ],
+        _ => &[],
+    }
+}
+
+/// The `outputSchema` a tool declares with `--structured-content`: an object whose documented
+/// fields may hold any JSON value (the payload bound may cut a string or set a long list to
+/// `null`, see `render::bound_structured`), plus `strings_cut_at`, `omitted_fields` and
+/// `error`. Permissive by design: a client validates every result against it, error results
+/// included, and a schema a bounded result could violate would make a client reject it.
+pub(crate) fn output_schema(tool: &str) -> Arc<JsonObject> {
+    let mut properties = serde_json::Map::new();
+    for field in documented_fields(tool) {
+        properties.insert((*field).to_owned(), serde_json::json!({}));
+    }
+    properties.insert(
+        "strings_cut_at".to_owned(),
+        serde_json::json!({"type": "integer", "description": "Strings were cut to this many bytes to fit the payload bound."}),
+    );
+    properties.insert(
+        "omitted_fields".to_owned(),
+        serde_json::json!({"type": "array", "items": {"type": "string"}, "description": "JSON pointers of the fields set to null to fit the payload bound."}),
+    );
+    properties.insert(
+        "error".to_owned(),
+        serde_json::json!({"type": "string", "description": "Why the call failed (error results only)."}),
+    );
+    object(serde_json::json!({"type": "object", "properties": properties}))
+}
+
+/// With `--structured-content`, a result without structured content (an error result) gets
+/// `{"error": TEXT}`, so that it matches the declared `outputSchema` as clients require.
+pub(crate) fn ensure_structured(result: &mut CallToolResult) {
+    if result.structured_content.is_some() {
+        return;
+    }
+    let text: Vec<&str> = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+        .collect();
+    result.structured_content = Some(serde_json::json!({"error": text.join("\n")}));
+}

@@ -4,7 +4,7 @@ use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentrun_core::process::{ProcessResult, RunOptions, StdinMode};
+use agentrun_core::process::{RunOptions, StdinMode};
 use agentrun_core::sink::ResultSink;
 use agentrun_tokio::{RunError, Runner};
 use rmcp::RoleServer;
@@ -15,9 +15,8 @@ use serde_json::json;
 use crate::args::{ArgError, Args};
 use crate::progress::{Watch, report_progress};
 use crate::render::{self, Answer};
-use crate::resources::RecentRun;
-use crate::tools::{not_started, object, retain_text, stop_future, tool_error};
-use crate::{Allow, Inner, MAX_TIMEOUT, McpServer, RECENT_RUNS};
+use crate::tools::{not_started, object, record_links, retain_text, stop_future, tool_error};
+use crate::{Allow, Inner, MAX_TIMEOUT, McpServer};
 
 const RUN_DESCRIPTION: &str = "\
 Run a program and get its output back bounded, with nothing lost. The program is executed \
@@ -74,9 +73,8 @@ pub(crate) fn run_tool() -> Tool {
 
 /// A validated `run` call.
 struct RunCall {
-    program: String,
-    /// What runs: the executable `program` was resolved to at start-up, or `program` itself
-    /// under `--allow-all`.
+    /// What runs: the executable `command[0]` was resolved to at start-up, or `command[0]`
+    /// itself under `--allow-all`.
     executable: std::ffi::OsString,
     args: Vec<String>,
     cwd: Option<String>,
@@ -107,13 +105,12 @@ impl Inner {
         }
         let executable = match self.check_allowed(&program)? {
             Some(path) => path.into_os_string(),
-            None => program.clone().into(),
+            None => program.into(),
         };
         let timeout = args
             .opt_u64("timeout_seconds", 1, MAX_TIMEOUT.as_secs())?
             .map_or(self.default_timeout, Duration::from_secs);
         Ok(RunCall {
-            program,
             executable,
             args: command,
             cwd: args.opt_string("cwd")?.map(str::to_owned),
@@ -157,26 +154,6 @@ impl Inner {
                 set.keys().cloned().collect::<Vec<_>>().join(", ")
             ))),
         }
-    }
-
-    fn remember(&self, result: &ProcessResult, program: &str) {
-        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-        let record = &result.record;
-        let counts: Vec<String> = record
-            .streams()
-            .iter()
-            .map(|s| {
-                let name = s.name.as_ref().map_or("output", |n| n.as_str());
-                format!("{name} {} lines", s.lines)
-            })
-            .collect();
-        recent.push(RecentRun {
-            uri: record.output_uri().to_string(),
-            name: format!("{program} (run {})", record.run_id),
-            description: format!("Output manifest of `{program}`: {}", counts.join(", ")),
-        });
-        let excess = recent.len().saturating_sub(RECENT_RUNS);
-        recent.drain(..excess);
     }
 }
 
@@ -247,8 +224,12 @@ impl McpServer {
                 result.sink.describe()
             )),
         };
-        inner.remember(&result, &call.program);
-        let mut out = CallToolResult::success(vec![ContentBlock::text(parts.text(&answer, max))]);
+        let text = parts.text(&answer, max);
+        // The links share what the text left of the payload bound, at most a quarter of it.
+        let budget = max.saturating_sub(text.len()).min(max / 4);
+        let mut content = vec![ContentBlock::text(text)];
+        content.extend(record_links(inner, &result.record, budget).await);
+        let mut out = CallToolResult::success(content);
         if inner.structured_content {
             out.structured_content = Some(render::bound_structured(
                 render::run_json(&result, &answer),
