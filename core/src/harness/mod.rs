@@ -25,6 +25,7 @@ mod antigravity;
 mod claude;
 mod codex;
 mod decode;
+mod failure_text;
 #[cfg(any(fuzzing, test, feature = "fuzz-bodies"))]
 #[doc(hidden)]
 pub mod fuzzing;
