@@ -7,7 +7,11 @@
 #
 #   tests/fixtures/harness/{claude,codex,opencode,qwen,pi,gemini}/<cli>-<version>-<scenario>.jsonl
 #
-# (see tests/tests/record_real_streams.rs for the scenarios and what is normalized).
+# (see tests/tests/record_real_streams.rs for the scenarios and what is normalized). For
+# Claude Code and Qwen Code this includes the API failure scenarios (429 with and without
+# Retry-After, 529, 503, 500, 401, a request never answered, a cut stream, an unreachable API),
+# decoded by core/tests/harness_real_failures.rs; AGENTRUN_RECORD_SCENARIOS=a,b records only
+# those of them.
 # Then run `cargo test -p agentrun-core --test harness_real_cli`: after a CLI version change,
 # rename the fixtures it reads to the new version and review what changed.
 #
@@ -25,7 +29,7 @@ for arg in "$@"; do
         pi) filters+=(record_pi) ;;
         gemini) filters+=(record_gemini_cli) ;;
         -h | --help)
-            sed -n '2,14p' "$0"
+            sed -n '2,18p' "$0"
             exit 0
             ;;
         *)
