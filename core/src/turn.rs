@@ -32,7 +32,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::harness::Usage;
+use crate::harness::{FailureKind, Usage};
 
 /// What one turn produced.
 ///
@@ -57,6 +57,7 @@ pub struct TurnOutput {
     models: Vec<String>,
     usage: Option<Usage>,
     artifacts: Vec<String>,
+    failure_kind: Option<FailureKind>,
 }
 
 impl TurnOutput {
@@ -132,6 +133,18 @@ impl TurnOutput {
     #[must_use]
     pub fn usage(&self) -> Option<&Usage> {
         self.usage.as_ref()
+    }
+
+    /// Records why the turn failed, when its harness run said. Last write wins.
+    pub fn with_failure_kind(mut self, kind: FailureKind) -> Self {
+        self.failure_kind = Some(kind);
+        self
+    }
+
+    /// Why the turn failed, when its harness run said (never for a turn that succeeded).
+    #[must_use]
+    pub fn failure_kind(&self) -> Option<FailureKind> {
+        self.failure_kind
     }
 
     /// Records the `artifact://` URIs of the turn's retained output. Last write wins.

@@ -343,6 +343,18 @@ fn a_cut_off_stream_is_cut_off_and_a_refusal_is_refused() {
         OutcomeStatus::ExecutionFailed { .. }
     ));
     assert_eq!(outcome.failure_kind, Some(FailureKind::CutOff));
+    // A failed process that printed nothing never started a stream: not cut off.
+    let outcome = agentrun_core::harness::Interpretation::new(Harness::Claude)
+        .finish(HarnessExit::Failed {
+            diagnostic: "codex exited with code 1: Not inside a trusted directory".to_owned(),
+        })
+        .complete(None)
+        .outcome;
+    assert!(matches!(
+        outcome.status,
+        OutcomeStatus::ExecutionFailed { .. }
+    ));
+    assert_eq!(outcome.failure_kind, None);
     let refusal = r#"{"type":"system","subtype":"model_refusal_no_fallback","api_refusal_category":"cyber"}
 {"type":"result","subtype":"success","is_error":false,"result":"no"}"#;
     let (_, interp) = interpret(Harness::Claude, Some(None), refusal.as_bytes());

@@ -453,6 +453,7 @@ impl AutoMode {
             artifacts: output.artifacts().to_vec(),
             models: output.models().to_vec(),
             usage: usage.clone(),
+            failure_kind: output.failure_kind(),
         });
         let mut msg = format!(
             "{} turn exited with {} (answer {} chars",

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Phase;
 use super::verdict::Verdict;
-use crate::harness::{Usage, UsageLedger};
+use crate::harness::{FailureKind, Usage, UsageLedger};
 
 /// The `format` written by this version; a state with another format is refused on continue.
 pub const STATE_FORMAT: u32 = 1;
@@ -95,6 +95,10 @@ pub struct TurnRecord {
     /// turn's), when the harness reported usage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// Why the turn failed, when its harness run said (`rate_limited`, `cut_off`, …); absent
+    /// for a turn that succeeded or whose failure nothing classified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_kind: Option<FailureKind>,
 }
 
 /// One run of the verification command.

@@ -398,6 +398,7 @@ impl Interpretation {
             exit,
             new_session: self.new_session,
             stderr_kind: self.stderr_kind,
+            lines: self.lines,
         }
     }
 
@@ -453,6 +454,7 @@ pub struct Finished {
     exit: HarnessExit,
     new_session: bool,
     stderr_kind: Option<FailureKind>,
+    lines: u64,
 }
 
 impl Finished {
@@ -492,6 +494,7 @@ impl Finished {
             exit,
             new_session,
             stderr_kind,
+            lines,
         } = self;
         // What the figures count: a new session's are the run's own; a resumed one's are what
         // the harness reports after a resume.
@@ -590,7 +593,8 @@ impl Finished {
             }
         }
         // Every status but a success carries the kind when it is known: the stream's own, else
-        // what stderr named; a stream cut off before its terminal event is `cut_off`.
+        // what stderr named; a stream cut off before its terminal event is `cut_off` (a failed
+        // process that printed nothing at all never started one: it is not cut off).
         let cut_off = (!facts.terminal_seen).then_some(FailureKind::CutOff);
         let (status, failure_kind) = if let Some(category) = refusal {
             (
@@ -605,7 +609,7 @@ impl Finished {
         } else if let HarnessExit::Failed { diagnostic } = exit {
             (
                 OutcomeStatus::ExecutionFailed { diagnostic },
-                stderr_kind.or(cut_off),
+                stderr_kind.or(cut_off.filter(|_| lines > 0)),
             )
         } else if !facts.terminal_seen {
             // Every dialect ends a finished session with a terminal event; a stream cut off

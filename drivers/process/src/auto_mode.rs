@@ -327,6 +327,9 @@ impl<R: Runtime> AgentSession for AutoModeRunner<'_, R> {
         if let Some(id) = &completion.outcome.session_id {
             out = out.with_harness_session_id(id.clone());
         }
+        if let Some(kind) = completion.outcome.failure_kind {
+            out = out.with_failure_kind(kind);
+        }
         // The session's running totals when the run's own share was computed from them: the
         // session ledger then also counts what stopped turns spent before this one.
         let report = &completion.report;
