@@ -193,6 +193,9 @@ impl Sandbox {
                 None
             }
         };
+        // Its own process group, so a stop reaches the processes it starts (Qwen Code runs
+        // itself again under another Node process).
+        std::os::unix::process::CommandExt::process_group(&mut c, 0);
         let mut child = c.spawn().unwrap();
         if let Some(bytes) = prompt_bytes {
             use std::io::Write;
@@ -215,6 +218,9 @@ impl Sandbox {
             while child.try_wait().unwrap().is_none() {
                 if std::time::Instant::now() >= deadline {
                     eprintln!("{}: stopped after {limit:?}", self.cli.name());
+                    let _ = Command::new("kill")
+                        .args(["-KILL", &format!("-{}", child.id())])
+                        .status();
                     let _ = child.kill();
                     child.wait().unwrap();
                     break;
@@ -491,28 +497,27 @@ const FAILURES: &[&str] = &[
     "unreachable",
 ];
 
-/// The replies of failure scenario `name` (twice each: the CLI may retry once).
-fn failure_scenario(name: &str) -> Option<Vec<Reply>> {
-    let twice = |r: Reply| Some(vec![r.clone(), r]);
-    match name {
-        "rate-limited-retry-after" => twice(Reply::status(429, Some(1))),
-        "rate-limited-no-retry-after" => twice(Reply::status(429, None)),
-        "overloaded-529" => twice(Reply::status(529, None)),
-        "overloaded-503" => twice(Reply::status(503, None)),
-        "server-error-500" => twice(Reply::status(500, None)),
-        "auth-401" => twice(Reply::status(401, None)),
-        "no-answer" | "no-answer-stopped" => twice(Reply::Hang),
-        // Claude Code asks again without streaming when a stream breaks: cut that one too.
-        "disconnect" => twice(Reply::disconnect("half an ans")),
+/// The reply to every request of failure scenario `name` (the CLI may retry on its own).
+fn failure_scenario(name: &str) -> Option<Reply> {
+    Some(match name {
+        "rate-limited-retry-after" => Reply::status(429, Some(1)),
+        "rate-limited-no-retry-after" => Reply::status(429, None),
+        "overloaded-529" => Reply::status(529, None),
+        "overloaded-503" => Reply::status(503, None),
+        "server-error-500" => Reply::status(500, None),
+        "auth-401" => Reply::status(401, None),
+        "no-answer" | "no-answer-stopped" => Reply::Hang,
+        // Claude Code asks again without streaming when a stream breaks: that one is cut too.
+        "disconnect" => Reply::disconnect("half an ans"),
         // The server is there, but the CLI is pointed at a port nothing listens on.
-        "unreachable" => Some(Vec::new()),
-        _ => None,
-    }
+        "unreachable" => Reply::Hang,
+        _ => return None,
+    })
 }
 
 /// Records the failure scenarios with the CLI's own retries cut to one (Claude Code:
 /// `CLAUDE_CODE_MAX_RETRIES=1`, none for the cut stream so its own failure ends the turn; its
-/// request timeout 5 s so an unanswered request ends), each stopped after two minutes at most;
+/// request timeout 5 s so an unanswered request ends), each stopped after three minutes at most;
 /// `no-answer-stopped` is stopped after 10 s, before any request timeout of the CLI, as a
 /// stall timeout stops it.
 /// `AGENTRUN_RECORD_SCENARIOS` (comma-separated) records only those.
@@ -525,7 +530,10 @@ fn record_failures(cli: AgentCli) {
         {
             continue;
         }
-        let sandbox = Sandbox::new(cli, replies(failure_scenario(scenario).unwrap()));
+        let reply = failure_scenario(scenario).unwrap();
+        let sandbox = Sandbox::new(cli, move |_: &agentrun_tests::model_server::Request| {
+            reply.clone()
+        });
         let mut env: Vec<(&str, String)> = Vec::new();
         let stop = if scenario == "no-answer-stopped" {
             10
