@@ -29,8 +29,13 @@ fn decode(prefix: &str, harness: Harness, scenario: &str) -> (Vec<String>, Compl
             diagnostic: format!("{harness} exited with code 1"),
         })
         .complete(None);
+    // The failure recordings keep no session log (the stream names the failure).
     assert!(
-        completion.report.warnings.is_empty(),
+        completion
+            .report
+            .warnings
+            .iter()
+            .all(|w| w.contains("session log was not available")),
         "{scenario}: {:?}",
         completion.report.warnings
     );
@@ -167,4 +172,40 @@ fn claude_code_stopped_before_any_answer_is_cut_off() {
     let c = complete(interp);
     assert!(matches!(c.outcome.status, OutcomeStatus::TurnFailed { .. }));
     assert_eq!(c.outcome.failure_kind, Some(FailureKind::CutOff));
+}
+
+const QWEN: &str = "qwen/qwen-code-0.24.4";
+
+fn qwen(scenario: &str) -> (Vec<String>, Completion) {
+    decode(QWEN, Harness::Qwen, scenario)
+}
+
+#[test]
+fn qwen_code_rate_limits_and_overloads() {
+    for (scenario, cause, kind) in [
+        (
+            "rate-limited-retry-after",
+            "[API Error: 429",
+            FailureKind::RateLimited,
+        ),
+        (
+            "rate-limited-no-retry-after",
+            "[API Error: 429",
+            FailureKind::RateLimited,
+        ),
+        (
+            "overloaded-529",
+            "[API Error: 529 Overloaded]",
+            FailureKind::Overloaded,
+        ),
+    ] {
+        let (_, c) = qwen(scenario);
+        failed(&c, cause, kind);
+    }
+    // Its own retries (cut to one) are progress; they name no status.
+    let (progress, _) = qwen("rate-limited-retry-after");
+    assert!(
+        progress.contains(&"API request failed, retry 1/1 in 1.0 s".to_owned()),
+        "{progress:?}"
+    );
 }

@@ -174,6 +174,20 @@ impl ClaudeDecoder {
                 ));
                 self.last_retry = Some((kind, delay));
             }
+            // Qwen Code's own retry (`data{attempt, maxRetries, delayMs}`; a second `retry`
+            // event without them only marks the retry's start). It names no status.
+            "retry" if self.dialect == Dialect::Qwen => {
+                let data = v.get("data").unwrap_or(&Value::Null);
+                if let Some(attempt) = json::u64(data, "attempt") {
+                    update.progress.push(retry_line(
+                        None,
+                        None,
+                        Some(attempt),
+                        json::u64(data, "maxRetries"),
+                        json::u64(data, "delayMs"),
+                    ));
+                }
+            }
             "task_started" if self.dialect == Dialect::Claude => {
                 if let Some(id) = json::nonempty(v, "task_id") {
                     let desc = json::first_str(v, &["description", "prompt"]).unwrap_or(id);
