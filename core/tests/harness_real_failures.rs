@@ -2,8 +2,9 @@
 //! `scripts/record-harness-fixtures.sh` against the scripted model server (the CLI's own
 //! retries cut to one): HTTP 429 with and without `Retry-After`, 529, 503, 500, 401, a request
 //! never answered (the CLI's request timeout, or the CLI stopped before it, as a stall timeout
-//! stops it), a stream cut mid-answer and an API nothing listens for. Each decodes to its
-//! failure kind, so a decoder regression against the real dialects fails without the CLIs.
+//! stops it), a stream cut mid-answer and an API nothing listens for (Qwen Code: not 503, 500
+//! and the timed-out request, which it retries for minutes). Each decodes to its failure kind,
+//! so a decoder regression against the real dialects fails without the CLIs.
 #![allow(clippy::disallowed_methods)]
 
 mod harness_common;
@@ -181,7 +182,7 @@ fn qwen(scenario: &str) -> (Vec<String>, Completion) {
 }
 
 #[test]
-fn qwen_code_rate_limits_and_overloads() {
+fn qwen_code_rate_limits_overloads_bad_keys_and_lost_connections() {
     for (scenario, cause, kind) in [
         (
             "rate-limited-retry-after",
@@ -198,6 +199,14 @@ fn qwen_code_rate_limits_and_overloads() {
             "[API Error: 529 Overloaded]",
             FailureKind::Overloaded,
         ),
+        (
+            "auth-401",
+            "[API Error: 401 invalid x-api-key]",
+            FailureKind::Auth,
+        ),
+        // Cut mid-answer, after its own retries (each cut too).
+        ("disconnect", "UND_ERR_SOCKET", FailureKind::Network),
+        ("unreachable", "Connection error", FailureKind::Network),
     ] {
         let (_, c) = qwen(scenario);
         failed(&c, cause, kind);
@@ -208,4 +217,11 @@ fn qwen_code_rate_limits_and_overloads() {
         progress.contains(&"API request failed, retry 1/1 in 1.0 s".to_owned()),
         "{progress:?}"
     );
+}
+
+#[test]
+fn qwen_code_stopped_before_any_answer_is_cut_off() {
+    let (_, c) = qwen("no-answer-stopped");
+    assert!(!c.outcome.terminal_seen);
+    assert_eq!(c.outcome.failure_kind, Some(FailureKind::CutOff));
 }

@@ -219,7 +219,7 @@ impl Sandbox {
                 if std::time::Instant::now() >= deadline {
                     eprintln!("{}: stopped after {limit:?}", self.cli.name());
                     let _ = Command::new("kill")
-                        .args(["-KILL", &format!("-{}", child.id())])
+                        .args(["-s", "KILL", "--", &format!("-{}", child.id())])
                         .status();
                     let _ = child.kill();
                     child.wait().unwrap();
@@ -538,7 +538,7 @@ fn record_failures(cli: AgentCli) {
         let stop = if scenario == "no-answer-stopped" {
             10
         } else {
-            120
+            180
         };
         if cli == AgentCli::Claude {
             let retries = if scenario == "disconnect" { "0" } else { "1" };

@@ -105,6 +105,8 @@ pub(crate) fn kind_of_text(text: &str) -> Option<FailureKind> {
         "request timed out",
         "fetch failed",
         "socket hang up",
+        "other side closed",
+        "und_err_socket",
         "network error",
         "unable to connect",
         "connection error",
@@ -161,6 +163,10 @@ mod tests {
                 Some(FailureKind::Network),
             ),
             ("Request timed out.", Some(FailureKind::Network)),
+            (
+                "[API Error: terminated (cause: UND_ERR_SOCKET: other side closed)]",
+                Some(FailureKind::Network),
+            ),
             ("[API Error: 400 Invalid value for 'messages']", None),
             ("the tests failed", None),
         ];
