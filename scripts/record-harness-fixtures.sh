@@ -8,9 +8,12 @@
 #   tests/fixtures/harness/{claude,codex,opencode,qwen,pi,gemini}/<cli>-<version>-<scenario>.jsonl
 #
 # (see tests/tests/record_real_streams.rs for the scenarios and what is normalized), with
-# the failure scenarios (HTTP 429 with and without Retry-After, 503, 500, 401, a cut stream,
-# a request never answered) of Codex, OpenCode, pi and Gemini CLI.
-# Then run `cargo test -p agentrun-core --test harness_real_cli --test harness_real_failures`: after a CLI version change,
+# the API failure scenarios: for Codex, OpenCode, pi and Gemini CLI HTTP 429 with and without
+# Retry-After, 503, 500, 401, a cut stream and a request never answered (decoded by
+# core/tests/harness_real_failures.rs); for Claude Code and Qwen Code also 529 and an
+# unreachable API (decoded by core/tests/harness_real_failures_claude_family.rs).
+# AGENTRUN_RECORD_SCENARIOS=a,b records only those of the Claude Code and Qwen Code ones.
+# Then run `cargo test -p agentrun-core --test harness_real_cli --test harness_real_failures --test harness_real_failures_claude_family`: after a CLI version change,
 # rename the fixtures it reads to the new version and review what changed.
 #
 # Usage: scripts/record-harness-fixtures.sh [claude|codex|opencode|qwen|pi|gemini ...]   (default: all)
@@ -27,7 +30,7 @@ for arg in "$@"; do
         pi) filters+=(record_pi) ;;
         gemini) filters+=(record_gemini_cli) ;;
         -h | --help)
-            sed -n '2,16p' "$0"
+            sed -n '2,19p' "$0"
             exit 0
             ;;
         *)

@@ -156,7 +156,7 @@ impl TurnOutput {
         self
     }
 
-    /// Why the turn failed, when the harness said.
+    /// Why the turn failed, when its harness run said (never for a turn that succeeded).
     #[must_use]
     pub fn failure_kind(&self) -> Option<FailureKind> {
         self.failure_kind

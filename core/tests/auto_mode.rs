@@ -9,7 +9,7 @@ use agentrun_core::auto_mode::{
     Action, AppendedFile, AutoMode, AutoModeError, AutoModeState, Phase, SessionStatus, Settings,
     VerificationResult,
 };
-use agentrun_core::harness::{Usage, UsageScope};
+use agentrun_core::harness::{FailureKind, Usage, UsageScope};
 use agentrun_core::turn::{
     AgentSession, Channel, ChannelError, NextPrompt, TurnError, TurnOutput, run_session_loop,
 };
@@ -747,4 +747,30 @@ fn a_state_without_usage_still_continues() {
     json.as_object_mut().unwrap().remove("usage");
     let restored: AutoModeState = serde_json::from_value(json).unwrap();
     assert!(restored.usage.total().is_none());
+}
+
+#[test]
+fn a_turns_failure_kind_is_in_its_record_and_state_json_and_absent_on_success() {
+    let machine = AutoMode::new("auto-1", settings(3, None), t(0)).unwrap();
+    let mut c = MemoryChannel::new(machine);
+    block_on(c.next_prompt()).unwrap();
+    let ok = TurnOutput::from_text("clarified").with_exit_code(0);
+    block_on(c.publish_output(&ok)).unwrap();
+    block_on(c.next_prompt()).unwrap();
+    let limited = TurnOutput::from_text("")
+        .with_exit_code(1)
+        .with_failure(FailureKind::RateLimited, None);
+    block_on(c.publish_output(&limited)).unwrap();
+    let state = c.machine.state();
+    let kinds: Vec<_> = state.turns.iter().map(|t| t.failure_kind).collect();
+    assert_eq!(kinds, [None, Some(FailureKind::RateLimited)]);
+    let json = serde_json::to_value(state).unwrap();
+    assert!(json["turns"][0].get("failure_kind").is_none(), "{json}");
+    assert_eq!(json["turns"][1]["failure_kind"], "rate_limited", "{json}");
+    // And back from state.json.
+    let restored: AutoModeState = serde_json::from_value(json).unwrap();
+    assert_eq!(
+        restored.turns[1].failure_kind,
+        Some(FailureKind::RateLimited)
+    );
 }

@@ -213,7 +213,12 @@ impl Cli {
 fn claude_code() {
     CLAUDE.common_scenarios();
     let (_, c) = CLAUDE.run("failure");
-    CLAUDE.failed(&c, 3, "API Error: 500 Internal server error", None);
+    CLAUDE.failed(
+        &c,
+        3,
+        "API Error: 500 Internal server error",
+        Some(FailureKind::ServerError),
+    );
     // The API error answered nothing: no model.
     assert!(c.report.models.is_empty());
     let (_, c) = CLAUDE.run("context-length");
@@ -310,15 +315,16 @@ fn opencode() {
     );
 }
 
-/// The scenarios Qwen Code and pi share beyond the common ones.
-fn chat_cli_scenarios(cli: &Cli, failure: &str, server_error: Option<FailureKind>) {
+/// The scenarios Qwen Code and pi share beyond the common ones; `outage` is the kind the
+/// persistent HTTP 500 decodes to.
+fn chat_cli_scenarios(cli: &Cli, failure: &str, outage: Option<FailureKind>) {
     cli.common_scenarios();
     let (_, c) = cli.run("failure");
     cli.failed(&c, 3, failure, None);
     let (_, c) = cli.run("rate-limited");
     cli.succeeded(&c, 6, "after the wait", 1);
     let (_, c) = cli.run("server-error");
-    cli.failed(&c, 7, "the scripted outage", server_error);
+    cli.failed(&c, 7, "the scripted outage", outage);
     // The resumed run: this run's tokens only, although the log holds both runs.
     let (_, c) = cli.run("resume");
     cli.succeeded(&c, 5, "second answer", 1);
@@ -338,7 +344,7 @@ fn chat_cli_scenarios(cli: &Cli, failure: &str, server_error: Option<FailureKind
 
 #[test]
 fn qwen_code() {
-    chat_cli_scenarios(&QWEN, "[API Error: 400", None);
+    chat_cli_scenarios(&QWEN, "[API Error: 400", Some(FailureKind::ServerError));
     // The stream names only the requested model: no model without the session log.
     let (_, c) = QWEN.decode("text-turn", None);
     assert!(c.report.models.is_empty());
@@ -402,4 +408,5 @@ fn pi() {
         "{:?}",
         c.outcome.status
     );
+    assert_eq!(c.outcome.failure_kind, Some(FailureKind::CutOff));
 }

@@ -24,7 +24,10 @@
 //! * [`Reply::stream_error`]: HTTP 200, then an error event inside the stream (the real APIs'
 //!   mid-stream failure, e.g. `overloaded_error`); [`Reply::disconnect`]: HTTP 200 and some
 //!   text, then the connection is cut;
-//! * [`Reply::Hang`]: no answer at all until the server is dropped (timeouts, Ctrl-C).
+//! * [`Reply::Hang`]: no answer at all until the server is dropped (timeouts, Ctrl-C);
+//! * [`Reply::status`]: any HTTP error status with the API's own error type for it and the
+//!   retry headers of a real API: `retry-after` only when given (so a CLI backs off on its own
+//!   schedule, or on the server's), no `x-should-retry` (the CLI decides whether to retry).
 //!
 //! [`Reply::with_usage`] and [`Reply::with_model`] set the token counts and the model name the
 //! answer reports (by default the requested model and [`TokenUsage::default`]).
@@ -557,6 +560,35 @@ impl Reply {
         })
     }
 
+    /// HTTP `status` as the real API sends it: its error type and message for the status
+    /// (429 `rate_limit_error`, 529 `overloaded_error`, 401 `authentication_error`, 403
+    /// `permission_error`, other 5xx `api_error`, else `invalid_request_error`), `retry-after:
+    /// <secs>` only when `retry_after_secs` is given, and no `x-should-retry`.
+    pub fn status(status: u16, retry_after_secs: Option<u64>) -> Reply {
+        let (kind, message) = match status {
+            429 => (
+                "rate_limit_error",
+                "This request would exceed your rate limit",
+            ),
+            529 => ("overloaded_error", "Overloaded"),
+            401 => ("authentication_error", "invalid x-api-key"),
+            403 => ("permission_error", "Your API key does not have permission"),
+            503 => ("api_error", "Service Unavailable"),
+            500..=599 => ("api_error", "Internal server error"),
+            _ => ("invalid_request_error", "Invalid request"),
+        };
+        Reply::ErrorRetryAfter {
+            error: ApiError {
+                status,
+                kind: kind.to_owned(),
+                message: message.to_owned(),
+                code: None,
+                should_retry: None,
+            },
+            retry_after: retry_after_secs.map(|s| s.to_string()),
+        }
+    }
+
     /// HTTP 200 and `text`, then the connection is cut mid-stream.
     pub fn disconnect(text: impl Into<String>) -> Reply {
         Reply::Disconnect { text: text.into() }
@@ -931,6 +963,7 @@ fn reason(status: u16) -> &'static str {
         200 => "OK",
         400 => "Bad Request",
         401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         429 => "Too Many Requests",
         500 => "Internal Server Error",

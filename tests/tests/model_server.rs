@@ -284,6 +284,38 @@ fn an_error_can_carry_a_given_retry_after_header_or_none() {
 }
 
 #[test]
+fn a_status_reply_sends_the_apis_error_type_and_retry_after_only_when_given() {
+    let server = ModelServer::start(
+        Api::AnthropicMessages,
+        replies([
+            Reply::status(429, Some(3)),
+            Reply::status(429, None),
+            Reply::status(529, None),
+            Reply::status(503, None),
+            Reply::status(401, None),
+        ]),
+    )
+    .unwrap();
+    let r = post(server.addr(), "/v1/messages", anthropic_request(true));
+    assert_eq!(r.status, 429);
+    assert_eq!(r.header("retry-after"), Some("3"));
+    assert_eq!(r.header("x-should-retry"), None);
+    assert_eq!(r.json()["error"]["type"], "rate_limit_error");
+    for (status, kind) in [
+        (429, "rate_limit_error"),
+        (529, "overloaded_error"),
+        (503, "api_error"),
+        (401, "authentication_error"),
+    ] {
+        let r = post(server.addr(), "/v1/messages", anthropic_request(true));
+        assert_eq!(r.status, status);
+        assert_eq!(r.header("retry-after"), None, "{status}");
+        assert_eq!(r.header("x-should-retry"), None, "{status}");
+        assert_eq!(r.json()["error"]["type"], kind, "{status}");
+    }
+}
+
+#[test]
 fn mid_stream_failures_error_inside_the_stream_or_cut_the_connection() {
     let server = ModelServer::start(
         Api::AnthropicMessages,

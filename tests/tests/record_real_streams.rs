@@ -4,7 +4,9 @@
 //! to success and a persistent server error, and for Gemini CLI a prompt starting with `-`;
 //! for Codex, OpenCode, pi and Gemini CLI the failure taxonomy's scenarios (`failures`: every
 //! request answered with HTTP 429 without and with `Retry-After`, 503, 500, 401, a cut
-//! stream; and a request never answered, the CLI stopped) —
+//! stream; and a request never answered, the CLI stopped), decoded by
+//! `core/tests/harness_real_failures.rs`; for Claude Code and Qwen Code the API failures
+//! (`FAILURES`, decoded by `core/tests/harness_real_failures_claude_family.rs`) —
 //! into `tests/fixtures/harness/<harness>/<cli>-<version>-<scenario>.jsonl`, with the retained
 //! records agentrun reads after them: Codex's session file (the lines each run appended,
 //! `…-session.jsonl`), OpenCode's `opencode export` (`…-export.json`), the session logs of
@@ -45,6 +47,8 @@ fn fixed_session_id(cli: AgentCli, scenario: &str) -> String {
         // Gemini CLI's were recorded before these had ids of their own.
         "rate-limited" if cli != AgentCli::Gemini => 6,
         "server-error" if cli != AgentCli::Gemini => 7,
+        // Claude Code's and Qwen Code's failure scenarios, one id (see `FAILURES`).
+        s if matches!(cli, AgentCli::Claude | AgentCli::Qwen) && failure_scenario(s).is_some() => 8,
         // The failure taxonomy's scenarios (see `failures`), by hex digit.
         "http-429" => return fixed_id(cli, 'a'),
         "http-429-retry-after" => return fixed_id(cli, 'b'),
@@ -159,7 +163,53 @@ impl Sandbox {
 
     /// Runs one turn as `agentrun agent` launches it; returns its stdout.
     fn turn(&self, prompt: &str, resume: Option<&str>) -> Vec<u8> {
-        let child = self.spawn(prompt, resume);
+        self.turn_with(prompt, resume, &[], None)
+    }
+
+    /// [`Sandbox::turn`] with `extra_env` over the sandbox's environment, killed after
+    /// `kill_after` when it has not ended by then (what a timeout does to it).
+    fn turn_with(
+        &self,
+        prompt: &str,
+        resume: Option<&str>,
+        extra_env: &[(&str, String)],
+        kill_after: Option<std::time::Duration>,
+    ) -> Vec<u8> {
+        let mut child = self.spawn_with(prompt, resume, extra_env);
+        if let Some(limit) = kill_after {
+            // The pipes are drained while waiting, so a chatty CLI cannot block on them.
+            let mut stdout = child.stdout.take().unwrap();
+            let mut stderr = child.stderr.take().unwrap();
+            let out = std::thread::spawn(move || {
+                let mut b = Vec::new();
+                std::io::Read::read_to_end(&mut stdout, &mut b).map(|_| b)
+            });
+            let err = std::thread::spawn(move || {
+                let mut b = Vec::new();
+                std::io::Read::read_to_end(&mut stderr, &mut b).map(|_| b)
+            });
+            let deadline = std::time::Instant::now() + limit;
+            while child.try_wait().unwrap().is_none() {
+                if std::time::Instant::now() >= deadline {
+                    eprintln!("{}: stopped after {limit:?}", self.cli.name());
+                    let _ = Command::new("kill")
+                        .args(["-s", "KILL", "--", &format!("-{}", child.id())])
+                        .status();
+                    let _ = child.kill();
+                    child.wait().unwrap();
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            let stdout = out.join().unwrap().unwrap();
+            let stderr = err.join().unwrap().unwrap();
+            eprintln!(
+                "{} stderr: {}",
+                self.cli.name(),
+                String::from_utf8_lossy(&stderr)
+            );
+            return stdout;
+        }
         let out = child.wait_with_output().unwrap();
         assert!(
             !out.stdout.is_empty(),
@@ -172,6 +222,16 @@ impl Sandbox {
 
     /// Starts one turn as `agentrun agent` launches it, its prompt written.
     fn spawn(&self, prompt: &str, resume: Option<&str>) -> std::process::Child {
+        self.spawn_with(prompt, resume, &[])
+    }
+
+    /// [`Sandbox::spawn`] with `extra_env` over the sandbox's environment.
+    fn spawn_with(
+        &self,
+        prompt: &str,
+        resume: Option<&str>,
+        extra_env: &[(&str, String)],
+    ) -> std::process::Child {
         let gemini = self.cli == AgentCli::Gemini;
         let invocation = harness(self.cli)
             .invocation(&LaunchRequest {
@@ -192,11 +252,9 @@ impl Sandbox {
             })
             .unwrap();
         let mut c = self.command(&agent_clis::executable(self.cli));
-        // Its own process group, which a stop signals as agentrun does: Gemini CLI runs in a
-        // child process it starts itself.
-        std::os::unix::process::CommandExt::process_group(&mut c, 0);
         c.args(&invocation.args)
             .envs(invocation.env.iter().map(|(k, v)| (k, v)))
+            .envs(extra_env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let prompt_bytes = match invocation.stdin {
@@ -209,6 +267,9 @@ impl Sandbox {
                 None
             }
         };
+        // Its own process group, so a stop reaches the processes it starts (Gemini CLI runs in
+        // a child process it starts itself; Qwen Code runs itself again under another Node).
+        std::os::unix::process::CommandExt::process_group(&mut c, 0);
         let mut child = c.spawn().unwrap();
         if let Some(bytes) = prompt_bytes {
             use std::io::Write;
@@ -605,6 +666,110 @@ fn record_gemini_extras(cli: AgentCli) {
     );
 }
 
+/// The failure scenarios (`failure_scenario` gives their replies): each status as a real API
+/// sends it ([`Reply::status`]), a request never answered, a stream cut mid-answer and an API
+/// that cannot be reached. `record_claude_code` and `record_qwen_code` leave them out
+/// (scripts/record-harness-fixtures.sh runs both, by name prefix).
+const FAILURES: &[&str] = &[
+    "rate-limited-retry-after",
+    "rate-limited-no-retry-after",
+    "overloaded-529",
+    "overloaded-503",
+    "server-error-500",
+    "auth-401",
+    "no-answer",
+    "no-answer-stopped",
+    "disconnect",
+    "unreachable",
+];
+
+/// The reply to every request of failure scenario `name` (the CLI may retry on its own).
+fn failure_scenario(name: &str) -> Option<Reply> {
+    Some(match name {
+        "rate-limited-retry-after" => Reply::status(429, Some(1)),
+        "rate-limited-no-retry-after" => Reply::status(429, None),
+        "overloaded-529" => Reply::status(529, None),
+        "overloaded-503" => Reply::status(503, None),
+        "server-error-500" => Reply::status(500, None),
+        "auth-401" => Reply::status(401, None),
+        "no-answer" | "no-answer-stopped" => Reply::Hang,
+        // Claude Code asks again without streaming when a stream breaks: that one is cut too.
+        "disconnect" => Reply::disconnect("half an ans"),
+        // The server is there, but the CLI is pointed at a port nothing listens on.
+        "unreachable" => Reply::Hang,
+        _ => return None,
+    })
+}
+
+/// Records the failure scenarios with the CLI's own retries cut to one (Claude Code:
+/// `CLAUDE_CODE_MAX_RETRIES=1`, none for the cut stream so its own failure ends the turn; its
+/// request timeout 5 s so an unanswered request ends), each stopped after three minutes at most;
+/// `no-answer-stopped` is stopped after 10 s, before any request timeout of the CLI, as a
+/// stall timeout stops it.
+/// `AGENTRUN_RECORD_SCENARIOS` (comma-separated) records only those.
+fn record_failures(cli: AgentCli) {
+    let only = std::env::var("AGENTRUN_RECORD_SCENARIOS").ok();
+    for &scenario in FAILURES {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|s| s == scenario))
+        {
+            continue;
+        }
+        let reply = failure_scenario(scenario).unwrap();
+        let sandbox = Sandbox::new(cli, move |_: &agentrun_tests::model_server::Request| {
+            reply.clone()
+        });
+        let mut env: Vec<(&str, String)> = Vec::new();
+        let stop = if scenario == "no-answer-stopped" {
+            10
+        } else {
+            180
+        };
+        if cli == AgentCli::Claude {
+            let retries = if scenario == "disconnect" { "0" } else { "1" };
+            env.push(("CLAUDE_CODE_MAX_RETRIES", retries.to_owned()));
+            if scenario != "no-answer-stopped" {
+                env.push(("API_TIMEOUT_MS", "5000".to_owned()));
+            }
+            if scenario == "unreachable" {
+                env.push(("ANTHROPIC_BASE_URL", "http://127.0.0.1:9".to_owned()));
+            }
+        }
+        if cli == AgentCli::Qwen {
+            // Qwen Code's own retries cut to one, its request timeout to 5 s
+            // (`model.generationConfig`).
+            let path = sandbox.root.join("home/.qwen/settings.json");
+            let mut settings: Value =
+                serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            let timeout = if scenario == "no-answer-stopped" {
+                600_000
+            } else {
+                5000
+            };
+            settings["model"]["generationConfig"] = serde_json::json!({
+                "maxRetries": 1,
+                "retryInitialDelayMs": 500,
+                "retryMaxDelayMs": 2000,
+                "timeout": timeout,
+                "streamIdleTimeoutMs": timeout,
+            });
+            std::fs::write(&path, settings.to_string()).unwrap();
+            if scenario == "unreachable" {
+                env.push(("OPENAI_BASE_URL", "http://127.0.0.1:9/v1".to_owned()));
+            }
+        }
+        let stream =
+            sandbox.turn_with("hi", None, &env, Some(std::time::Duration::from_secs(stop)));
+        let id = session_id(&stream);
+        sandbox.write(
+            scenario,
+            ".jsonl",
+            &sandbox.normalize(&stream, &id, scenario),
+        );
+    }
+}
+
 fn record(cli: AgentCli) {
     let usage = USAGE;
     record_one(
@@ -706,6 +871,18 @@ fn record_gemini_cli_failures() {
 #[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
 fn record_claude_code() {
     record(AgentCli::Claude);
+}
+
+#[test]
+#[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
+fn record_claude_code_failures() {
+    record_failures(AgentCli::Claude);
+}
+
+#[test]
+#[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
+fn record_qwen_code_failures() {
+    record_failures(AgentCli::Qwen);
 }
 
 #[test]

@@ -8,14 +8,15 @@ use serde_json::Value;
 
 use serde::Deserialize;
 
+use super::failure_text::{kind_of_status, kind_of_text};
 use super::json;
 use super::json::lenient::{self, Bool, NonNull, Obj, Seq, Str};
 use super::progress;
 use super::scan::Shape;
 use super::usage::turns_text;
 use super::{
-    Drift, Evidence, Facts, FailureKind, ModelScope, RefusalCategory, StreamDecoder, StreamUpdate,
-    Usage,
+    Drift, Evidence, Facts, FailureKind, ModelScope, RefusalCategory, RetryAfter, StreamDecoder,
+    StreamUpdate, Usage,
 };
 
 /// Which Claude-shaped dialect.
@@ -38,7 +39,6 @@ const QUIET_TYPES: &[&str] = &[
     "control_response",
     "control_cancel_request",
     "keep_alive",
-    "rate_limit_event",
 ];
 
 /// Grok ACP (`streaming-json`) event types.
@@ -72,6 +72,18 @@ pub(crate) struct ClaudeDecoder {
     terminal_seen: bool,
     /// The text of the last root API-error assistant message (a diagnostic of last resort).
     api_error_text: Option<String>,
+    /// The kind the last root API-error assistant message names in its `error` field.
+    api_error_kind: Option<FailureKind>,
+    /// Whether the last root assistant message of the current turn was an API error: the
+    /// turn then ended on it, whatever the result says.
+    ended_on_api_error: bool,
+    /// The last of the harness's own retries (`system`/`api_retry`) this turn: its kind and
+    /// delay.
+    last_retry: Option<(Option<FailureKind>, Option<u64>)>,
+    /// A `rate_limit_event` whose status is `rejected` was the last one: the limit was hit,
+    /// with the time it resets when the event says.
+    rate_limit_rejected: Option<Option<u64>>,
+    retry_after: Option<RetryAfter>,
     /// Task descriptions by id, for killed-work rendering.
     tasks: HashMap<String, String>,
     /// Tasks killed since the last root result, in order, deduplicated.
@@ -101,6 +113,11 @@ impl ClaudeDecoder {
             usage: None,
             terminal_seen: false,
             api_error_text: None,
+            api_error_kind: None,
+            ended_on_api_error: false,
+            last_retry: None,
+            rate_limit_rejected: None,
+            retry_after: None,
             tasks: HashMap::new(),
             killed: Vec::new(),
             killed_set: HashSet::new(),
@@ -137,6 +154,36 @@ impl ClaudeDecoder {
                     json::str(v, "apiKeySource"),
                     update,
                 );
+            }
+            // Claude Code's own retry of a failed API request (`CLAUDE_CODE_MAX_RETRIES`).
+            "api_retry" => {
+                let status = json::u64(v, "error_status");
+                let kind = status
+                    .and_then(kind_of_status)
+                    .or_else(|| json::str(v, "error").and_then(error_field_kind));
+                let delay = json::u64(v, "retry_delay_ms");
+                update.progress.push(retry_line(
+                    kind,
+                    status,
+                    json::u64(v, "attempt"),
+                    json::u64(v, "max_retries"),
+                    delay,
+                ));
+                self.last_retry = Some((kind, delay));
+            }
+            // Qwen Code's own retry (`data{attempt, maxRetries, delayMs}`; a second `retry`
+            // event without them only marks the retry's start). It names no status.
+            "retry" if self.dialect == Dialect::Qwen => {
+                let data = v.get("data").unwrap_or(&Value::Null);
+                if let Some(attempt) = json::u64(data, "attempt") {
+                    update.progress.push(retry_line(
+                        None,
+                        None,
+                        Some(attempt),
+                        json::u64(data, "maxRetries"),
+                        json::u64(data, "delayMs"),
+                    ));
+                }
             }
             "task_started" if self.dialect == Dialect::Claude => {
                 if let Some(id) = json::nonempty(v, "task_id") {
@@ -209,8 +256,12 @@ impl ClaudeDecoder {
             });
         }
         let Some(message) = message else { return };
+        if root {
+            self.ended_on_api_error = api_error;
+        }
         if api_error {
             if root {
+                self.api_error_kind = frame.error.get().and_then(error_field_kind);
                 let text: Vec<&str> = message
                     .content
                     .0
@@ -288,8 +339,15 @@ impl ClaudeDecoder {
             return;
         }
         self.terminal_seen = true;
+        // Claude Code has reported a turn that ended on an API error as `subtype: "success"`:
+        // the API error on the result, or an API-error message ending the turn, fails it.
+        let api_error = self.dialect == Dialect::Claude
+            && (json::str(v, "terminal_reason") == Some("api_error")
+                || json::u64(v, "api_error_status").is_some_and(|s| s >= 400)
+                || self.ended_on_api_error);
         let failed = json::str(v, "subtype").is_some_and(|s| s != "success")
-            || json::bool(v, "is_error") == Some(true);
+            || json::bool(v, "is_error") == Some(true)
+            || api_error;
         self.final_message = text.filter(|t| !t.is_empty()).map(str::to_owned);
         self.turns = json::u64(v, "num_turns").or(self.turns);
         self.cost = json::f64(v, "total_cost_usd").or(self.cost);
@@ -326,31 +384,76 @@ impl ClaudeDecoder {
                     json::str(v, "subtype").unwrap_or("error (is_error)")
                 )
             };
-            self.failure_kind = match self.dialect {
-                // Qwen Code passes the API's error through as `[API Error: <status> <message>]`.
-                Dialect::Qwen => super::pi::is_context_overflow(&diagnostic),
-                _ => is_prompt_too_long(v, text),
-            }
-            .then_some(FailureKind::ContextLength);
-            // Claude Code's `api_error` result names the HTTP status it gave up on: a rate
-            // limit or an overload is worth waiting out.
-            if json::str(v, "terminal_reason") == Some("api_error") {
-                match json::u64(v, "api_error_status") {
-                    Some(429) => self.failure_kind = Some(FailureKind::RateLimited),
-                    Some(503 | 529) => self.failure_kind = Some(FailureKind::Overloaded),
-                    _ => {}
-                }
-            }
+            self.failure_kind = self.failure_kind_of(v, text, &diagnostic);
+            self.retry_after = self.retry_after_of(self.failure_kind);
             self.failure = Some(diagnostic);
         } else {
             self.failure = None;
             self.failure_kind = None;
+            self.retry_after = None;
         }
         // Killed work counts only after the last root result, and an API error belongs to
         // the turn this result ended.
         self.killed.clear();
         self.killed_set.clear();
         self.api_error_text = None;
+        self.api_error_kind = None;
+        self.ended_on_api_error = false;
+        self.last_retry = None;
+    }
+
+    /// The kind of a failed root result: a context overflow; else the API's status (on the
+    /// result, or in the text); the words of the diagnostic (a timeout, a refused
+    /// connection); the `error` of the API-error message that ended the turn; a rejected rate
+    /// limit; and, when nothing else failed the turn, the tools its permission mode denied.
+    fn failure_kind_of(
+        &self,
+        v: &Value,
+        text: Option<&str>,
+        diagnostic: &str,
+    ) -> Option<FailureKind> {
+        let overflow = match self.dialect {
+            // Qwen Code passes the API's error through as `[API Error: <status> <message>]`.
+            Dialect::Qwen => super::pi::is_context_overflow(diagnostic),
+            _ => is_prompt_too_long(v, text),
+        };
+        if overflow {
+            return Some(FailureKind::ContextLength);
+        }
+        json::u64(v, "api_error_status")
+            .and_then(kind_of_status)
+            .or_else(|| kind_of_text(diagnostic))
+            .or(self.api_error_kind)
+            .or_else(|| self.rate_limit_rejected.map(|_| FailureKind::RateLimited))
+            .or_else(|| {
+                (!json::array(v, "permission_denials").is_empty())
+                    .then_some(FailureKind::PermissionDenied)
+            })
+    }
+
+    /// When a retryable failure passes: a rejected rate limit's reset time, else the delay of
+    /// the harness's last own retry of the same kind.
+    fn retry_after_of(&self, kind: Option<FailureKind>) -> Option<RetryAfter> {
+        let kind = kind.filter(|k| k.is_retryable())?;
+        if kind == FailureKind::RateLimited
+            && let Some(Some(at)) = self.rate_limit_rejected
+        {
+            return Some(RetryAfter::ResetAtUnixSecs(at));
+        }
+        match self.last_retry {
+            Some((Some(k), Some(ms))) if k == kind => Some(RetryAfter::DelayMs(ms)),
+            _ => None,
+        }
+    }
+
+    /// Claude Code's `rate_limit_event`: a `rejected` status names when the limit resets;
+    /// any other status means requests are served again.
+    fn rate_limit_event(&mut self, v: &Value) {
+        let Some(info) = v.get("rate_limit_info") else {
+            return;
+        };
+        self.rate_limit_rejected =
+            (json::str(info, "status") == Some("rejected")).then(|| json::u64(info, "resetsAt"));
     }
 
     /// Qwen: adds one request's token counts (OpenAI convention: `input_tokens` already
@@ -439,6 +542,9 @@ struct AssistantFrame<'a> {
     kind: Str<'a>,
     parent_tool_use_id: NonNull,
     is_api_error_message: Bool,
+    /// An API-error message's kind (`rate_limit`, `authentication_failed`, …).
+    #[serde(borrow)]
+    error: Str<'a>,
     #[serde(borrow)]
     message: Obj<Message<'a>>,
 }
@@ -604,6 +710,7 @@ const PARTIAL_FIELDS: &[(&str, json::Keep)] = {
         ("num_turns", Scalar),
         ("total_cost_usd", Scalar),
         ("terminal_reason", Scalar),
+        ("api_error_status", Scalar),
         ("errors", Strings),
         ("modelUsage", Keys),
         ("session_id", Scalar),
@@ -644,6 +751,46 @@ const QWEN_PARTIAL: json::Partial = json::Partial {
 fn is_prompt_too_long(v: &Value, text: Option<&str>) -> bool {
     json::str(v, "terminal_reason") == Some("prompt_too_long")
         || text.is_some_and(|t| t.trim_start().starts_with("Prompt is too long"))
+}
+
+/// The kind an API-error message's or a retry's `error` field names.
+fn error_field_kind(error: &str) -> Option<FailureKind> {
+    match error {
+        "rate_limit" => Some(FailureKind::RateLimited),
+        "overloaded" => Some(FailureKind::Overloaded),
+        "server_error" => Some(FailureKind::ServerError),
+        "authentication_failed" | "oauth_org_not_allowed" => Some(FailureKind::Auth),
+        _ => None,
+    }
+}
+
+/// The progress line of the harness's own retry: `rate limited, retry 3/10 in 2.3 s`.
+fn retry_line(
+    kind: Option<FailureKind>,
+    status: Option<u64>,
+    attempt: Option<u64>,
+    max: Option<u64>,
+    delay_ms: Option<u64>,
+) -> String {
+    let what = match (kind, status) {
+        (Some(FailureKind::RateLimited), _) => "rate limited".to_owned(),
+        (Some(FailureKind::Overloaded), _) => "overloaded".to_owned(),
+        (Some(FailureKind::Auth), _) => "authentication failed".to_owned(),
+        (Some(FailureKind::ServerError), Some(status)) => format!("server error {status}"),
+        (Some(FailureKind::ServerError), None) => "server error".to_owned(),
+        (_, Some(status)) => format!("API error {status}"),
+        _ => "API request failed".to_owned(),
+    };
+    let mut line = format!("{what}, retry");
+    match (attempt, max) {
+        (Some(a), Some(m)) => line.push_str(&format!(" {a}/{m}")),
+        (Some(a), None) => line.push_str(&format!(" {a}")),
+        _ => {}
+    }
+    if let Some(ms) = delay_ms {
+        line.push_str(&format!(" in {:.1} s", ms as f64 / 1000.0));
+    }
+    line
 }
 
 /// Claude's result-text refusal predicates: after leading whitespace, `[cyber]` at the start,
@@ -784,11 +931,13 @@ impl StreamDecoder for ClaudeDecoder {
                 }
             }
             "result" => self.result(&v, &mut update),
+            "rate_limit_event" => self.rate_limit_event(&v),
             "error" if self.dialect == Dialect::Grok => {
                 self.terminal_seen = true;
                 let message = json::nonempty(&v, "message")
                     .or_else(|| v.get("data").and_then(|d| d.as_str()))
                     .unwrap_or("error");
+                self.failure_kind = kind_of_text(message);
                 self.failure = Some(message.to_owned());
             }
             k if QUIET_TYPES.contains(&k) => {}
@@ -809,6 +958,7 @@ impl StreamDecoder for ClaudeDecoder {
             final_message: this.final_message,
             failure: this.failure,
             failure_kind: this.failure_kind,
+            retry_after: this.retry_after,
             terminal_seen: this.terminal_seen,
             ..Facts::default()
         };

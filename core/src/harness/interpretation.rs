@@ -16,6 +16,9 @@
 //!    bounded splitter cut ([`Line::truncated`](crate::lines::Line::truncated)) goes to
 //!    [`Interpretation::handle_oversized_line`] instead: it is reported as too long, not as
 //!    unrecognized.
+//!    The harness's stderr lines, when the driver has them (all, or a bounded tail), go to
+//!    [`Interpretation::handle_stderr_line`], before the end: they classify a failure the
+//!    stream does not (a harness that prints its API error only on stderr).
 //!    [`Interpretation::observed_models`] and [`Interpretation::refusal`] may be read at any
 //!    time (e.g. to checkpoint a session log before completion).
 //! 4. Then exactly one of:
@@ -208,6 +211,8 @@ pub struct Interpretation {
     lines: u64,
     oversized: Option<OversizedLines>,
     new_session: bool,
+    /// The failure kind the last classifiable stderr line named.
+    stderr_kind: Option<FailureKind>,
 }
 
 impl std::fmt::Debug for Interpretation {
@@ -219,6 +224,7 @@ impl std::fmt::Debug for Interpretation {
             .field("lines", &self.lines)
             .field("oversized", &self.oversized)
             .field("new_session", &self.new_session)
+            .field("stderr_kind", &self.stderr_kind)
             .finish_non_exhaustive()
     }
 }
@@ -234,6 +240,7 @@ impl Interpretation {
             lines: 0,
             oversized: None,
             new_session: false,
+            stderr_kind: None,
         }
     }
 
@@ -310,6 +317,16 @@ impl Interpretation {
         }
     }
 
+    /// Feeds one line the harness wrote to stderr (without its newline; lossy UTF-8). Nothing
+    /// is kept of it but the failure kind it names (an HTTP status, a rate limit, a refused
+    /// connection, a bad key), the last one named winning: it classifies a failed turn or run
+    /// whose stream names no kind of its own. A success stays a success, whatever stderr says.
+    pub fn handle_stderr_line(&mut self, line: &[u8]) {
+        if let Some(kind) = super::failure_text::kind_of_text(&String::from_utf8_lossy(line)) {
+            self.stderr_kind = Some(kind);
+        }
+    }
+
     fn apply(&mut self, evidence: Evidence, progress: &mut Vec<String>) {
         match evidence {
             Evidence::ObservedModel { name, scope } => {
@@ -380,6 +397,8 @@ impl Interpretation {
             refusal,
             exit,
             new_session: self.new_session,
+            stderr_kind: self.stderr_kind,
+            lines: self.lines,
         }
     }
 
@@ -434,6 +453,8 @@ pub struct Finished {
     refusal: Option<RefusalCategory>,
     exit: HarnessExit,
     new_session: bool,
+    stderr_kind: Option<FailureKind>,
+    lines: u64,
 }
 
 impl Finished {
@@ -472,6 +493,8 @@ impl Finished {
             refusal,
             exit,
             new_session,
+            stderr_kind,
+            lines,
         } = self;
         // What the figures count: a new session's are the run's own; a resumed one's are what
         // the harness reports after a resume.
@@ -569,12 +592,25 @@ impl Finished {
                 )),
             }
         }
-        let status = if let Some(category) = refusal {
-            OutcomeStatus::Refused { category }
+        // Every status but a success carries the kind when it is known: the stream's own, else
+        // what stderr named; a stream cut off before its terminal event is `cut_off` (a failed
+        // process that printed nothing at all never started one: it is not cut off).
+        let cut_off = (!facts.terminal_seen).then_some(FailureKind::CutOff);
+        let (status, failure_kind) = if let Some(category) = refusal {
+            (
+                OutcomeStatus::Refused { category },
+                Some(FailureKind::Refused),
+            )
         } else if let Some(diagnostic) = failure {
-            OutcomeStatus::TurnFailed { diagnostic }
+            (
+                OutcomeStatus::TurnFailed { diagnostic },
+                facts.failure_kind.or(stderr_kind),
+            )
         } else if let HarnessExit::Failed { diagnostic } = exit {
-            OutcomeStatus::ExecutionFailed { diagnostic }
+            (
+                OutcomeStatus::ExecutionFailed { diagnostic },
+                stderr_kind.or(cut_off.filter(|_| lines > 0)),
+            )
         } else if !facts.terminal_seen {
             // Every dialect ends a finished session with a terminal event; a stream cut off
             // before it (a crash, a killed pipe, a partial log) is not a verified success.
@@ -585,13 +621,9 @@ impl Finished {
                 (None, Some(w)) => format!("{UNREADABLE_END}: {w}"),
                 (None, None) => UNFINISHED.to_owned(),
             };
-            OutcomeStatus::TurnFailed { diagnostic }
+            (OutcomeStatus::TurnFailed { diagnostic }, cut_off)
         } else {
-            OutcomeStatus::Succeeded
-        };
-        let failure_kind = match status {
-            OutcomeStatus::TurnFailed { .. } => facts.failure_kind,
-            _ => None,
+            (OutcomeStatus::Succeeded, None)
         };
         let retry_after = facts
             .retry_after
@@ -739,13 +771,17 @@ pub struct Outcome {
     pub killed_work: Vec<String>,
     /// Whether the stream had a terminal event. A stream without one is still decoded (its
     /// session id, final message so far, usage), but unless something else failed first its
-    /// status is [`OutcomeStatus::TurnFailed`] with the diagnostic [`UNFINISHED`] (or
+    /// status is [`OutcomeStatus::TurnFailed`], kind [`FailureKind::CutOff`], with the
+    /// diagnostic [`UNFINISHED`] (or
     /// [`UNREADABLE_END`] when lines too long to decode may have held the terminal event).
     pub terminal_seen: bool,
     /// How the session ended.
     pub status: OutcomeStatus,
-    /// The kind of a turn failure, when the stream classified it (only with
-    /// [`OutcomeStatus::TurnFailed`]).
+    /// The kind of failure, for every status but [`OutcomeStatus::Succeeded`] when it is
+    /// known: the stream's (or, where it names none, stderr's) for a failed turn or run,
+    /// [`FailureKind::CutOff`] for a stream that ended without its terminal event,
+    /// [`FailureKind::Refused`] for a refusal. Never on a success; absent from JSON when
+    /// `None` (a failure nothing classified).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure_kind: Option<FailureKind>,
     /// When a retryable failure passes, when the harness said so (only with a

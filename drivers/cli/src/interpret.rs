@@ -177,11 +177,16 @@ pub(crate) fn human(models: &[String], omitted: u64, c: &Completion, resumable: 
             model_list(&c.report.models, c.report.models_omitted)
         ));
     }
+    // The failure kind, when known, right after what failed: `turn failed (rate_limited): …`.
+    let kind = c
+        .outcome
+        .failure_kind
+        .map_or_else(String::new, |k| format!(" ({k})"));
     let status = match &c.outcome.status {
         OutcomeStatus::Succeeded => "succeeded".to_owned(),
-        OutcomeStatus::TurnFailed { diagnostic } => format!("turn failed: {diagnostic}"),
+        OutcomeStatus::TurnFailed { diagnostic } => format!("turn failed{kind}: {diagnostic}"),
         OutcomeStatus::ExecutionFailed { diagnostic } => {
-            format!("execution failed: {diagnostic}")
+            format!("execution failed{kind}: {diagnostic}")
         }
         OutcomeStatus::Refused { category } => format!("refused ({category})"),
     };

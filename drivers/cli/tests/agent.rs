@@ -351,13 +351,94 @@ fn a_session_cut_off_before_its_final_result_exits_1() {
             let v: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
             assert_eq!(v["outcome"]["terminal_seen"], false, "{v}");
             assert_eq!(v["outcome"]["status"]["status"], "turn_failed", "{v}");
+            assert_eq!(v["outcome"]["failure_kind"], "cut_off", "{v}");
         } else {
             assert!(
-                text.contains("status: turn failed: the stream ended without a final result"),
+                text.contains(
+                    "status: turn failed (cut_off): the stream ended without a final result"
+                ),
                 "{text}"
             );
         }
     }
+}
+
+/// The failure kind is in the status line and the JSON of `agent` and `interpret`, with the
+/// harness's own retries as progress; stderr names it where the stream does not; a success
+/// has none.
+#[test]
+fn failure_kinds_are_in_the_status_line_and_the_json() {
+    let env = Env::new();
+    let limited = "claude/claude-code-2.1.332-rate-limited-retry-after.jsonl";
+    let o = env
+        .agent("claude", &[], limited)
+        .env("FAKE_EXIT", "1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("status: turn failed (rate_limited): API Error: Request rejected (429)"),
+        "{text}"
+    );
+    assert!(text.contains("\nrate limited, retry 1/1 in 1."), "{text}");
+    let o = env
+        .agent("claude", &["--json"], limited)
+        .env("FAKE_EXIT", "1")
+        .output()
+        .unwrap();
+    let text = stdout(&o);
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["outcome"]["failure_kind"], "rate_limited", "{last}");
+    assert!(
+        last["outcome"]["retry_after"]["delay_ms"].is_u64(),
+        "{last}"
+    );
+    let o = env
+        .cmd(&[
+            "interpret",
+            "--harness",
+            "claude",
+            "--json",
+            fixture(limited).to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let text = stdout(&o);
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["outcome"]["failure_kind"], "rate_limited", "{last}");
+    // A clean stream, a failed process, the API error only on stderr.
+    let o = env
+        .agent(
+            "grok",
+            &["--json"],
+            "grok/agentrun-messages-synthetic.jsonl",
+        )
+        .env("FAKE_EXIT", "3")
+        .env("FAKE_STDERR", "Error: 503 Service Unavailable")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let text = stdout(&o);
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        last["outcome"]["status"]["status"], "execution_failed",
+        "{last}"
+    );
+    assert_eq!(last["outcome"]["failure_kind"], "overloaded", "{last}");
+    // A success carries none.
+    let o = env
+        .agent(
+            "grok",
+            &["--json"],
+            "grok/agentrun-messages-synthetic.jsonl",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert!(last["outcome"].get("failure_kind").is_none(), "{last}");
 }
 
 #[test]

@@ -243,6 +243,26 @@ fn a_failing_evaluation_exits_with_its_code_without_abort() {
     assert!(!stderr(&o).contains("aborted"));
 }
 
+/// A failed turn's kind is in its record of the state `auto --json` prints.
+#[test]
+fn a_failed_turns_kind_is_in_the_state() {
+    let env = Env::new(&[
+        "0|-|ok",
+        "0|-|plan",
+        "0|-|work",
+        "4|-|API Error: 529 Overloaded",
+    ]);
+    let o = env
+        .cmd(&["auto", "claude", "--json", "--", "do", "it"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    let s = state(&o);
+    let turns = s["turns"].as_array().unwrap();
+    assert!(turns[0].get("failure_kind").is_none(), "{s}");
+    assert_eq!(turns.last().unwrap()["failure_kind"], "overloaded", "{s}");
+}
+
 #[test]
 fn usage_errors_and_a_missing_harness() {
     let env = Env::new(&[]);

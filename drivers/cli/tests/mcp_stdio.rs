@@ -613,6 +613,49 @@ fn structured_content_stays_within_the_payload_bound() {
     );
 }
 
+/// The `agent` result names the failure kind in its status line and its structured content.
+#[test]
+fn an_agent_result_names_the_failure_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("fakebin");
+    // Claude Code's answer to a rate-limited request, reported as a "success", exit 1.
+    write_script(
+        &bin.join("claude"),
+        r#"cat >/dev/null
+printf '%s\n' '{"type":"system","subtype":"init","session_id":"00000000-0000-4000-8000-000000000009","model":"m0"}'
+printf '%s\n' '{"type":"system","subtype":"api_retry","attempt":1,"max_retries":1,"retry_delay_ms":1146,"error_status":429,"error":"rate_limit"}'
+printf '%s\n' '{"type":"result","subtype":"success","is_error":true,"terminal_reason":"api_error","api_error_status":429,"result":"API Error: Request rejected (429)","session_id":"00000000-0000-4000-8000-000000000009","num_turns":1,"total_cost_usd":0}'
+exit 1"#,
+    );
+    let path = format!("{}:{}", bin.display(), system_path());
+    let mut server = Server::start(
+        &dir.path().join("store"),
+        &path,
+        dir.path(),
+        &["--allow", "claude", "--structured-content"],
+    );
+    server.initialize();
+    let answer = server.call(
+        json!(1),
+        "agent",
+        json!({"harness": "claude", "prompt": "hi", "cwd": dir.path()}),
+    );
+    let text = text_of(&answer);
+    assert!(
+        text.contains("[Agent claude failed (rate_limited): API Error: Request rejected (429)"),
+        "{text}"
+    );
+    let structured = &answer["result"]["structuredContent"];
+    assert_eq!(
+        structured["outcome"]["failure_kind"], "rate_limited",
+        "{structured}"
+    );
+    assert_eq!(
+        structured["outcome"]["retry_after"]["delay_ms"], 1146,
+        "{structured}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // A client disconnect.
 

@@ -563,7 +563,7 @@ fn status_words_agree_across_preview_footer_and_json() {
         .unwrap();
     let o = child.wait_with_output().unwrap();
     assert!(
-        out(&o).contains("status: turn failed: the stream ended without a final result"),
+        out(&o).contains("status: turn failed (cut_off): the stream ended without a final result"),
         "{}",
         out(&o)
     );

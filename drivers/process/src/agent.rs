@@ -722,7 +722,7 @@ async fn run_turn<R: Runtime>(
     let Some(live) = taken else {
         return Err(AgentError::TapLost);
     };
-    let (interp, truncated_lines) = live.end();
+    let (mut interp, truncated_lines) = live.end();
 
     if process.outcome != RunOutcome::Completed {
         let interrupted = interp.interrupt();
@@ -738,6 +738,17 @@ async fn run_turn<R: Runtime>(
         });
     }
 
+    // The stderr tail kept for diagnostics also classifies a failure the stream names no kind
+    // of (a harness that prints its API error only there).
+    if let Some(stderr) = process.stderr() {
+        let text = stderr
+            .tail
+            .as_ref()
+            .map_or(stderr.preview.text.as_str(), |t| &t.text);
+        for line in text.lines() {
+            interp.handle_stderr_line(line.as_bytes());
+        }
+    }
     let exit = match process.exit {
         Some(Exit::Code(0)) => HarnessExit::Success,
         other => HarnessExit::Failed {

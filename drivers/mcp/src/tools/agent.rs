@@ -150,13 +150,18 @@ impl AgentParts {
                 let _ = writeln!(head, "[Agent {name} was cancelled and stopped]");
             }
             (Some(completion), None) => {
+                // The failure kind, when known: `failed (rate_limited): …`.
+                let kind = completion
+                    .outcome
+                    .failure_kind
+                    .map_or_else(String::new, |k| format!(" ({k})"));
                 let status = match &completion.outcome.status {
                     OutcomeStatus::Succeeded => "succeeded".to_owned(),
                     OutcomeStatus::TurnFailed { diagnostic } => {
-                        format!("failed: {}", render::diagnostic(diagnostic))
+                        format!("failed{kind}: {}", render::diagnostic(diagnostic))
                     }
                     OutcomeStatus::ExecutionFailed { diagnostic } => {
-                        format!("failed to run: {}", render::diagnostic(diagnostic))
+                        format!("failed to run{kind}: {}", render::diagnostic(diagnostic))
                     }
                     other => render::diagnostic(&format!("ended: {other:?}")),
                 };
