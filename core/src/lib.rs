@@ -55,6 +55,7 @@ pub mod preview;
 pub mod process;
 pub mod record;
 pub mod sink;
+pub mod stall;
 pub mod stream;
 pub mod transcript;
 pub mod turn;

@@ -68,6 +68,10 @@ pub(crate) struct AgentArgs {
     /// Stop the harness when it printed nothing for this long; exit code 124.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse_timeout)]
     idle_timeout: Option<Duration>,
+    /// Stop the harness when it emitted no event line for this long (`0`: never); the turn
+    /// then fails as `stalled`, naming the last event seen; exit code 124.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10m")]
+    stall_timeout: Duration,
     /// The retained record to reconcile with, instead of the harness's own (the Muse, Qwen
     /// Code, pi or Gemini CLI session log; the Codex session file; the OpenCode export, as
     /// `opencode export ID` prints it).
@@ -98,7 +102,8 @@ impl AgentArgs {
     fn options(&self) -> AgentOptions {
         let mut options = AgentOptions::new(self.harness, self.prompt.join(" "))
             .security(self.security)
-            .skip_git_repo_check(self.skip_git_repo_check);
+            .skip_git_repo_check(self.skip_git_repo_check)
+            .stall_timeout(self.stall_timeout);
         if let Some(m) = &self.model {
             options = options.model(m);
         }

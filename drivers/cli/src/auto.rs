@@ -68,6 +68,11 @@ pub(crate) struct AutoArgs {
     /// Stop a harness turn after this long (it counts as exit code 124).
     #[arg(long, value_name = "DURATION", value_parser = duration::parse_timeout)]
     turn_timeout: Option<Duration>,
+    /// Stop a harness turn that emitted no event line for this long (`0`: never); the turn
+    /// fails as `stalled`, naming the last event seen, with exit code 124 (like a turn
+    /// timeout).
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10m")]
+    stall_timeout: Duration,
     /// Continue an interrupted session (its id or directory) from its last transition.
     #[arg(
         long = "continue",
@@ -153,6 +158,7 @@ pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
         if let Some(timeout) = args.turn_timeout {
             session = session.turn_timeout(timeout);
         }
+        session = session.stall_timeout(args.stall_timeout);
         smol::block_on(session.run(|progress| match progress {
             AutoProgress::Event(line) => say(&format!("agentrun: {line}")),
             AutoProgress::Harness(line) => say(&format!("  {line}")),

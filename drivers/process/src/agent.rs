@@ -42,8 +42,8 @@ use agentrun_core::PreviewLimits;
 pub use agentrun_core::harness::plausible_session_id;
 use agentrun_core::harness::retained::codex_token_total;
 use agentrun_core::harness::{
-    Completion, Harness, HarnessExit, Interpretation, LaunchError, LaunchRequest, OutcomeStatus,
-    RetainedKind, RetainedRecord, RetainedRequest, TurnSummary,
+    Completion, FailureKind, Harness, HarnessExit, Interpretation, LaunchError, LaunchRequest,
+    OutcomeStatus, RetainedKind, RetainedRecord, RetainedRequest, TurnSummary,
 };
 use agentrun_core::lines::{Line, LineSplitter};
 use agentrun_core::process::{
@@ -59,6 +59,7 @@ use serde::Serialize;
 
 use crate::driver::{Runner, Runtime};
 use crate::live::RunError;
+use crate::stall::{self, LastLine};
 
 /// The longest stdout line interpreted; a longer line is not interpreted (the report names it
 /// in `oversized_lines` and a warning) while the stdout artifact keeps it whole.
@@ -98,6 +99,7 @@ pub struct AgentOptions {
     result_sink: Option<(ResultSink, Option<OsString>)>,
     program: Option<PathBuf>,
     label: Option<String>,
+    stall_timeout: Option<Duration>,
 }
 
 impl AgentOptions {
@@ -118,7 +120,23 @@ impl AgentOptions {
             result_sink: None,
             program: None,
             label: None,
+            stall_timeout: None,
         }
+    }
+
+    /// Stops the harness when no event line (a non-blank stdout line) arrived for `timeout`,
+    /// and ends the turn failed with [`FailureKind::Stalled`](agentrun_core::harness::FailureKind)
+    /// and a diagnostic naming the last event seen. Zero turns the watchdog off (the default;
+    /// the command line and the MCP server default to
+    /// [`DEFAULT_STALL_TIMEOUT`](agentrun_core::stall::DEFAULT_STALL_TIMEOUT)).
+    pub fn stall_timeout(mut self, timeout: Duration) -> Self {
+        self.stall_timeout = Some(timeout).filter(|t| !t.is_zero());
+        self
+    }
+
+    /// The stall timeout, when the watchdog is on.
+    pub fn get_stall_timeout(&self) -> Option<Duration> {
+        self.stall_timeout
     }
 
     /// Runs the harness (and, for OpenCode, its `opencode export`) from the executable at
@@ -471,10 +489,22 @@ struct Live {
     interp: Interpretation,
     splitter: LineSplitter,
     progress: Option<Progress>,
+    /// The last event line, for the stall watchdog (`None` when it is off: no cost at all).
+    last: Option<(LastLine, Clock)>,
 }
 
+type Clock = Box<dyn Fn() -> std::time::Instant + Send>;
+
 impl Live {
-    fn feed(interp: &mut Interpretation, progress: &mut Option<Progress>, line: Line<'_>) {
+    fn feed(
+        interp: &mut Interpretation,
+        progress: &mut Option<Progress>,
+        last: &mut Option<(LastLine, Clock)>,
+        line: Line<'_>,
+    ) {
+        if let Some((last, _)) = last {
+            last.line(line.bytes);
+        }
         // A cut line is only a prefix of the event: reported as too long, never decoded.
         if line.truncated {
             interp.handle_oversized_line(MAX_LINE_BYTES);
@@ -493,8 +523,12 @@ impl Live {
             interp,
             splitter,
             progress,
+            last,
         } = self;
-        splitter.push(chunk, |line| Self::feed(interp, progress, line));
+        splitter.push(chunk, |line| Self::feed(interp, progress, last, line));
+        if let Some((last, clock)) = last {
+            last.chunk_done(clock);
+        }
     }
 
     /// End of output: feeds a last line without a newline.
@@ -503,12 +537,13 @@ impl Live {
             mut interp,
             splitter,
             mut progress,
+            mut last,
         } = self;
         let mut truncated = splitter.truncated_lines();
         // The last line, without a newline, may be cut too.
         splitter.finish(|line| {
             truncated += u64::from(line.truncated);
-            Self::feed(&mut interp, &mut progress, line);
+            Self::feed(&mut interp, &mut progress, &mut last, line);
         });
         (interp, truncated)
     }
@@ -548,10 +583,16 @@ async fn run_turn<R: Runtime>(
     if options.security {
         interp.for_security(options.request.model.as_deref());
     }
+    let stall_timeout = options.stall_timeout;
+    let last = stall_timeout.map(|_| {
+        let rt = runner.runtime.clone();
+        (LastLine::default(), Box::new(move || rt.now()) as Clock)
+    });
     let live = Arc::new(Mutex::new(Some(Live {
         interp,
         splitter: LineSplitter::new(MAX_LINE_BYTES),
         progress,
+        last,
     })));
     let tap = live.clone();
     let observe = move |chunk: &[u8]| {
@@ -560,15 +601,56 @@ async fn run_turn<R: Runtime>(
         }
     };
     let builder = runner.run(run_options).observe_stdout(observe);
-    let process = match stop {
-        Some(stop) => builder.cancel_on(stop).await?,
-        None => builder.await?,
+    let stalled = Arc::new(Mutex::new(None));
+    let process = if stall_timeout.is_some() || stop.is_some() {
+        // The watchdog starts with the turn (its first deadline counts from here, a moment
+        // before the spawn: never later than the harness's own start).
+        let stall = stall_timeout.map(|t| {
+            let watched = live.clone();
+            let read_last: stall::ReadLast = Arc::new(move |watch| {
+                if let Some(Live {
+                    last: Some((last, _)),
+                    ..
+                }) = watched.lock().unwrap_or_else(|p| p.into_inner()).as_ref()
+                {
+                    stall::feed(watch, last);
+                }
+            });
+            Box::pin(stall::watch(
+                runner.runtime.clone(),
+                Some(t),
+                read_last,
+                stalled.clone(),
+            )) as Pin<Box<dyn Future<Output = ()> + Send>>
+        });
+        builder
+            .cancel_on(stall::StopOrStall { user: stop, stall })
+            .await?
+    } else {
+        builder.await?
     };
+    let stalled = stalled.lock().unwrap_or_else(|p| p.into_inner()).take();
     let taken = live.lock().unwrap_or_else(|p| p.into_inner()).take();
     let Some(live) = taken else {
         return Err(AgentError::TapLost);
     };
     let (interp, truncated_lines) = live.end();
+
+    // Stopped by the watchdog (not ended by itself in the meantime): a failed turn of its own
+    // kind, with what the stream told until then (session id, usage so far).
+    if let (Some(stall), RunOutcome::Cancelled) = (&stalled, process.outcome) {
+        let (observed_models, observed_models_omitted, completion) =
+            stopped_completion(interp, FailureKind::Stalled, stall.diagnostic());
+        return Ok(AgentRun {
+            harness,
+            observed_models,
+            observed_models_omitted,
+            completion: Some(completion),
+            process,
+            truncated_lines,
+            retained_error: None,
+        });
+    }
 
     if process.outcome != RunOutcome::Completed {
         let interrupted = interp.interrupt();
@@ -616,6 +698,26 @@ async fn run_turn<R: Runtime>(
         truncated_lines,
         retained_error,
     })
+}
+
+/// The completion of a turn agentrun stopped itself (stalled, over its budget): what the
+/// stream told until then (session id, final message so far, usage), failed with `kind`. No
+/// retained record is read: the harness did not finish writing it.
+fn stopped_completion(
+    interp: Interpretation,
+    kind: FailureKind,
+    diagnostic: String,
+) -> (Vec<String>, u64, Completion) {
+    let finished = interp.finish(HarnessExit::Failed {
+        diagnostic: diagnostic.clone(),
+    });
+    let models = finished.observed_models().to_vec();
+    let omitted = finished.observed_models_omitted();
+    let mut completion = finished.complete(None);
+    completion.outcome.status = OutcomeStatus::TurnFailed { diagnostic };
+    completion.outcome.failure_kind = Some(kind);
+    completion.outcome.retry_after = None;
+    (models, omitted, completion)
 }
 
 /// `claude exited with code 3: <last stderr line>`; `who` is any name (the harness, or e.g.

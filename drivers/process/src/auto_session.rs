@@ -460,6 +460,14 @@ impl<'a, R: Runtime> AutoSession<'a, R> {
         self
     }
 
+    /// Stops a harness turn when it emitted no event line for this long (zero: never); the
+    /// turn fails as `stalled` (exit code 124). See [`AgentOptions::stall_timeout`].
+    #[must_use]
+    pub fn stall_timeout(mut self, timeout: Duration) -> Self {
+        self.turn = self.turn.stall_timeout(timeout);
+        self
+    }
+
     /// Stops a harness turn when it printed nothing for this long (exit code 124).
     #[must_use]
     pub fn idle_timeout(mut self, idle: Duration) -> Self {

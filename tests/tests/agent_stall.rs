@@ -1,0 +1,118 @@
+//! The stall watchdog of an agent turn, on both drivers: a harness that prints one event and
+//! then hangs is stopped with its stop signals once no event line arrived for the stall
+//! timeout, and the turn ends failed `stalled`, naming the last event seen; a harness that
+//! finishes before the timeout is not touched. The harness is a `sh` script speaking Claude
+//! Code's stream.
+
+use std::fs;
+use std::future::IntoFuture;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use agentrun_core::harness::{FailureKind, Harness, OutcomeStatus};
+use agentrun_fs::Store;
+use agentrun_smol::{AgentOptions, AgentRun};
+use agentrun_tests::processes::ended;
+
+const INIT: &str = r#"{"type":"system","subtype":"init","session_id":"s-1","model":"m"}"#;
+const RESULT: &str = r#"{"type":"result","subtype":"success","is_error":false,"result":"done","session_id":"s-1","num_turns":1,"total_cost_usd":0.25,"usage":{"input_tokens":10,"output_tokens":5}}"#;
+
+/// Writes `claude` into `dir`: it writes its pid to `dir/pid`, prints `lines`, then runs `then`.
+fn write_harness(dir: &Path, lines: &[&str], then: &str) {
+    let mut script = format!("#!/bin/sh\necho $$ > '{}'\n", dir.join("pid").display());
+    for line in lines {
+        script.push_str(&format!("echo '{line}'\n"));
+    }
+    script.push_str(then);
+    script.push('\n');
+    let path = dir.join("claude");
+    fs::write(&path, script).unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn options(dir: &Path, stall: Duration) -> AgentOptions {
+    AgentOptions::new(Harness::Claude, "work")
+        .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
+        .env("HOME", dir)
+        .stall_timeout(stall)
+}
+
+fn on_smol(store: Store, options: AgentOptions) -> AgentRun {
+    let runner = agentrun_smol::Runner::new(store);
+    smol::block_on(runner.agent(options).into_future()).unwrap()
+}
+
+fn on_tokio(store: Store, options: AgentOptions) -> AgentRun {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let runner = agentrun_tokio::Runner::new(store);
+    runtime
+        .block_on(runner.agent(options).into_future())
+        .unwrap()
+}
+
+fn a_hanging_harness_is_stopped_and_reported_stalled(turn: fn(Store, AgentOptions) -> AgentRun) {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path().join("store")).unwrap();
+    // `exec sleep`: the harness itself hangs (SIGTERM, its stop signal, ends it).
+    write_harness(tmp.path(), &[INIT], "exec sleep 120");
+    let run = turn(store, options(tmp.path(), Duration::from_secs(1)));
+    let completion = run
+        .completion
+        .as_ref()
+        .expect("a stalled turn has an outcome");
+    assert_eq!(completion.outcome.failure_kind, Some(FailureKind::Stalled));
+    let OutcomeStatus::TurnFailed { diagnostic } = &completion.outcome.status else {
+        panic!("{:?}", completion.outcome.status);
+    };
+    assert!(diagnostic.contains("\"system\""), "{diagnostic}");
+    assert!(diagnostic.contains("stall timeout of 1s"), "{diagnostic}");
+    assert_eq!(completion.outcome.session_id.as_deref(), Some("s-1"));
+    assert!(!run.succeeded());
+    assert_eq!(
+        run.stopped(),
+        None,
+        "stalled is an outcome, not an interruption"
+    );
+    assert_eq!(agentrun_process::agent_exit_code(&run), 124);
+    assert_eq!(agentrun_process::turn_exit_code(&run), Some(124));
+    let json = serde_json::to_value(&run).unwrap();
+    assert_eq!(json["outcome"]["failure_kind"], "stalled", "{json:#}");
+    let pid: i32 = fs::read_to_string(tmp.path().join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(ended(pid), "the harness {pid} was stopped and reaped");
+}
+
+fn a_harness_that_finishes_in_time_is_not_touched(turn: fn(Store, AgentOptions) -> AgentRun) {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(tmp.path().join("store")).unwrap();
+    write_harness(tmp.path(), &[INIT, RESULT], "exit 0");
+    let run = turn(store, options(tmp.path(), Duration::from_secs(600)));
+    assert!(run.succeeded(), "{:?}", run.completion);
+}
+
+#[test]
+fn smol_stalled() {
+    a_hanging_harness_is_stopped_and_reported_stalled(on_smol);
+}
+
+#[test]
+fn tokio_stalled() {
+    a_hanging_harness_is_stopped_and_reported_stalled(on_tokio);
+}
+
+#[test]
+fn smol_in_time() {
+    a_harness_that_finishes_in_time_is_not_touched(on_smol);
+}
+
+#[test]
+fn tokio_in_time() {
+    a_harness_that_finishes_in_time_is_not_touched(on_tokio);
+}
