@@ -40,6 +40,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auto_mode;
+pub mod budget;
 pub mod capture;
 pub mod compaction;
 pub mod continuation;

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use agentrun_core::auto_mode::sanitize::MAX_INPUT_BYTES;
 use agentrun_core::auto_mode::{AutoModeError, DEFAULT_MAX_TURNS};
+use agentrun_core::budget::PriceTable;
 use agentrun_core::harness::Harness;
 use agentrun_fs::Store;
 use agentrun_fs::auto_session::SessionDir;
@@ -73,11 +74,19 @@ pub(crate) struct AutoArgs {
     /// timeout).
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10m")]
     stall_timeout: Duration,
+    /// Cap the whole session's cost in US dollars (e.g. 5 or 0.50): once the turns spent
+    /// this much, no further turn starts and the session ends with status `budget`. A
+    /// harness that reports tokens but no cost is priced from the price table (estimated).
+    #[arg(long, value_name = "USD", value_parser = parse_usd)]
+    max_cost_usd: Option<f64>,
+    /// Cap the whole session's tokens (input plus output), like `--max-cost-usd`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_tokens: Option<u64>,
     /// Continue an interrupted session (its id or directory) from its last transition.
     #[arg(
         long = "continue",
         value_name = "SESSION",
-        conflicts_with_all = ["harness", "model", "effort", "verify", "session_dir", "harness_args", "objective"]
+        conflicts_with_all = ["harness", "model", "effort", "verify", "session_dir", "harness_args", "objective", "max_cost_usd", "max_tokens"]
     )]
     continue_session: Option<String>,
     /// Print the final session state as one JSON document on stdout.
@@ -112,17 +121,26 @@ fn say(line: &str) {
 }
 
 /// Runs `agentrun auto`: parses into a library session, prints its progress and outcome.
-pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
+pub(crate) fn run(store: Store, prices: PriceTable, args: AutoArgs) -> Result<ExitCode, Failure> {
     let runner = agentrun_smol::Runner::new(store);
     let session = smol::block_on(async {
         match &args.continue_session {
-            Some(session) => AutoSession::resume(runner, session).await,
+            Some(session) => AutoSession::resume(runner, session)
+                .await
+                .map(|s| s.prices(prices)),
             None => {
                 let Some(harness) = args.harness else {
                     return Ok(None);
                 };
                 let mut options = AutoSessionOptions::new(harness, args.objective.join(" "))
-                    .max_turns(args.max_turns);
+                    .max_turns(args.max_turns)
+                    .prices(prices);
+                if let Some(usd) = args.max_cost_usd {
+                    options = options.max_cost_usd(usd);
+                }
+                if let Some(tokens) = args.max_tokens {
+                    options = options.max_tokens(tokens);
+                }
                 if let Some(model) = &args.model {
                     options = options.model(model);
                 }
@@ -216,6 +234,18 @@ pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
         write_or_quiet(&mut io::stdout().lock(), json.as_bytes())?;
     }
     Ok(ExitCode::from(outcome.exit_code()))
+}
+
+/// A cost limit: a positive, finite number of US dollars (`5`, `0.50`, `$2`).
+pub(crate) fn parse_usd(s: &str) -> Result<f64, String> {
+    let t = s.trim().trim_start_matches('$');
+    match t.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(_) => Err(format!("{s:?} is not a positive number of US dollars")),
+        Err(_) => Err(format!(
+            "{s:?} is not a number of US dollars (e.g. 5 or 0.50)"
+        )),
+    }
 }
 
 /// A session that could not be created or resumed: bad settings and sessions are usage

@@ -30,6 +30,7 @@ use crate::auto_mode::{
 };
 use crate::driver::{Runner, Runtime};
 use crate::exit;
+use agentrun_core::budget::{Budget, PriceTable};
 
 /// What a new auto session is started with. Everything here is persisted with the session,
 /// so a resumed session runs the same way.
@@ -45,6 +46,8 @@ pub struct AutoSessionOptions {
     max_turns: u32,
     workspace: Option<PathBuf>,
     session_dir: Option<PathBuf>,
+    budget: Budget,
+    prices: Option<PriceTable>,
 }
 
 impl AutoSessionOptions {
@@ -61,7 +64,31 @@ impl AutoSessionOptions {
             max_turns: DEFAULT_MAX_TURNS,
             workspace: None,
             session_dir: None,
+            budget: Budget::default(),
+            prices: None,
         }
+    }
+
+    /// Caps the whole session's cost in US dollars: once the turns spent this much (reported
+    /// by the harness, or estimated from the price table), no further turn starts and the
+    /// session ends with status `budget`.
+    pub fn max_cost_usd(mut self, usd: f64) -> Self {
+        self.budget.max_cost_usd = Some(usd);
+        self
+    }
+
+    /// Caps the whole session's tokens (input plus output), like
+    /// [`AutoSessionOptions::max_cost_usd`].
+    pub fn max_tokens(mut self, tokens: u64) -> Self {
+        self.budget.max_tokens = Some(tokens);
+        self
+    }
+
+    /// The prices of turns whose harness reports tokens but no cost (default: the built-in
+    /// table, [`PriceTable::builtin`]).
+    pub fn prices(mut self, prices: PriceTable) -> Self {
+        self.prices = Some(prices);
+        self
     }
 
     /// Requests a model (passed to the harness verbatim).
@@ -305,8 +332,24 @@ impl AutoOutcome {
             .usage
             .total()
             .map_or_else(String::new, |u| format!("; usage: {}", u.line()));
+        let budget = state.budget;
+        let limits: Vec<String> = budget
+            .max_cost_usd
+            .map(|c| format!("${c:.4}"))
+            .into_iter()
+            .chain(budget.max_tokens.map(|t| format!("{t} tokens")))
+            .collect();
+        let budget = if limits.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; budget: spent {} of {}",
+                state.spend.line(),
+                limits.join(" and ")
+            )
+        };
         format!(
-            "session {}: status {}, {} of at most {} turns, {} harness runs; verification: {}{usage}",
+            "session {}: status {}, {} of at most {} turns, {} harness runs; verification: {}{usage}{budget}",
             state.session_id,
             state.status.as_str(),
             state.turn,
@@ -360,6 +403,8 @@ impl<'a, R: Runtime> AutoSession<'a, R> {
                 max_turns,
                 workspace,
                 session_dir,
+                budget,
+                prices,
             } = options;
             let workspace = match workspace {
                 Some(dir) => dir,
@@ -383,7 +428,10 @@ impl<'a, R: Runtime> AutoSession<'a, R> {
                 .run_options()
                 .map_err(AutoSessionError::Launch)?;
             let id = new_session_id();
-            let machine = AutoMode::new(id.clone(), settings, SystemTime::now())
+            let mut machine = AutoMode::new(id.clone(), settings, SystemTime::now())
+                .map_err(AutoSessionError::Settings)?;
+            machine
+                .set_budget(budget, prices.unwrap_or_else(PriceTable::builtin))
                 .map_err(AutoSessionError::Settings)?;
             let path = match session_dir {
                 Some(dir) => dir,
@@ -479,6 +527,14 @@ impl<'a, R: Runtime> AutoSession<'a, R> {
     #[must_use]
     pub fn verify_timeout(mut self, timeout: Duration) -> Self {
         self.verify_timeout = Some(timeout);
+        self
+    }
+
+    /// The prices of turns whose harness reports tokens but no cost, for a resumed session
+    /// (which keeps the limits it was created with).
+    #[must_use]
+    pub fn prices(mut self, prices: PriceTable) -> Self {
+        self.machine.set_prices(prices);
         self
     }
 
