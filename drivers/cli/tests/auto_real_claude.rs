@@ -302,3 +302,64 @@ fn the_session_cost_is_the_real_spend_across_resumed_turns() {
     assert!(err.contains("usage: 400 input tokens"), "{err}");
     assert!(err.contains(&format!(", ${cost}\n")), "{err}");
 }
+
+/// `--max-cost-usd` below two turns' cost: the turn that crossed the limit (the second) is
+/// the last, and the session ends with status `budget`, its spend and limit in the state.
+#[test]
+fn a_session_stops_at_its_cost_limit_after_the_turn_that_crossed_it() {
+    let env = env();
+    // What one turn of one request costs, as Claude Code prices it: one `agent` run first.
+    let probe =
+        ModelServer::start(Api::AnthropicMessages, replies([Reply::text("probe")])).unwrap();
+    let o = env
+        .sandbox
+        .cmd(&["agent", "claude", "--json", "--", "probe"])
+        .env_clear()
+        .envs(agent_clis::claude_env(&env.home, &probe).unwrap())
+        .current_dir(&env.work)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let last: Value = serde_json::from_slice(
+        o.stdout
+            .split(|b| *b == b'\n')
+            .rfind(|l| !l.is_empty())
+            .unwrap(),
+    )
+    .unwrap();
+    let one_turn = last["report"]["usage"]["cost_usd"].as_f64().unwrap();
+    assert!(one_turn > 0.0, "{last:#}");
+
+    let server = ModelServer::start(
+        Api::AnthropicMessages,
+        replies([
+            Reply::text("criteria"),
+            Reply::text("plan"),
+            Reply::text("worked"),
+            Reply::text("IN PROGRESS"),
+        ]),
+    )
+    .unwrap();
+    let limit = format!("{:.8}", one_turn * 1.5);
+    let o = auto(&env, &server, &["--max-cost-usd", &limit, "--", "work"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let s = state(&o);
+    assert_eq!(s["status"], "budget", "{s:#}");
+    assert_eq!(s["turns"].as_array().unwrap().len(), 2, "{s:#}");
+    assert_eq!(
+        server.model_requests().len(),
+        2,
+        "no third turn reached the model"
+    );
+    let spent = s["spend"]["cost_usd"].as_f64().unwrap();
+    assert!((spent - 2.0 * one_turn).abs() < 1e-9, "{s:#}");
+    assert_eq!(s["budget_exceeded"]["kind"], "cost", "{s:#}");
+    assert!(err.contains("status budget"), "{err}");
+    assert!(err.contains("no further turn started"), "{err}");
+}
