@@ -116,3 +116,48 @@ fn smol_in_time() {
 fn tokio_in_time() {
     a_harness_that_finishes_in_time_is_not_touched(on_tokio);
 }
+
+/// A run stopped by its timeout keeps what its stream said it spent (`usage` beside
+/// `interrupted`); a stalled one keeps it in its report.
+fn stopped_runs_keep_their_usage(turn: fn(Store, AgentOptions) -> AgentRun) {
+    let tmp = tempfile::tempdir().unwrap();
+    // The result line, then a hang: the run never completes by itself.
+    write_harness(tmp.path(), &[INIT, RESULT], "exec sleep 120");
+    let timed = AgentOptions::new(Harness::Claude, "work")
+        .env("PATH", format!("{}:/usr/bin:/bin", tmp.path().display()))
+        .env("HOME", tmp.path())
+        .timeout(Duration::from_secs(1));
+    let run = turn(Store::open(tmp.path().join("store")).unwrap(), timed);
+    assert!(
+        run.stopped().is_some_and(|o| o.timed_out()),
+        "{:?}",
+        run.stopped()
+    );
+    let usage = run.stopped_usage.as_ref().expect("the usage seen is kept");
+    assert_eq!(usage.cost_usd, Some(0.25));
+    let json = serde_json::to_value(&run).unwrap();
+    assert_eq!(json["usage"]["cost_usd"], 0.25, "{json:#}");
+
+    let tmp = tempfile::tempdir().unwrap();
+    write_harness(tmp.path(), &[INIT, RESULT], "exec sleep 120");
+    let run = turn(
+        Store::open(tmp.path().join("store")).unwrap(),
+        options(tmp.path(), Duration::from_secs(1)),
+    );
+    let completion = run.completion.as_ref().unwrap();
+    assert_eq!(completion.outcome.failure_kind, Some(FailureKind::Stalled));
+    assert_eq!(
+        completion.report.usage.as_ref().and_then(|u| u.cost_usd),
+        Some(0.25)
+    );
+}
+
+#[test]
+fn smol_stopped_usage() {
+    stopped_runs_keep_their_usage(on_smol);
+}
+
+#[test]
+fn tokio_stopped_usage() {
+    stopped_runs_keep_their_usage(on_tokio);
+}

@@ -43,7 +43,7 @@ pub use agentrun_core::harness::plausible_session_id;
 use agentrun_core::harness::retained::codex_token_total;
 use agentrun_core::harness::{
     Completion, FailureKind, Harness, HarnessExit, Interpretation, LaunchError, LaunchRequest,
-    OutcomeStatus, RetainedKind, RetainedRecord, RetainedRequest, TurnSummary,
+    OutcomeStatus, RetainedKind, RetainedRecord, RetainedRequest, TurnSummary, Usage,
 };
 use agentrun_core::lines::{Line, LineSplitter};
 use agentrun_core::process::{
@@ -365,6 +365,10 @@ pub struct AgentRun {
     pub truncated_lines: u64,
     /// Why the retained record is absent, when the harness has one and it could not be read.
     pub retained_error: Option<String>,
+    /// The usage the stream reported before the run was stopped (timeout, idle timeout,
+    /// cancellation), when it reported any: what the stopped run spent, as far as it is
+    /// known. `None` for a completed run, whose usage is its completion's.
+    pub stopped_usage: Option<Usage>,
 }
 
 impl Serialize for AgentRun {
@@ -375,6 +379,8 @@ impl Serialize for AgentRun {
             turn: TurnSummary<'a>,
             #[serde(skip_serializing_if = "Option::is_none")]
             interrupted: Option<RunOutcome>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            usage: Option<&'a Usage>,
             run: RunSummary,
             truncated_lines: u64,
             #[serde(skip_serializing_if = "Option::is_none")]
@@ -388,6 +394,7 @@ impl Serialize for AgentRun {
             )
             .with_observed_models_omitted(self.observed_models_omitted),
             interrupted: self.stopped(),
+            usage: self.stopped_usage.as_ref(),
             run: self.process.summary(),
             truncated_lines: self.truncated_lines,
             retained_error: self.retained_error.as_deref(),
@@ -649,19 +656,26 @@ async fn run_turn<R: Runtime>(
             process,
             truncated_lines,
             retained_error: None,
+            stopped_usage: None,
         });
     }
 
     if process.outcome != RunOutcome::Completed {
-        let interrupted = interp.interrupt();
+        // No completion, but what the stream said it spent so far is kept.
+        let (observed_models, observed_models_omitted, stopped) = stopped_completion(
+            interp,
+            FailureKind::CutOff,
+            "the run was stopped".to_owned(),
+        );
         return Ok(AgentRun {
             harness,
-            observed_models: interrupted.observed_models().to_vec(),
-            observed_models_omitted: interrupted.observed_models_omitted(),
+            observed_models,
+            observed_models_omitted,
             completion: None,
             process,
             truncated_lines,
             retained_error: None,
+            stopped_usage: stopped.report.usage,
         });
     }
 
@@ -697,6 +711,7 @@ async fn run_turn<R: Runtime>(
         process,
         truncated_lines,
         retained_error,
+        stopped_usage: None,
     })
 }
 
