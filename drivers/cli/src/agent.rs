@@ -9,7 +9,8 @@
 //!
 //! Exit codes: 0 when the session succeeded; 1 when it did not (a failed turn, a safeguard
 //! refusal under `--security`, a harness that exited non-zero or was killed by a signal, a
-//! capture fault) or on a runtime error; 124 on `--timeout`/`--idle-timeout`; 127 when the
+//! capture fault) or on a runtime error; 124 on `--timeout`/`--idle-timeout` and on a turn the
+//! stall watchdog stopped (`--stall-timeout`); 127 when the
 //! harness program is not on `PATH`, 126 when it cannot be executed; 125 for usage errors and
 //! agentrun's own failures.
 

@@ -7,7 +7,8 @@
 //! harness's own progress indented under them, and a summary at the end; `--json` prints the
 //! final state as one JSON document on stdout.
 //!
-//! Exit codes: 0 completed or stopped at max turns; the Evaluate turn's code when it failed;
+//! Exit codes: 0 completed, stopped at max turns, or stopped at its budget (`--max-cost-usd`,
+//! `--max-tokens`: status `budget`); the Evaluate turn's code when it failed;
 //! the required phase's code on abort (its reason on stderr); 127/126 when the harness cannot
 //! be started; 128+N when stopped by signal N (continue the session with `--continue`); 125
 //! for usage errors (including `--max-turns` below 3) and agentrun's own failures.
