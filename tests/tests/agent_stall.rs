@@ -161,3 +161,81 @@ fn smol_stopped_usage() {
 fn tokio_stopped_usage() {
     stopped_runs_keep_their_usage(on_tokio);
 }
+
+/// A budget reached while the harness runs (OpenCode reports each step's cost) stops it: the
+/// turn fails `budget`, naming the spend and the limit.
+fn a_budget_reached_mid_turn_stops_the_harness(turn: fn(Store, AgentOptions) -> AgentRun) {
+    let tmp = tempfile::tempdir().unwrap();
+    let step = r#"{"type":"step_finish","sessionID":"ses_1","part":{"reason":"tool-calls","tokens":{"input":100,"output":20},"cost":0.3}}"#;
+    let mut script = format!(
+        "#!/bin/sh\necho $$ > '{}'\necho '{step}'\nexec sleep 120\n",
+        tmp.path().join("pid").display()
+    );
+    script.push('\n');
+    let path = tmp.path().join("opencode");
+    fs::write(&path, script).unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+    let options = AgentOptions::new(Harness::OpenCode, "work")
+        .env("PATH", format!("{}:/usr/bin:/bin", tmp.path().display()))
+        .env("HOME", tmp.path())
+        .budget(agentrun_core::budget::Budget {
+            max_cost_usd: Some(0.2),
+            max_tokens: None,
+        });
+    let run = turn(Store::open(tmp.path().join("store")).unwrap(), options);
+    let completion = run
+        .completion
+        .as_ref()
+        .expect("a budget stop has an outcome");
+    assert_eq!(completion.outcome.failure_kind, Some(FailureKind::Budget));
+    let OutcomeStatus::TurnFailed { diagnostic } = &completion.outcome.status else {
+        panic!("{:?}", completion.outcome.status);
+    };
+    assert!(diagnostic.contains("$0.3000 of $0.2000"), "{diagnostic}");
+    assert!(run.budget_exceeded.is_some());
+    let json = serde_json::to_value(&run).unwrap();
+    assert_eq!(json["outcome"]["failure_kind"], "budget", "{json:#}");
+    assert_eq!(json["budget_exceeded"]["kind"], "cost", "{json:#}");
+    assert_eq!(
+        completion.report.usage.as_ref().and_then(|u| u.cost_usd),
+        Some(0.3)
+    );
+    let pid: i32 = fs::read_to_string(tmp.path().join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(ended(pid), "the harness {pid} was stopped and reaped");
+}
+
+/// A run that finished is checked on its final usage: it keeps its outcome, and says which
+/// limit it reached.
+fn a_finished_run_over_its_budget_says_so(turn: fn(Store, AgentOptions) -> AgentRun) {
+    let tmp = tempfile::tempdir().unwrap();
+    write_harness(tmp.path(), &[INIT, RESULT], "exit 0");
+    let options = options(tmp.path(), Duration::ZERO).budget(agentrun_core::budget::Budget {
+        max_cost_usd: None,
+        max_tokens: Some(10),
+    });
+    let run = turn(Store::open(tmp.path().join("store")).unwrap(), options);
+    assert!(run.succeeded());
+    assert_eq!(
+        run.budget_exceeded,
+        Some(agentrun_core::budget::BudgetExceeded::Tokens {
+            limit: 10,
+            spent: 15
+        })
+    );
+}
+
+#[test]
+fn smol_budget() {
+    a_budget_reached_mid_turn_stops_the_harness(on_smol);
+    a_finished_run_over_its_budget_says_so(on_smol);
+}
+
+#[test]
+fn tokio_budget() {
+    a_budget_reached_mid_turn_stops_the_harness(on_tokio);
+    a_finished_run_over_its_budget_says_so(on_tokio);
+}

@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentrun_core::PreviewLimits;
+use agentrun_core::budget::{Budget, BudgetExceeded, PriceTable, Spend};
 /// The rule the launch applies to resume ids, applied here to the session ids a stream
 /// reports before they name a file.
 pub use agentrun_core::harness::plausible_session_id;
@@ -100,6 +101,8 @@ pub struct AgentOptions {
     program: Option<PathBuf>,
     label: Option<String>,
     stall_timeout: Option<Duration>,
+    budget: Budget,
+    prices: Option<PriceTable>,
 }
 
 impl AgentOptions {
@@ -121,7 +124,26 @@ impl AgentOptions {
             program: None,
             label: None,
             stall_timeout: None,
+            budget: Budget::default(),
+            prices: None,
         }
+    }
+
+    /// Caps the run's spend (US dollars, tokens): checked whenever the stream reports usage
+    /// while the harness runs (Claude Code, OpenCode, …), when the limit is reached the
+    /// harness is stopped with its stop signals and the turn ends failed with
+    /// [`FailureKind::Budget`]; checked again on the final usage (then
+    /// [`AgentRun::budget_exceeded`] says so). A harness that reports tokens but no cost is
+    /// priced from the price table ([`AgentOptions::prices`]).
+    pub fn budget(mut self, budget: Budget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// The prices for [`AgentOptions::budget`] (default: [`PriceTable::builtin`]).
+    pub fn prices(mut self, prices: PriceTable) -> Self {
+        self.prices = Some(prices);
+        self
     }
 
     /// Stops the harness when no event line (a non-blank stdout line) arrived for `timeout`,
@@ -326,6 +348,9 @@ pub enum AgentError {
     /// The options are invalid.
     #[error(transparent)]
     Options(#[from] OptionsError),
+    /// A budget limit is not usable (not a positive number).
+    #[error(transparent)]
+    Budget(#[from] agentrun_core::budget::BudgetError),
     /// The request cannot be passed to the harness (an effort that is not a plain word).
     #[error(transparent)]
     Launch(#[from] LaunchError),
@@ -369,6 +394,8 @@ pub struct AgentRun {
     /// cancellation), when it reported any: what the stopped run spent, as far as it is
     /// known. `None` for a completed run, whose usage is its completion's.
     pub stopped_usage: Option<Usage>,
+    /// The budget limit the run's spend reached ([`AgentOptions::budget`]), when it did.
+    pub budget_exceeded: Option<BudgetExceeded>,
 }
 
 impl Serialize for AgentRun {
@@ -381,6 +408,8 @@ impl Serialize for AgentRun {
             interrupted: Option<RunOutcome>,
             #[serde(skip_serializing_if = "Option::is_none")]
             usage: Option<&'a Usage>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            budget_exceeded: Option<&'a BudgetExceeded>,
             run: RunSummary,
             truncated_lines: u64,
             #[serde(skip_serializing_if = "Option::is_none")]
@@ -395,6 +424,7 @@ impl Serialize for AgentRun {
             .with_observed_models_omitted(self.observed_models_omitted),
             interrupted: self.stopped(),
             usage: self.stopped_usage.as_ref(),
+            budget_exceeded: self.budget_exceeded.as_ref(),
             run: self.process.summary(),
             truncated_lines: self.truncated_lines,
             retained_error: self.retained_error.as_deref(),
@@ -498,6 +528,53 @@ struct Live {
     progress: Option<Progress>,
     /// The last event line, for the stall watchdog (`None` when it is off: no cost at all).
     last: Option<(LastLine, Clock)>,
+    /// The budget checked on the usage the stream reports (`None`: no budget).
+    budget: Option<LiveBudget>,
+}
+
+/// A budget checked while the harness runs, and the stop it asks for.
+struct LiveBudget {
+    budget: Budget,
+    prices: PriceTable,
+    exceeded: Arc<Mutex<BudgetStop>>,
+}
+
+/// The budget stop: the limit reached, and the waker of the stop future.
+#[derive(Default)]
+struct BudgetStop {
+    exceeded: Option<BudgetExceeded>,
+    waker: Option<std::task::Waker>,
+}
+
+impl LiveBudget {
+    fn check(&self, interp: &Interpretation) {
+        let Some(usage) = interp.usage_so_far() else {
+            return;
+        };
+        let models = interp.observed_models().iter().map(String::as_str);
+        let spent = Spend::of_run(usage, models, &self.prices);
+        if let Some(exceeded) = self.budget.exceeded(&spent) {
+            let mut stop = self.exceeded.lock().unwrap_or_else(|p| p.into_inner());
+            if stop.exceeded.is_none() {
+                stop.exceeded = Some(exceeded);
+                if let Some(waker) = stop.waker.take() {
+                    waker.wake();
+                }
+            }
+        }
+    }
+}
+
+/// Resolves once the live budget was exceeded.
+fn budget_stop(stop: Arc<Mutex<BudgetStop>>) -> impl Future<Output = ()> + Send + 'static {
+    std::future::poll_fn(move |cx| {
+        let mut s = stop.lock().unwrap_or_else(|p| p.into_inner());
+        if s.exceeded.is_some() {
+            return std::task::Poll::Ready(());
+        }
+        s.waker = Some(cx.waker().clone());
+        std::task::Poll::Pending
+    })
 }
 
 type Clock = Box<dyn Fn() -> std::time::Instant + Send>;
@@ -531,10 +608,14 @@ impl Live {
             splitter,
             progress,
             last,
+            budget,
         } = self;
         splitter.push(chunk, |line| Self::feed(interp, progress, last, line));
         if let Some((last, clock)) = last {
             last.chunk_done(clock);
+        }
+        if let Some(budget) = budget {
+            budget.check(interp);
         }
     }
 
@@ -545,6 +626,7 @@ impl Live {
             splitter,
             mut progress,
             mut last,
+            budget: _,
         } = self;
         let mut truncated = splitter.truncated_lines();
         // The last line, without a newline, may be cut too.
@@ -595,11 +677,20 @@ async fn run_turn<R: Runtime>(
         let rt = runner.runtime.clone();
         (LastLine::default(), Box::new(move || rt.now()) as Clock)
     });
+    options.budget.validate()?;
+    let prices = options.prices.clone().unwrap_or_else(PriceTable::builtin);
+    let budget_stopped = Arc::new(Mutex::new(BudgetStop::default()));
+    let live_budget = (!options.budget.is_unlimited()).then(|| LiveBudget {
+        budget: options.budget,
+        prices: prices.clone(),
+        exceeded: budget_stopped.clone(),
+    });
     let live = Arc::new(Mutex::new(Some(Live {
         interp,
         splitter: LineSplitter::new(MAX_LINE_BYTES),
         progress,
         last,
+        budget: live_budget,
     })));
     let tap = live.clone();
     let observe = move |chunk: &[u8]| {
@@ -609,7 +700,7 @@ async fn run_turn<R: Runtime>(
     };
     let builder = runner.run(run_options).observe_stdout(observe);
     let stalled = Arc::new(Mutex::new(None));
-    let process = if stall_timeout.is_some() || stop.is_some() {
+    let process = if stall_timeout.is_some() || stop.is_some() || !options.budget.is_unlimited() {
         // The watchdog starts with the turn (its first deadline counts from here, a moment
         // before the spawn: never later than the harness's own start).
         let stall = stall_timeout.map(|t| {
@@ -630,13 +721,28 @@ async fn run_turn<R: Runtime>(
                 stalled.clone(),
             )) as Pin<Box<dyn Future<Output = ()> + Send>>
         });
+        // The budget's stop joins the caller's stop requests.
+        let user: Option<StopInput<'_>> = if options.budget.is_unlimited() {
+            stop
+        } else {
+            let budget = futures_lite::stream::once_future(budget_stop(budget_stopped.clone()));
+            Some(match stop {
+                Some(stop) => Box::pin(futures_lite::StreamExt::or(stop, budget)),
+                None => Box::pin(budget),
+            })
+        };
         builder
-            .cancel_on(stall::StopOrStall { user: stop, stall })
+            .cancel_on(stall::StopOrStall { user, stall })
             .await?
     } else {
         builder.await?
     };
     let stalled = stalled.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let over_budget = budget_stopped
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .exceeded
+        .take();
     let taken = live.lock().unwrap_or_else(|p| p.into_inner()).take();
     let Some(live) = taken else {
         return Err(AgentError::TapLost);
@@ -645,9 +751,17 @@ async fn run_turn<R: Runtime>(
 
     // Stopped by the watchdog (not ended by itself in the meantime): a failed turn of its own
     // kind, with what the stream told until then (session id, usage so far).
-    if let (Some(stall), RunOutcome::Cancelled) = (&stalled, process.outcome) {
+    let stopped_by_us = match (&stalled, &over_budget, process.outcome) {
+        (Some(stall), _, RunOutcome::Cancelled) => Some((FailureKind::Stalled, stall.diagnostic())),
+        (_, Some(exceeded), RunOutcome::Cancelled) => Some((
+            FailureKind::Budget,
+            format!("{}; agentrun stopped the harness", exceeded.diagnostic()),
+        )),
+        _ => None,
+    };
+    if let Some((kind, diagnostic)) = stopped_by_us {
         let (observed_models, observed_models_omitted, completion) =
-            stopped_completion(interp, FailureKind::Stalled, stall.diagnostic());
+            stopped_completion(interp, kind, diagnostic);
         return Ok(AgentRun {
             harness,
             observed_models,
@@ -657,6 +771,7 @@ async fn run_turn<R: Runtime>(
             truncated_lines,
             retained_error: None,
             stopped_usage: None,
+            budget_exceeded: over_budget.filter(|_| kind == FailureKind::Budget),
         });
     }
 
@@ -676,6 +791,7 @@ async fn run_turn<R: Runtime>(
             truncated_lines,
             retained_error: None,
             stopped_usage: stopped.report.usage,
+            budget_exceeded: None,
         });
     }
 
@@ -703,6 +819,13 @@ async fn run_turn<R: Runtime>(
         None => (None, None),
     };
     let completion = finished.complete(retained);
+    // The final check, on the usage the completion reports (the retained record's included).
+    let budget_exceeded = completion.report.usage.as_ref().and_then(|usage| {
+        let models = completion.report.models.iter().map(String::as_str);
+        options
+            .budget
+            .exceeded(&Spend::of_run(usage, models, &prices))
+    });
     Ok(AgentRun {
         harness,
         observed_models,
@@ -712,6 +835,7 @@ async fn run_turn<R: Runtime>(
         truncated_lines,
         retained_error,
         stopped_usage: None,
+        budget_exceeded,
     })
 }
 
