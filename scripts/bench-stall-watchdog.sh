@@ -4,28 +4,31 @@
 # tests/fixtures/harness/claude/, repeated) as fast as the pipe takes it, with the watchdog
 # off (`--stall-timeout 0`) and on (the default 10m), runs interleaved. Reports wall/user/sys
 # time of each run. Usage: scripts/bench-stall-watchdog.sh [WORKDIR] (default
-# /tmp/agentrun-bench-stall)
+# /tmp/agentrun-bench-stall); BENCH_MIB sets the file size, AGENTRUN_BIN a prebuilt binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 work=${1:-/tmp/agentrun-bench-stall}
 mkdir -p "$work/bin"
-cargo build --release -p agentrun >/dev/null
-bin=${CARGO_TARGET_DIR:-$root/target}/release/agentrun
+if [ -z "${AGENTRUN_BIN:-}" ]; then
+    cargo build --release -p agentrun >/dev/null
+fi
+bin=${AGENTRUN_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/agentrun}
 fx=$root/tests/fixtures/harness/claude
-if [ ! -s "$work/claude-256m.jsonl" ]; then
+mib=${BENCH_MIB:-256}
+if [ ! -s "$work/claude-${mib}m.jsonl" ]; then
     cat "$fx/ccagent-claude_response1.jsonl" "$fx/morpheus-claude_stream.jsonl" | grep -v '^$' > "$work/unit.jsonl"
-    python3 - "$work" <<'PY'
+    python3 - "$work" "$mib" <<'PY'
 import sys
 work = sys.argv[1]
 unit = open(f"{work}/unit.jsonl", "rb").read()
-target, n = 256 << 20, 0
-with open(f"{work}/claude-256m.jsonl", "wb") as f:
+target, n = int(sys.argv[2]) << 20, 0
+with open(f"{work}/claude-{sys.argv[2]}m.jsonl", "wb") as f:
     while n + len(unit) <= target:
         f.write(unit); n += len(unit)
 PY
 fi
-file=$work/claude-256m.jsonl
+file=$work/claude-${mib}m.jsonl
 printf '#!/bin/sh\nexec cat %s\n' "$file" > "$work/bin/claude"
 chmod +x "$work/bin/claude"
 echo "file: $(stat -c %s "$file") bytes, $(wc -l < "$file") lines"
