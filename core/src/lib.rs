@@ -41,6 +41,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auto_mode;
+pub mod budget;
 pub mod capture;
 pub mod compaction;
 pub mod continuation;
@@ -57,6 +58,7 @@ pub mod process;
 pub mod record;
 pub mod retry;
 pub mod sink;
+pub mod stall;
 pub mod stream;
 pub mod transcript;
 pub mod turn;

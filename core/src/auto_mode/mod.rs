@@ -72,6 +72,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::budget::{Budget, PriceTable, Spend};
 use crate::harness::UsageLedger;
 use crate::retry::{GiveUpReason, Retry, RetryEvent};
 use crate::turn::TurnOutput;
@@ -235,6 +236,9 @@ pub enum AutoModeError {
         /// What the machine waits for.
         waiting: &'static str,
     },
+    /// A cost or token limit is not usable.
+    #[error(transparent)]
+    Budget(#[from] crate::budget::BudgetError),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,6 +272,8 @@ pub struct AutoMode {
     waiting: Waiting,
     /// The retry backoff's jitter source ([`AutoMode::jitter_seed`]).
     seed: u64,
+    /// Prices the turns of a harness that reports tokens but no cost.
+    prices: PriceTable,
 }
 
 impl AutoMode {
@@ -299,6 +305,9 @@ impl AutoMode {
             turns_dropped: 0,
             harness_turns: 0,
             usage: UsageLedger::default(),
+            budget: Budget::default(),
+            spend: Spend::default(),
+            budget_exceeded: None,
             instructions: Vec::new(),
             instructions_delivered: 0,
             retries: 0,
@@ -311,6 +320,7 @@ impl AutoMode {
             actions: VecDeque::new(),
             waiting: Waiting::Listen,
             seed: 0,
+            prices: PriceTable::builtin(),
         };
         let s = &machine.state.settings;
         let msg = format!(
@@ -365,6 +375,7 @@ impl AutoMode {
             actions: VecDeque::new(),
             waiting: Waiting::Listen,
             seed: 0,
+            prices: PriceTable::builtin(),
         };
         machine.log(now, "session continued");
         machine.touch(now);
@@ -378,6 +389,24 @@ impl AutoMode {
     pub fn jitter_seed(mut self, seed: u64) -> Self {
         self.seed = seed;
         self
+    }
+
+    /// Sets the session's limits (kept in the state, so a continued session keeps them unless
+    /// set again) and the prices of turns whose harness reports no cost. A session whose spend
+    /// already reached the limits starts no further turn.
+    ///
+    /// # Errors
+    /// [`AutoModeError::Budget`] for a limit that is not positive.
+    pub fn set_budget(&mut self, budget: Budget, prices: PriceTable) -> Result<(), AutoModeError> {
+        budget.validate()?;
+        self.state.budget = budget;
+        self.prices = prices;
+        Ok(())
+    }
+
+    /// Sets the prices only (for a continued session that keeps its limits).
+    pub fn set_prices(&mut self, prices: PriceTable) {
+        self.prices = prices;
     }
 
     /// The next action for the driver, in order.
@@ -486,6 +515,11 @@ impl AutoMode {
         let usage = output
             .usage()
             .map(|reported| self.state.usage.record(harness_session, reported));
+        if let Some(own) = &usage {
+            let models = output.models().iter().map(String::as_str);
+            let spent = Spend::of_run(own, models, &self.prices);
+            self.state.spend.add(&spent);
+        }
         self.state.harness_turns += 1;
         let verdict = (phase == Phase::Evaluate && !failed).then(|| evaluation_verdict(output));
         let verdict = verdict.flatten();
@@ -765,6 +799,14 @@ impl AutoMode {
     }
 
     fn start_turn(&mut self, now: SystemTime) {
+        // The turn that reached a limit was the last: no turn starts once the budget is spent
+        // (also after a restart, from the persisted spend).
+        if let Some(exceeded) = self.state.budget.exceeded(&self.state.spend) {
+            self.state.budget_exceeded = Some(exceeded);
+            let why = format!("{}; no further turn started", exceeded.diagnostic());
+            self.finish(now, SessionStatus::Budget, 0, &why);
+            return;
+        }
         let phase = self.state.phase;
         let Some(prompt) = self.render(phase) else {
             return self.start_verification(now);

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Phase;
 use super::verdict::Verdict;
+use crate::budget::{Budget, BudgetExceeded, Spend};
 use crate::harness::{FailureKind, Usage, UsageLedger};
 use crate::retry::{DEFAULT_AUTO_MAX_RETRIES, DEFAULT_RETRY_BACKOFF, RetryPolicy, RetryWait};
 
@@ -35,6 +36,8 @@ pub enum SessionStatus {
     Stopped,
     /// An Evaluate or required turn exited non-zero.
     Error,
+    /// The spend reached the session's cost or token limit: no further turn started.
+    Budget,
 }
 
 impl SessionStatus {
@@ -46,6 +49,7 @@ impl SessionStatus {
             SessionStatus::Completed => "completed",
             SessionStatus::Stopped => "stopped",
             SessionStatus::Error => "error",
+            SessionStatus::Budget => "budget",
         }
     }
 }
@@ -209,6 +213,17 @@ pub struct AutoModeState {
     /// a turn reports usage), and the harness session's running totals it was computed from.
     #[serde(default)]
     pub usage: UsageLedger,
+    /// The session's limits (absent when none).
+    #[serde(default, skip_serializing_if = "Budget::is_unlimited")]
+    pub budget: Budget,
+    /// What the turns spent, in the budget's terms: the cost (reported, or estimated from the
+    /// price table for a harness that reports tokens only) and the tokens.
+    #[serde(default)]
+    pub spend: Spend,
+    /// The limit the spend reached, once it did (the session's status is then `budget`,
+    /// unless the turn that reached it also ended the session otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_exceeded: Option<BudgetExceeded>,
     /// Appended instructions embedded in the Execute prompt of the current turn (kept until
     /// it finishes so a continued session delivers them again rather than losing them).
     pub instructions: Vec<Instruction>,

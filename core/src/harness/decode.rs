@@ -214,6 +214,11 @@ pub trait StreamDecoder {
     fn condense(&mut self, line: &[u8]) -> StreamUpdate;
     /// Consumes the decoder and returns the completion facts.
     fn complete(self: Box<Self>) -> Facts;
+    /// The usage the stream reported so far, for a budget checked while the turn runs
+    /// (`None`: none yet, or the dialect reports usage only at its end).
+    fn usage_so_far(&self) -> Option<&Usage> {
+        None
+    }
 }
 
 /// Most distinct unknown event types remembered for the drift warning.

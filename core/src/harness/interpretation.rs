@@ -364,6 +364,12 @@ impl Interpretation {
         }
     }
 
+    /// The usage the stream reported so far (for a budget checked while the turn runs);
+    /// `None` before any, and for dialects that report usage only at the end.
+    pub fn usage_so_far(&self) -> Option<&Usage> {
+        self.decoder.usage_so_far()
+    }
+
     /// The observed models so far: first-seen order, deduplicated, without empty names or
     /// `<synthetic>`, at most [`MAX_MODELS`], each at most [`MAX_MODEL_NAME_BYTES`] (plus
     /// [`MODEL_NAME_CUT`]). Requested models never appear here.

@@ -223,6 +223,10 @@ impl StreamDecoder for OpenCodeDecoder {
         update
     }
 
+    fn usage_so_far(&self) -> Option<&Usage> {
+        self.usage.as_ref()
+    }
+
     fn complete(self: Box<Self>) -> Facts {
         let this = *self;
         let summary = this.usage.as_ref().map(|u| {

@@ -9,7 +9,8 @@
 //!
 //! Exit codes: 0 when the session succeeded; 1 when it did not (a failed turn, a safeguard
 //! refusal under `--security`, a harness that exited non-zero or was killed by a signal, a
-//! capture fault) or on a runtime error; 124 on `--timeout`/`--idle-timeout`; 127 when the
+//! capture fault) or on a runtime error; 124 on `--timeout`/`--idle-timeout` and on a turn the
+//! stall watchdog stopped (`--stall-timeout`); 127 when the
 //! harness program is not on `PATH`, 126 when it cannot be executed; 125 for usage errors and
 //! agentrun's own failures.
 
@@ -21,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentrun_core::ResultRecord;
+use agentrun_core::budget::{Budget, PriceTable};
 use agentrun_core::harness::Harness;
 use agentrun_core::process::{ProcessResult, RunOutcome};
 use agentrun_fs::Store;
@@ -76,6 +78,18 @@ pub(crate) struct AgentArgs {
     /// each further retry, with jitter, each wait at most 15 minutes.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse_backoff)]
     retry_backoff: Duration,
+    /// Stop the harness when it emitted no event line for this long (`0`: never); the turn
+    /// then fails as `stalled`, naming the last event seen; exit code 124.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10m")]
+    stall_timeout: Duration,
+    /// Cap the run's cost in US dollars: checked whenever the stream reports usage (the
+    /// harness is then stopped and the turn fails as `budget`) and on the final usage. A
+    /// harness that reports tokens but no cost is priced from the price table (estimated).
+    #[arg(long, value_name = "USD", value_parser = crate::auto::parse_usd)]
+    max_cost_usd: Option<f64>,
+    /// Cap the run's tokens (input plus output), like `--max-cost-usd`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_tokens: Option<u64>,
     /// The retained record to reconcile with, instead of the harness's own (the Muse, Qwen
     /// Code, pi or Gemini CLI session log; the Codex session file; the OpenCode export, as
     /// `opencode export ID` prints it).
@@ -103,10 +117,16 @@ struct Live {
 }
 
 impl AgentArgs {
-    fn options(&self) -> AgentOptions {
+    fn options(&self, prices: PriceTable) -> AgentOptions {
         let mut options = AgentOptions::new(self.harness, self.prompt.join(" "))
             .security(self.security)
-            .skip_git_repo_check(self.skip_git_repo_check);
+            .skip_git_repo_check(self.skip_git_repo_check)
+            .stall_timeout(self.stall_timeout)
+            .budget(Budget {
+                max_cost_usd: self.max_cost_usd,
+                max_tokens: self.max_tokens,
+            })
+            .prices(prices);
         if let Some(m) = &self.model {
             options = options.model(m);
         }
@@ -135,9 +155,9 @@ impl AgentArgs {
 }
 
 /// Runs `agentrun agent`.
-pub(crate) fn run(store: Store, args: AgentArgs) -> Result<ExitCode, Failure> {
+pub(crate) fn run(store: Store, prices: PriceTable, args: AgentArgs) -> Result<ExitCode, Failure> {
     let harness = args.harness;
-    let options = args.options();
+    let options = args.options(prices);
     options
         .run_options()
         .map_err(Failure::usage)?
@@ -229,6 +249,9 @@ fn report(
     }
     say!("{}", footer(result));
     crate::run::report_faults(&result.record);
+    if let Some(exceeded) = &turn.budget_exceeded {
+        say!("agentrun: {}", exceeded.diagnostic());
+    }
     let Some(completion) = &turn.completion else {
         let why = match result.outcome {
             RunOutcome::IdleTimedOut => "idle_timed_out",

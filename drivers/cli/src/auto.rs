@@ -7,7 +7,8 @@
 //! harness's own progress indented under them, and a summary at the end; `--json` prints the
 //! final state as one JSON document on stdout.
 //!
-//! Exit codes: 0 completed or stopped at max turns; the Evaluate turn's code when it failed;
+//! Exit codes: 0 completed, stopped at max turns, or stopped at its budget (`--max-cost-usd`,
+//! `--max-tokens`: status `budget`); the Evaluate turn's code when it failed;
 //! the required phase's code on abort (its reason on stderr); 127/126 when the harness cannot
 //! be started; 128+N when stopped by signal N (continue the session with `--continue`); 125
 //! for usage errors (including `--max-turns` below 3) and agentrun's own failures.
@@ -20,6 +21,7 @@ use std::time::Duration;
 
 use agentrun_core::auto_mode::sanitize::MAX_INPUT_BYTES;
 use agentrun_core::auto_mode::{AutoModeError, DEFAULT_MAX_TURNS};
+use agentrun_core::budget::PriceTable;
 use agentrun_core::harness::Harness;
 use agentrun_core::retry::DEFAULT_AUTO_MAX_RETRIES;
 use agentrun_fs::Store;
@@ -77,11 +79,24 @@ pub(crate) struct AutoArgs {
     /// each further retry, with jitter, each wait at most 15 minutes.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse_backoff)]
     retry_backoff: Duration,
+    /// Stop a harness turn that emitted no event line for this long (`0`: never); the turn
+    /// fails as `stalled`, naming the last event seen, with exit code 124 (like a turn
+    /// timeout).
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10m")]
+    stall_timeout: Duration,
+    /// Cap the whole session's cost in US dollars (e.g. 5 or 0.50): once the turns spent
+    /// this much, no further turn starts and the session ends with status `budget`. A
+    /// harness that reports tokens but no cost is priced from the price table (estimated).
+    #[arg(long, value_name = "USD", value_parser = parse_usd)]
+    max_cost_usd: Option<f64>,
+    /// Cap the whole session's tokens (input plus output), like `--max-cost-usd`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_tokens: Option<u64>,
     /// Continue an interrupted session (its id or directory) from its last transition.
     #[arg(
         long = "continue",
         value_name = "SESSION",
-        conflicts_with_all = ["harness", "model", "effort", "verify", "session_dir", "harness_args", "objective", "max_retries", "retry_backoff"]
+        conflicts_with_all = ["harness", "model", "effort", "verify", "session_dir", "harness_args", "objective", "max_retries", "retry_backoff", "max_cost_usd", "max_tokens"]
     )]
     continue_session: Option<String>,
     /// Print the final session state as one JSON document on stdout.
@@ -116,11 +131,13 @@ fn say(line: &str) {
 }
 
 /// Runs `agentrun auto`: parses into a library session, prints its progress and outcome.
-pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
+pub(crate) fn run(store: Store, prices: PriceTable, args: AutoArgs) -> Result<ExitCode, Failure> {
     let runner = agentrun_smol::Runner::new(store);
     let session = smol::block_on(async {
         match &args.continue_session {
-            Some(session) => AutoSession::resume(runner, session).await,
+            Some(session) => AutoSession::resume(runner, session)
+                .await
+                .map(|s| s.prices(prices)),
             None => {
                 let Some(harness) = args.harness else {
                     return Ok(None);
@@ -128,7 +145,14 @@ pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
                 let mut options = AutoSessionOptions::new(harness, args.objective.join(" "))
                     .max_turns(args.max_turns)
                     .max_retries(args.max_retries)
-                    .retry_backoff(args.retry_backoff);
+                    .retry_backoff(args.retry_backoff)
+                    .prices(prices);
+                if let Some(usd) = args.max_cost_usd {
+                    options = options.max_cost_usd(usd);
+                }
+                if let Some(tokens) = args.max_tokens {
+                    options = options.max_tokens(tokens);
+                }
                 if let Some(model) = &args.model {
                     options = options.model(model);
                 }
@@ -164,6 +188,7 @@ pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
         if let Some(timeout) = args.turn_timeout {
             session = session.turn_timeout(timeout);
         }
+        session = session.stall_timeout(args.stall_timeout);
         smol::block_on(session.run(|progress| match progress {
             AutoProgress::Event(line) => say(&format!("agentrun: {line}")),
             AutoProgress::Harness(line) => say(&format!("  {line}")),
@@ -221,6 +246,18 @@ pub(crate) fn run(store: Store, args: AutoArgs) -> Result<ExitCode, Failure> {
         write_or_quiet(&mut io::stdout().lock(), json.as_bytes())?;
     }
     Ok(ExitCode::from(outcome.exit_code()))
+}
+
+/// A cost limit: a positive, finite number of US dollars (`5`, `0.50`, `$2`).
+pub(crate) fn parse_usd(s: &str) -> Result<f64, String> {
+    let t = s.trim().trim_start_matches('$');
+    match t.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(_) => Err(format!("{s:?} is not a positive number of US dollars")),
+        Err(_) => Err(format!(
+            "{s:?} is not a number of US dollars (e.g. 5 or 0.50)"
+        )),
+    }
 }
 
 /// A session that could not be created or resumed: bad settings and sessions are usage

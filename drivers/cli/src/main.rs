@@ -319,9 +319,15 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Completions(args) => docs_cmds::completions(command_tree(), args),
         Command::Man => docs_cmds::man(command_tree()),
         Command::Run(args) => run::run(&settings()?, args),
-        Command::Agent(args) => agent::run(settings()?.open_store()?, args),
+        Command::Agent(args) => {
+            let settings = settings()?;
+            agent::run(settings.open_store()?, settings.price_table(), args)
+        }
         Command::Compact(args) => compact::run(&settings()?, args),
-        Command::Auto(args) => auto::run(settings()?.open_store()?, args),
+        Command::Auto(args) => {
+            let settings = settings()?;
+            auto::run(settings.open_store()?, settings.price_table(), args)
+        }
         Command::Append(args) => auto::append(settings()?.open_store()?, args),
         Command::Read(args) => read::read(&settings()?, args),
         Command::Show(args) => store_cmds::show(&settings()?, args),

@@ -161,6 +161,11 @@ impl Settings {
         Store::open(&root.value).map_err(store_failure)
     }
 
+    /// The price table: built in, with the config file's `[prices]` on top.
+    pub(crate) fn price_table(&self) -> agentrun_core::budget::PriceTable {
+        self.config.price_table()
+    }
+
     /// Opens the store only if it exists (`None` otherwise): for commands that only read.
     /// A shared store on object storage always exists (its bucket is checked by the first
     /// request).

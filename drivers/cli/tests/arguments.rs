@@ -264,6 +264,47 @@ fn zero_timeouts_are_refused_when_parsed() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
 
+#[test]
+fn bad_budgets_and_stall_timeouts_are_refused_when_parsed() {
+    let h = Harness::new();
+    for (argv, option, says) in [
+        (
+            &["agent", "claude", "--max-cost-usd", "0", "hi"][..],
+            "--max-cost-usd",
+            "positive",
+        ),
+        (
+            &["agent", "claude", "--max-cost-usd", "lots", "hi"],
+            "--max-cost-usd",
+            "not a number",
+        ),
+        (
+            &["auto", "claude", "--max-cost-usd=-1", "--", "hi"],
+            "--max-cost-usd",
+            "positive",
+        ),
+        (
+            &["auto", "claude", "--max-tokens", "0", "--", "hi"],
+            "--max-tokens",
+            "0",
+        ),
+        (
+            &["agent", "claude", "--stall-timeout", "soon", "hi"],
+            "--stall-timeout",
+            "expected",
+        ),
+    ] {
+        let o = h.run(argv);
+        let err = assert_exit_says(&o, 125, option);
+        assert!(err.contains(says), "{argv:?}: {err}");
+        assert_eq!(h.launched(), None, "{argv:?} started the harness");
+    }
+    assert!(
+        !h.sandbox.store.join("sessions").exists(),
+        "a session was created"
+    );
+}
+
 /// `cmd` with stdout on `/dev/full` (every write fails with ENOSPC), or `None` where the system
 /// has no `/dev/full`.
 fn to_full_disk(mut cmd: Command) -> Option<Output> {

@@ -356,3 +356,64 @@ fn an_execute_turn_rate_limited_twice_is_waited_out_and_resumed_in_the_same_sess
     assert!(served.has_user_text("This is the Clarify phase"), "resumed");
     assert!(served.body_text().contains("criteria"));
 }
+
+/// `--max-cost-usd` below two turns' cost: the turn that crossed the limit (the second) is
+/// the last, and the session ends with status `budget`, its spend and limit in the state.
+#[test]
+fn a_session_stops_at_its_cost_limit_after_the_turn_that_crossed_it() {
+    let env = env();
+    // What one turn of one request costs, as Claude Code prices it: one `agent` run first.
+    let probe =
+        ModelServer::start(Api::AnthropicMessages, replies([Reply::text("probe")])).unwrap();
+    let o = env
+        .sandbox
+        .cmd(&["agent", "claude", "--json", "--", "probe"])
+        .env_clear()
+        .envs(agent_clis::claude_env(&env.home, &probe).unwrap())
+        .current_dir(&env.work)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let last: Value = serde_json::from_slice(
+        o.stdout
+            .split(|b| *b == b'\n')
+            .rfind(|l| !l.is_empty())
+            .unwrap(),
+    )
+    .unwrap();
+    let one_turn = last["report"]["usage"]["cost_usd"].as_f64().unwrap();
+    assert!(one_turn > 0.0, "{last:#}");
+
+    let server = ModelServer::start(
+        Api::AnthropicMessages,
+        replies([
+            Reply::text("criteria"),
+            Reply::text("plan"),
+            Reply::text("worked"),
+            Reply::text("IN PROGRESS"),
+        ]),
+    )
+    .unwrap();
+    let limit = format!("{:.8}", one_turn * 1.5);
+    let o = auto(&env, &server, &["--max-cost-usd", &limit, "--", "work"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let s = state(&o);
+    assert_eq!(s["status"], "budget", "{s:#}");
+    assert_eq!(s["turns"].as_array().unwrap().len(), 2, "{s:#}");
+    assert_eq!(
+        server.model_requests().len(),
+        2,
+        "no third turn reached the model"
+    );
+    let spent = s["spend"]["cost_usd"].as_f64().unwrap();
+    assert!((spent - 2.0 * one_turn).abs() < 1e-9, "{s:#}");
+    assert_eq!(s["budget_exceeded"]["kind"], "cost", "{s:#}");
+    assert!(err.contains("status budget"), "{err}");
+    assert!(err.contains("no further turn started"), "{err}");
+}

@@ -471,6 +471,33 @@ fn claude_model_effort_security() {
     );
 }
 
+/// A model that never answers, with Claude Code's own retries off: `--stall-timeout` stops
+/// the CLI once its stream has been silent for the timeout, and the turn is reported
+/// `stalled`, naming the last event Claude Code printed (its `system` init), with exit 124.
+#[test]
+fn claude_a_silent_model_is_stopped_as_stalled() {
+    let server = server(Cli::Claude, vec![Reply::Hang]);
+    let mut sandbox = Sandbox::new(Cli::Claude, &server);
+    sandbox
+        .env
+        .push(("CLAUDE_CODE_MAX_RETRIES".to_owned(), "0".to_owned()));
+    let (o, last) = sandbox.agent_json(Cli::Claude, &["--stall-timeout", "5s"], "wait");
+    assert_eq!(o.status.code(), Some(124), "{}", describe(&o));
+    assert!(
+        server.wait_for_requests(1, Duration::from_secs(10)),
+        "the CLI never reached the model"
+    );
+    assert_eq!(last["outcome"]["failure_kind"], "stalled", "{last:#}");
+    let diagnostic = last["outcome"]["status"]["diagnostic"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        diagnostic.contains("\"system\"") && diagnostic.contains("stall timeout of 5s"),
+        "{last:#}"
+    );
+    assert!(last["outcome"]["session_id"].is_string(), "{last:#}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Codex
 // ---------------------------------------------------------------------------------------------

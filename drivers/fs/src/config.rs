@@ -16,6 +16,11 @@
 //! [retention]
 //! records = "30d"                    # forget recorded runs after this ("never": keep them)
 //! grace = "1h"                       # keep unreferenced objects this long
+//!
+//! [prices."gpt-5-codex"]             # USD per million tokens, over the built-in table
+//! input = 1.25
+//! cached_input = 0.125
+//! output = 10.0
 //! ```
 //!
 //! Unknown keys and wrong types are errors that name the key and the file, so a typo never
@@ -25,7 +30,10 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use agentrun_core::PreviewLimits;
+use agentrun_core::budget::{ModelPrice, PriceTable};
 use agentrun_core::limits::LimitsError;
 use serde::Deserialize;
 
@@ -78,7 +86,7 @@ pub enum ConfigError {
 }
 
 /// The settings file's contents. Every key is optional; absent keys take the defaults.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct Config {
@@ -92,6 +100,11 @@ pub struct Config {
     /// Retention (`[retention]`).
     #[serde(default)]
     pub retention: Retention,
+    /// Model prices on top of the built-in table (`[prices."gpt-5-codex"]` with `input`,
+    /// `cached_input`, `output` in US dollars per million tokens): what turns of a harness
+    /// that reports tokens but no cost are estimated to cost, for `--max-cost-usd`.
+    #[serde(default)]
+    pub prices: BTreeMap<String, ModelPrice>,
 }
 
 /// `[tool_output]`: the preview limits; absent keys keep [`PreviewLimits::default`].
@@ -179,6 +192,12 @@ impl Config {
                 "sink_var: invalid result-sink variable name {var:?}: {why}"
             ));
         }
+        if let Some((model, _)) = config.prices.iter().find(|(_, p)| !p.is_valid()) {
+            return Err(format!(
+                "prices.{model:?}: every price must be a number of at least 0 (US dollars per \
+                 million tokens)"
+            ));
+        }
         if let Some(store) = &config.store
             && store.as_os_str().as_encoded_bytes().contains(&0)
         {
@@ -188,6 +207,11 @@ impl Config {
             ));
         }
         Ok(config)
+    }
+
+    /// The built-in price table with the file's `[prices]` on top.
+    pub fn price_table(&self) -> PriceTable {
+        PriceTable::builtin().with_overrides(self.prices.clone())
     }
 
     /// `base` with the `[tool_output]` keys that are set, checked.
@@ -337,6 +361,27 @@ fn retention_duration<'de, D: serde::Deserializer<'de>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prices_override_the_builtin_table_and_bad_ones_are_refused() {
+        let c = Config::parse(
+            "[prices.\"gpt-5-codex\"]\ninput = 9.0\ncached_input = 1.0\noutput = 90.0\n\
+             [prices.\"my-model\"]\ninput = 1\ncached_input = 0\noutput = 2\n",
+        )
+        .unwrap();
+        let table = c.price_table();
+        assert_eq!(table.price("gpt-5-codex").map(|p| p.output), Some(90.0));
+        assert_eq!(table.price("my-model").map(|p| p.input), Some(1.0));
+        assert!(
+            table.price("gemini-2.5-pro").is_some(),
+            "the built-in rest stays"
+        );
+        let e =
+            Config::parse("[prices.m]\ninput = -1\ncached_input = 0\noutput = 0\n").unwrap_err();
+        assert!(e.contains("prices.\"m\""), "{e}");
+        let e = Config::parse("[prices.m]\ninput = 1\noutput = 0\n").unwrap_err();
+        assert!(e.contains("cached_input"), "{e}");
+    }
 
     #[test]
     fn parses_every_key() {

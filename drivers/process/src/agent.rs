@@ -37,13 +37,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentrun_core::PreviewLimits;
+use agentrun_core::budget::{Budget, BudgetExceeded, PriceTable, Spend};
 /// The rule the launch applies to resume ids, applied here to the session ids a stream
 /// reports before they name a file.
 pub use agentrun_core::harness::plausible_session_id;
 use agentrun_core::harness::retained::codex_token_total;
 use agentrun_core::harness::{
-    Completion, Harness, HarnessExit, Interpretation, LaunchError, LaunchRequest, OutcomeStatus,
-    RetainedKind, RetainedRecord, RetainedRequest, TurnSummary,
+    Completion, FailureKind, Harness, HarnessExit, Interpretation, LaunchError, LaunchRequest,
+    OutcomeStatus, RetainedKind, RetainedRecord, RetainedRequest, TurnSummary, Usage,
 };
 use agentrun_core::lines::{Line, LineSplitter};
 use agentrun_core::process::{
@@ -60,6 +61,7 @@ use serde::Serialize;
 
 use crate::driver::{Runner, Runtime};
 use crate::live::RunError;
+use crate::stall::{self, LastLine};
 
 /// The longest stdout line interpreted; a longer line is not interpreted (the report names it
 /// in `oversized_lines` and a warning) while the stdout artifact keeps it whole.
@@ -100,6 +102,9 @@ pub struct AgentOptions {
     program: Option<PathBuf>,
     label: Option<String>,
     retry: RetryPolicy,
+    stall_timeout: Option<Duration>,
+    budget: Budget,
+    prices: Option<PriceTable>,
 }
 
 impl AgentOptions {
@@ -121,6 +126,9 @@ impl AgentOptions {
             program: None,
             label: None,
             retry: RetryPolicy::NEVER,
+            stall_timeout: None,
+            budget: Budget::default(),
+            prices: None,
         }
     }
 
@@ -137,6 +145,39 @@ impl AgentOptions {
     pub fn retry_backoff(mut self, backoff: Duration) -> Self {
         self.retry.backoff = backoff;
         self
+    }
+
+
+    /// Caps the run's spend (US dollars, tokens): checked whenever the stream reports usage
+    /// while the harness runs (Claude Code, OpenCode, …), when the limit is reached the
+    /// harness is stopped with its stop signals and the turn ends failed with
+    /// [`FailureKind::Budget`]; checked again on the final usage (then
+    /// [`AgentRun::budget_exceeded`] says so). A harness that reports tokens but no cost is
+    /// priced from the price table ([`AgentOptions::prices`]).
+    pub fn budget(mut self, budget: Budget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// The prices for [`AgentOptions::budget`] (default: [`PriceTable::builtin`]).
+    pub fn prices(mut self, prices: PriceTable) -> Self {
+        self.prices = Some(prices);
+        self
+    }
+
+    /// Stops the harness when no event line (a non-blank stdout line) arrived for `timeout`,
+    /// and ends the turn failed with [`FailureKind::Stalled`](agentrun_core::harness::FailureKind)
+    /// and a diagnostic naming the last event seen. Zero turns the watchdog off (the default;
+    /// the command line and the MCP server default to
+    /// [`DEFAULT_STALL_TIMEOUT`](agentrun_core::stall::DEFAULT_STALL_TIMEOUT)).
+    pub fn stall_timeout(mut self, timeout: Duration) -> Self {
+        self.stall_timeout = Some(timeout).filter(|t| !t.is_zero());
+        self
+    }
+
+    /// The stall timeout, when the watchdog is on.
+    pub fn get_stall_timeout(&self) -> Option<Duration> {
+        self.stall_timeout
     }
 
     /// Runs the harness (and, for OpenCode, its `opencode export`) from the executable at
@@ -326,6 +367,9 @@ pub enum AgentError {
     /// The options are invalid.
     #[error(transparent)]
     Options(#[from] OptionsError),
+    /// A budget limit is not usable (not a positive number).
+    #[error(transparent)]
+    Budget(#[from] agentrun_core::budget::BudgetError),
     /// The request cannot be passed to the harness (an effort that is not a plain word).
     #[error(transparent)]
     Launch(#[from] LaunchError),
@@ -368,6 +412,12 @@ pub struct AgentRun {
     /// How many times the turn was run again after a rate limit or an overload
     /// ([`AgentOptions::max_retries`]); this run is the last of them.
     pub retries: u32,
+    /// The usage the stream reported before the run was stopped (timeout, idle timeout,
+    /// cancellation), when it reported any: what the stopped run spent, as far as it is
+    /// known. `None` for a completed run, whose usage is its completion's.
+    pub stopped_usage: Option<Usage>,
+    /// The budget limit the run's spend reached ([`AgentOptions::budget`]), when it did.
+    pub budget_exceeded: Option<BudgetExceeded>,
 }
 
 impl Serialize for AgentRun {
@@ -378,6 +428,10 @@ impl Serialize for AgentRun {
             turn: TurnSummary<'a>,
             #[serde(skip_serializing_if = "Option::is_none")]
             interrupted: Option<RunOutcome>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            usage: Option<&'a Usage>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            budget_exceeded: Option<&'a BudgetExceeded>,
             run: RunSummary,
             truncated_lines: u64,
             #[serde(skip_serializing_if = "Option::is_none")]
@@ -396,6 +450,8 @@ impl Serialize for AgentRun {
             )
             .with_observed_models_omitted(self.observed_models_omitted),
             interrupted: self.stopped(),
+            usage: self.stopped_usage.as_ref(),
+            budget_exceeded: self.budget_exceeded.as_ref(),
             run: self.process.summary(),
             truncated_lines: self.truncated_lines,
             retained_error: self.retained_error.as_deref(),
@@ -625,10 +681,69 @@ struct Live {
     interp: Interpretation,
     splitter: LineSplitter,
     progress: Option<Progress>,
+    /// The last event line, for the stall watchdog (`None` when it is off: no cost at all).
+    last: Option<(LastLine, Clock)>,
+    /// The budget checked on the usage the stream reports (`None`: no budget).
+    budget: Option<LiveBudget>,
 }
 
+/// A budget checked while the harness runs, and the stop it asks for.
+struct LiveBudget {
+    budget: Budget,
+    prices: PriceTable,
+    exceeded: Arc<Mutex<BudgetStop>>,
+}
+
+/// The budget stop: the limit reached, and the waker of the stop future.
+#[derive(Default)]
+struct BudgetStop {
+    exceeded: Option<BudgetExceeded>,
+    waker: Option<std::task::Waker>,
+}
+
+impl LiveBudget {
+    fn check(&self, interp: &Interpretation) {
+        let Some(usage) = interp.usage_so_far() else {
+            return;
+        };
+        let models = interp.observed_models().iter().map(String::as_str);
+        let spent = Spend::of_run(usage, models, &self.prices);
+        if let Some(exceeded) = self.budget.exceeded(&spent) {
+            let mut stop = self.exceeded.lock().unwrap_or_else(|p| p.into_inner());
+            if stop.exceeded.is_none() {
+                stop.exceeded = Some(exceeded);
+                if let Some(waker) = stop.waker.take() {
+                    waker.wake();
+                }
+            }
+        }
+    }
+}
+
+/// Resolves once the live budget was exceeded.
+fn budget_stop(stop: Arc<Mutex<BudgetStop>>) -> impl Future<Output = ()> + Send + 'static {
+    std::future::poll_fn(move |cx| {
+        let mut s = stop.lock().unwrap_or_else(|p| p.into_inner());
+        if s.exceeded.is_some() {
+            return std::task::Poll::Ready(());
+        }
+        s.waker = Some(cx.waker().clone());
+        std::task::Poll::Pending
+    })
+}
+
+type Clock = Box<dyn Fn() -> std::time::Instant + Send>;
+
 impl Live {
-    fn feed(interp: &mut Interpretation, progress: &mut Option<Progress>, line: Line<'_>) {
+    fn feed(
+        interp: &mut Interpretation,
+        progress: &mut Option<Progress>,
+        last: &mut Option<(LastLine, Clock)>,
+        line: Line<'_>,
+    ) {
+        if let Some((last, _)) = last {
+            last.line(line.bytes);
+        }
         // A cut line is only a prefix of the event: reported as too long, never decoded.
         if line.truncated {
             interp.handle_oversized_line(MAX_LINE_BYTES);
@@ -647,8 +762,16 @@ impl Live {
             interp,
             splitter,
             progress,
+            last,
+            budget,
         } = self;
-        splitter.push(chunk, |line| Self::feed(interp, progress, line));
+        splitter.push(chunk, |line| Self::feed(interp, progress, last, line));
+        if let Some((last, clock)) = last {
+            last.chunk_done(clock);
+        }
+        if let Some(budget) = budget {
+            budget.check(interp);
+        }
     }
 
     /// End of output: feeds a last line without a newline.
@@ -657,12 +780,14 @@ impl Live {
             mut interp,
             splitter,
             mut progress,
+            mut last,
+            budget: _,
         } = self;
         let mut truncated = splitter.truncated_lines();
         // The last line, without a newline, may be cut too.
         splitter.finish(|line| {
             truncated += u64::from(line.truncated);
-            Self::feed(&mut interp, &mut progress, line);
+            Self::feed(&mut interp, &mut progress, &mut last, line);
         });
         (interp, truncated)
     }
@@ -702,10 +827,25 @@ async fn run_turn<R: Runtime>(
     if options.security {
         interp.for_security(options.request.model.as_deref());
     }
+    let stall_timeout = options.stall_timeout;
+    let last = stall_timeout.map(|_| {
+        let rt = runner.runtime.clone();
+        (LastLine::default(), Box::new(move || rt.now()) as Clock)
+    });
+    options.budget.validate()?;
+    let prices = options.prices.clone().unwrap_or_else(PriceTable::builtin);
+    let budget_stopped = Arc::new(Mutex::new(BudgetStop::default()));
+    let live_budget = (!options.budget.is_unlimited()).then(|| LiveBudget {
+        budget: options.budget,
+        prices: prices.clone(),
+        exceeded: budget_stopped.clone(),
+    });
     let live = Arc::new(Mutex::new(Some(Live {
         interp,
         splitter: LineSplitter::new(MAX_LINE_BYTES),
         progress,
+        last,
+        budget: live_budget,
     })));
     let tap = live.clone();
     let observe = move |chunk: &[u8]| {
@@ -714,27 +854,100 @@ async fn run_turn<R: Runtime>(
         }
     };
     let builder = runner.run(run_options).observe_stdout(observe);
-    let process = match stop {
-        Some(stop) => builder.cancel_on(stop).await?,
-        None => builder.await?,
+    let stalled = Arc::new(Mutex::new(None));
+    let process = if stall_timeout.is_some() || stop.is_some() || !options.budget.is_unlimited() {
+        // The watchdog starts with the turn (its first deadline counts from here, a moment
+        // before the spawn: never later than the harness's own start).
+        let stall = stall_timeout.map(|t| {
+            let watched = live.clone();
+            let read_last: stall::ReadLast = Arc::new(move |watch| {
+                if let Some(Live {
+                    last: Some((last, _)),
+                    ..
+                }) = watched.lock().unwrap_or_else(|p| p.into_inner()).as_ref()
+                {
+                    stall::feed(watch, last);
+                }
+            });
+            Box::pin(stall::watch(
+                runner.runtime.clone(),
+                Some(t),
+                read_last,
+                stalled.clone(),
+            )) as Pin<Box<dyn Future<Output = ()> + Send>>
+        });
+        // The budget's stop joins the caller's stop requests.
+        let user: Option<StopInput<'_>> = if options.budget.is_unlimited() {
+            stop
+        } else {
+            let budget = futures_lite::stream::once_future(budget_stop(budget_stopped.clone()));
+            Some(match stop {
+                Some(stop) => Box::pin(futures_lite::StreamExt::or(stop, budget)),
+                None => Box::pin(budget),
+            })
+        };
+        builder
+            .cancel_on(stall::StopOrStall { user, stall })
+            .await?
+    } else {
+        builder.await?
     };
+    let stalled = stalled.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let over_budget = budget_stopped
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .exceeded
+        .take();
     let taken = live.lock().unwrap_or_else(|p| p.into_inner()).take();
     let Some(live) = taken else {
         return Err(AgentError::TapLost);
     };
     let (mut interp, truncated_lines) = live.end();
 
-    if process.outcome != RunOutcome::Completed {
-        let interrupted = interp.interrupt();
+    // Stopped by the watchdog (not ended by itself in the meantime): a failed turn of its own
+    // kind, with what the stream told until then (session id, usage so far).
+    let stopped_by_us = match (&stalled, &over_budget, process.outcome) {
+        (Some(stall), _, RunOutcome::Cancelled) => Some((FailureKind::Stalled, stall.diagnostic())),
+        (_, Some(exceeded), RunOutcome::Cancelled) => Some((
+            FailureKind::Budget,
+            format!("{}; agentrun stopped the harness", exceeded.diagnostic()),
+        )),
+        _ => None,
+    };
+    if let Some((kind, diagnostic)) = stopped_by_us {
+        let (observed_models, observed_models_omitted, completion) =
+            stopped_completion(interp, kind, diagnostic);
         return Ok(AgentRun {
             harness,
-            observed_models: interrupted.observed_models().to_vec(),
-            observed_models_omitted: interrupted.observed_models_omitted(),
+            observed_models,
+            observed_models_omitted,
+            completion: Some(completion),
+            process,
+            truncated_lines,
+            retained_error: None,
+            stopped_usage: None,
+            budget_exceeded: over_budget.filter(|_| kind == FailureKind::Budget),
+        });
+    }
+
+    if process.outcome != RunOutcome::Completed {
+        // No completion, but what the stream said it spent so far is kept.
+        let (observed_models, observed_models_omitted, stopped) = stopped_completion(
+            interp,
+            FailureKind::CutOff,
+            "the run was stopped".to_owned(),
+        );
+        return Ok(AgentRun {
+            harness,
+            observed_models,
+            observed_models_omitted,
             completion: None,
             process,
             truncated_lines,
             retained_error: None,
             retries: 0,
+            stopped_usage: stopped.report.usage,
+            budget_exceeded: None,
         });
     }
 
@@ -773,6 +986,13 @@ async fn run_turn<R: Runtime>(
         None => (None, None),
     };
     let completion = finished.complete(retained);
+    // The final check, on the usage the completion reports (the retained record's included).
+    let budget_exceeded = completion.report.usage.as_ref().and_then(|usage| {
+        let models = completion.report.models.iter().map(String::as_str);
+        options
+            .budget
+            .exceeded(&Spend::of_run(usage, models, &prices))
+    });
     Ok(AgentRun {
         harness,
         observed_models,
@@ -782,7 +1002,29 @@ async fn run_turn<R: Runtime>(
         truncated_lines,
         retained_error,
         retries: 0,
+        stopped_usage: None,
+        budget_exceeded,
     })
+}
+
+/// The completion of a turn agentrun stopped itself (stalled, over its budget): what the
+/// stream told until then (session id, final message so far, usage), failed with `kind`. No
+/// retained record is read: the harness did not finish writing it.
+fn stopped_completion(
+    interp: Interpretation,
+    kind: FailureKind,
+    diagnostic: String,
+) -> (Vec<String>, u64, Completion) {
+    let finished = interp.finish(HarnessExit::Failed {
+        diagnostic: diagnostic.clone(),
+    });
+    let models = finished.observed_models().to_vec();
+    let omitted = finished.observed_models_omitted();
+    let mut completion = finished.complete(None);
+    completion.outcome.status = OutcomeStatus::TurnFailed { diagnostic };
+    completion.outcome.failure_kind = Some(kind);
+    completion.outcome.retry_after = None;
+    (models, omitted, completion)
 }
 
 /// `claude exited with code 3: <last stderr line>`; `who` is any name (the harness, or e.g.

@@ -302,12 +302,17 @@ impl<R: Runtime> AgentSession for AutoModeRunner<'_, R> {
             if result.outcome == RunOutcome::Cancelled {
                 return Err(TurnError::Interrupted);
             }
-            return Ok(TurnOutput::from_text(result.answer())
+            let out = TurnOutput::from_text(result.answer())
                 .with_exit_code(
                     crate::exit::turn_exit_code(&run).unwrap_or(i32::from(crate::exit::TIMED_OUT)),
                 )
                 .with_models(run.observed_models.clone())
-                .with_artifacts(artifacts));
+                .with_artifacts(artifacts);
+            // What the stopped turn spent as far as its stream said: it counts for the budget.
+            return Ok(match run.stopped_usage {
+                Some(usage) => out.with_usage(usage),
+                None => out,
+            });
         };
         let code = crate::exit::turn_exit_code(&run);
         let text = completion

@@ -31,6 +31,7 @@ use crate::auto_mode::{
 };
 use crate::driver::{Runner, Runtime};
 use crate::exit;
+use agentrun_core::budget::{Budget, PriceTable};
 
 /// What a new auto session is started with. Everything here is persisted with the session,
 /// so a resumed session runs the same way.
@@ -47,6 +48,8 @@ pub struct AutoSessionOptions {
     workspace: Option<PathBuf>,
     session_dir: Option<PathBuf>,
     retry: RetryPolicy,
+    budget: Budget,
+    prices: Option<PriceTable>,
 }
 
 impl AutoSessionOptions {
@@ -64,6 +67,8 @@ impl AutoSessionOptions {
             workspace: None,
             session_dir: None,
             retry: RetryPolicy::default(),
+            budget: Budget::default(),
+            prices: None,
         }
     }
 
@@ -81,6 +86,28 @@ impl AutoSessionOptions {
     /// [`MAX_RETRY_WAIT`](agentrun_core::retry::MAX_RETRY_WAIT).
     pub fn retry_backoff(mut self, backoff: Duration) -> Self {
         self.retry.backoff = backoff;
+        self
+    }
+
+    /// Caps the whole session's cost in US dollars: once the turns spent this much (reported
+    /// by the harness, or estimated from the price table), no further turn starts and the
+    /// session ends with status `budget`.
+    pub fn max_cost_usd(mut self, usd: f64) -> Self {
+        self.budget.max_cost_usd = Some(usd);
+        self
+    }
+
+    /// Caps the whole session's tokens (input plus output), like
+    /// [`AutoSessionOptions::max_cost_usd`].
+    pub fn max_tokens(mut self, tokens: u64) -> Self {
+        self.budget.max_tokens = Some(tokens);
+        self
+    }
+
+    /// The prices of turns whose harness reports tokens but no cost (default: the built-in
+    /// table, [`PriceTable::builtin`]).
+    pub fn prices(mut self, prices: PriceTable) -> Self {
+        self.prices = Some(prices);
         self
     }
 
@@ -326,8 +353,24 @@ impl AutoOutcome {
             .usage
             .total()
             .map_or_else(String::new, |u| format!("; usage: {}", u.line()));
+        let budget = state.budget;
+        let limits: Vec<String> = budget
+            .max_cost_usd
+            .map(|c| format!("${c:.4}"))
+            .into_iter()
+            .chain(budget.max_tokens.map(|t| format!("{t} tokens")))
+            .collect();
+        let budget = if limits.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; budget: spent {} of {}",
+                state.spend.line(),
+                limits.join(" and ")
+            )
+        };
         format!(
-            "session {}: status {}, {} of at most {} turns, {} harness runs; verification: {}{usage}",
+            "session {}: status {}, {} of at most {} turns, {} harness runs; verification: {}{usage}{budget}",
             state.session_id,
             state.status.as_str(),
             state.turn,
@@ -382,6 +425,8 @@ impl<'a, R: Runtime> AutoSession<'a, R> {
                 workspace,
                 session_dir,
                 retry,
+                budget,
+                prices,
             } = options;
             let workspace = match workspace {
                 Some(dir) => dir,
@@ -407,7 +452,10 @@ impl<'a, R: Runtime> AutoSession<'a, R> {
                 .run_options()
                 .map_err(AutoSessionError::Launch)?;
             let id = new_session_id();
-            let machine = AutoMode::new(id.clone(), settings, SystemTime::now())
+            let mut machine = AutoMode::new(id.clone(), settings, SystemTime::now())
+                .map_err(AutoSessionError::Settings)?;
+            machine
+                .set_budget(budget, prices.unwrap_or_else(PriceTable::builtin))
                 .map_err(AutoSessionError::Settings)?;
             let path = match session_dir {
                 Some(dir) => dir,
@@ -484,6 +532,14 @@ impl<'a, R: Runtime> AutoSession<'a, R> {
         self
     }
 
+    /// Stops a harness turn when it emitted no event line for this long (zero: never); the
+    /// turn fails as `stalled` (exit code 124). See [`AgentOptions::stall_timeout`].
+    #[must_use]
+    pub fn stall_timeout(mut self, timeout: Duration) -> Self {
+        self.turn = self.turn.stall_timeout(timeout);
+        self
+    }
+
     /// Stops a harness turn when it printed nothing for this long (exit code 124).
     #[must_use]
     pub fn idle_timeout(mut self, idle: Duration) -> Self {
@@ -495,6 +551,14 @@ impl<'a, R: Runtime> AutoSession<'a, R> {
     #[must_use]
     pub fn verify_timeout(mut self, timeout: Duration) -> Self {
         self.verify_timeout = Some(timeout);
+        self
+    }
+
+    /// The prices of turns whose harness reports tokens but no cost, for a resumed session
+    /// (which keeps the limits it was created with).
+    #[must_use]
+    pub fn prices(mut self, prices: PriceTable) -> Self {
+        self.machine.set_prices(prices);
         self
     }
 

@@ -122,12 +122,14 @@ pub fn run_exit_code(result: &ProcessResult) -> u8 {
 
 /// An agent turn's exit code: 0 when the session succeeded ([`AgentRun::succeeded`]: it
 /// completed, said so, and its output was captured whole), [`TIMED_OUT`] or [`INTERRUPTED`]
-/// when it was stopped before it completed, else 1 (a failed or refused turn, a harness that
+/// when it was stopped before it completed, [`TIMED_OUT`] too when agentrun's stall watchdog
+/// stopped it (failure kind `stalled`), else 1 (a failed or refused turn, a harness that
 /// failed).
 pub fn agent_exit_code(turn: &AgentRun) -> u8 {
     match turn.stopped() {
         Some(RunOutcome::Cancelled) => INTERRUPTED,
         Some(_) => TIMED_OUT,
+        None if stalled(turn) => TIMED_OUT,
         None if turn.succeeded() => 0,
         None => 1,
     }
@@ -140,13 +142,21 @@ pub fn agent_exit_code(turn: &AgentRun) -> u8 {
 /// `None` when its status is unknown. The agent command itself exits with
 /// [`agent_exit_code`], which folds every failure into 1.
 pub fn turn_exit_code(turn: &AgentRun) -> Option<i32> {
-    if turn.stopped().is_some() {
+    if turn.stopped().is_some() || stalled(turn) {
         return Some(i32::from(agent_exit_code(turn)));
     }
     match turn.process.exit.map(Exit::shell_code) {
         Some(0) if !turn.succeeded() => Some(1),
         code => code,
     }
+}
+
+/// Whether agentrun's stall watchdog stopped the turn: it counts as a timeout, whatever
+/// signal ended the harness.
+fn stalled(turn: &AgentRun) -> bool {
+    turn.completion.as_ref().is_some_and(|c| {
+        c.outcome.failure_kind == Some(agentrun_core::harness::FailureKind::Stalled)
+    })
 }
 
 /// A code a session recorded (a turn's or a verification's, or one read back from a saved

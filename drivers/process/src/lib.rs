@@ -32,6 +32,7 @@ pub mod exit;
 mod live;
 pub mod os;
 mod pump;
+mod stall;
 mod transcript_file;
 mod watchdog;
 

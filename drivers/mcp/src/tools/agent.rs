@@ -21,6 +21,7 @@ use crate::progress::{Watch, report_progress};
 use crate::render::{self, Answer, push_answer};
 use crate::tools::{not_started, object, record_links, retain_text, stop_future, tool_error};
 use crate::{MAX_TIMEOUT, McpServer};
+use agentrun_core::stall::DEFAULT_STALL_TIMEOUT;
 
 const AGENT_DESCRIPTION: &str = "\
 Delegate a task to another coding agent CLI (claude, codex, opencode, gemini, grok, agy, muse, \
@@ -63,6 +64,12 @@ pub(crate) fn agent_tool() -> Tool {
                 "minimum": 1,
                 "maximum": MAX_TIMEOUT.as_secs(),
                 "description": "Stop the agent after this many seconds (default: the server's timeout)."
+            },
+            "stall_timeout_seconds": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": MAX_TIMEOUT.as_secs(),
+                "description": "Stop the agent when it emitted no event for this many seconds; the turn then fails as `stalled` (default 600; 0: never)."
             }
         },
         "required": ["harness", "prompt"],
@@ -89,6 +96,7 @@ fn parse_agent(server: &McpServer, map: &JsonObject) -> Result<(AgentOptions, Du
             "effort",
             "cwd",
             "timeout_seconds",
+            "stall_timeout_seconds",
         ],
     )?;
     let name = args.string("harness")?;
@@ -100,7 +108,12 @@ fn parse_agent(server: &McpServer, map: &JsonObject) -> Result<(AgentOptions, Du
     let timeout = args
         .opt_u64("timeout_seconds", 1, MAX_TIMEOUT.as_secs())?
         .map_or(server.inner.default_timeout, Duration::from_secs);
-    let mut options = AgentOptions::new(harness, prompt).timeout(timeout);
+    let stall = args
+        .opt_u64("stall_timeout_seconds", 0, MAX_TIMEOUT.as_secs())?
+        .map_or(DEFAULT_STALL_TIMEOUT, Duration::from_secs);
+    let mut options = AgentOptions::new(harness, prompt)
+        .timeout(timeout)
+        .stall_timeout(stall);
     if let Some(model) = args.opt_string("model")? {
         options = options.model(model);
     }
