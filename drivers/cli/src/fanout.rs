@@ -173,8 +173,15 @@ impl View {
         let width = std::env::var("COLUMNS")
             .ok()
             .and_then(|c| c.parse().ok())
-            .unwrap_or(100usize)
-            .max(20);
+            .unwrap_or(100usize);
+        let frame = self.frame(width);
+        let _ = io::stderr().write_all(frame.as_bytes());
+    }
+
+    /// The bytes that redraw the table: up over the lines drawn before, then each line
+    /// cleared and rewritten, cut to `width`.
+    fn frame(&mut self, width: usize) -> String {
+        let width = width.max(20);
         let mut s = String::new();
         if self.drawn > 0 {
             let _ = write!(s, "\x1b[{}A", self.drawn);
@@ -183,7 +190,7 @@ impl View {
             let _ = writeln!(s, "\r\x1b[2K{}", self.line(n, width - 1));
         }
         self.drawn = self.rows.len();
-        let _ = io::stderr().write_all(s.as_bytes());
+        s
     }
 
     fn event(&mut self, event: FanOutEvent<'_>) {
@@ -388,4 +395,77 @@ pub(crate) fn render(record: &FanOutRecord) -> String {
         None => s.push_str("winner: none\n"),
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentrun_core::fanout::AttemptStatus;
+
+    fn view(table: bool) -> View {
+        View {
+            rows: ["claude:opus", "codex"]
+                .map(|l| Row {
+                    label: l.to_owned(),
+                    state: "queued",
+                    started: None,
+                    took: None,
+                    last: String::new(),
+                    cost: None,
+                })
+                .into(),
+            table,
+            drawn: 0,
+        }
+    }
+
+    #[test]
+    fn the_table_is_redrawn_in_place_one_line_per_attempt() {
+        let mut v = view(true);
+        let first = v.frame(80);
+        assert!(!first.contains("\x1b[2A"), "nothing to go up over yet");
+        assert_eq!(first.matches("\x1b[2K").count(), 2);
+        v.rows[0].state = "running";
+        v.rows[0].last = "$ cargo test ".repeat(20);
+        v.rows[1].cost = Some(0.25);
+        let second = v.frame(100);
+        assert!(second.starts_with("\x1b[2A"), "{second:?}");
+        let lines: Vec<&str> = second.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert!(lines[0].contains("claude:opus") && lines[0].contains("running"));
+        assert!(lines[0].contains("$ cargo test"));
+        // Cut to the width (the escapes aside), so a long line never wraps and breaks the
+        // redraw.
+        let visible = lines[0].rsplit("\x1b[2K").next().unwrap();
+        assert!(visible.chars().count() <= 99, "{visible:?}");
+        assert!(lines[1].contains("$0.2500"), "{}", lines[1]);
+    }
+
+    #[test]
+    fn the_state_says_whether_a_success_was_verified() {
+        let mut a = AttemptRecord::new("claude", None);
+        a.status = AttemptStatus::Succeeded;
+        a.verified = Some(true);
+        assert_eq!(state_word(&a), "verified");
+        a.verified = Some(false);
+        assert_eq!(state_word(&a), "unverified");
+        a.status = AttemptStatus::Stopped;
+        assert_eq!(state_word(&a), "stopped");
+    }
+
+    #[test]
+    fn the_record_is_rendered_with_the_winner_and_its_merge() {
+        let mut a = AttemptRecord::new("claude", Some("opus".into()));
+        a.status = AttemptStatus::Succeeded;
+        a.verified = Some(true);
+        a.branch = Some("agentrun/x/0".into());
+        a.worktree = Some("/w/0".into());
+        let b = AttemptRecord::new("codex", None);
+        let text = render(&FanOutRecord::new("x", vec![a, b], Some(0)));
+        assert!(text.contains(" 0 claude:opus"), "{text}");
+        assert!(text.contains("winner: attempt 0"), "{text}");
+        assert!(text.contains("git merge agentrun/x/0"), "{text}");
+        let none = render(&FanOutRecord::new("x", vec![], None));
+        assert!(none.contains("winner: none"));
+    }
 }

@@ -79,6 +79,7 @@ impl ServerHandler for McpServer {
             tools::read::read_tool(),
             tools::agent::agent_tool(),
             tools::compact::compact_tool(),
+            tools::fanout::fanout_tool(),
         ]))
     }
 
@@ -88,6 +89,7 @@ impl ServerHandler for McpServer {
             "read" => Some(tools::read::read_tool()),
             "agent" => Some(tools::agent::agent_tool()),
             "compact" => Some(tools::compact::compact_tool()),
+            "fanout" => Some(tools::fanout::fanout_tool()),
             _ => None,
         }
     }
@@ -105,10 +107,11 @@ impl ServerHandler for McpServer {
             "read" => self.call_read(map).await?,
             "agent" => self.call_agent(map, context).await?,
             "compact" => self.call_compact(map, context).await?,
+            "fanout" => self.call_fanout(map, context).await?,
             other => {
                 return Err(ErrorData::invalid_params(
                     format!(
-                        "unknown tool {:?}; this server's tools are: run, read, agent, compact",
+                        "unknown tool {:?}; this server's tools are: run, read, agent, compact, fanout",
                         render::clip(other, 200)
                     ),
                     None,

@@ -411,6 +411,11 @@ impl<'a, R: Runtime> FanOutBuilder<'a, R> {
         self
     }
 
+    /// Interrupts the fan-out when `stop` resolves (e.g. when a client cancels the call).
+    pub fn stop_on(self, stop: impl Future<Output = ()> + Send + 'a) -> Self {
+        self.cancel_on(futures_lite::stream::once_future(stop))
+    }
+
     /// Every item of `requests` interrupts the fan-out: the first stops every attempt (each
     /// harness's stop signals, its grace, then SIGKILL), a second kills them at once. The
     /// record is still written.
