@@ -25,6 +25,8 @@ case "$model" in
   broken) echo '{"type":"result","subtype":"error_during_execution","is_error":true,"session_id":"s-broken"}'; exit 1 ;;
   slow) echo $$ > "$PIDS/slow-$$"; sleep 600 ;;
 esac
+# In an auto session every turn may claim completion; the session's verification decides.
+[ -n "$AGENTRUN_RESULT_SINK" ] && printf COMPLETE > "$AGENTRUN_RESULT_SINK"
 echo '{"type":"result","subtype":"success","is_error":false,"result":"done","session_id":"s-'"$model"'","total_cost_usd":0.01}'
 "#;
 
@@ -294,4 +296,29 @@ fn without_a_winner_the_exit_code_is_one_and_bad_input_is_refused() {
     let err =
         smol::block_on(runner.fanout(fx.options(&["lazy"]).jobs(0)).into_future()).unwrap_err();
     assert!(err.to_string().contains("jobs"), "{err}");
+}
+
+#[test]
+fn with_auto_each_attempt_is_a_whole_session_verified_by_the_fan_out() {
+    let fx = Fixture::new(true);
+    let runner = agentrun_smol::Runner::new(fx.store());
+    let run = smol::block_on(
+        runner
+            .fanout(
+                fx.options(&["lazy", "honest"])
+                    .auto(true)
+                    .max_turns(4)
+                    .select(Selection::All),
+            )
+            .into_future(),
+    )
+    .unwrap();
+    let r = &run.record;
+    assert_eq!(r.winner, Some(1), "{r:#?} {:?}", run.errors);
+    // The lazy session never passed its verification: it ran out of turns.
+    assert_eq!(r.attempts[0].status, AttemptStatus::Failed, "{r:#?}");
+    assert_eq!(r.attempts[1].verified, Some(true));
+    // Its turns' output is kept.
+    assert!(r.attempts[1].artifacts.len() >= 2, "{r:#?}");
+    fx.assert_workspace_untouched(true);
 }
