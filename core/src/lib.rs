@@ -46,6 +46,7 @@ pub mod capture;
 pub mod compaction;
 pub mod continuation;
 pub mod digest;
+pub mod fanout;
 pub mod harness;
 pub mod index;
 pub mod lifecycle;

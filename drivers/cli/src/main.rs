@@ -31,6 +31,7 @@ mod compact;
 mod docs_cmds;
 mod duration;
 mod failure;
+mod fanout;
 mod harness_arg;
 mod interpret;
 mod interrupts;
@@ -57,7 +58,8 @@ macro_rules! exit_codes {
   0        success (for `run`: the program exited 0)
   1-255    `run`: the program's own exit code, passed through (some collide with
            the codes below; --json tells them apart)
-  1        `agent`: the session did not succeed; `verify`: problems were found
+  1        `agent`: the session did not succeed; `fanout`: no attempt won;
+           `verify`: problems were found
   124      the program was stopped by --timeout or --idle-timeout
   125      agentrun itself failed (bad usage, missing artifact, store error)
   126      the program was found but cannot be executed
@@ -152,7 +154,8 @@ enum Command {
   agentrun read artifact://<sha256>/stdout --byte-offset 51200   inside a very long line
   agentrun read artifact://<sha256>/stdout --all > out.txt       the exact bytes")]
     Read(read::ReadArgs),
-    /// Show a recorded run again: its preview and read commands, without rerunning it.
+    /// Show a recorded run again (its preview and read commands, without rerunning it), or a
+    /// fan-out's record.
     #[command(after_help = "Examples:
   agentrun show 1764512345123-0004821-000000   the run id printed on stderr by `run`
   agentrun show --json 1764512345123-0004821-000000")]
@@ -225,6 +228,18 @@ enum Command {
   agentrun auto --continue 1764512345123-0004821-000000
   agentrun append 1764512345123-0004821-000000 'also update the changelog'")]
     Auto(auto::AutoArgs),
+    /// Run several agents on one task at once, each in its own git worktree (or a private
+    /// copy of the workspace), verify each, keep the winner's worktree and branch. See
+    /// docs/fanout.md.
+    ///
+    /// Exit code: 0 when an attempt won; 1 when none did; 128+N when stopped by signal N (every
+    /// attempt is stopped and the record is still written); 125 when agentrun itself failed.
+    #[command(after_help = "Examples:
+  agentrun fanout --attempt claude:opus --attempt claude:sonnet --attempt codex \
+      --verify 'cargo test' -- make the failing test pass
+  agentrun fanout --copies 5 claude --auto --verify 'make check' -- fix issue 12
+  agentrun fanout --copies 3 codex --select all --json -- refactor the parser")]
+    Fanout(fanout::FanOutArgs),
     /// Queue an instruction for the next execute turn of a running auto-mode session.
     #[command(after_help = "Examples:
   agentrun append 1764512345123-0004821-000000 'keep the public API unchanged'
@@ -263,6 +278,7 @@ impl Command {
             Command::Agent(a) => a.json,
             Command::Compact(a) => a.json,
             Command::Auto(a) => a.json,
+            Command::Fanout(a) => a.json,
             Command::Append(_) => false,
             Command::Mcp(_) => false,
             Command::Completions(_) | Command::Man => false,
@@ -328,6 +344,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Failure> {
             let settings = settings()?;
             auto::run(settings.open_store()?, settings.price_table(), args)
         }
+        Command::Fanout(args) => fanout::run(settings()?.open_store()?, args),
         Command::Append(args) => auto::append(settings()?.open_store()?, args),
         Command::Read(args) => read::read(&settings()?, args),
         Command::Show(args) => store_cmds::show(&settings()?, args),

@@ -17,7 +17,8 @@ use crate::settings::{Settings, Source};
 /// Arguments of `agentrun show`.
 #[derive(Debug, Args)]
 pub(crate) struct ShowArgs {
-    /// The run id (printed on stderr by `agentrun run`, listed by `agentrun runs`).
+    /// The run id (printed on stderr by `agentrun run`, listed by `agentrun runs`), or a
+    /// fan-out id (printed on stderr by `agentrun fanout`).
     #[arg(value_name = "RUN_ID")]
     run_id: String,
     /// Print the record as JSON: `{"run_id", "status", "artifacts", "model_text", "record"}`.
@@ -104,8 +105,23 @@ pub(crate) struct VerifyArgs {
 /// run printed them (from the record alone: nothing is rerun).
 pub(crate) fn show(settings: &Settings, args: ShowArgs) -> Result<ExitCode, Failure> {
     let store = settings.store_to_read()?;
-    let record = store.record(&args.run_id).map_err(Failure::runtime)?;
     let mut out = io::stdout().lock();
+    // A fan-out id has the shape of a run id; its record is the fan-out's.
+    if agentrun_fs::fanout::exists(&store, &args.run_id) {
+        let record =
+            agentrun_fs::fanout::read_record(&store, &args.run_id).map_err(Failure::runtime)?;
+        let text = if args.json {
+            format!(
+                "{:#}\n",
+                serde_json::to_value(&record).map_err(Failure::runtime)?
+            )
+        } else {
+            crate::fanout::render(&record)
+        };
+        write_or_quiet(&mut out, text.as_bytes())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let record = store.record(&args.run_id).map_err(Failure::runtime)?;
     if args.json {
         let (status, reason) = status_of(&record);
         let json = serde_json::json!({

@@ -102,6 +102,7 @@ pub mod config;
 #[cfg(test)]
 mod crash_tests;
 mod error;
+pub mod fanout;
 mod fault;
 #[cfg(test)]
 mod full_disk_tests;

@@ -121,6 +121,7 @@ impl ServerHandler for McpServer {
             tools::read::read_tool(),
             tools::agent::agent_tool(),
             tools::compact::compact_tool(),
+            tools::fanout::fanout_tool(),
         ];
         Ok(ListToolsResult::with_all_items(
             tools.into_iter().map(|t| self.with_schema(t)).collect(),
@@ -133,6 +134,7 @@ impl ServerHandler for McpServer {
             "read" => Some(tools::read::read_tool()),
             "agent" => Some(tools::agent::agent_tool()),
             "compact" => Some(tools::compact::compact_tool()),
+            "fanout" => Some(tools::fanout::fanout_tool()),
             _ => None,
         };
         tool.map(|t| self.with_schema(t))
@@ -153,10 +155,11 @@ impl ServerHandler for McpServer {
             "read" => self.call_read(map).await?,
             "agent" => self.call_agent(map, context).await?,
             "compact" => self.call_compact(map, context).await?,
+            "fanout" => self.call_fanout(map, context).await?,
             other => {
                 return Err(ErrorData::invalid_params(
                     format!(
-                        "unknown tool {:?}; this server's tools are: run, read, agent, compact",
+                        "unknown tool {:?}; this server's tools are: run, read, agent, compact, fanout",
                         render::clip(other, 200)
                     ),
                     None,

@@ -13,6 +13,9 @@
 //! * [`Runner::compact`]: compaction of a transcript with one pruned retry, its summarizer an
 //!   agent turn or a command (see [`CompactOptions`]).
 //!
+//! * [`Runner::fanout`]: several attempts at one task at once, each in its own git worktree
+//!   (or private copy), verified, the winner kept (see [`fanout`]).
+//!
 //! * [`exit`]: the one exit policy: why a program could not start and its shell code, a run's
 //!   code, an agent turn's code.
 //! * [`auto_mode`]: auto mode's runner (one harness turn per prompt) and channel (the core's
@@ -29,6 +32,7 @@ mod compact;
 mod driver;
 mod error_text;
 pub mod exit;
+pub mod fanout;
 mod live;
 pub mod os;
 mod pump;
@@ -45,6 +49,9 @@ pub use compact::{
     Summarizer, SummarizerSetupError, TranscriptInput, retry_reason,
 };
 pub use driver::{ChildProcess, RunBuilder, Runner, Runtime};
+pub use fanout::{
+    AttemptSpec, FanOutBuilder, FanOutError, FanOutEvent, FanOutOptions, FanOutRun, IsolationError,
+};
 pub use transcript_file::{
     LoadedTranscript, TranscriptLoadError, load_transcript, load_transcript_file, parse_transcript,
 };
@@ -64,8 +71,12 @@ pub mod api {
     };
     pub use crate::error_text::error_chain;
     pub use crate::exit::{SpawnFailure, agent_exit_code, run_exit_code, turn_exit_code};
+    pub use crate::fanout::{
+        AttemptSpec, FanOutError, FanOutEvent, FanOutOptions, FanOutRun, IsolationError,
+    };
     pub use crate::live::RunError;
     pub use crate::transcript_file::{LoadedTranscript, TranscriptLoadError, load_transcript};
+    pub use agentrun_core::fanout::{AttemptRecord, AttemptStatus, FanOutRecord, Selection};
     pub use agentrun_core::process::{
         Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, StdinMode,
     };

@@ -68,7 +68,7 @@ async def conformance(agentrun, store):
         check(info.capabilities.resources is not None, "resources capability")
 
         tools = {t.name: t for t in (await session.list_tools()).tools}
-        check(set(tools) == {"run", "read", "agent", "compact"}, f"tools: {sorted(tools)}")
+        check(set(tools) == {"run", "read", "agent", "compact", "fanout"}, f"tools: {sorted(tools)}")
         for tool in tools.values():
             jsonschema.Draft202012Validator.check_schema(tool.input_schema)
             check(tool.input_schema.get("type") == "object", f"{tool.name} schema type")
@@ -401,7 +401,7 @@ async def agent(agentrun, store):
 
     async def body(session):
         tools = {t.name for t in (await session.list_tools()).tools}
-        check(tools == {"run", "read", "agent", "compact"}, f"tools: {tools}")
+        check(tools == {"run", "read", "agent", "compact", "fanout"}, f"tools: {tools}")
         refused = await session.call_tool("agent", {"harness": "codex", "prompt": "hi"})
         check(refused.is_error and "`codex` is not allowed" in text_of(refused), text_of(refused))
         unknown = await session.call_tool("agent", {"harness": "nope", "prompt": "hi"})

@@ -2,6 +2,7 @@
 
 pub(crate) mod agent;
 pub(crate) mod compact;
+pub(crate) mod fanout;
 pub(crate) mod read;
 pub(crate) mod run;
 
