@@ -925,6 +925,7 @@ async fn run_turn<R: Runtime>(
             process,
             truncated_lines,
             retained_error: None,
+            retries: 0,
             stopped_usage: None,
             budget_exceeded: over_budget.filter(|_| kind == FailureKind::Budget),
         });
