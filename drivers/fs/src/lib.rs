@@ -107,6 +107,7 @@ mod lock;
 // (its safety argument is in its documentation).
 #[allow(unsafe_code)]
 mod mapped;
+pub mod names;
 mod read;
 mod record_file;
 mod reserve;
@@ -121,6 +122,7 @@ pub use capture::{CaptureSession, CaptureWriteError};
 pub use compaction::{RETAINED_DISPLAY, RetainError, Retained, RetentionSession};
 pub use error::IoError;
 pub use gc::{GcOptions, GcReport};
+pub use names::{NameError, Named};
 pub use read::{MAX_MANIFEST_BYTES, ReadError};
 pub use runs::{RunEntry, RunListing, UnreadableRun};
 pub use sink::{PreparedSink, read_sink};
