@@ -416,11 +416,15 @@ impl ResultRecord {
                     syntax.read_call(&self.stream_uri(s), s.continuation())
                 );
                 if let Some(t) = &s.tail {
+                    // Line numbers for people: 1-based and inclusive, so the first line not
+                    // shown in full, zero-based `newlines` (the hint's offset), is line
+                    // `newlines + 1`, and the last one left out, before the tail, is
+                    // `first_line` (the tail's first line, zero-based, less one, plus one).
                     let _ = writeln!(
                         out,
                         "[Lines {}-{} not shown in full; the last {} lines follow]",
-                        s.preview.newlines,
-                        t.first_line.saturating_sub(1),
+                        s.preview.newlines + 1,
+                        t.first_line,
                         t.lines
                     );
                     out.push_str(&t.text);
@@ -827,7 +831,7 @@ mod tests {
         assert!(text.starts_with("l0\nl1\n[Truncated. Read more:"), "{text}");
         assert!(
             text.ends_with(
-                "offset=2)]\n[Lines 2-7 not shown in full; the last 2 lines follow]\nl8\nl9\n"
+                "offset=2)]\n[Lines 3-8 not shown in full; the last 2 lines follow]\nl8\nl9\n"
             ),
             "{text}"
         );

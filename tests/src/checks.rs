@@ -532,8 +532,8 @@ fn check_stream(
         }
         let omission = format!(
             "[Lines {}-{} not shown in full; the last {} lines follow]\n{}",
-            p.newlines,
-            t.first_line - 1,
+            p.newlines + 1,
+            t.first_line,
             t.lines,
             t.text
         );

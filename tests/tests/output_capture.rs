@@ -441,7 +441,7 @@ fn the_tail_view_shows_the_exact_last_lines() {
     );
     assert!(
         out.rendered.ends_with(
-            "[Lines 2-8 not shown in full; the last 2 lines follow]\nline 9\nerror: boom"
+            "[Lines 3-9 not shown in full; the last 2 lines follow]\nline 9\nerror: boom"
         ),
         "{}",
         out.rendered

@@ -132,6 +132,7 @@ fn say(line: &str) {
 
 /// Runs `agentrun auto`: parses into a library session, prints its progress and outcome.
 pub(crate) fn run(store: Store, prices: PriceTable, args: AutoArgs) -> Result<ExitCode, Failure> {
+    let sessions_dir = store.root().join(agentrun_fs::auto_session::SESSIONS_DIR);
     let runner = agentrun_smol::Runner::new(store);
     let session = smol::block_on(async {
         match &args.continue_session {
@@ -244,6 +245,21 @@ pub(crate) fn run(store: Store, prices: PriceTable, args: AutoArgs) -> Result<Ex
         let mut json = serde_json::to_string(state).map_err(Failure::runtime)?;
         json.push('\n');
         write_or_quiet(&mut io::stdout().lock(), json.as_bytes())?;
+    } else {
+        // stdout is for the result: how the session ended, and where its turns are.
+        let mut text = crate::sessions::header(state);
+        if outcome.dir() == sessions_dir.join(&state.session_id) {
+            text.push_str(&format!("turns: agentrun show {}\n", state.session_id));
+        } else {
+            text.push_str(&format!(
+                "state: {}\n",
+                outcome
+                    .dir()
+                    .join(agentrun_fs::auto_session::STATE_FILE)
+                    .display()
+            ));
+        }
+        write_or_quiet(&mut io::stdout().lock(), text.as_bytes())?;
     }
     Ok(ExitCode::from(outcome.exit_code()))
 }

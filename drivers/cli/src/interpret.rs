@@ -138,7 +138,13 @@ pub(crate) fn run(args: InterpretArgs) -> Result<ExitCode, Failure> {
         out.line(&human(&models, omitted, &completion, false))?;
     }
     out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    // As `agent` exits: 0 only for a session that succeeded, so a script (or `&&`) can tell a
+    // failed, refused or cut-off recording from a good one without parsing the report.
+    Ok(if completion.outcome.status == OutcomeStatus::Succeeded {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// Decodes one line and prints its progress; after a write error only decodes (the error is

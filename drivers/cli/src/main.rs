@@ -38,6 +38,7 @@ mod interrupts;
 mod mcp;
 mod read;
 mod run;
+mod sessions;
 mod settings;
 mod store_cmds;
 
@@ -58,8 +59,9 @@ macro_rules! exit_codes {
   0        success (for `run`: the program exited 0)
   1-255    `run`: the program's own exit code, passed through (some collide with
            the codes below; --json tells them apart)
-  1        `agent`: the session did not succeed; `fanout`: no attempt won;
-           `verify`: problems were found
+  1        `agent`, `interpret`: the session did not succeed; `fanout`: no
+           attempt won; `verify`: problems were found; `run --sink
+           --require-result`: the program exited 0 but wrote no usable result
   124      the program was stopped by --timeout or --idle-timeout
   125      agentrun itself failed (bad usage, missing artifact, store error)
   126      the program was found but cannot be executed
@@ -147,19 +149,39 @@ enum Command {
   echo hi | agentrun run --stdin inherit cat
   agentrun run --json ls -la                the record, with an artifact URI per stream")]
     Run(run::RunArgs),
-    /// Page an artifact: raw stored bytes to stdout, continuation metadata to stderr.
+    /// Page an artifact or a run's stream: raw stored bytes to stdout, continuation metadata
+    /// to stderr.
+    ///
+    /// The target is an artifact URI, or RUN/STREAM: the stream (stdout, stderr; `output` for
+    /// a run with one stream) of a run named by its id, a unique prefix of one, or `last`
+    /// (the newest run); the continuation on stderr then names the stream's artifact URI.
     #[command(after_help = "Examples:
+  agentrun read last/stdout                               the newest run's stdout
+  agentrun read 1764512345123-0004821-000000/stderr --offset 100
   agentrun read artifact://<sha256>/stdout                first 2000 lines
   agentrun read artifact://<sha256>/stdout --offset 2000 --limit 100
   agentrun read artifact://<sha256>/stdout --byte-offset 51200   inside a very long line
   agentrun read artifact://<sha256>/stdout --all > out.txt       the exact bytes")]
     Read(read::ReadArgs),
-    /// Show a recorded run again (its preview and read commands, without rerunning it), or a
-    /// fan-out's record.
+    /// Show a recorded run again (its preview and read commands, without rerunning it), an
+    /// auto session's turns, or a fan-out's record.
+    ///
+    /// RUN|SESSION is a run, session or fan-out id, a unique prefix of a run or session id, or
+    /// `last` (the newest run). A full id is looked up among runs and sessions; a prefix
+    /// matching several is an error listing them.
     #[command(after_help = "Examples:
+  agentrun show last                           the newest run
   agentrun show 1764512345123-0004821-000000   the run id printed on stderr by `run`
+  agentrun show 17645123                       a unique prefix of a run or session id
   agentrun show --json 1764512345123-0004821-000000")]
     Show(store_cmds::ShowArgs),
+    /// List the auto sessions in the store: id, status, turns, when each was last updated,
+    /// the objective.
+    #[command(after_help = "Examples:
+  agentrun sessions
+  agentrun sessions --json
+  agentrun show <session id>                 its turns, with their read commands")]
+    Sessions(sessions::SessionsArgs),
     /// List recent runs: id, time, how each ended, the size of each stream, the command.
     #[command(after_help = "Examples:
   agentrun runs                             the 20 most recent runs
@@ -184,10 +206,15 @@ enum Command {
     /// Print the effective settings and where each comes from.
     #[command(after_help = "Examples:
   agentrun config
-  agentrun --config ./agentrun.toml config --json")]
+  agentrun --config ./agentrun.toml config --json
+  agentrun config --init                    write a commented sample config file")]
     Config(settings::ConfigArgs),
     /// Decode a recorded or piped harness stream: progress lines as they are decoded, then
     /// the observed models and the completion report.
+    ///
+    /// Exit code: 0 when the interpreted session succeeded; 1 when it did not (a failed turn,
+    /// a refusal, a stream that ended without a final result); 125 when agentrun itself failed
+    /// (an unreadable input, a write error).
     #[command(after_help = "Examples:
   agentrun interpret --harness claude session.jsonl
   claude -p --output-format stream-json --verbose hi | agentrun interpret --harness claude")]
@@ -254,7 +281,8 @@ enum Command {
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(after_help = "Examples:
   agentrun completions bash > ~/.local/share/bash-completion/completions/agentrun
-  agentrun completions zsh > ~/.zfunc/_agentrun
+  agentrun completions zsh > ~/.zfunc/_agentrun   with fpath=(~/.zfunc $fpath) before
+                                                  compinit in ~/.zshrc
   agentrun completions fish > ~/.config/fish/completions/agentrun.fish")]
     Completions(docs_cmds::CompletionsArgs),
     /// Print the man page (roff) of agentrun and its commands.
@@ -270,6 +298,7 @@ impl Command {
             Command::Run(a) => a.json,
             Command::Read(a) => a.json,
             Command::Show(a) => a.json,
+            Command::Sessions(a) => a.json,
             Command::Runs(a) => a.json,
             Command::Gc(a) => a.json,
             Command::Verify(a) => a.json,
@@ -348,9 +377,12 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Append(args) => auto::append(settings()?.open_store()?, args),
         Command::Read(args) => read::read(&settings()?, args),
         Command::Show(args) => store_cmds::show(&settings()?, args),
+        Command::Sessions(args) => sessions::sessions(&settings()?, args),
         Command::Runs(args) => store_cmds::runs(&settings()?, args),
         Command::Gc(args) => store_cmds::gc(&settings()?, args),
         Command::Verify(args) => store_cmds::verify(&settings()?, args),
+        // Before the settings are read: the file it writes need not exist yet.
+        Command::Config(args) if args.init => settings::init(&global, &args),
         Command::Config(args) => settings::show(&settings()?, args),
         Command::Mcp(args) => mcp::run(&settings()?, args),
     }

@@ -25,16 +25,20 @@ const DEFAULT_BYTE_LIMIT: u64 = 1 << 20;
 /// Arguments of `agentrun read`.
 #[derive(Debug, Args)]
 pub(crate) struct ReadArgs {
-    /// `artifact://<sha256>` or `artifact://<sha256>/<stream>`.
-    #[arg(value_name = "URI")]
+    /// `artifact://<sha256>`, `artifact://<sha256>/<stream>`, or RUN/STREAM: a run's stream
+    /// (`last/stdout`, `<run id>/stderr`; RUN is a run id, a unique prefix of one, or `last`).
+    #[arg(value_name = "URI|RUN/STREAM")]
     uri: String,
-    /// Zero-based first line [default: 0].
+    /// Zero-based first line: the number of lines to skip [default: 0]. The lines printed on
+    /// stderr are numbered from 1, so `--offset 5 --limit 10` reads lines 6-15 and the next
+    /// page's offset is the last line number shown.
     #[arg(long, value_name = "N")]
     offset: Option<u64>,
     /// Lines to read, 1-2000 [default: 2000, fewer if 2000 lines exceed the 2 MiB page bound].
     #[arg(long, value_name = "N")]
     limit: Option<u64>,
-    /// Read bytes instead of lines, from this byte offset (for lines longer than a page).
+    /// Read bytes instead of lines, from this zero-based byte offset (for lines longer than a
+    /// page); byte numbers on stderr are 1-based, like line numbers.
     #[arg(long, value_name = "N", conflicts_with_all = ["offset", "limit", "all"])]
     byte_offset: Option<u64>,
     /// Bytes to read with --byte-offset, 1-2097152 [default: 1048576].
@@ -66,10 +70,54 @@ fn parse_uri(s: &str) -> Result<ArtifactUri, Failure> {
     ArtifactUri::parse(s).map_err(|e| Failure::usage(format!("{s:?}: {e}")))
 }
 
+/// What `read` was asked for: an artifact URI, parsed strictly, or RUN/STREAM, resolved in the
+/// store to that run's stream URI (which the continuation on stderr then names).
+fn target(store: &Store, s: &str) -> Result<ArtifactUri, Failure> {
+    if s.starts_with("artifact:") {
+        return parse_uri(s);
+    }
+    let Some((run, stream)) = s.split_once('/') else {
+        return Err(Failure::usage(format!(
+            "{s:?} is neither an artifact URI (artifact://<sha256>[/<stream>]) nor RUN/STREAM \
+             (e.g. last/stdout)"
+        )));
+    };
+    let run_id = store.resolve_run(run).map_err(|e| match e {
+        agentrun_fs::NameError::Invalid(_) => Failure::usage(format!(
+            "{s:?}: {e}; read takes artifact://<sha256>[/<stream>] or RUN/STREAM"
+        )),
+        e => Failure::runtime(e),
+    })?;
+    let record = store.record(&run_id).map_err(Failure::runtime)?;
+    let names = || {
+        record
+            .streams()
+            .iter()
+            .map(|s| s.name.as_ref().map_or("output", |n| n.as_str()).to_owned())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let found = record
+        .streams()
+        .iter()
+        .find(|st| st.name.as_ref().map_or("output", |n| n.as_str()) == stream);
+    match found {
+        Some(found) => Ok(record.stream_uri(found)),
+        None => Err(Failure::usage(format!(
+            "run {run_id} has no stream {stream:?}; its streams: {}",
+            names()
+        ))),
+    }
+}
+
 /// Runs `agentrun read`.
 pub(crate) fn read(settings: &Settings, args: ReadArgs) -> Result<ExitCode, Failure> {
-    let uri = parse_uri(&args.uri)?;
+    // A malformed URI is refused before the store is looked at.
+    if args.uri.starts_with("artifact:") {
+        parse_uri(&args.uri)?;
+    }
     let store = settings.store_to_read()?;
+    let uri = target(&store, &args.uri)?;
     let mut out = io::stdout().lock();
     if args.all {
         return match store.copy_to(&uri, &mut out) {
@@ -118,7 +166,9 @@ pub(crate) fn read(settings: &Settings, args: ReadArgs) -> Result<ExitCode, Fail
     Ok(ExitCode::SUCCESS)
 }
 
-/// `lines 0-1999 of 5000; next: agentrun read URI --offset 2000 [--limit L]`.
+/// `lines 1-2000 of 5000; next: agentrun read URI --offset 2000 [--limit L]`: line numbers for
+/// people (1-based, both ends included) while `--offset` is the zero-based offset, the number
+/// of lines skipped, so a page's last line number is the next page's offset.
 fn line_status(page: &Page, uri: &ArtifactUri, limit: Option<u64>) -> String {
     let keep_limit = limit.map_or(String::new(), |l| format!(" --limit {l}"));
     let total = plural(page.total_lines, "line", "lines");
@@ -128,18 +178,16 @@ fn line_status(page: &Page, uri: &ArtifactUri, limit: Option<u64>) -> String {
             page.offset
         );
     }
-    let last = page.offset + page.lines - 1;
+    let (first, last) = (page.offset + 1, page.offset + page.lines);
     match page.continuation {
-        Continuation::End => format!("agentrun: lines {}-{last} of {total} (end)", page.offset),
+        Continuation::End => format!("agentrun: lines {first}-{last} of {total} (end)"),
         // The next line alone is longer than a page: bytes, without the line limit.
         at @ Continuation::Byte(_) => format!(
-            "agentrun: lines {}-{last} of {total}; next: {}",
-            page.offset,
+            "agentrun: lines {first}-{last} of {total}; next: {}",
             CliRead.read_call(uri, at)
         ),
         at => format!(
-            "agentrun: lines {}-{last} of {total}; next: {}{keep_limit}",
-            page.offset,
+            "agentrun: lines {first}-{last} of {total}; next: {}{keep_limit}",
             CliRead.read_call(uri, at)
         ),
     }
@@ -158,6 +206,8 @@ fn read_bytes(
     let page = store
         .read_bytes(uri, range)
         .map_err(|e| read_failure(store, uri, e))?;
+    // As for lines: byte numbers for people, 1-based and inclusive (`bytes 1-1048576`), and
+    // the zero-based --byte-offset of the next page is the last byte number.
     let end = page.offset + page.bytes.len() as u64;
     if json {
         let json = serde_json::json!({
@@ -177,10 +227,14 @@ fn read_bytes(
     let total = plural(page.total_bytes, "byte", "bytes");
     let keep_limit = limit.map_or(String::new(), |l| format!(" --byte-limit {l}"));
     match page.continuation() {
-        Continuation::End => say!("agentrun: bytes {}-{end} of {total} (end)", page.offset),
+        Continuation::End if page.bytes.is_empty() => say!(
+            "agentrun: no bytes at byte offset {} of {total} (end)",
+            page.offset
+        ),
+        Continuation::End => say!("agentrun: bytes {}-{end} of {total} (end)", page.offset + 1),
         at => say!(
             "agentrun: bytes {}-{end} of {total}; next: {}{keep_limit}",
-            page.offset,
+            page.offset + 1,
             CliRead.read_call(uri, at)
         ),
     }

@@ -23,6 +23,10 @@ use crate::settings::{LimitFlags, Settings};
 use crate::{duration, interrupts};
 use agentrun_core::ReadSyntax;
 
+/// The exit code of `run --sink --require-result` when the program exited 0 but wrote no
+/// usable result.
+const NO_RESULT: u8 = 1;
+
 /// Arguments of `agentrun run`.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
@@ -57,6 +61,10 @@ pub(crate) struct RunArgs {
     /// or the config file's `sink_var`].
     #[arg(long, value_name = "NAME", help_heading = "Result channel")]
     sink_var: Option<String>,
+    /// Fail when the program wrote no usable result to the sink: exit 1 instead of the
+    /// program's 0 (a non-zero exit code of the program is passed through as it is).
+    #[arg(long, requires = "sink", help_heading = "Result channel")]
+    require_result: bool,
     /// Show the program's stdout and stderr on the terminal as they come, like `tee`, while
     /// capturing them; afterwards only the summary and the read commands are printed.
     #[arg(long, conflicts_with_all = ["json", "sink"])]
@@ -154,6 +162,14 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
     let code = match (result.outcome, interrupts.exit_code()) {
         (RunOutcome::Cancelled, Some(code)) => code,
         _ => agentrun_process::run_exit_code(&result),
+    };
+    // A program that exited 0 without the answer it was asked for has not succeeded, as an
+    // agent session that exits 0 without succeeding exits 1; a program that failed already
+    // says so with its own code, which stays.
+    let code = if args.require_result && code == 0 && result.result.is_none() {
+        NO_RESULT
+    } else {
+        code
     };
     let mut out = io::stdout().lock();
     let footer = footer(&result.record, result.outcome, result.exit, args.timeout);

@@ -306,8 +306,87 @@ fn payload_bytes(s: &str) -> Result<usize, String> {
 pub(crate) struct ConfigArgs {
     /// Print the settings as one JSON object: `{"config_file": …, "settings": {KEY: {"value":
     /// …, "source": …}}}`.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "init")]
     pub(crate) json: bool,
+    /// Write a commented sample config file (every setting, commented out at its default) to
+    /// the config file's path (--config FILE, else the default path), then exit.
+    #[arg(long)]
+    pub(crate) init: bool,
+    /// With --init: replace an existing file.
+    #[arg(long, requires = "init")]
+    force: bool,
+}
+
+/// The sample written by `agentrun config --init`: every key, commented out at its default,
+/// so the file changes nothing until a line is uncommented.
+const SAMPLE_CONFIG: &str = r#"# agentrun settings. Every key is optional; flags and environment variables override them.
+# Uncomment a line to change a setting; `agentrun config` shows what is in effect.
+
+# The store directory (absolute, or starting with ~/) [default: $XDG_DATA_HOME/agentrun,
+# else ~/.local/share/agentrun]; AGENTRUN_HOME and --store override it.
+# store = "~/.local/share/agentrun"
+
+# The variable that names the result sink for `run --sink` (run --sink-var).
+# sink_var = "AGENTRUN_RESULT_SINK"
+
+[tool_output]
+# Lines per stream in a preview (>= 1; run --max-lines).
+# max_lines = 2000
+# Bytes per stream in a preview (>= 1; run --max-bytes).
+# max_bytes = 51200
+# Last lines shown after a truncated head (0: off; run --tail-lines).
+# tail_lines = 0
+# Bound on the whole preview, in bytes (run --max-payload-bytes).
+# max_payload_bytes = 1048576
+
+[retention]
+# How long run records are kept, or "never" (gc --retention).
+# records = "30d"
+# How long an object no record references is kept (gc --grace).
+# grace = "1h"
+"#;
+
+/// `agentrun config --init`: writes [`SAMPLE_CONFIG`] to the config file's path. An existing
+/// file is kept unless `--force`; the directory of the default path is created.
+pub(crate) fn init(global: &GlobalArgs, args: &ConfigArgs) -> Result<ExitCode, Failure> {
+    let (path, explicit) = match &global.config {
+        Some(path) => (path.clone(), true),
+        None => (
+            Config::default_path().ok_or_else(|| {
+                Failure::usage("no default config path (HOME is unset); pass --config FILE")
+            })?,
+            false,
+        ),
+    };
+    if !explicit && let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Failure::runtime(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true);
+    if args.force {
+        options.create(true).truncate(true);
+    } else {
+        // Never replaces a file, even one created since the check a user would make.
+        options.create_new(true);
+    }
+    let written = options
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, SAMPLE_CONFIG.as_bytes()));
+    match written {
+        Ok(()) => {
+            say!("agentrun: wrote a sample config to {}", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Failure::usage(format!(
+            "{} already exists; edit it, or pass --force to replace it with the sample",
+            path.display()
+        ))),
+        Err(e) => Err(Failure::runtime(format!(
+            "cannot write {}: {e}",
+            path.display()
+        ))),
+    }
 }
 
 /// `agentrun config`: the effective value of every setting and its source, as TOML a user
@@ -420,5 +499,32 @@ fn store_failure(e: agentrun_fs::StoreError) -> Failure {
             Failure::runtime(format!("{e} (--store DIR or AGENTRUN_HOME)"))
         }
         e => Failure::runtime(e),
+    }
+}
+
+#[cfg(test)]
+mod sample_tests {
+    /// The sample is a valid config that changes nothing: every key is commented out, and
+    /// uncommented it is still valid.
+    #[test]
+    fn the_sample_config_parses_commented_and_uncommented() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, super::SAMPLE_CONFIG).unwrap();
+        let config = agentrun_fs::config::Config::load(&path).unwrap();
+        assert!(config.store.is_none());
+        let uncommented: String = super::SAMPLE_CONFIG
+            .lines()
+            .map(|l| match l.strip_prefix("# ") {
+                Some(setting) if setting.contains(" = ") => setting,
+                _ => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(&path, &uncommented).unwrap();
+        let config = agentrun_fs::config::Config::load(&path)
+            .unwrap_or_else(|e| panic!("{e}: {uncommented}"));
+        assert_eq!(config.sink_var.as_deref(), Some("AGENTRUN_RESULT_SINK"));
+        assert_eq!(config.tool_output.max_lines, Some(2000));
     }
 }

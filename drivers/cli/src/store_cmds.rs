@@ -1,5 +1,6 @@
 //! Commands over the store: `show` and `runs` (recorded runs), `gc` and `verify`
-//! (maintenance). None of them creates a store: on a missing one they say so.
+//! (maintenance). None of them creates a store: on a missing one they say so, and the
+//! whole-store commands (`runs`, `gc`, `verify`) then exit 0 with nothing listed.
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -17,9 +18,10 @@ use crate::settings::{Settings, Source};
 /// Arguments of `agentrun show`.
 #[derive(Debug, Args)]
 pub(crate) struct ShowArgs {
-    /// The run id (printed on stderr by `agentrun run`, listed by `agentrun runs`), or a
-    /// fan-out id (printed on stderr by `agentrun fanout`).
-    #[arg(value_name = "RUN_ID")]
+    /// A run, an auto session or a fan-out: its id (printed on stderr by `agentrun run`, listed
+    /// by `agentrun runs` and `agentrun sessions`; a fan-out's printed by `agentrun fanout`), a
+    /// unique prefix of a run or session id, or `last` (the newest run).
+    #[arg(value_name = "RUN|SESSION")]
     run_id: String,
     /// Print the record as JSON: `{"run_id", "status", "artifacts", "model_text", "record"}`.
     #[arg(long)]
@@ -101,7 +103,7 @@ pub(crate) struct VerifyArgs {
     pub(crate) json: bool,
 }
 
-/// `agentrun show RUN_ID`: the recorded preview on stdout and the footer on stderr, as the
+/// `agentrun show RUN|SESSION`: for a run, the recorded preview on stdout and the footer on stderr, as the
 /// run printed them (from the record alone: nothing is rerun).
 pub(crate) fn show(settings: &Settings, args: ShowArgs) -> Result<ExitCode, Failure> {
     let store = settings.store_to_read()?;
@@ -121,7 +123,15 @@ pub(crate) fn show(settings: &Settings, args: ShowArgs) -> Result<ExitCode, Fail
         write_or_quiet(&mut out, text.as_bytes())?;
         return Ok(ExitCode::SUCCESS);
     }
-    let record = store.record(&args.run_id).map_err(Failure::runtime)?;
+    let run_id = match store
+        .resolve_run_or_session(&args.run_id)
+        .map_err(Failure::runtime)?
+    {
+        agentrun_fs::Named::Session(id) => return crate::sessions::show(&store, &id, args.json),
+        agentrun_fs::Named::Run(id) => id,
+        other => return Err(Failure::runtime(format!("cannot show {other:?}"))),
+    };
+    let record = store.record(&run_id).map_err(Failure::runtime)?;
     if args.json {
         let (status, reason) = status_of(&record);
         let json = serde_json::json!({
@@ -321,7 +331,7 @@ fn unix_ms(t: SystemTime) -> u64 {
 }
 
 /// `2026-11-30 17:19:01`.
-fn utc(t: SystemTime) -> String {
+pub(crate) fn utc(t: SystemTime) -> String {
     let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let (days, rest) = (secs / 86_400, secs % 86_400);
     let (y, m, d) = civil_from_days(days as i64);
@@ -470,11 +480,23 @@ fn gc_text(
 
 /// `agentrun verify`: exit 0 when healthy, 1 when problems were found.
 pub(crate) fn verify(settings: &Settings, args: VerifyArgs) -> Result<ExitCode, Failure> {
+    // One rule with `runs` and `gc`: a store that does not exist has nothing wrong with it,
+    // so a whole-store command says so and exits 0 (only `read` and `show`, which name
+    // something that must be there, fail on it).
     let Some(store) = settings.existing_store()? else {
-        return Err(Failure::runtime(format!(
-            "there is no store at {} to verify",
-            settings.store_root()?.value.display()
-        )));
+        let root = settings.store_root()?.value;
+        if args.json {
+            let mut json = serde_json::to_value(agentrun_fs::VerifyReport::default())
+                .map_err(Failure::runtime)?;
+            json["store_missing"] = root.display().to_string().into();
+            write_or_quiet(&mut io::stdout().lock(), format!("{json:#}\n").as_bytes())?;
+        } else {
+            say!(
+                "agentrun: there is no store at {}; nothing to verify",
+                root.display()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
     };
     let report = store.verify().map_err(Failure::runtime)?;
     let mut out = io::stdout().lock();

@@ -691,3 +691,72 @@ fn agent_max_retries_reruns_a_rate_limited_turn_in_its_session() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert_eq!(env.calls(), 1);
 }
+
+/// Without --json, `auto` ends with a short summary on stdout; `sessions` lists the session
+/// and `show SESSION` (by its id or a unique prefix) prints its turns with read commands.
+#[test]
+fn sessions_lists_an_auto_session_and_show_prints_its_turns() {
+    let env = Env::new(&[
+        "0|-|I will make the tests pass",
+        "0|-|1. fix\\n2. test",
+        "0|-|fixed it",
+        "0|COMPLETE|All done.",
+    ]);
+    let o = env
+        .cmd(&[
+            "auto", "claude", "--verify", "true", "--", "make", "it", "pass",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let summary = String::from_utf8(o.stdout.clone()).unwrap();
+    let id = session_dir(&o)
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        summary.starts_with(&format!("session {id}: completed (verified)")),
+        "{summary}"
+    );
+    assert!(summary.contains("objective: make it pass\n"), "{summary}");
+    assert!(
+        summary.ends_with(&format!("turns: agentrun show {id}\n")),
+        "{summary}"
+    );
+
+    let o = env.cmd(&["sessions"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let table = String::from_utf8(o.stdout).unwrap();
+    let row = table.lines().nth(1).unwrap_or_else(|| panic!("{table}"));
+    assert!(row.starts_with(&id), "{table}");
+    assert!(
+        row.contains("completed") && row.ends_with("make it pass"),
+        "{table}"
+    );
+    let o = env.cmd(&["sessions", "--json"]).output().unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(list[0]["session_id"], id.as_str());
+    assert_eq!(list[0]["status"], "completed");
+    assert_eq!(list[0]["objective"], "make it pass");
+
+    // The session id's last digits make a prefix the turn runs of the session do not share.
+    let o = env.cmd(&["show", &id]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let shown = String::from_utf8(o.stdout).unwrap();
+    for phase in ["clarify", "plan", "execute", "evaluate"] {
+        assert!(shown.contains(&format!(" {phase}: exit 0")), "{shown}");
+    }
+    assert!(shown.contains("verdict COMPLETE"), "{shown}");
+    assert!(shown.contains("verification of turn "), "{shown}");
+    let read = shown
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("agentrun read "))
+        .unwrap_or_else(|| panic!("no read command: {shown}"));
+    let o = env.cmd(&["read", read]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{read}: {}", stderr(&o));
+    let o = env.cmd(&["show", "--json", &id]).output().unwrap();
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["session_id"], id.as_str());
+}

@@ -72,7 +72,7 @@ fn run_previews_and_the_suggested_read_continues_exactly() {
         stderr(&page)
     );
     assert!(
-        stderr(&page).contains("lines 100-102 of 5000 lines; next: agentrun read"),
+        stderr(&page).contains("lines 101-103 of 5000 lines; next: agentrun read"),
         "{}",
         stderr(&page)
     );
@@ -462,6 +462,122 @@ fn run_sink_without_an_answer_leaves_stdout_empty_and_says_why() {
     assert!(stderr(&o).contains("unwritten"), "{}", stderr(&o));
 }
 
+/// A run is named by its id, a unique prefix of it, or `last`: `read RUN/STREAM` pages that
+/// run's stream (raw bytes on stdout, the artifact URI in the continuation on stderr) and
+/// `show` shows it; a prefix of several runs is an error listing them.
+#[test]
+fn runs_are_named_by_id_prefix_or_last() {
+    let env = Sandbox::new();
+    let o = env.run(&["read", "last/stdout"]);
+    assert_exit_says(&o, 125, "no store");
+    let first = env.run(&["run", "--json", "--", "seq", "1", "10"]);
+    let first: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
+    let second = env.run(&["run", "--json", "--", "seq", "1", "30"]);
+    let second: serde_json::Value = serde_json::from_slice(&second.stdout).unwrap();
+    let (a, b) = (
+        first["record"]["run_id"].as_str().unwrap(),
+        second["record"]["run_id"].as_str().unwrap(),
+    );
+    let want: String = (1..=30).map(|i| format!("{i}\n")).collect();
+    let o = env.run(&["read", "last/stdout"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), want);
+    let o = env.run(&["read", "last/stdout", "--offset", "20", "--limit", "5"]);
+    assert_eq!(
+        stdout(&o),
+        want.lines()
+            .skip(20)
+            .take(5)
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    );
+    let uri = second["artifacts"]["stdout"].as_str().unwrap();
+    assert!(
+        stderr(&o).contains(&format!("agentrun read {uri} --offset 25 --limit 5")),
+        "{}",
+        stderr(&o)
+    );
+    let o = env.run(&["read", &format!("{a}/stdout")]);
+    assert_eq!(
+        stdout(&o),
+        (1..=10).map(|i| format!("{i}\n")).collect::<String>()
+    );
+    // The shortest prefix that tells the two apart, and one that does not.
+    let common = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    let o = env.run(&["read", &format!("{}/stdout", &b[..=common])]);
+    assert_eq!(stdout(&o), want);
+    let o = env.run(&["read", &format!("{}/stdout", &a[..common])]);
+    let err = assert_exit_says(&o, 125, "ambiguous");
+    assert!(err.contains(a) && err.contains(b), "{err}");
+    let o = env.run(&["show", &a[..common]]);
+    assert_exit_says(&o, 125, "ambiguous");
+    let o = env.run(&["show", "last"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("agentrun: run {b} ")),
+        "{}",
+        stderr(&o)
+    );
+    // A stream the run does not have, a name that is no id, a URI that is not well formed.
+    assert_exit_says(
+        &env.run(&["read", "last/nosuch"]),
+        125,
+        "its streams: stdout, stderr",
+    );
+    assert_exit_says(&env.run(&["read", "9/stdout"]), 125, "no run has the id");
+    assert_exit_says(&env.run(&["read", "last"]), 125, "RUN/STREAM");
+    assert_exit_says(
+        &env.run(&["read", "artifact://last/stdout"]),
+        125,
+        "artifact://last",
+    );
+}
+
+/// `--require-result`: a program that exited 0 without writing its answer fails (exit 1); one
+/// that wrote it succeeds; a program's own failure keeps its code.
+#[test]
+fn require_result_fails_a_run_whose_sink_was_not_written() {
+    let env = Sandbox::new();
+    let o = env.run(&[
+        "run",
+        "--sink",
+        "--require-result",
+        "--",
+        "sh",
+        "-c",
+        "echo hi",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(o.stdout.is_empty(), "{}", stdout(&o));
+    assert!(stderr(&o).contains("no clean result"), "{}", stderr(&o));
+    let o = env.run(&["run", "--sink", "--require-result", "--json", "--", "true"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let o = env.run(&[
+        "run",
+        "--sink",
+        "--require-result",
+        "--",
+        "sh",
+        "-c",
+        r#"printf 'A' > "$AGENTRUN_RESULT_SINK""#,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "A");
+    let o = env.run(&[
+        "run",
+        "--sink",
+        "--require-result",
+        "--",
+        "sh",
+        "-c",
+        "exit 3",
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    // Only with --sink: without it there is no result to require.
+    let o = env.run(&["run", "--require-result", "--", "true"]);
+    assert_exit_says(&o, 125, "--sink");
+}
+
 /// A value of the sink variable inherited from agentrun's own environment never reaches the
 /// child without --sink; --sink-var renames the variable.
 #[test]
@@ -748,4 +864,88 @@ fn a_program_whose_interpreter_is_missing_is_named_as_such() {
     fs::create_dir(&dir).unwrap();
     let o = env.run(&["run", "--", dir.to_str().unwrap()]);
     assert_exit_says(&o, 126, "it is a directory, not a program");
+}
+
+/// Line and byte numbers on stderr are 1-based and inclusive; --offset and --byte-offset stay
+/// the zero-based number of lines or bytes skipped, so the next offset is the last number.
+#[test]
+fn read_labels_are_one_based_and_offsets_zero_based() {
+    let env = Sandbox::new();
+    env.run(&["run", "seq", "1", "30"]);
+    let o = env.run(&["read", "last/stdout", "--offset", "5", "--limit", "10"]);
+    assert_eq!(
+        stdout(&o),
+        (6..=15).map(|i| format!("{i}\n")).collect::<String>()
+    );
+    assert!(
+        stderr(&o).contains("agentrun: lines 6-15 of 30 lines; next: agentrun read ")
+            && stderr(&o).contains("/stdout --offset 15 --limit 10"),
+        "{}",
+        stderr(&o)
+    );
+    let o = env.run(&["read", "last/stdout", "--offset", "25"]);
+    assert!(
+        stderr(&o).contains("lines 26-30 of 30 lines (end)"),
+        "{}",
+        stderr(&o)
+    );
+    // "1\n2\n" is bytes 1-4.
+    let o = env.run(&[
+        "read",
+        "last/stdout",
+        "--byte-offset",
+        "0",
+        "--byte-limit",
+        "4",
+    ]);
+    assert_eq!(stdout(&o), "1\n2\n");
+    assert!(
+        stderr(&o).contains("agentrun: bytes 1-4 of 81 bytes; next: ")
+            && stderr(&o).contains("--byte-offset 4 --byte-limit 4"),
+        "{}",
+        stderr(&o)
+    );
+    // The tail view after lines 1-2 leaves out lines 3-28 (the last two follow).
+    let o = env.run(&[
+        "run",
+        "--max-lines",
+        "2",
+        "--tail-lines",
+        "2",
+        "seq",
+        "1",
+        "30",
+    ]);
+    assert!(
+        stdout(&o).contains("[Lines 3-28 not shown in full; the last 2 lines follow]\n29\n30\n"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// `config --init` writes the commented sample where the config file is looked for, never
+/// over an existing file unless --force; the sample changes no setting.
+#[test]
+fn config_init_writes_a_commented_sample_once() {
+    let env = Sandbox::new();
+    let path = env.path("agentrun.toml");
+    let p = path.to_str().unwrap();
+    let o = env.run(&["--config", p, "config", "--init"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let sample = fs::read_to_string(&path).unwrap();
+    assert!(sample.contains("# max_lines = 2000"), "{sample}");
+    let o = env.run(&["--config", p, "config", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v["settings"]["tool_output.max_lines"]["source"], "default",
+        "{v}"
+    );
+    fs::write(&path, "# mine\n").unwrap();
+    let o = env.run(&["--config", p, "config", "--init"]);
+    assert_exit_says(&o, 125, "already exists");
+    assert_eq!(fs::read_to_string(&path).unwrap(), "# mine\n");
+    let o = env.run(&["--config", p, "config", "--init", "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(fs::read_to_string(&path).unwrap(), sample);
 }

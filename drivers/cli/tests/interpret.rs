@@ -55,7 +55,13 @@ fn json_output_is_one_object_per_line() {
         "--json",
         path.to_str().unwrap(),
     ]);
-    assert!(o.status.success());
+    // A refused session is not a success: exit 1, as `agent` exits.
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let lines: Vec<serde_json::Value> = stdout(&o)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -313,4 +319,25 @@ fn a_fifo_is_read_as_the_stream_but_refused_as_the_retained_record() {
     writer.join().unwrap();
     assert!(o.status.success(), "{o:?}");
     assert!(stdout(&o).contains("session: "), "{}", stdout(&o));
+}
+
+/// Exit codes follow the interpreted session, as `agent`'s do: 0 for a session that
+/// succeeded, 1 for a failed turn (human and JSON output alike).
+#[test]
+fn a_failed_session_exits_1_and_a_successful_one_0() {
+    let failed = fixture("claude/claude-code-2.1.332-failure.jsonl");
+    let ok = fixture("claude/agentrun-golden-synthetic.jsonl");
+    for json in [false, true] {
+        let mut args = vec!["--harness", "claude"];
+        if json {
+            args.push("--json");
+        }
+        let o = run(&[&args[..], &[failed.to_str().unwrap()]].concat());
+        assert_eq!(o.status.code(), Some(1), "json {json}: {}", stdout(&o));
+        if !json {
+            assert!(stdout(&o).contains("status: turn failed"), "{}", stdout(&o));
+        }
+        let o = run(&[&args[..], &[ok.to_str().unwrap()]].concat());
+        assert_eq!(o.status.code(), Some(0), "json {json}: {}", stdout(&o));
+    }
 }

@@ -17,14 +17,15 @@ fn models_beyond_the_cap_are_counted_in_both_outputs() {
         .collect();
     std::fs::write(&path, stream).expect("write");
     let p = path.to_str().unwrap();
+    // The stream has no result event: a session that did not finish, so exit 1.
     let o = sb.run(&["interpret", "--harness", "claude", p]);
-    assert_eq!(o.status.code(), Some(0), "{}", sandbox::stderr(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", sandbox::stderr(&o));
     let out = sandbox::stdout(&o);
     let first = out.lines().next().expect("models line");
     assert!(first.starts_with("observed models: m0, m1, "), "{first}");
     assert!(first.ends_with(", m63 (and 36 more)"), "{first}");
     let o = sb.run(&["interpret", "--harness", "claude", "--json", p]);
-    assert_eq!(o.status.code(), Some(0), "{}", sandbox::stderr(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", sandbox::stderr(&o));
     let last = sandbox::stdout(&o)
         .lines()
         .last()

@@ -125,7 +125,7 @@ fn every_non_empty_stream_gets_a_read_command_that_works() {
         (Some(0), "out\n".to_owned())
     );
     assert!(
-        err(&page).contains("lines 0-0 of 1 line (end)"),
+        err(&page).contains("lines 1-1 of 1 line (end)"),
         "{}",
         err(&page)
     );
@@ -207,7 +207,11 @@ fn show_replays_a_run_and_runs_lists_it() {
         (Some("failed"), Some(4))
     );
     let unknown = h.run(&["show", "no-such-run"]);
-    assert_exit_says(&unknown, 125, "no record of run no-such-run");
+    assert_exit_says(
+        &unknown,
+        125,
+        "no run or session has the id or id prefix \"no-such-run\"",
+    );
 }
 
 #[test]
@@ -650,7 +654,7 @@ fn completions_and_man_page_come_from_the_definitions() {
     let man = out(&h.run(&["man"]));
     assert!(man.contains(".TH agentrun 1"), "{man}");
     assert!(
-        man.contains("agentrun\\-run") && man.contains("\\-\\-byte\\-offset"),
+        man.contains(".SH \"AGENTRUN RUN\"") && man.contains("\\-\\-byte\\-offset"),
         "{man}"
     );
 }
@@ -665,7 +669,22 @@ fn stores_are_created_only_where_they_can_be() {
     // Read-only commands never create a store.
     let missing = h.path("missing-store");
     let m = missing.to_str().unwrap();
-    let o = h.run(&["--store", m, "verify"]);
+    // One rule for the commands over the whole store: say so, list nothing, exit 0.
+    for cmd in ["runs", "gc", "verify"] {
+        let o = h.run(&["--store", m, cmd]);
+        assert_eq!(o.status.code(), Some(0), "{cmd}: {}", err(&o));
+        assert!(out(&o).is_empty(), "{cmd}: {}", out(&o));
+        assert!(err(&o).contains("no store at"), "{cmd}: {}", err(&o));
+        let o = h.run(&["--store", m, cmd, "--json"]);
+        assert_eq!(o.status.code(), Some(0), "{cmd} --json: {}", err(&o));
+        let v: serde_json::Value = serde_json::from_str(&out(&o)).expect("json");
+        if cmd == "runs" {
+            assert_eq!(v, serde_json::json!([]));
+        } else {
+            assert_eq!(v["store_missing"], m, "{cmd}: {v}");
+        }
+    }
+    let o = h.run(&["--store", m, "show", "x"]);
     assert_exit_says(&o, 125, "no store at");
     let o = h.run(&[
         "--store",

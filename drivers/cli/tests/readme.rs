@@ -120,7 +120,7 @@ fn the_readme_install_and_main_job_work_as_written() {
     assert_eq!(String::from_utf8(page.stdout).unwrap(), continuation);
     assert!(
         String::from_utf8_lossy(&page.stderr)
-            .contains("lines 2000-3999 of 1000000 lines; next: agentrun read artifact://"),
+            .contains("lines 2001-4000 of 1000000 lines; next: agentrun read artifact://"),
         "{}",
         String::from_utf8_lossy(&page.stderr)
     );

@@ -114,6 +114,7 @@ mod lock;
 // (its safety argument is in its documentation).
 #[allow(unsafe_code)]
 mod mapped;
+pub mod names;
 mod read;
 mod record_file;
 pub mod remote;
@@ -131,6 +132,7 @@ pub use capture::{CaptureSession, CaptureWriteError};
 pub use compaction::{RETAINED_DISPLAY, RetainError, Retained, RetentionSession};
 pub use error::IoError;
 pub use gc::{GcOptions, GcReport};
+pub use names::{NameError, Named};
 pub use read::{MAX_MANIFEST_BYTES, ReadError};
 pub use remote::{RemoteError, UrlError, is_store_url};
 pub use runs::{RunEntry, RunListing, UnreadableRun};

@@ -168,8 +168,8 @@ fn check(store: &Store, record: &ResultRecord, originals: &[Vec<u8>], page_limit
         if let Some(tail) = &stream.tail {
             let omission = format!(
                 "[Lines {}-{} not shown in full; the last {} lines follow]\n",
-                n,
-                tail.first_line - 1,
+                n + 1,
+                tail.first_line,
                 tail.lines
             );
             assert!(
