@@ -707,7 +707,7 @@ fn failure_scenario(name: &str) -> Option<Reply> {
 /// `no-answer-stopped` is stopped after 10 s, before any request timeout of the CLI, as a
 /// stall timeout stops it.
 /// `AGENTRUN_RECORD_SCENARIOS` (comma-separated) records only those.
-fn record_failures(cli: AgentCli) {
+fn record_api_failures(cli: AgentCli) {
     let only = std::env::var("AGENTRUN_RECORD_SCENARIOS").ok();
     for &scenario in FAILURES {
         if only
@@ -876,13 +876,13 @@ fn record_claude_code() {
 #[test]
 #[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
 fn record_claude_code_failures() {
-    record_failures(AgentCli::Claude);
+    record_api_failures(AgentCli::Claude);
 }
 
 #[test]
 #[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
 fn record_qwen_code_failures() {
-    record_failures(AgentCli::Qwen);
+    record_api_failures(AgentCli::Qwen);
 }
 
 #[test]

@@ -147,7 +147,6 @@ impl AgentOptions {
         self
     }
 
-
     /// Caps the run's spend (US dollars, tokens): checked whenever the stream reports usage
     /// while the harness runs (Claude Code, OpenCode, …), when the limit is reached the
     /// harness is stopped with its stop signals and the turn ends failed with
