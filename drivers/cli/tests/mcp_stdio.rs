@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+#[path = "support/moto.rs"]
+mod moto;
+
 /// How long any answer may take on a busy machine: a failure, not a measurement.
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -54,9 +57,11 @@ fn server_command(store: &Path, path: &str, cwd: &Path, args: &[&str]) -> Comman
 
 impl Server {
     fn start(store: &Path, path: &str, cwd: &Path, args: &[&str]) -> Self {
-        let mut child = server_command(store, path, cwd, args)
-            .spawn()
-            .expect("start agentrun mcp");
+        Server::spawn(server_command(store, path, cwd, args))
+    }
+
+    fn spawn(mut command: Command) -> Self {
+        let mut child = command.spawn().expect("start agentrun mcp");
         let stdout = child.stdout.take().unwrap();
         let (tx, lines) = channel();
         std::thread::spawn(move || {
@@ -1159,5 +1164,80 @@ fn logging_sends_diagnostics_at_the_level_asked_for() {
             .unwrap()
             .starts_with("tool run answered with an error"),
         "{sent:?}"
+    );
+}
+
+/// An orchestrator's server on a shared store (`--store s3://…` on a real S3-API server)
+/// pages what a worker with another local home captured into the same bucket: a deep `read`
+/// page and `resources/read` of the artifact return exactly the stored bytes.
+#[test]
+fn the_server_on_a_bucket_pages_what_another_machine_captured() {
+    let moto = moto::Moto::start();
+    moto.create_bucket("fleet");
+    let url = "s3://fleet/agentrun";
+    let dir = tempfile::tempdir().unwrap();
+    let (worker, orchestrator) = (dir.path().join("worker"), dir.path().join("orchestrator"));
+    for home in [&worker, &orchestrator] {
+        std::fs::create_dir_all(home.join("no-config")).unwrap();
+    }
+    let machine = |home: &Path| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_agentrun"));
+        c.env_clear()
+            .env("PATH", system_path())
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home.join("no-config"))
+            .env("AGENTRUN_HOME", home.join("spool"))
+            .current_dir(home);
+        moto.configure(&mut c);
+        c
+    };
+    let run = machine(&worker)
+        .args(["--store", url, "run", "--json", "--", "seq", "1", "200000"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    let record: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let uri = record["artifacts"]["stdout"].as_str().unwrap().to_owned();
+
+    let mut command = machine(&orchestrator);
+    command
+        .args(["--store", url, "mcp"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut server = Server::spawn(command);
+    server.initialize();
+    let page = server.call(
+        json!(1),
+        "read",
+        json!({"filePath": uri, "offset": 150_000, "limit": 2000}),
+    );
+    assert!(page["result"]["isError"] != json!(true), "{page:.600}");
+    let expected: String = (150_001..=152_000).map(|i| format!("{i}\n")).collect();
+    assert!(
+        page["result"]["content"][0]["text"].as_str() == Some(expected.as_str()),
+        "{:.600}",
+        page.to_string()
+    );
+    assert_eq!(
+        page["result"]["content"][1]["text"].as_str().unwrap(),
+        format!(
+            "[Lines 150000-151999 of 200000. Read more: read(filePath=\"{uri}\", offset=152000)]"
+        )
+    );
+
+    let resource = server.request(json!(2), "resources/read", json!({"uri": uri}));
+    let contents = &resource["result"]["contents"][0];
+    let first: String = (1..=2000).map(|i| format!("{i}\n")).collect();
+    assert!(
+        contents["text"].as_str() == Some(first.as_str()),
+        "{:.600}",
+        resource.to_string()
+    );
+    assert_eq!(
+        contents["_meta"]["totalLines"],
+        json!(200_000),
+        "{contents:.300}"
     );
 }
