@@ -322,3 +322,36 @@ fn with_auto_each_attempt_is_a_whole_session_verified_by_the_fan_out() {
     assert!(r.attempts[1].artifacts.len() >= 2, "{r:#?}");
     fx.assert_workspace_untouched(true);
 }
+
+#[test]
+fn a_silent_attempt_is_stopped_by_the_stall_timeout_and_cannot_win() {
+    let fx = Fixture::new(true);
+    let runner = agentrun_smol::Runner::new(fx.store());
+    let run = smol::block_on(
+        runner
+            .fanout(
+                fx.options(&["slow", "honest"])
+                    .select(Selection::All)
+                    .stall_timeout(Duration::from_secs(3)),
+            )
+            .into_future(),
+    )
+    .unwrap();
+    let r = &run.record;
+    assert_eq!(r.winner, Some(1), "{r:#?}");
+    let slow = &r.attempts[0];
+    assert_eq!(slow.status, AttemptStatus::Failed, "{slow:#?}");
+    assert_eq!(
+        slow.failure_kind,
+        Some(agentrun_core::harness::FailureKind::Stalled),
+        "{slow:#?}"
+    );
+    // The stalled harness is gone: its pid file names a process that no longer runs.
+    for entry in fs::read_dir(&fx.pids).unwrap() {
+        let pid = fs::read_to_string(entry.unwrap().path()).unwrap();
+        assert!(
+            !Path::new(&format!("/proc/{}", pid.trim())).exists(),
+            "the stalled harness {pid} still runs"
+        );
+    }
+}

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use agentrun_core::budget::{Budget, PriceTable};
 use agentrun_core::fanout::{AttemptRecord, FanOutRecord, Selection};
 use agentrun_fs::Store;
 use agentrun_smol::{AttemptSpec, FanOutError, FanOutEvent, FanOutOptions};
@@ -66,6 +67,17 @@ pub(crate) struct FanOutArgs {
     /// Stop an attempt's harness turn when it printed nothing for this long.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse_timeout)]
     idle_timeout: Option<Duration>,
+    /// Stop an attempt's harness turn when it emitted no event line for this long (`0`:
+    /// never); the attempt's turn then fails as `stalled`.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10m")]
+    stall_timeout: Duration,
+    /// Cap each attempt's cost in US dollars (with --auto: each attempt's whole session). A
+    /// harness that reports tokens but no cost is priced from the price table (estimated).
+    #[arg(long, value_name = "USD", value_parser = crate::auto::parse_usd)]
+    max_cost_usd: Option<f64>,
+    /// Cap each attempt's tokens (input plus output), like `--max-cost-usd`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_tokens: Option<u64>,
     /// Print the fan-out record as JSON on stdout (progress stays on stderr).
     #[arg(long)]
     pub(crate) json: bool,
@@ -99,8 +111,14 @@ impl FanOutArgs {
         Ok(vec![spec; n])
     }
 
-    fn options(&self) -> Result<FanOutOptions, Failure> {
+    fn options(&self, prices: PriceTable) -> Result<FanOutOptions, Failure> {
         let mut options = FanOutOptions::new(self.attempts()?, self.prompt.join(" "))
+            .stall_timeout(self.stall_timeout)
+            .budget(Budget {
+                max_cost_usd: self.max_cost_usd,
+                max_tokens: self.max_tokens,
+            })
+            .prices(prices)
             .select(self.select)
             .auto(self.auto)
             .keep(self.keep);
@@ -254,8 +272,8 @@ fn state_word(a: &AttemptRecord) -> &'static str {
 }
 
 /// Runs `agentrun fanout`.
-pub(crate) fn run(store: Store, args: FanOutArgs) -> Result<ExitCode, Failure> {
-    let options = args.options()?;
+pub(crate) fn run(store: Store, prices: PriceTable, args: FanOutArgs) -> Result<ExitCode, Failure> {
+    let options = args.options(prices)?;
     let labels: Vec<String> = options.attempts().iter().map(AttemptSpec::label).collect();
     let view = Arc::new(Mutex::new(View {
         rows: labels

@@ -373,7 +373,10 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Failure> {
             let settings = settings()?;
             auto::run(settings.open_store()?, settings.price_table(), args)
         }
-        Command::Fanout(args) => fanout::run(settings()?.open_store()?, args),
+        Command::Fanout(args) => {
+            let settings = settings()?;
+            fanout::run(settings.open_store()?, settings.price_table(), args)
+        }
         Command::Append(args) => auto::append(settings()?.open_store()?, args),
         Command::Read(args) => read::read(&settings()?, args),
         Command::Show(args) => store_cmds::show(&settings()?, args),

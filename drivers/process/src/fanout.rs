@@ -44,6 +44,7 @@ use std::time::{Duration, Instant};
 
 use agentrun_core::PreviewLimits;
 use agentrun_core::auto_mode::SessionStatus;
+use agentrun_core::budget::{Budget, PriceTable};
 use agentrun_core::fanout::{
     Action, AgentEnd, AttemptRecord, AttemptStatus, Changes, FanOut, FanOutRecord, Selection,
     VerificationRecord, VerifyEnd, default_jobs,
@@ -123,6 +124,9 @@ pub struct FanOutOptions {
     env: Vec<(OsString, OsString)>,
     timeout: Option<Duration>,
     idle_timeout: Option<Duration>,
+    stall_timeout: Option<Duration>,
+    budget: Budget,
+    prices: Option<PriceTable>,
     verify_timeout: Option<Duration>,
 }
 
@@ -144,6 +148,9 @@ impl FanOutOptions {
             env: Vec::new(),
             timeout: None,
             idle_timeout: None,
+            stall_timeout: None,
+            budget: Budget::default(),
+            prices: None,
             verify_timeout: None,
         }
     }
@@ -221,6 +228,29 @@ impl FanOutOptions {
         self
     }
 
+    /// Stops an attempt's harness turn when it emitted no event line for this long; the
+    /// turn then fails `stalled` (see [`AgentOptions::stall_timeout`]). Zero: off (the
+    /// default).
+    pub fn stall_timeout(mut self, timeout: Duration) -> Self {
+        self.stall_timeout = Some(timeout).filter(|t| !t.is_zero());
+        self
+    }
+
+    /// Caps each attempt's spend: an agent attempt's run as [`AgentOptions::budget`] caps it
+    /// (the harness stopped, the turn failed `budget`), an auto attempt's whole session as
+    /// [`AutoSessionOptions::max_cost_usd`] and [`AutoSessionOptions::max_tokens`] cap it.
+    pub fn budget(mut self, budget: Budget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// The prices for [`FanOutOptions::budget`] of harnesses that report tokens but no cost
+    /// (default: [`PriceTable::builtin`]).
+    pub fn prices(mut self, prices: PriceTable) -> Self {
+        self.prices = Some(prices);
+        self
+    }
+
     /// The attempts.
     #[must_use]
     pub fn attempts(&self) -> &[AttemptSpec] {
@@ -251,6 +281,13 @@ impl FanOutOptions {
         }
         if let Some(t) = self.idle_timeout {
             turn = turn.idle_timeout(t);
+        }
+        if let Some(t) = self.stall_timeout {
+            turn = turn.stall_timeout(t);
+        }
+        turn = turn.budget(self.budget);
+        if let Some(prices) = &self.prices {
+            turn = turn.prices(prices.clone());
         }
         turn
     }
@@ -936,6 +973,15 @@ async fn run_auto<R: Runtime>(
     if let Some(t) = ctx.options.max_turns {
         options = options.max_turns(t);
     }
+    if let Some(usd) = ctx.options.budget.max_cost_usd {
+        options = options.max_cost_usd(usd);
+    }
+    if let Some(tokens) = ctx.options.budget.max_tokens {
+        options = options.max_tokens(tokens);
+    }
+    if let Some(prices) = &ctx.options.prices {
+        options = options.prices(prices.clone());
+    }
     let session = match AutoSession::create(runner.clone(), options).await {
         Ok(s) => s,
         Err(e) => {
@@ -955,6 +1001,9 @@ async fn run_auto<R: Runtime>(
     }
     if let Some(t) = ctx.options.idle_timeout {
         session = session.idle_timeout(t);
+    }
+    if let Some(t) = ctx.options.stall_timeout {
+        session = session.stall_timeout(t);
     }
     let outcome = match session
         .run(move |p| match p {
