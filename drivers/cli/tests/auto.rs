@@ -215,8 +215,18 @@ fn a_false_completion_is_caught_by_verify_and_shown_to_the_next_evaluation() {
 #[test]
 fn a_failing_plan_turn_aborts_with_the_harness_exit_code() {
     let env = Env::new(&["0|-|ok", "7|-|API Error: overloaded"]);
+    // Without retries: an overload that is not waited out is a failed turn like any other.
     let o = env
-        .cmd(&["auto", "claude", "--json", "--", "do", "it"])
+        .cmd(&[
+            "auto",
+            "claude",
+            "--json",
+            "--max-retries",
+            "0",
+            "--",
+            "do",
+            "it",
+        ])
         .output()
         .unwrap();
     let err = stderr(&o);
@@ -253,7 +263,16 @@ fn a_failed_turns_kind_is_in_the_state() {
         "4|-|API Error: 529 Overloaded",
     ]);
     let o = env
-        .cmd(&["auto", "claude", "--json", "--", "do", "it"])
+        .cmd(&[
+            "auto",
+            "claude",
+            "--json",
+            "--max-retries",
+            "0",
+            "--",
+            "do",
+            "it",
+        ])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
