@@ -388,7 +388,7 @@ def robustness(agentrun, store):
         reply = receive()
         check(reply == {"jsonrpc": "2.0", "id": 6, "result": {}}, f"alive after all that: {reply}")
         send(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}))
-        check(len(receive()["result"]["tools"]) == 4, "tools/list after the bad input")
+        check(len(receive()["result"]["tools"]) == 5, "tools/list after the bad input (run, read, agent, compact, fanout)")
     finally:
         proc.stdin.close()
         code = proc.wait(timeout=30)
