@@ -1,6 +1,6 @@
 //! Claude Code's `api_error` result with HTTP 429 is a rate limit and with 529 or 503 an
-//! overload, so auto mode and `agent --max-retries` wait them out; other statuses stay as
-//! they were (the full taxonomy is decoded with the rest of the dialect).
+//! overload, so auto mode and `agent --max-retries` wait them out; any other 5xx is a server
+//! error (the full taxonomy is decoded with the rest of the dialect).
 
 // The shared helpers read fixtures from disk; the tests themselves do no I/O.
 #![allow(clippy::disallowed_methods)]
@@ -21,9 +21,9 @@ fn kind_of_status(status: u16) -> Option<FailureKind> {
 }
 
 #[test]
-fn a_claude_api_error_429_is_rate_limited_and_529_or_503_overloaded() {
+fn a_claude_api_error_429_is_rate_limited_529_or_503_overloaded_and_500_a_server_error() {
     assert_eq!(kind_of_status(429), Some(FailureKind::RateLimited));
     assert_eq!(kind_of_status(529), Some(FailureKind::Overloaded));
     assert_eq!(kind_of_status(503), Some(FailureKind::Overloaded));
-    assert_eq!(kind_of_status(500), None);
+    assert_eq!(kind_of_status(500), Some(FailureKind::ServerError));
 }

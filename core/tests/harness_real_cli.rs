@@ -410,3 +410,59 @@ fn pi() {
     );
     assert_eq!(c.outcome.failure_kind, Some(FailureKind::CutOff));
 }
+
+/// A failure only the retained record reports (the stream cut before its `error` event, as
+/// when the CLI is killed after writing its session) is classified like a streamed one: the
+/// OpenCode export's error by its status, pi's session log's by its wording.
+#[test]
+fn a_failure_only_the_retained_record_reports_is_classified() {
+    for (cli, scenario, lines, cause, kind) in [
+        // OpenCode printed nothing before its `error` event.
+        (
+            &OPENCODE,
+            "failure",
+            0,
+            "Incorrect API key provided",
+            FailureKind::Auth,
+        ),
+        (
+            &OPENCODE,
+            "context-length",
+            0,
+            "prompt is too long",
+            FailureKind::ContextLength,
+        ),
+        // pi's stream up to the start of the turn.
+        (
+            &PI,
+            "server-error",
+            3,
+            "500 the scripted outage",
+            FailureKind::ServerError,
+        ),
+    ] {
+        let stream: Vec<u8> = cli
+            .file(scenario, ".jsonl")
+            .split_inclusive(|b| *b == b'\n')
+            .take(lines)
+            .flatten()
+            .copied()
+            .collect();
+        let (_, interp) = interpret(cli.harness, None, &stream);
+        let c = interp
+            .finish(HarnessExit::Success)
+            .complete(cli.retained(scenario));
+        match &c.outcome.status {
+            OutcomeStatus::TurnFailed { diagnostic } => {
+                assert!(diagnostic.contains(cause), "{scenario}: {diagnostic}")
+            }
+            other => panic!("{} {scenario}: {other:?}", cli.prefix),
+        }
+        assert_eq!(
+            c.outcome.failure_kind,
+            Some(kind),
+            "{} {scenario}",
+            cli.prefix
+        );
+    }
+}

@@ -282,3 +282,79 @@ fn opencode() {
     assert!(fixture(&format!("{PREFIX}-no-answer.jsonl")).is_empty());
     check_no_answer(Harness::OpenCode, PREFIX);
 }
+
+/// Gemini CLI's exit code is the failed request's HTTP status modulo 256 (173 = 429, 247 =
+/// 503, 244 = 500, 145 = 401, 144 = 400). It passes a 429's and a 503's message on without
+/// the API's body, so the stream names the kind only when the API's own wording does: where
+/// it does not, the exit code does; where the stream names a kind, that kind stands.
+#[test]
+fn gemini_cli_exit_code_names_the_status_the_stream_drops() {
+    const PREFIX: &str = "gemini/gemini-cli-0.61.0";
+    let completion = |stream: &[u8], code: i32| {
+        let (_, mut interp) = interpret(Harness::Gemini, None, stream);
+        interp.handle_exit_code(code);
+        interp
+            .finish(HarnessExit::Failed {
+                diagnostic: format!("gemini exited with code {code}"),
+            })
+            .complete(None)
+    };
+    // The recorded failures with the exit codes the CLI gave them: the exit code agrees.
+    for (scenario, code, kind) in [
+        ("http-429", 173, Some(RateLimited)),
+        ("http-429-retry-after", 173, Some(RateLimited)),
+        ("http-503", 247, Some(Overloaded)),
+        ("http-500", 244, Some(ServerError)),
+        ("http-401", 145, Some(Auth)),
+        ("failure", 144, None),
+    ] {
+        let stream = fixture(&format!("{PREFIX}-{scenario}.jsonl"));
+        let c = completion(&stream, code);
+        assert!(
+            matches!(c.outcome.status, OutcomeStatus::TurnFailed { .. }),
+            "{scenario}: {:?}",
+            c.outcome.status
+        );
+        assert_eq!(c.outcome.failure_kind, kind, "{scenario}");
+    }
+    // The recorded 503 with an API message that names no kind (the API words its errors as it
+    // likes; the CLI passes the words on without the status). A 429's message always names
+    // its kind: the CLI adds its own quota hint to it.
+    let recorded = fixture(&format!("{PREFIX}-http-503.jsonl"));
+    let stream = String::from_utf8(recorded.clone()).unwrap().replace(
+        "[API Error: The server is overloaded]",
+        "[API Error: Please try again later]",
+    );
+    assert_ne!(stream.as_bytes(), recorded);
+    assert_eq!(
+        completion(stream.as_bytes(), 1).outcome.failure_kind,
+        None,
+        "the words alone name no kind"
+    );
+    assert_eq!(
+        completion(stream.as_bytes(), 247).outcome.failure_kind,
+        Some(Overloaded)
+    );
+    // A kind the stream names stands: the 401's body names its status.
+    let stream = fixture(&format!("{PREFIX}-http-401.jsonl"));
+    assert_eq!(completion(&stream, 173).outcome.failure_kind, Some(Auth));
+    // A run that printed nothing: the exit code alone classifies it.
+    let c = completion(b"", 173);
+    assert!(matches!(
+        c.outcome.status,
+        OutcomeStatus::ExecutionFailed { .. }
+    ));
+    assert_eq!(c.outcome.failure_kind, Some(RateLimited));
+    // The other harnesses' exit codes name no status.
+    let stream = fixture("pi/pi-0.73.1-failure.jsonl");
+    let (_, mut interp) = interpret(Harness::Pi, None, &stream);
+    interp.handle_exit_code(173);
+    assert_eq!(
+        interp
+            .finish(HarnessExit::Success)
+            .complete(None)
+            .outcome
+            .failure_kind,
+        None
+    );
+}

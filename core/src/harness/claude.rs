@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use serde::Deserialize;
 
-use super::failure_text::{kind_of_status, kind_of_text};
+use super::failure;
 use super::json;
 use super::json::lenient::{self, Bool, NonNull, Obj, Seq, Str};
 use super::progress;
@@ -159,7 +159,7 @@ impl ClaudeDecoder {
             "api_retry" => {
                 let status = json::u64(v, "error_status");
                 let kind = status
-                    .and_then(kind_of_status)
+                    .and_then(status_kind)
                     .or_else(|| json::str(v, "error").and_then(error_field_kind));
                 let delay = json::u64(v, "retry_delay_ms");
                 update.progress.push(retry_line(
@@ -414,15 +414,15 @@ impl ClaudeDecoder {
     ) -> Option<FailureKind> {
         let overflow = match self.dialect {
             // Qwen Code passes the API's error through as `[API Error: <status> <message>]`.
-            Dialect::Qwen => super::pi::is_context_overflow(diagnostic),
+            Dialect::Qwen => failure::is_context_overflow(diagnostic),
             _ => is_prompt_too_long(v, text),
         };
         if overflow {
             return Some(FailureKind::ContextLength);
         }
         json::u64(v, "api_error_status")
-            .and_then(kind_of_status)
-            .or_else(|| kind_of_text(diagnostic))
+            .and_then(status_kind)
+            .or_else(|| failure::classify(None, diagnostic))
             .or(self.api_error_kind)
             .or_else(|| self.rate_limit_rejected.map(|_| FailureKind::RateLimited))
             .or_else(|| {
@@ -753,6 +753,12 @@ fn is_prompt_too_long(v: &Value, text: Option<&str>) -> bool {
         || text.is_some_and(|t| t.trim_start().starts_with("Prompt is too long"))
 }
 
+/// The kind of a status field the stream carries as a JSON number (`api_error_status`,
+/// `error_status`); a number no HTTP status can be names none.
+fn status_kind(status: u64) -> Option<FailureKind> {
+    u16::try_from(status).ok().and_then(failure::kind_of_status)
+}
+
 /// The kind an API-error message's or a retry's `error` field names.
 fn error_field_kind(error: &str) -> Option<FailureKind> {
     match error {
@@ -937,7 +943,7 @@ impl StreamDecoder for ClaudeDecoder {
                 let message = json::nonempty(&v, "message")
                     .or_else(|| v.get("data").and_then(|d| d.as_str()))
                     .unwrap_or("error");
-                self.failure_kind = kind_of_text(message);
+                self.failure_kind = failure::classify(None, message);
                 self.failure = Some(message.to_owned());
             }
             k if QUIET_TYPES.contains(&k) => {}

@@ -1,11 +1,13 @@
 //! The one classifier of API failures every dialect uses: an HTTP status and the wording a
 //! harness passes through become a [`FailureKind`], a `Retry-After` value becomes a
-//! [`RetryAfter`], and a harness's own retry becomes a progress line.
+//! [`RetryAfter`], and a harness's own retry becomes a progress line. The same rules classify
+//! what a harness prints on stderr and the failure a retained record reports.
 //!
-//! The harnesses word the same failure differently (Codex's "exceeded retry limit, last
-//! status: 429 Too Many Requests", pi's "429 slow down", Gemini CLI's `[API Error:
-//! {"error":{"code":429,…}}]`, OpenCode's `statusCode`), so the rules live here once and each
-//! decoder only says where its status and text are.
+//! The harnesses word the same failure differently (Claude Code's `api_error_status` and
+//! "API Error: Request rejected (429)", Qwen Code's `[API Error: 500 …]`, Codex's "exceeded
+//! retry limit, last status: 429 Too Many Requests", pi's "429 slow down", Gemini CLI's `[API
+//! Error: {"error":{"code":429,…}}]`, OpenCode's `statusCode`), so the rules live here once
+//! and each decoder only says where its status and text are.
 //!
 //! Precedence: a context-window overflow is named by its wording whatever the status (the APIs
 //! answer it with 400 or 413); then the status, when it is one that names a kind; then the
@@ -33,8 +35,9 @@ pub fn kind_of_status(status: u16) -> Option<FailureKind> {
 /// Anthropic's "prompt is too long", the Gemini API's "input token count (N) exceeds the
 /// maximum number of tokens allowed").
 const CONTEXT_WORDINGS: &[&str] = &[
-    "context_length_exceeded",
-    "maximum context length",
+    "context_length",
+    "context length",
+    "maximum context",
     "context window",
     "context_window",
     "prompt is too long",
@@ -51,6 +54,7 @@ const RATE_LIMIT_WORDINGS: &[&str] = &[
     "resource exhausted",
     "quota",
     "usage limit",
+    "hit your limit",
 ];
 
 const OVERLOAD_WORDINGS: &[&str] = &[
@@ -66,8 +70,7 @@ const AUTH_WORDINGS: &[&str] = &[
     "api key not valid",
     "invalid x-api-key",
     "invalid_api_key",
-    "authentication_error",
-    "authentication failed",
+    "authentication",
     "unauthenticated",
     "unauthorized",
     "missing api key",
@@ -98,9 +101,12 @@ const NETWORK_WORDINGS: &[&str] = &[
     "unable to connect",
     "connection error",
     "request timed out",
+    "etimedout",
     "terminated",
+    "other side closed",
+    "und_err_socket",
     "tls handshake",
-    "certificate verify failed",
+    "certificate",
 ];
 
 const SERVER_WORDINGS: &[&str] = &["internal server error", "internal error", "server_error"];
@@ -110,7 +116,7 @@ fn mentions(lower: &str, wordings: &[&str]) -> bool {
 }
 
 /// Whether `text` names a context-window overflow.
-pub fn is_context_overflow(text: &str) -> bool {
+pub(crate) fn is_context_overflow(text: &str) -> bool {
     mentions(&text.to_lowercase(), CONTEXT_WORDINGS)
 }
 
@@ -152,9 +158,9 @@ const STATUS_MARKERS: &[&str] = &[
 ];
 
 /// The HTTP error status (400–599) a diagnostic names: a three-digit number at its start
-/// (pi's `429 slow down`, after leading brackets) or right after a word that names a status
-/// (see [`STATUS_MARKERS`]). The last such number wins: a retry summary names the last status
-/// at its end.
+/// (pi's `429 slow down`, after leading brackets), right after a word that names a status
+/// (see [`STATUS_MARKERS`]), or alone in parentheses (Claude Code's `Request rejected
+/// (429)`). The last such number wins: a retry summary names the last status at its end.
 pub fn status_in_text(text: &str) -> Option<u16> {
     let bytes = text.as_bytes();
     let mut found = None;
@@ -177,10 +183,12 @@ pub fn status_in_text(text: &str) -> Option<u16> {
         if !(400..=599).contains(&n) {
             continue;
         }
+        let parenthesized = text[..start].ends_with('(') && bytes.get(i) == Some(&b')');
         let before = text[..start]
             .trim_end_matches([' ', ':', '=', '[', '(', '"', '\'', '\t'])
             .to_lowercase();
-        let marked = before.is_empty()
+        let marked = parenthesized
+            || before.is_empty()
             || STATUS_MARKERS.iter().any(|m| {
                 before.ends_with(m)
                     && before[..before.len() - m.len()]
@@ -392,6 +400,28 @@ mod tests {
                 Some(Network),
             ),
             ("Internal server error", Some(ServerError)),
+            // Claude Code's and Qwen Code's wordings.
+            ("API Error: 529 Overloaded.", Some(Overloaded)),
+            (
+                "API Error: Request rejected (429) · This request would exceed your rate limit",
+                Some(RateLimited),
+            ),
+            ("Request rejected (429)", Some(RateLimited)),
+            ("Invalid API key · Fix external API key", Some(Auth)),
+            ("[API Error: 500 the scripted outage]", Some(ServerError)),
+            (
+                "API Error: Connection refused (ECONNREFUSED)",
+                Some(Network),
+            ),
+            ("Request timed out.", Some(Network)),
+            ("connect ETIMEDOUT 10.0.0.1:443", Some(Network)),
+            (
+                "[API Error: terminated (cause: UND_ERR_SOCKET: other side closed)]",
+                Some(Network),
+            ),
+            ("You've hit your limit · resets 3pm", Some(RateLimited)),
+            ("[API Error: 400 Invalid value for 'messages']", None),
+            ("the tests failed", None),
             ("400 Invalid value for 'messages'", None),
             ("something else went wrong", None),
             // Numbers that are not statuses.
@@ -429,6 +459,13 @@ mod tests {
             ("port 8080 status 200", None),
             ("took 500.5 ms", None),
             ("errorcode 500", None),
+            ("[API Error: 500 the outage]", Some(500)),
+            ("Request rejected (429) · slow", Some(429)),
+            ("port 4290 and id a503b and 1.503", None),
+            ("took 200 ms, 999 tries", None),
+            // A parenthesized number is a status only when it stands alone.
+            ("saw (500 files)", None),
+            ("(x500)", None),
         ] {
             assert_eq!(status_in_text(text), status, "{text}");
         }

@@ -18,7 +18,10 @@
 //!    unrecognized.
 //!    The harness's stderr lines, when the driver has them (all, or a bounded tail), go to
 //!    [`Interpretation::handle_stderr_line`], before the end: they classify a failure the
-//!    stream does not (a harness that prints its API error only on stderr).
+//!    stream does not (a harness that prints its API error only on stderr). The process's
+//!    exit code, when it exited with one, goes to [`Interpretation::handle_exit_code`]
+//!    before the end: a code that stands for an HTTP status classifies a failure the stream
+//!    names no kind of.
 //!    [`Interpretation::observed_models`] and [`Interpretation::refusal`] may be read at any
 //!    time (e.g. to checkpoint a session log before completion).
 //! 4. Then exactly one of:
@@ -213,6 +216,8 @@ pub struct Interpretation {
     new_session: bool,
     /// The failure kind the last classifiable stderr line named.
     stderr_kind: Option<FailureKind>,
+    /// The failure kind of the HTTP status the harness's exit code stands for.
+    exit_kind: Option<FailureKind>,
 }
 
 impl std::fmt::Debug for Interpretation {
@@ -225,6 +230,7 @@ impl std::fmt::Debug for Interpretation {
             .field("oversized", &self.oversized)
             .field("new_session", &self.new_session)
             .field("stderr_kind", &self.stderr_kind)
+            .field("exit_kind", &self.exit_kind)
             .finish_non_exhaustive()
     }
 }
@@ -241,6 +247,7 @@ impl Interpretation {
             oversized: None,
             new_session: false,
             stderr_kind: None,
+            exit_kind: None,
         }
     }
 
@@ -322,9 +329,21 @@ impl Interpretation {
     /// connection, a bad key), the last one named winning: it classifies a failed turn or run
     /// whose stream names no kind of its own. A success stays a success, whatever stderr says.
     pub fn handle_stderr_line(&mut self, line: &[u8]) {
-        if let Some(kind) = super::failure_text::kind_of_text(&String::from_utf8_lossy(line)) {
+        if let Some(kind) = super::failure::classify(None, &String::from_utf8_lossy(line)) {
             self.stderr_kind = Some(kind);
         }
+    }
+
+    /// The harness process exited with `code`. Nothing is kept of it but the failure kind of
+    /// the HTTP status it stands for ([`Harness::http_status_of_exit`]: Gemini CLI exits with
+    /// a failed request's status modulo 256, and passes a 429's or a 503's message on without
+    /// the API's body, so without its status). That kind classifies a failed turn or run
+    /// whose stream names none, before anything stderr named; a success stays a success.
+    pub fn handle_exit_code(&mut self, code: i32) {
+        self.exit_kind = self
+            .harness
+            .http_status_of_exit(code)
+            .and_then(super::failure::kind_of_status);
     }
 
     fn apply(&mut self, evidence: Evidence, progress: &mut Vec<String>) {
@@ -404,6 +423,7 @@ impl Interpretation {
             exit,
             new_session: self.new_session,
             stderr_kind: self.stderr_kind,
+            exit_kind: self.exit_kind,
             lines: self.lines,
         }
     }
@@ -460,6 +480,7 @@ pub struct Finished {
     exit: HarnessExit,
     new_session: bool,
     stderr_kind: Option<FailureKind>,
+    exit_kind: Option<FailureKind>,
     lines: u64,
 }
 
@@ -500,6 +521,7 @@ impl Finished {
             exit,
             new_session,
             stderr_kind,
+            exit_kind,
             lines,
         } = self;
         // What the figures count: a new session's are the run's own; a resumed one's are what
@@ -554,6 +576,7 @@ impl Finished {
         };
         let mut final_message = facts.final_message;
         let mut failure = facts.failure;
+        let mut stream_kind = facts.failure_kind;
         if let Some(kind) = harness.retained_kind() {
             match retained {
                 Some(record) => {
@@ -586,8 +609,15 @@ impl Finished {
                     if record.final_message.is_some() {
                         final_message = record.final_message;
                     }
-                    if failure.is_none() {
-                        failure = record.failure;
+                    // A failure only the record reports is classified like the stream's: by the
+                    // kind the record's parser read (a status it carries), else its wording.
+                    if failure.is_none()
+                        && let Some(text) = record.failure
+                    {
+                        stream_kind = record
+                            .failure_kind
+                            .or_else(|| super::failure::classify(None, &text));
+                        failure = Some(text);
                     }
                 }
                 // The Codex and Gemini streams are complete without their session files.
@@ -598,8 +628,9 @@ impl Finished {
                 )),
             }
         }
-        // Every status but a success carries the kind when it is known: the stream's own, else
-        // what stderr named; a stream cut off before its terminal event is `cut_off` (a failed
+        // Every status but a success carries the kind when it is known: the stream's own (or
+        // the retained record's), else the status the exit code stands for, else what stderr
+        // named; a stream cut off before its terminal event is `cut_off` (a failed
         // process that printed nothing at all never started one: it is not cut off).
         let cut_off = (!facts.terminal_seen).then_some(FailureKind::CutOff);
         let (status, failure_kind) = if let Some(category) = refusal {
@@ -610,12 +641,12 @@ impl Finished {
         } else if let Some(diagnostic) = failure {
             (
                 OutcomeStatus::TurnFailed { diagnostic },
-                facts.failure_kind.or(stderr_kind),
+                stream_kind.or(exit_kind).or(stderr_kind),
             )
         } else if let HarnessExit::Failed { diagnostic } = exit {
             (
                 OutcomeStatus::ExecutionFailed { diagnostic },
-                stderr_kind.or(cut_off.filter(|_| lines > 0)),
+                exit_kind.or(stderr_kind).or(cut_off.filter(|_| lines > 0)),
             )
         } else if !facts.terminal_seen {
             // Every dialect ends a finished session with a terminal event; a stream cut off

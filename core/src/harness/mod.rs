@@ -28,7 +28,6 @@ mod claude;
 mod codex;
 mod decode;
 pub mod failure;
-mod failure_text;
 #[cfg(any(fuzzing, test, feature = "fuzz-bodies"))]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -171,6 +171,15 @@ fn classify_error(name: Option<&str>, error: &Value) -> (Option<FailureKind>, Op
     (kind, retry_after)
 }
 
+/// The kind of an OpenCode error wherever it appears (the stream's `error` event, an exported
+/// message's `error`): by its name, status and message, else by its text.
+pub(crate) fn error_kind(error: &Value) -> Option<FailureKind> {
+    let (name, text) = error_text(error);
+    classify_error(name, error)
+        .0
+        .or_else(|| failure::classify(None, &text))
+}
+
 impl StreamDecoder for OpenCodeDecoder {
     fn condense(&mut self, line: &[u8]) -> StreamUpdate {
         let mut update = StreamUpdate::default();

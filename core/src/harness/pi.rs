@@ -135,11 +135,6 @@ fn usage_of(u: &Value) -> Usage {
     }
 }
 
-/// Whether a failure is the model's context window overflowing: the shared classifier's
-/// rule, kept under this name for the Claude-family decoder (Qwen Code passes the API's error
-/// through the way pi does).
-pub(crate) use super::failure::is_context_overflow;
-
 #[derive(Debug, Default)]
 pub(crate) struct PiDecoder {
     drift: Drift,

@@ -144,6 +144,10 @@ pub struct RetainedRecord {
     pub final_message: Option<String>,
     /// A turn failure the record reports (used when the stream reported none).
     pub failure: Option<String>,
+    /// The kind of [`RetainedRecord::failure`] when the record says more than its text (an
+    /// OpenCode export's error names the API's status); otherwise the completion classifies
+    /// the text.
+    pub failure_kind: Option<super::FailureKind>,
     /// Tokens the stream's usage already counted before this run (Codex's running total
     /// after a resume); subtracted from the stream's usage.
     pub usage_baseline: Option<Usage>,
@@ -383,10 +387,9 @@ pub fn parse_opencode_export(bytes: &[u8]) -> Result<RetainedRecord, RetainedErr
             .filter_map(|p| json::str(p, "text"))
             .next_back()
             .map(str::to_owned);
-        record.failure = info
-            .get("error")
-            .filter(|e| !e.is_null())
-            .map(|e| super::opencode::error_text(e).1);
+        let error = info.get("error").filter(|e| !e.is_null());
+        record.failure = error.map(|e| super::opencode::error_text(e).1);
+        record.failure_kind = error.and_then(super::opencode::error_kind);
     }
     record.set_models(models);
     Ok(record)

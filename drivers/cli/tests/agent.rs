@@ -316,7 +316,8 @@ fn a_failed_turn_or_a_failing_harness_exits_1() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stdout(&o).contains("status: turn failed: "));
-    // A clean stream but a non-zero exit: execution failed, with the stderr tail.
+    // A clean stream but a non-zero exit: execution failed, with the stderr tail (whose
+    // "quota" names a rate limit).
     let o = env
         .agent("grok", &[], "grok/agentrun-messages-synthetic.jsonl")
         .env("FAKE_EXIT", "3")
@@ -326,7 +327,7 @@ fn a_failed_turn_or_a_failing_harness_exits_1() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
         stdout(&o)
-            .contains("status: execution failed: grok exited with code 3: grok: quota exhausted\n"),
+            .contains("status: execution failed (rate_limited): grok exited with code 3: grok: quota exhausted\n"),
         "{}",
         stdout(&o)
     );

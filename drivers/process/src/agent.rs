@@ -962,6 +962,10 @@ async fn run_turn<R: Runtime>(
             interp.handle_stderr_line(line.as_bytes());
         }
     }
+    // Gemini CLI's exit code names the HTTP status its stream may leave out.
+    if let Some(Exit::Code(code)) = process.exit {
+        interp.handle_exit_code(code);
+    }
     let exit = match process.exit {
         Some(Exit::Code(0)) => HarnessExit::Success,
         other => HarnessExit::Failed {
