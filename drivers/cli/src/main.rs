@@ -32,6 +32,7 @@ mod docs_cmds;
 mod duration;
 mod failure;
 mod fanout;
+mod follow;
 mod harness_arg;
 mod interpret;
 mod interrupts;
@@ -175,6 +176,16 @@ enum Command {
   agentrun show 17645123                       a unique prefix of a run or session id
   agentrun show --json 1764512345123-0004821-000000")]
     Show(store_cmds::ShowArgs),
+    /// Print a run's streams as they grow (stdout to stdout, stderr to stderr), then exit
+    /// with the run's exit code, as `run` did.
+    ///
+    /// RUN is a run id, a unique prefix of one, or `last` (the newest run, in progress or
+    /// not; `agentrun runs` lists runs in progress first). A finished run's streams are
+    /// printed at once.
+    #[command(after_help = "Examples:
+  agentrun follow last                          the newest run, from its start
+  agentrun follow --tail 20 17645123            its last 20 lines, then what comes")]
+    Follow(follow::FollowArgs),
     /// List the auto sessions in the store: id, status, turns, when each was last updated,
     /// the objective.
     #[command(after_help = "Examples:
@@ -183,8 +194,12 @@ enum Command {
   agentrun show <session id>                 its turns, with their read commands")]
     Sessions(sessions::SessionsArgs),
     /// List recent runs: id, time, how each ended, the size of each stream, the command.
+    ///
+    /// Runs in progress come first, as `running` with how long they have been running and
+    /// the bytes captured so far (`abandoned`: the process running it died; `agentrun gc`
+    /// removes what it left); `agentrun follow RUN` prints one as it grows.
     #[command(after_help = "Examples:
-  agentrun runs                             the 20 most recent runs
+  agentrun runs                             runs in progress, then the 20 most recent runs
   agentrun runs --limit 100 --json")]
     Runs(store_cmds::RunsArgs),
     /// Forget expired runs and remove the output nothing references any more.
@@ -308,7 +323,7 @@ impl Command {
             Command::Compact(a) => a.json,
             Command::Auto(a) => a.json,
             Command::Fanout(a) => a.json,
-            Command::Append(_) => false,
+            Command::Append(_) | Command::Follow(_) => false,
             Command::Mcp(_) => false,
             Command::Completions(_) | Command::Man => false,
         }
@@ -379,6 +394,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Failure> {
         }
         Command::Append(args) => auto::append(settings()?.open_store()?, args),
         Command::Read(args) => read::read(&settings()?, args),
+        Command::Follow(args) => follow::follow(&settings()?, args),
         Command::Show(args) => store_cmds::show(&settings()?, args),
         Command::Sessions(args) => sessions::sessions(&settings()?, args),
         Command::Runs(args) => store_cmds::runs(&settings()?, args),

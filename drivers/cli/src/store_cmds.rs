@@ -34,8 +34,11 @@ pub(crate) struct RunsArgs {
     /// How many runs to list, newest first (at least 1).
     #[arg(long, short = 'n', value_name = "N", default_value = "20")]
     limit: std::num::NonZeroUsize,
-    /// Print a JSON array of `{"run_id", "finished_unix_ms", "status", "incomplete",
-    /// "streams": [{"name", "lines", "bytes", "uri"}]}`.
+    /// Print a JSON array of `{"run_id", "started_unix_ms", "finished_unix_ms", "command",
+    /// "exit", "status", "reason", "incomplete", "streams": [{"name", "lines", "bytes",
+    /// "uri"}]}`. A run in progress has status `running` (or `abandoned`: the process
+    /// running it died), an `elapsed_ms`, null `finished_unix_ms`, `exit`, `lines` and `uri`,
+    /// and the bytes captured so far.
     #[arg(long)]
     pub(crate) json: bool,
 }
@@ -197,11 +200,41 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
     let listing = store
         .recent_runs(args.limit.get())
         .map_err(Failure::runtime)?;
+    // Newest first, like the records, and before them: a run in progress started after every
+    // run that has finished (or its writer died, which the status says).
+    let mut live = store.live_runs().map_err(Failure::runtime)?;
+    live.reverse();
+    let now = SystemTime::now();
     let runs = &listing.runs;
     if args.json {
-        let list: Vec<serde_json::Value> = runs
-            .iter()
-            .map(|r| {
+        let live_json = live.iter().map(|r| {
+            let streams: Vec<serde_json::Value> = r
+                .streams
+                .iter()
+                .map(|s| {
+                    serde_json::json!({
+                        "name": s.name,
+                        "lines": null,
+                        "bytes": s.bytes,
+                        "uri": null,
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "run_id": r.run_id,
+                "started_unix_ms": unix_ms(r.started),
+                "finished_unix_ms": null,
+                "elapsed_ms": elapsed(r.started, now).as_millis() as u64,
+                "command": r.command,
+                "exit": null,
+                "status": r.state.as_str(),
+                "reason": null,
+                "incomplete": false,
+                "streams": streams,
+            })
+        });
+        let list: Vec<serde_json::Value> = live_json
+            .chain(runs.iter().map(|r| {
                 let streams: Vec<serde_json::Value> = r
                     .record
                     .streams()
@@ -228,13 +261,13 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
                     "incomplete": r.record.incomplete,
                     "streams": streams,
                 })
-            })
+            }))
             .collect();
         let json = serde_json::Value::from(list);
         write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())?;
         return Ok(report_unreadable(&listing));
     }
-    if runs.is_empty() {
+    if runs.is_empty() && live.is_empty() {
         if listing.is_complete() {
             say!("agentrun: no runs recorded in {}", store.root().display());
         }
@@ -247,6 +280,24 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
         "OUTPUT".to_owned(),
         "COMMAND".to_owned(),
     ]];
+    for r in &live {
+        let sizes: Vec<String> = r
+            .streams
+            .iter()
+            .map(|s| format!("{} {}", s.name, human_bytes(s.bytes)))
+            .collect();
+        rows.push([
+            r.run_id.clone(),
+            format!(
+                "({} for {})",
+                r.state.as_str(),
+                format_duration_coarse(elapsed(r.started, now))
+            ),
+            r.state.as_str().to_owned(),
+            sizes.join(", "),
+            r.command.as_deref().map_or(String::new(), command_cell),
+        ]);
+    }
     for r in runs {
         let sizes: Vec<String> = r
             .record
@@ -268,14 +319,11 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
         if r.record.incomplete {
             status.push('*');
         }
-        let command = r.record.run.as_ref().map_or(String::new(), |run| {
-            let words: Vec<String> = run.command.iter().map(|w| shell_quoted(w)).collect();
-            let line = words.join(" ");
-            match line.char_indices().nth(60) {
-                Some((cut, _)) => format!("{}…", &line[..cut]),
-                None => line,
-            }
-        });
+        let command = r
+            .record
+            .run
+            .as_ref()
+            .map_or(String::new(), |run| command_cell(&run.command));
         rows.push([
             r.run_id.clone(),
             utc(r.finished),
@@ -306,6 +354,31 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
     write_or_quiet(&mut out, text.as_bytes())?;
     say!("agentrun: `agentrun show RUN_ID` shows a run again; * marks incomplete output");
     Ok(report_unreadable(&listing))
+}
+
+/// A command as the `runs` table shows it: shell-quoted, cut after 60 characters.
+fn command_cell(command: &[String]) -> String {
+    let words: Vec<String> = command.iter().map(|w| shell_quoted(w)).collect();
+    let line = words.join(" ");
+    match line.char_indices().nth(60) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line,
+    }
+}
+
+/// How long ago `started` was (zero for a clock that went back).
+fn elapsed(started: SystemTime, now: SystemTime) -> Duration {
+    now.duration_since(started).unwrap_or_default()
+}
+
+/// `12s`, `3m05s`, `2h07m`: an elapsed time to the second, as people read it.
+pub(crate) fn format_duration_coarse(d: Duration) -> String {
+    let secs = d.as_secs();
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m{:02}s", secs / 60, secs % 60),
+        _ => format!("{}h{:02}m", secs / 3600, secs % 3600 / 60),
+    }
 }
 
 /// One line on stderr per record `runs` could not read, naming the run and why; the exit code

@@ -109,6 +109,7 @@ mod full_disk_tests;
 pub mod gc;
 pub mod harness_sessions;
 mod layout;
+pub mod live;
 mod lock;
 // The one module with `unsafe` code: mapping capture files to hash spliced bytes in place
 // (its safety argument is in its documentation).
@@ -132,6 +133,7 @@ pub use capture::{CaptureSession, CaptureWriteError};
 pub use compaction::{RETAINED_DISPLAY, RetainError, Retained, RetentionSession};
 pub use error::IoError;
 pub use gc::{GcOptions, GcReport};
+pub use live::{LiveFollower, LiveRun, LiveState, LiveStream};
 pub use names::{NameError, Named};
 pub use read::{MAX_MANIFEST_BYTES, ReadError};
 pub use remote::{RemoteError, UrlError, is_store_url};

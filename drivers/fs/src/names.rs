@@ -145,7 +145,7 @@ impl Store {
     }
 }
 
-fn check(name: &str) -> Result<(), NameError> {
+pub(crate) fn check(name: &str) -> Result<(), NameError> {
     if layout::valid_run_id(name) {
         Ok(())
     } else {
@@ -154,14 +154,14 @@ fn check(name: &str) -> Result<(), NameError> {
 }
 
 /// The ids equal to `name` when one is, else those starting with it.
-fn matching(ids: Vec<String>, name: &str) -> Vec<String> {
+pub(crate) fn matching(ids: Vec<String>, name: &str) -> Vec<String> {
     if ids.iter().any(|id| id == name) {
         return vec![name.to_owned()];
     }
     ids.into_iter().filter(|id| id.starts_with(name)).collect()
 }
 
-fn one(
+pub(crate) fn one(
     name: &str,
     mut runs: Vec<String>,
     mut sessions: Vec<String>,

@@ -244,6 +244,8 @@ pub(crate) fn prepare(store: &Store, mut options: RunOptions) -> Result<Prepared
     // Room for the command in the record, which is written at the end, when the disk may be
     // full: taken now, before anything runs.
     session.reserve_record_room(agentrun_core::process::command_bytes(&options.command()))?;
+    // So that listings of runs in progress can say what this one runs.
+    session.announce_command(&options.command());
     let sink = match options.get_result_sink() {
         Some(sink) => Some(store.prepare_sink(sink, session.run_id())?),
         None => None,

@@ -183,6 +183,7 @@ impl CaptureSession {
             run: run_info,
             keeps,
             protected: _,
+            live: _,
             mut reserve,
             mut dir,
         } = self;

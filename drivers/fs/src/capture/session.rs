@@ -133,6 +133,16 @@ impl Store {
             streams.push(data);
             indexes.push(index);
         }
+        // Best effort: without it the run still runs and is recorded, it is only not listed
+        // as in progress (`Store::live_runs`).
+        let live = crate::live::LiveInfo::new(
+            capture
+                .declaration()
+                .indexes()
+                .map(|ix| (ix.get(), label(capture.declaration(), ix)))
+                .collect(),
+        );
+        let _ = live.write(&dir.path);
         let (reserve, shrunk) = take_reserve(&dir.path, streams.len(), limits)?;
         // Stream numbers and labels depend only on the declaration, so the files created
         // above serve a capture made again with smaller budgets.
@@ -153,6 +163,7 @@ impl Store {
             keeps: Vec::new(),
             protected: HashSet::new(),
             reserve: Some(reserve),
+            live,
             dir,
         })
     }
@@ -332,6 +343,8 @@ pub struct CaptureSession {
     pub(super) protected: HashSet<Digest>,
     /// The room set aside for publication; freed when it starts.
     pub(super) reserve: Option<Reserve>,
+    /// What `live.json` says of this capture while it runs.
+    pub(super) live: crate::live::LiveInfo,
     // Last, so the directory is removed after the files in it are closed (and the hasher
     // threads, which the streams join, have stopped).
     pub(super) dir: CaptureDir,
@@ -366,6 +379,15 @@ impl CaptureSession {
             reserve.command_room -= from_room;
         }
         Ok(())
+    }
+
+    /// Names the command this capture is for while it runs, for listings of runs in
+    /// progress ([`Store::live_runs`]); the record gets it from
+    /// [`describe_run`](Self::describe_run). Best effort: a failure to say it only leaves the
+    /// command out of those listings.
+    pub fn announce_command(&mut self, command: &[String]) {
+        self.live.command = Some(command.to_vec());
+        let _ = self.live.write(&self.dir.path);
     }
 
     /// The run id; the record is persisted as `records/<run_id>.json`.
