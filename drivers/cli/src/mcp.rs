@@ -7,12 +7,13 @@
 //! SIGINT, SIGTERM and SIGHUP stop the server the way a disconnecting client does: the process
 //! groups of calls still running are stopped and their output is finalized before it exits.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, Subcommand};
 
 use crate::interrupts::Interrupts;
 use crate::settings::{LimitFlags, Settings};
@@ -20,7 +21,10 @@ use crate::{Failure, duration};
 
 /// Arguments of `agentrun mcp`.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub(crate) struct McpArgs {
+    #[command(subcommand)]
+    command: Option<McpCommand>,
     /// The previews of `run` results.
     #[command(flatten)]
     limits: LimitFlags,
@@ -51,6 +55,30 @@ pub(crate) struct McpArgs {
     /// file's content (surrounding whitespace removed). Required off loopback.
     #[arg(long, value_name = "FILE", requires = "http")]
     token_file: Option<PathBuf>,
+}
+
+/// The subcommands of `agentrun mcp`.
+#[derive(Debug, Subcommand)]
+enum McpCommand {
+    /// Run any MCP server on stdio behind bounded previews: its tools, resources and prompts
+    /// pass unchanged, except that a tool result over the preview bounds is retained in the
+    /// store and replaced by its bounded preview with read hints, and a `read` tool pages
+    /// the rest. See docs/mcp.md.
+    #[command(after_help = "Examples:
+  agentrun mcp proxy -- npx @modelcontextprotocol/server-filesystem ~/src
+  claude mcp add files -- agentrun mcp proxy -- npx @modelcontextprotocol/server-filesystem ~/src")]
+    Proxy(ProxyArgs),
+}
+
+/// Arguments of `agentrun mcp proxy`.
+#[derive(Debug, Args)]
+struct ProxyArgs {
+    /// The bounds of proxied tool results.
+    #[command(flatten)]
+    limits: LimitFlags,
+    /// The MCP server to run and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "SERVER")]
+    command: Vec<OsString>,
 }
 
 /// `ADDR:PORT` of `--http`: an IP address and port (`127.0.0.1:8765`, `[::1]:8765`), or
@@ -90,6 +118,9 @@ fn read_token(path: &Path) -> Result<String, Failure> {
 
 /// Runs the server until the client disconnects or a stop signal arrives.
 pub(crate) fn run(settings: &Settings, args: McpArgs) -> Result<ExitCode, Failure> {
+    if let Some(McpCommand::Proxy(proxy)) = args.command {
+        return run_proxy(settings, proxy);
+    }
     let limits = settings.limits(&args.limits)?;
     let store = settings.open_store()?;
     let root = store.root().to_path_buf();
@@ -163,5 +194,49 @@ pub(crate) fn run(settings: &Settings, args: McpArgs) -> Result<ExitCode, Failur
     Ok(match interrupts.exit_code() {
         Some(code) => ExitCode::from(code),
         None => ExitCode::SUCCESS,
+    })
+}
+
+/// `agentrun mcp proxy`: relays until the client or the server ends; exits with the
+/// server's status when it ended first.
+fn run_proxy(settings: &Settings, args: ProxyArgs) -> Result<ExitCode, Failure> {
+    let limits = settings.limits(&args.limits)?;
+    let store = settings.open_store()?;
+    let root = store.root().to_path_buf();
+    let server = agentrun_mcp::McpServer::builder(store)
+        .limits(limits)
+        .build()
+        .map_err(Failure::usage)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::runtime(format!("cannot start the async runtime: {e}")))?;
+    say!(
+        "agentrun mcp proxy: serving {} on stdio; store {}",
+        args.command[0].to_string_lossy(),
+        root.display()
+    );
+    let mut interrupts = Interrupts::install();
+    let end = runtime.block_on(server.proxy_stdio(&args.command, interrupts.stopped()));
+    // tokio's stdin reads on a blocking thread that cannot be interrupted: do not wait for it.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    let end = end.map_err(|e| match e {
+        agentrun_mcp::ProxyError::Spawn { .. } => Failure::usage(e),
+        _ => Failure::runtime(e),
+    })?;
+    if let Some(code) = interrupts.exit_code() {
+        return Ok(ExitCode::from(code));
+    }
+    Ok(match end {
+        agentrun_mcp::ProxyEnd::ChildExited(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            let code = status
+                .code()
+                .or_else(|| status.signal().map(|s| 128 + s))
+                .unwrap_or(1);
+            ExitCode::from(u8::try_from(code).unwrap_or(1))
+        }
+        _ => ExitCode::SUCCESS,
     })
 }

@@ -45,6 +45,7 @@ mod catalog;
 mod handler;
 mod http;
 mod progress;
+mod proxy;
 mod render;
 mod resources;
 mod tools;
@@ -64,6 +65,7 @@ use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 
 pub use args::ArgError;
 pub use http::{HTTP_ENDPOINT, HttpError, HttpServer};
+pub use proxy::{ProxyEnd, ProxyError};
 pub use transport::DEFAULT_MAX_REQUEST_BYTES;
 
 /// The default timeout of a `run` call that names none: 10 minutes.
