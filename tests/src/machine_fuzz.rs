@@ -650,8 +650,9 @@ impl FanDriver {
             } else {
                 assert!(self.started[n], "{n} {status:?} but never started");
             }
-            if self.machine.verified(n) == Some(true) && self.first_verified {
-                assert_eq!(winner, Some(n), "{n} passed first but did not win");
+            // A verification that raced the winner's stop may pass too; it does not win.
+            if self.machine.verified(n) == Some(true) {
+                assert!(winner.is_some(), "{n} passed but there is no winner");
             }
         }
     }
@@ -883,18 +884,30 @@ pub fn config(data: &[u8]) {
         for model in config.prices.keys() {
             let cost = table.estimate(&usage, [model.as_str()]);
             assert!(
-                cost.is_some_and(|c| c.is_finite() && c >= 0.0),
+                cost.is_none_or(|c| c.is_finite() && c >= 0.0),
                 "{model:?}: {cost:?}"
             );
+            // Lookups trim the model name, so only a trimmed key is certainly found.
+            if model.trim() == model {
+                assert!(
+                    cost.is_some(),
+                    "the configured price of {model:?} is not used"
+                );
+            }
         }
         assert!(agentrun_fs::config::Config::parse(&text).is_ok());
     }
     for word in text.split_whitespace() {
-        if let Ok(d) = agentrun_fs::config::parse_duration(word) {
+        // Printed durations are whole milliseconds, read back exactly while the float the
+        // parser goes through holds them exactly (well below 2^53 ms).
+        if let Ok(d) = agentrun_fs::config::parse_duration(word)
+            && d.as_millis() < 1 << 40
+        {
             let printed = agentrun_fs::config::format_duration(d);
+            let whole = Duration::from_millis(u64::try_from(d.as_millis()).unwrap());
             assert_eq!(
                 agentrun_fs::config::parse_duration(&printed).ok(),
-                Some(d),
+                Some(whole),
                 "{word:?} parses to {d:?}, printed {printed:?}"
             );
         }
