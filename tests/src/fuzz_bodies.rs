@@ -9,14 +9,16 @@
 //!   ([`crate::fuzz_inputs`]: `#[derive(Arbitrary)]` operation enums); their fuzz targets are
 //!   typed (`fuzz_target!(|input: T| …)`, so `cargo fuzz fmt` prints an input as its
 //!   operations) and their seeds are typed values ([`crate::fuzz_seeds`]) written by
-//!   `cargo run -p agentrun-tests --bin make-fuzz-seeds`.
+//!   `cargo run -p agentrun-tests --bin make-fuzz-seeds`. The targets of the retry, stall,
+//!   budget, fan-out and failure-classifier machines ([`crate::machine_fuzz`]) are typed the
+//!   same way; their seeds are raw bytes (every input decodes to some operations).
 //! * The byte-level targets (URIs, records, previews and UTF-8 truncation, pages and the binary
 //!   decoders, the harness decoders, transcript documents, the sanitizer's texts) read their
 //!   bytes in simple layouts documented here, so seeds can be written by hand
 //!   (`scripts/make-fuzz-seeds.py`): a reader past the end of the input yields zeros.
 //!
-//! The `json_budget` target's body is `agentrun_core::harness::fuzzing::json_budget`, in the
-//! core because it checks a private function; the core compiles it for fuzzing and with its
+//! The `json_budget` and `line_scan` targets' bodies are in `agentrun_core::harness::fuzzing`,
+//! in the core because they check private functions; the core compiles it for fuzzing and with its
 //! `fuzz-bodies` feature, which this crate enables for its tests only, so the replay test adds
 //! that row itself.
 //!
@@ -35,6 +37,7 @@ use crate::compaction_checks::{self, Answer, CompactionInput, Script};
 use crate::fuzz_inputs::{CaptureInput, decode};
 use crate::harness_checks;
 use crate::lifecycle_checks::{self, LifecycleInput};
+use crate::machine_fuzz;
 
 /// Most stream bytes one preview input may expand to. Keeps every run fast (paging a stream
 /// with one-line pages is quadratic in its length) while still far above `max_bytes`.
@@ -44,7 +47,7 @@ pub const MAX_PREVIEW_STREAM_BYTES: usize = 64 * 1024;
 pub type Body = fn(&[u8]);
 
 /// Every fuzz target's body by target name (the `[[bin]]` name in `fuzz/Cargo.toml`), but
-/// `json_budget` (see the module documentation).
+/// `json_budget` and `line_scan` (see the module documentation).
 pub const TARGETS: &[(&str, Body)] = &[
     ("uri", uri),
     ("record", record),
@@ -66,6 +69,12 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("lifecycle", lifecycle),
     ("auto_mode", auto_mode),
     ("sanitize_phrase", sanitize_phrase),
+    ("retry", machine_fuzz::retry),
+    ("stall", machine_fuzz::stall),
+    ("budget", machine_fuzz::budget),
+    ("fanout", machine_fuzz::fanout),
+    ("failure", machine_fuzz::failure),
+    ("config", machine_fuzz::config),
 ];
 
 /// The harness decoder targets: both bodies of one dialect on every input, arbitrary bytes as

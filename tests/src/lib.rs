@@ -24,5 +24,6 @@ pub mod fuzz_inputs;
 pub mod fuzz_seeds;
 pub mod harness_checks;
 pub mod lifecycle_checks;
+pub mod machine_fuzz;
 pub mod model_server;
 pub mod processes;

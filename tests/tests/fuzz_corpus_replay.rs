@@ -10,11 +10,14 @@ use agentrun_tests::fuzz_bodies::{Body, TARGETS};
 use agentrun_tests::fuzz_inputs::{Encode, decode, encode};
 use agentrun_tests::fuzz_seeds::{self, Seed};
 
-/// Every target's body: the test crate's, and the core's JSON budget body (compiled for this
-/// test by the core's `fuzz-bodies` feature).
+/// Every target's body: the test crate's, and the core's JSON budget and line scan bodies
+/// (compiled for this test by the core's `fuzz-bodies` feature).
 fn targets() -> Vec<(&'static str, Body)> {
-    let core: (&str, Body) = ("json_budget", agentrun_core::harness::fuzzing::json_budget);
-    TARGETS.iter().copied().chain([core]).collect()
+    let core: [(&str, Body); 2] = [
+        ("json_budget", agentrun_core::harness::fuzzing::json_budget),
+        ("line_scan", agentrun_core::harness::fuzzing::line_scan),
+    ];
+    TARGETS.iter().copied().chain(core).collect()
 }
 
 fn fuzz_dir() -> PathBuf {

@@ -1,5 +1,6 @@
-//! The fuzz body of the JSON budget scan, kept in the core because it checks a private
-//! function (`json::within_values`) with a bound small enough for short inputs. Not a stable
+//! The fuzz bodies of the JSON budget scan and of the fast line scan, kept in the core because
+//! they check private functions (`json::within_values`, with a bound small enough for short
+//! inputs; `scan::object_type` and `scan::parses_as_value`). Not a stable
 //! API: compiled only for cargo-fuzz (which sets `--cfg fuzzing`), for this crate's own unit
 //! tests, and with the `fuzz-bodies` feature, which only the workspace's test crate enables so
 //! that the stable test suite replays this target's corpus (see `fuzz/`).
@@ -36,6 +37,52 @@ pub fn json_budget(data: &[u8]) {
         "{} values, depth {}, bound {bound}",
         shape.values, shape.depth
     );
+}
+
+/// The fast line scan against `serde_json`, a differential check: wherever
+/// `scan::object_type` answers, the line is a JSON object that `serde_json` accepts and (when
+/// its strings hold no lone surrogate, so that it parses into a `Value`) its top-level `type`
+/// is that string; wherever `scan::parses_as_value` says yes, the line parses into a `Value`
+/// object. Both are checked on the input and, with byte 0 choosing a position, on the input
+/// with that byte removed (a cut line) and on it wrapped in an object.
+pub fn line_scan(data: &[u8]) {
+    check_line_scan(data);
+    if let Some((&at, rest)) = data.split_first() {
+        let mut cut = rest.to_vec();
+        if !cut.is_empty() {
+            cut.remove(usize::from(at) % cut.len());
+        }
+        check_line_scan(&cut);
+        let mut wrapped = b"{\"type\":\"w\",\"x\":".to_vec();
+        wrapped.extend_from_slice(rest);
+        wrapped.push(b'}');
+        check_line_scan(&wrapped);
+    }
+}
+
+fn check_line_scan(line: &[u8]) {
+    use serde_json::Value;
+    let text = String::from_utf8_lossy(line);
+    if let Some(t) = super::scan::object_type(line) {
+        assert!(
+            serde_json::from_slice::<serde::de::IgnoredAny>(line).is_ok(),
+            "object_type answered {t:?} on a line serde_json refuses: {text:?}"
+        );
+        if let Ok(value) = serde_json::from_slice::<Value>(line) {
+            assert_eq!(
+                value.get("type").and_then(Value::as_str),
+                Some(t),
+                "object_type disagrees with serde_json on {text:?}"
+            );
+        }
+    }
+    if super::scan::parses_as_value(line) {
+        let value = serde_json::from_slice::<Value>(line);
+        assert!(
+            value.as_ref().is_ok_and(Value::is_object),
+            "parses_as_value said yes, serde_json: {value:?} on {text:?}"
+        );
+    }
 }
 
 /// What the parser saw of a JSON value: containers plus commas, and the nesting depth.

@@ -215,10 +215,19 @@ enum Expect {
     End,
 }
 
+/// `line` without the whitespace JSON allows around a value (space, tab, LF, CR). Not
+/// `trim_ascii`: that also drops a form feed, which `serde_json` refuses.
+fn trim_json_whitespace(line: &[u8]) -> &[u8] {
+    let ws = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let start = line.iter().position(|b| !ws(b)).unwrap_or(line.len());
+    let end = line.iter().rposition(|b| !ws(b)).map_or(start, |e| e + 1);
+    &line[start..end]
+}
+
 /// The top-level `type` of `line` when the line is certainly a JSON object that `serde_json`
 /// accepts and that string is plain (see the module documentation); `None` when unsure.
 pub(crate) fn object_type(line: &[u8]) -> Option<&str> {
-    let line = line.trim_ascii();
+    let line = trim_json_whitespace(line);
     if line.first() != Some(&b'{') {
         return None;
     }
@@ -235,7 +244,7 @@ pub(crate) fn object_type(line: &[u8]) -> Option<&str> {
 /// of range fails it). A borrowed view read from such a line reads what the value parse
 /// would: a decoder may skip the value parse when the view suffices. `false` when unsure.
 pub(crate) fn parses_as_value(line: &[u8]) -> bool {
-    let line = line.trim_ascii();
+    let line = trim_json_whitespace(line);
     if line.first() != Some(&b'{') || std::str::from_utf8(line).is_err() {
         return false;
     }
@@ -272,7 +281,7 @@ const KEEP_SHORT: usize = 16;
 /// control bytes) the scan has made. `false` (and `out` unspecified) when the scan is unsure
 /// of the line: read the view from `line` then.
 pub(crate) fn reduce(line: &[u8], shape: &'static Shape, out: &mut Vec<u8>) -> bool {
-    let line = line.trim_ascii();
+    let line = trim_json_whitespace(line);
     out.clear();
     if line.first() != Some(&b'{') {
         return false;
