@@ -91,6 +91,54 @@ fn masks_portable(block: &[u8; 64]) -> Masks {
     m
 }
 
+/// The bytes of a block that may follow a backslash in a JSON string (`"\\/bfnrtu`), and
+/// its `u` bytes; `m` is the block's [`masks`], for the quotes and backslashes.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn escape_classes(block: &[u8; 64], m: &Masks) -> (u64, u64) {
+    use safe_arch::{
+        cmp_eq_mask_i8_m128i, load_unaligned_m128i, move_mask_i8_m128i, set_splat_i8_m128i,
+    };
+    let mut valid = m.quote | m.backslash;
+    let mut u = 0u64;
+    let letter_u = set_splat_i8_m128i(b'u' as i8);
+    let others = [b'/', b'b', b'f', b'n', b'r', b't'].map(|c| set_splat_i8_m128i(c as i8));
+    for k in 0..4 {
+        let chunk: &[u8; 16] = block[16 * k..16 * k + 16]
+            .try_into()
+            .expect("16 bytes of 64");
+        let v = load_unaligned_m128i(chunk);
+        let bits = |eq| u64::from(move_mask_i8_m128i(eq) as u16) << (16 * k);
+        let is_u = bits(cmp_eq_mask_i8_m128i(v, letter_u));
+        u |= is_u;
+        valid |= is_u;
+        for c in others {
+            valid |= bits(cmp_eq_mask_i8_m128i(v, c));
+        }
+    }
+    (valid, u)
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+fn escape_classes(block: &[u8; 64], _: &Masks) -> (u64, u64) {
+    escape_classes_portable(block)
+}
+
+/// [`escape_classes`] one byte at a time (the reference, and the classes off x86-64).
+#[cfg_attr(
+    all(target_arch = "x86_64", target_feature = "sse2", not(test)),
+    allow(dead_code)
+)]
+fn escape_classes_portable(block: &[u8; 64]) -> (u64, u64) {
+    let (mut valid, mut u) = (0u64, 0u64);
+    for (i, &b) in block.iter().enumerate() {
+        valid |= u64::from(valid_escape(b)) << i;
+        u |= u64::from(b == b'u') << i;
+    }
+    (valid, u)
+}
+
 /// Each bit the XOR of itself and all lower bits: set from an opening quote up to (not
 /// including) its closing one.
 #[inline(always)]
@@ -118,6 +166,10 @@ fn escaped(backslash: u64, prev_escaped: &mut u64) -> u64 {
 }
 
 /// Whether `b` may follow a backslash in a JSON string.
+#[cfg_attr(
+    all(target_arch = "x86_64", target_feature = "sse2", not(test)),
+    allow(dead_code)
+)]
 fn valid_escape(b: u8) -> bool {
     matches!(
         b,
@@ -161,26 +213,30 @@ fn index(line: &[u8], out: &mut Vec<u32>, u_escapes: &mut bool) -> bool {
         let in_string = prefix_xor(quote) ^ inside;
         inside = ((in_string as i64) >> 63) as u64;
         // Every escaped character inside a string must make a valid escape (outside strings a
-        // backslash is itself a syntax error, found by the walk).
-        let mut e = esc & in_string;
-        while e != 0 {
-            let at = base + e.trailing_zeros() as usize;
-            e &= e - 1;
-            let Some(&c) = line.get(at) else {
-                return false;
-            };
-            if !valid_escape(c) {
+        // backslash is itself a syntax error, found by the walk). Tool output has a backslash
+        // every few bytes, so the block's escapes are checked at once: an escaped byte is
+        // always in the same block as its backslash's run end (the carry moves the escape of a
+        // run ending the block to bit 0 of the next), and the tail block's padding is spaces,
+        // no valid escape, as for a line ending on a backslash.
+        let e = esc & in_string;
+        if e != 0 {
+            let (valid, u) = escape_classes(block, &m);
+            if e & !valid != 0 {
                 return false;
             }
-            if c == b'u' {
+            let mut u = e & u;
+            if u != 0 {
                 *u_escapes = true;
             }
-            if c == b'u'
-                && !line
+            while u != 0 {
+                let at = base + u.trailing_zeros() as usize;
+                u &= u - 1;
+                if !line
                     .get(at + 1..at + 5)
                     .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
-            {
-                return false;
+                {
+                    return false;
+                }
             }
         }
         let mut structure = quote | (!in_string & !quote & !m.space);

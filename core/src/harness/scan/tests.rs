@@ -164,6 +164,81 @@ fn escaped_naive(bytes: &[u8]) -> Vec<bool> {
     out
 }
 
+/// The index with each escape checked one at a time (the scan before the block-wide check):
+/// the reference for [`index`].
+fn index_one_escape_at_a_time(line: &[u8], out: &mut Vec<u32>, u_escapes: &mut bool) -> bool {
+    let mut prev_escaped = 0u64;
+    let mut inside = 0u64;
+    let mut base = 0usize;
+    for chunk in line.chunks(64) {
+        let mut block = [b' '; 64];
+        block[..chunk.len()].copy_from_slice(chunk);
+        let m = masks_portable(&block);
+        if m.control != 0 {
+            return false;
+        }
+        let esc = escaped(m.backslash, &mut prev_escaped);
+        let quote = m.quote & !esc;
+        let in_string = prefix_xor(quote) ^ inside;
+        inside = ((in_string as i64) >> 63) as u64;
+        let mut e = esc & in_string;
+        while e != 0 {
+            let at = base + e.trailing_zeros() as usize;
+            e &= e - 1;
+            let Some(&c) = line.get(at) else {
+                return false;
+            };
+            if !valid_escape(c) {
+                return false;
+            }
+            if c == b'u' {
+                *u_escapes = true;
+                if !line
+                    .get(at + 1..at + 5)
+                    .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+                {
+                    return false;
+                }
+            }
+        }
+        let mut structure = quote | (!in_string & !quote & !m.space);
+        while structure != 0 {
+            let at = base + structure.trailing_zeros() as usize;
+            structure &= structure - 1;
+            if at < line.len() {
+                out.push(at as u32);
+            }
+        }
+        base += 64;
+    }
+    inside == 0 && prev_escaped == 0
+}
+
+/// Both indexes of `line`: (accepted, index, `\u` seen), the latter two only when accepted.
+fn both_indexes(line: &[u8]) -> [(bool, Vec<u32>, bool); 2] {
+    let (mut a, mut ua) = (Vec::new(), false);
+    let ok_a = index(line, &mut a, &mut ua);
+    let (mut b, mut ub) = (Vec::new(), false);
+    let ok_b = index_one_escape_at_a_time(line, &mut b, &mut ub);
+    let keep = |ok: bool, v: Vec<u32>, u: bool| {
+        if ok {
+            (ok, v, u)
+        } else {
+            (ok, Vec::new(), false)
+        }
+    };
+    [keep(ok_a, a, ua), keep(ok_b, b, ub)]
+}
+
+#[test]
+fn recorded_lines_index_as_one_escape_at_a_time() {
+    for line in recorded_lines() {
+        let [fast, slow] = both_indexes(line.as_bytes());
+        assert!(fast.0, "{line}");
+        assert_eq!(fast, slow, "{line}");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
@@ -174,6 +249,15 @@ proptest! {
         b[..32].copy_from_slice(&block);
         b[32..].copy_from_slice(&block2);
         prop_assert_eq!(masks(&b), masks_portable(&b));
+    }
+
+    /// The vector escape classes are the byte-at-a-time ones.
+    #[test]
+    fn escape_classes_match_the_portable_loop(block in proptest::array::uniform32(any::<u8>()), block2 in proptest::array::uniform32(any::<u8>())) {
+        let mut b = [0u8; 64];
+        b[..32].copy_from_slice(&block);
+        b[32..].copy_from_slice(&block2);
+        prop_assert_eq!(escape_classes(&b, &masks(&b)), escape_classes_portable(&b));
     }
 
     /// The escape arithmetic, carried over blocks, is the byte-at-a-time rule.
@@ -220,5 +304,33 @@ proptest! {
             line.truncate(n);
         }
         agrees(&line);
+    }
+}
+
+proptest! {
+    // Each case indexes five lines twice; fewer cases keep the debug test run short.
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// Strings dense with escapes, valid and not, across block boundaries: the block-wide
+    /// escape check decides as the one-at-a-time one did.
+    #[test]
+    fn escape_dense_strings_index_as_one_escape_at_a_time(
+        body in proptest::collection::vec(prop_oneof![
+            4 => Just(b'\\'), 1 => Just(b'"'), 1 => Just(b'u'), 1 => Just(b'n'), 1 => Just(b't'),
+            1 => Just(b'/'), 1 => Just(b'x'), 1 => Just(b'0'), 1 => Just(b'a'), 1 => Just(b'F'),
+            1 => Just(b'g'), 1 => Just(b' '), 1 => any::<u8>(),
+        ], 0..300),
+        pad in 0usize..64,
+    ) {
+        let mut line = format!(r#"{{"type":"user","{}":""#, "p".repeat(pad)).into_bytes();
+        line.extend_from_slice(&body);
+        line.extend_from_slice(b"\"}");
+        let [fast, slow] = both_indexes(&line);
+        prop_assert_eq!(fast, slow, "{:?}", String::from_utf8_lossy(&line));
+        // Cut anywhere too (ending inside a string or on a backslash).
+        for n in [line.len() / 2, line.len() - 2, line.len() - 1] {
+            let [fast, slow] = both_indexes(&line[..n]);
+            prop_assert_eq!(fast, slow, "{:?}", String::from_utf8_lossy(&line[..n]));
+        }
     }
 }
