@@ -296,8 +296,8 @@ pub(crate) fn object_type(line: &[u8]) -> Option<&str> {
 
 /// Whether `line` is certainly a JSON object that `serde_json` parses into a `Value` (not
 /// only skips): on top of the scan's checks, the whole line is UTF-8, and it holds no `\u`
-/// escape (a lone surrogate fails the value parse) and no number with an exponent (one out
-/// of range fails it). A borrowed view read from such a line reads what the value parse
+/// escape (a lone surrogate fails the value parse) and no number with an exponent or over
+/// 300 bytes (one out of range fails it). A borrowed view read from such a line reads what the value parse
 /// would: a decoder may skip the value parse when the view suffices. `false` when unsure.
 pub(crate) fn parses_as_value(line: &[u8]) -> bool {
     let line = trim_json_whitespace(line);
@@ -458,7 +458,10 @@ fn walk_checked<'a>(
                     }
                     b'-' | b'0'..=b'9' => {
                         let end = number_end(line, at)?;
-                        *exponent |= line[at..end].iter().any(|&c| c == b'e' || c == b'E');
+                        // An exponent, or more digits than an f64 spans (1.8e308), may be out
+                        // of the value parse's range.
+                        *exponent |= end - at > MAX_PLAIN_NUMBER_BYTES
+                            || line[at..end].iter().any(|&c| c == b'e' || c == b'E');
                         k += end - at - 1;
                     }
                     _ => return None,
@@ -546,6 +549,10 @@ fn close(depth: &mut u32, expect: &mut Expect) {
         Expect::CommaOrClose
     };
 }
+
+/// The longest number `parses_as_value` vouches for without an exponent: one more digit may
+/// reach past the largest f64, which the value parse refuses as out of range.
+const MAX_PLAIN_NUMBER_BYTES: usize = 300;
 
 /// The end of the JSON number starting at `at` (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`),
 /// or `None` when it breaks that grammar. What follows it is checked by the walk.

@@ -334,3 +334,14 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_number_too_long_for_an_f64_is_left_to_the_full_parse() {
+    let long = format!(r#"{{"type":"w","x":{}}}"#, "4".repeat(400));
+    assert!(serde_json::from_str::<serde_json::Value>(&long).is_err());
+    assert!(!parses_as_value(long.as_bytes()));
+    // A number that fits is still vouched for.
+    let short = format!(r#"{{"type":"w","x":{}}}"#, "4".repeat(300));
+    assert!(serde_json::from_str::<serde_json::Value>(&short).is_ok());
+    assert!(parses_as_value(short.as_bytes()));
+}
