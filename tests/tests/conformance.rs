@@ -1557,6 +1557,8 @@ fn a_stop_future_cancels_the_run_and_returns_its_result<D: Driver>() {
 /// (`cargo test -p agentrun-tests --test conformance -- --ignored`), which needs 4 GiB of free
 /// space in the temporary directory.
 fn a_flood_on_each_stream_is_captured_intact<D: Driver>(size: u64) {
+    // Peak RSS is the process's: measured where no other test runs beside the flood (see
+    // `in_a_process_of_its_own`), unless run alone on purpose.
     let env = Env::new();
     let agent = env!("CARGO_BIN_EXE_fake_agent");
     let expected = std::process::Command::new(agent)
@@ -1580,7 +1582,6 @@ fn a_flood_on_each_stream_is_captured_intact<D: Driver>(size: u64) {
     assert_eq!((out.bytes, err.bytes), (size, size));
     assert_eq!(out.sha256.to_hex(), expected[0]);
     assert_eq!(err.sha256.to_hex(), expected[1]);
-    // Shared by every test of this process, so the bound leaves room for the others.
     let bound = (size / 4 * 3).min(512 << 20);
     let peak = peak_rss();
     assert!(
@@ -1589,6 +1590,31 @@ fn a_flood_on_each_stream_is_captured_intact<D: Driver>(size: u64) {
         peak >> 20,
         bound >> 20
     );
+}
+
+/// Runs the ignored test `name` (`smol::…`) of this test binary in a child process of its
+/// own, so that what it measures of its process (peak RSS) is its own and not that of the
+/// tests running beside it, and fails with the child's output when the child fails.
+fn in_a_process_of_its_own(name: &str) {
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            name,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{name} failed in its own process:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // An exact name that matches nothing runs nothing and still succeeds.
+    assert!(stdout.contains("1 passed"), "{name} did not run:\n{stdout}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1986,6 +2012,14 @@ macro_rules! conformance {
             }
             #[test]
             fn a_quarter_gigabyte_on_each_stream_is_captured_intact() {
+                super::in_a_process_of_its_own(concat!(
+                    stringify!($module),
+                    "::quarter_gigabyte_flood"
+                ));
+            }
+            #[test]
+            #[ignore = "run by a_quarter_gigabyte_on_each_stream_is_captured_intact"]
+            fn quarter_gigabyte_flood() {
                 super::a_flood_on_each_stream_is_captured_intact::<$driver>(256 << 20);
             }
             #[test]

@@ -247,11 +247,15 @@ fn three_claude_code_attempts_race_and_the_verified_one_wins() {
         git(&env.work, &["diff", "--name-only", "HEAD", branch]),
         "fixed.txt\n"
     );
-    // The lazy one was stopped when the honest one won; the wrong one's change failed the
-    // verification (or it was stopped, had it not finished first).
+    // The lazy one was stopped when the honest one won. The wrong one's change failed the
+    // verification; on a busy machine the honest one may win first, and the wrong one is
+    // then stopped, or its success raced the stop and is recorded unverified.
     assert_eq!(attempts[0]["status"], "stopped", "{r:#}");
+    let wrong = &attempts[2];
     assert!(
-        attempts[2]["verified"] == false || attempts[2]["status"] == "stopped",
+        wrong["verified"] == false
+            || wrong["status"] == "stopped"
+            || (wrong["status"] == "succeeded" && wrong["verified"] == Value::Null),
         "{r:#}"
     );
     for loser in [&attempts[0], &attempts[2]] {

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Benchmark of agentrun's own cost per fan-out attempt (worktree, sink, capture, record,
+# cleanup) against a hand-written shell script doing the same work, and of agentrun's memory
+# with 32 attempts running at once.
+#
+# The harness is a stand-in `claude` on PATH that answers at once with a two-line
+# stream-json session (an init event and a success result), so what is timed is the work
+# around the agent, not the agent. Both sides, per attempt:
+#   agentrun: `agentrun fanout --select all --jobs 1 --copies N claude -- PROMPT`
+#             (a worktree on a new branch, a private result sink, the harness run with every
+#             stream retained and decoded, the record; losers' worktrees and branches removed)
+#   script:   `git worktree add -b BRANCH DIR HEAD`, the same `claude` with stdout and stderr
+#             to files in a temporary directory, `git worktree remove`, `git branch -D`.
+# Rounds alternate the two; the medians of the per-attempt wall time (total / N) and the
+# ratio are printed. Then one fan-out of 32 attempts at once (`--jobs 32`, each harness
+# holding for HOLD seconds so that all 32 really overlap) reports agentrun's peak RSS.
+#
+# Usage: scripts/bench-fanout.sh [WORKDIR]   (default: a new temporary directory)
+# Environment: ATTEMPTS (per round, default 16), ROUNDS (default 5), HOLD (seconds, default
+# 2), SKIP_BUILD=1 to use an existing release build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+work=${1:-$(mktemp -d)}
+mkdir -p "$work"
+[ -n "${SKIP_BUILD:-}" ] || cargo build --release -p agentrun >/dev/null
+bin=${CARGO_TARGET_DIR:-$root/target}/release/agentrun
+attempts=${ATTEMPTS:-16}
+rounds=${ROUNDS:-5}
+hold=${HOLD:-2}
+
+export AGENTRUN_HOME=$work/store
+export HOME=$work/home
+mkdir -p "$HOME" "$work/bin"
+export GIT_CONFIG_GLOBAL=$work/gitconfig GIT_CONFIG_NOSYSTEM=1
+git config --file "$GIT_CONFIG_GLOBAL" user.name bench
+git config --file "$GIT_CONFIG_GLOBAL" user.email bench@example.invalid
+
+# The stand-in harness: Claude Code's stream-json for a turn that succeeded at once.
+# $FAKE_HOLD makes it wait first (the memory run).
+cat > "$work/bin/claude" <<'SH'
+#!/bin/sh
+[ -n "${FAKE_HOLD:-}" ] && sleep "$FAKE_HOLD"
+echo '{"type":"system","subtype":"init","model":"bench-model","session_id":"s"}'
+echo '{"type":"result","subtype":"success","is_error":false,"result":"done","num_turns":1,"session_id":"s"}'
+SH
+chmod +x "$work/bin/claude"
+export PATH=$work/bin:$PATH
+
+repo=$work/repo
+rm -rf "$repo"
+git init -q "$repo"
+for i in $(seq 200); do echo "line $i" > "$repo/file$i.txt"; done
+git -C "$repo" add -A
+git -C "$repo" commit -qm base
+
+now() { date +%s.%N; }
+
+# The hand-written equivalent, one attempt after another.
+script_round() {
+    local out
+    out=$(mktemp -d)
+    for i in $(seq "$attempts"); do
+        git -C "$repo" worktree add -q -b "bench/$1/$i" "$out/wt$i" HEAD
+        (cd "$out/wt$i" && claude -p "say done" --output-format stream-json --verbose \
+            > "$out/$i.stdout" 2> "$out/$i.stderr")
+        git -C "$repo" worktree remove --force "$out/wt$i"
+        git -C "$repo" branch -q -D "bench/$1/$i"
+    done
+    rm -rf "$out"
+}
+
+agentrun_round() {
+    (cd "$repo" && "$bin" fanout --select all --jobs 1 --copies "$attempts" claude \
+        --json -- say done > "$work/fanout.json")
+}
+
+times=$work/times.txt
+: > "$times"
+for r in $(seq "$rounds"); do
+    t0=$(now); agentrun_round; t1=$(now)
+    echo "agentrun $(echo "($t1 - $t0) / $attempts" | bc -l)" | tee -a "$times"
+    t0=$(now); script_round "$r"; t1=$(now)
+    echo "script $(echo "($t1 - $t0) / $attempts" | bc -l)" | tee -a "$times"
+done
+python3 - "$times" "$work/fanout.json" "$attempts" <<'PY'
+import json, statistics, sys
+rows = [line.split() for line in open(sys.argv[1])]
+med = {k: statistics.median(float(v) for n, v in rows if n == k) for k in ("agentrun", "script")}
+rec = json.load(open(sys.argv[2]))
+attempts = rec.get("attempts", [])
+assert len(attempts) == int(sys.argv[3]), f"the record lists {len(attempts)} attempts"
+print(f"per attempt, median of rounds: agentrun {med['agentrun'] * 1000:.1f} ms, "
+      f"script {med['script'] * 1000:.1f} ms, ratio {med['agentrun'] / med['script']:.2f}x")
+PY
+
+# Memory: 32 attempts at once.
+(cd "$repo" && FAKE_HOLD=$hold /usr/bin/time -o "$work/rss.txt" -f "%M %e" \
+    "$bin" fanout --select all --jobs 32 --copies 32 claude --json -- say done \
+    > "$work/fanout32.json")
+read -r rss wall < "$work/rss.txt"
+python3 - "$work/fanout32.json" <<'PY'
+import json, sys
+rec = json.load(open(sys.argv[1]))
+print(f"32 attempts recorded: {len(rec.get('attempts', []))}")
+PY
+echo "32 attempts at once: peak RSS $((rss / 1024)) MiB ($rss KiB), wall $wall s (each harness held ${hold} s)"
