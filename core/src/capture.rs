@@ -581,6 +581,15 @@ impl Capture {
         self.streams[self.own(stream)].indexer.total_bytes()
     }
 
+    /// Lines accepted so far on `stream` (a last line without its newline counts).
+    ///
+    /// # Panics
+    ///
+    /// On a `stream` this capture did not issue (see [`Capture::check_stream`]).
+    pub fn stream_lines(&self, stream: StreamIndex) -> u64 {
+        self.streams[self.own(stream)].indexer.lines()
+    }
+
     /// The live display.
     pub fn display(&self) -> &LiveDisplay {
         &self.display

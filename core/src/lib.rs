@@ -14,7 +14,7 @@
 //! * [`preview`] and [`record`]: bounded previews, hints and the terminal result record;
 //! * [`uri`] and [`page`]: the public artifact URI grammar and paged reads;
 //! * [`process`] and [`sink`]: process run descriptions and results, and the clean result
-//!   channel's values;
+//!   channel's values; [`progress`]: what a run has captured so far, while it runs;
 //! * [`lifecycle`]: the run lifecycle (timeouts, stop signals, SIGKILL, pipe drain), fed
 //!   instants by its driver;
 //! * [`retry`]: whether and when a turn that hit a rate limit or an overload runs again;
@@ -56,6 +56,7 @@ pub mod manifest;
 pub mod page;
 pub mod preview;
 pub mod process;
+pub mod progress;
 pub mod record;
 pub mod retry;
 pub mod sink;
@@ -86,6 +87,7 @@ pub use lines::{Line, LineSplitter};
 pub use process::{
     Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, RunStatus, RunSummary, StdinMode,
 };
+pub use progress::{RunProgress, StreamProgress};
 pub use sink::{ResultSink, SinkOutcome};
 pub use transcript::{Transcript, TranscriptError};
 pub use turn::{AgentSession, NextPrompt, TurnOutput, run_session_loop};

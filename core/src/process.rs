@@ -146,7 +146,27 @@ pub enum OptionsError {
         /// Its length, as [`command_bytes`] counts it.
         bytes: usize,
     },
+    /// The label ([`RunOptions::label`]) is longer than [`MAX_LABEL_BYTES`].
+    #[error("the label is {bytes} bytes long; it may be at most {MAX_LABEL_BYTES}")]
+    LabelTooLong {
+        /// Its length in bytes.
+        bytes: usize,
+    },
+    /// The working directory ([`RunOptions::current_dir`]) is longer than [`MAX_CWD_BYTES`].
+    #[error("the working directory is {bytes} bytes long; it may be at most {MAX_CWD_BYTES}")]
+    CurrentDirTooLong {
+        /// Its length in bytes.
+        bytes: usize,
+    },
 }
+
+/// Longest label ([`RunOptions::label`]) a run accepts, in bytes: it goes into the run's
+/// record ([`RunInfo::label`]).
+pub const MAX_LABEL_BYTES: usize = 4096;
+
+/// Longest working directory a run's record holds ([`RunInfo::cwd`]), in bytes: Linux's
+/// `PATH_MAX`, the longest path a process can change into.
+pub const MAX_CWD_BYTES: usize = 4096;
 
 /// Longest command (program and arguments) a run accepts, as [`command_bytes`] counts it:
 /// 1 MiB. Half of Linux's usual limit for arguments and environment together, and the command
@@ -192,11 +212,24 @@ impl RunOptions {
     /// Checks the options before anything is spawned: the environment changes may not set the
     /// sink variable, whose name must be valid; a caller sink path must be absolute;
     /// timeouts must be non-zero; timeouts and the kill grace at most [`MAX_RUN_DURATION`];
-    /// the command at most [`MAX_COMMAND_BYTES`].
+    /// the command at most [`MAX_COMMAND_BYTES`], the label at most [`MAX_LABEL_BYTES`], the
+    /// working directory at most [`MAX_CWD_BYTES`].
     pub fn validate(&self) -> Result<(), OptionsError> {
         let bytes = command_bytes(&self.command());
         if bytes > MAX_COMMAND_BYTES {
             return Err(OptionsError::CommandTooLong { bytes });
+        }
+        if let Some(label) = &self.label
+            && label.len() > MAX_LABEL_BYTES
+        {
+            return Err(OptionsError::LabelTooLong { bytes: label.len() });
+        }
+        if let Some(dir) = &self.current_dir
+            && dir.as_os_str().len() > MAX_CWD_BYTES
+        {
+            return Err(OptionsError::CurrentDirTooLong {
+                bytes: dir.as_os_str().len(),
+            });
         }
         if let Some(why) = crate::sink::sink_var_problem(self.sink_var.as_encoded_bytes()) {
             return Err(OptionsError::InvalidSinkVar {
@@ -510,6 +543,14 @@ pub struct RunInfo {
     pub started_unix_ms: u64,
     /// How long it took, in milliseconds.
     pub duration_ms: u64,
+    /// The directory it ran in (absolute, lossily decoded as UTF-8), at most
+    /// [`MAX_CWD_BYTES`]; `None` when the driver could not tell (and in records written before
+    /// it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// The caller's label ([`RunOptions::label`]), at most [`MAX_LABEL_BYTES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
 }
 
 /// How the run ended.

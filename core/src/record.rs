@@ -929,6 +929,8 @@ mod tests {
                 exit,
                 started_unix_ms: 0,
                 duration_ms: 1,
+                cwd: None,
+                label: None,
             });
             r.render()
         };

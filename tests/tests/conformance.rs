@@ -16,7 +16,7 @@ use agentrun_core::{ArtifactUri, CaptureStatus, ResultRecord};
 use agentrun_fs::Store;
 use agentrun_smol::{
     DEFAULT_SINK_VAR, Exit, FileKind, NotReadReason, ProcessResult, ResultSink, RunError,
-    RunOptions, RunOutcome, SinkOutcome, StdinMode,
+    RunOptions, RunOutcome, RunProgress, SinkOutcome, StdinMode,
 };
 use agentrun_tests::processes::ended;
 
@@ -56,6 +56,14 @@ trait Driver {
         options: RunOptions,
         tap: Tap,
         observer: impl FnMut(&[u8]) + Send + 'static,
+    ) -> Result<ProcessResult, RunError>;
+    /// Runs one process to its end with progress reports every `every`
+    /// (`RunBuilder::on_progress`).
+    fn run_reporting(
+        store: &Store,
+        options: RunOptions,
+        every: Duration,
+        report: impl FnMut(&RunProgress) + Send + 'static,
     ) -> Result<ProcessResult, RunError>;
     /// Runs all of them concurrently on the runtime.
     fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>>;
@@ -113,6 +121,16 @@ impl Driver for Smol {
             Tap::Stderr => run.observe_stderr(observer),
         };
         ::smol::block_on(run.into_future())
+    }
+
+    fn run_reporting(
+        store: &Store,
+        options: RunOptions,
+        every: Duration,
+        report: impl FnMut(&RunProgress) + Send + 'static,
+    ) -> Result<ProcessResult, RunError> {
+        let runner = agentrun_smol::Runner::new(store.clone());
+        ::smol::block_on(runner.run(options).on_progress(every, report).into_future())
     }
 
     fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>> {
@@ -244,6 +262,16 @@ impl Driver for Tokio {
             Tap::Stderr => run.observe_stderr(observer),
         };
         tokio_runtime().block_on(run.into_future())
+    }
+
+    fn run_reporting(
+        store: &Store,
+        options: RunOptions,
+        every: Duration,
+        report: impl FnMut(&RunProgress) + Send + 'static,
+    ) -> Result<ProcessResult, RunError> {
+        let runner = agentrun_tokio::Runner::new(store.clone());
+        tokio_runtime().block_on(runner.run(options).on_progress(every, report).into_future())
     }
 
     fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>> {
@@ -1774,6 +1802,56 @@ fn the_tap_sees_chunks_live_and_the_artifact_is_identical<D: Driver>(pipe: Tap) 
     assert!(bytes.ends_with(b"last, without newline"));
 }
 
+/// Progress reports (`RunBuilder::on_progress`): made on the driver's timer while the child
+/// runs, with each stream's lines and bytes so far, never going back (the child waits for a
+/// marker the report creates once it has counted the first two lines, so reports that only
+/// came after the exit would make the child fail). The record keeps the run's directory and
+/// label.
+fn progress_is_reported_while_the_child_runs<D: Driver>() {
+    use std::sync::{Arc, Mutex};
+    let env = Env::new();
+    let work = env.path("work");
+    fs::create_dir(&work).unwrap();
+    let marker = env.path("seen");
+    let script = format!(
+        "printf 'one\\ntwo\\n'; printf e >&2; i=0; \
+         while [ ! -e '{m}' ]; do i=$((i+1)); [ $i -gt 6000 ] && exit 3; sleep 0.01; done; \
+         printf three",
+        m = marker.display()
+    );
+    let reports = Arc::new(Mutex::new(Vec::<RunProgress>::new()));
+    let (seen, marker_path) = (reports.clone(), marker.clone());
+    let options = sh(&script).current_dir(&work).label("progress");
+    let result = D::run_reporting(&env.store, options, Duration::from_millis(20), move |p| {
+        let counts: Vec<(u64, u64)> = p.streams.iter().map(|s| (s.lines, s.bytes)).collect();
+        if counts == [(2, 8), (1, 1)] {
+            fs::write(&marker_path, b"").unwrap();
+        }
+        seen.lock().unwrap().push(p.clone());
+    })
+    .unwrap();
+    assert_eq!(
+        code(&result),
+        Exit::Code(0),
+        "no report counted the first lines"
+    );
+    let reports = reports.lock().unwrap();
+    let names: Vec<&str> = reports[0].streams.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["stdout", "stderr"]);
+    for pair in reports.windows(2) {
+        assert!(pair[0].elapsed <= pair[1].elapsed, "{pair:?}");
+        for (a, b) in pair[0].streams.iter().zip(&pair[1].streams) {
+            assert!(a.bytes <= b.bytes && a.lines <= b.lines, "{pair:?}");
+        }
+    }
+    let last = &reports[reports.len() - 1].streams[0];
+    assert!(last.bytes <= 13 && last.lines <= 3, "{last:?}");
+    assert_eq!(env.stdout(&result), "one\ntwo\nthree");
+    let run = result.record.run.as_ref().unwrap();
+    assert_eq!(run.label.as_deref(), Some("progress"));
+    assert_eq!(run.cwd.as_deref(), Some(work.to_str().unwrap()));
+}
+
 /// A harness's stop signals (`RunOptions::stop_signals`, e.g. SIGINT then SIGTERM): on a
 /// timeout the first one goes to the group, the next only after the grace period when the
 /// child is still alive, each once; a child that ends on the first never sees the second.
@@ -1966,6 +2044,10 @@ macro_rules! conformance {
             #[test]
             fn a_slow_tap_delays_the_end_and_loses_nothing() {
                 super::a_slow_tap_delays_the_end_and_loses_nothing::<$driver>();
+            }
+            #[test]
+            fn progress_is_reported_while_the_child_runs() {
+                super::progress_is_reported_while_the_child_runs::<$driver>();
             }
             #[test]
             fn the_stdout_tap_sees_chunks_live_and_the_artifact_is_identical() {

@@ -202,7 +202,7 @@ pub(crate) fn run(store: Store, prices: PriceTable, args: AgentArgs) -> Result<E
                 kind: "spawn",
                 message: format!("cannot launch the {harness} harness: {why}"),
             };
-            return Ok(failure.report(args.json));
+            return Ok(failure.report(args.json.then_some(crate::json_out::JsonStyle::Lines)));
         }
         Err(agentrun_smol::AgentError::Options(e)) => return Err(Failure::usage(e)),
         Err(agentrun_smol::AgentError::Launch(e)) => return Err(Failure::usage(e)),

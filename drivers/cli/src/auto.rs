@@ -242,8 +242,7 @@ pub(crate) fn run(store: Store, prices: PriceTable, args: AutoArgs) -> Result<Ex
     }
     say(&format!("agentrun: {}", outcome.summary()));
     if args.json {
-        let mut json = serde_json::to_string(state).map_err(Failure::runtime)?;
-        json.push('\n');
+        let json = crate::json_out::document(state)?;
         write_or_quiet(&mut io::stdout().lock(), json.as_bytes())?;
     } else {
         // stdout is for the result: how the session ended, and where its turns are.

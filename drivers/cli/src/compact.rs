@@ -130,7 +130,7 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
                 ));
             }
             if args.json {
-                out.line(&success_json(&done).to_string())?;
+                out.line(crate::json_out::document(&success_json(&done))?.trim_end())?;
             } else {
                 for reference in &done.references {
                     progress(&format!(
@@ -145,7 +145,8 @@ pub(crate) fn run(settings: &Settings, args: CompactArgs) -> Result<ExitCode, Fa
         }
         Err(CompactError::Compaction(failed)) => {
             if args.json {
-                out.line(&failure_json(&failed, COMPACTION_FAILED).to_string())?;
+                let json = failure_json(&failed, COMPACTION_FAILED);
+                out.line(crate::json_out::document(&json)?.trim_end())?;
                 out.flush()?;
             } else {
                 progress(&format!("agentrun: error: {}", error_chain(&*failed)));
@@ -341,45 +342,74 @@ fn write_transcript(
     written.map_err(fail)
 }
 
-fn attempts_json(attempts: &[Attempt]) -> serde_json::Value {
-    serde_json::to_value(attempts).unwrap_or_default()
+/// `compact --json` after a summary: what it was, how it was reached, what was retained.
+#[derive(serde::Serialize)]
+struct Success<'a> {
+    summary: &'a str,
+    attempts: &'a [Attempt],
+    retried: bool,
+    retry_reason: Option<&'a str>,
+    references: &'a [Reference],
+    omitted_artifact_reads: usize,
+    retained: Option<RetainedJson<'a>>,
+    transcript: serde_json::Value,
 }
 
-fn success_json(done: &CompactRun) -> serde_json::Value {
-    serde_json::json!({
-        "summary": done.summary,
-        "attempts": attempts_json(&done.attempts),
-        "retried": done.attempts.len() > 1,
-        "retry_reason": done.retry_reason(),
-        "references": references_json(&done.references),
-        "omitted_artifact_reads": done.omitted_artifact_reads,
-        "retained": done.retained.as_ref().map(retained_json),
-        "transcript": done.transcript.to_value(),
-    })
+#[derive(serde::Serialize)]
+struct RetainedJson<'a> {
+    run_id: &'a str,
+    stored: Vec<String>,
+    kept: Vec<String>,
 }
 
-fn retained_json(r: &Retained) -> serde_json::Value {
-    serde_json::json!({
-        "run_id": r.run_id,
-        "stored": r.stored.iter().map(|d| format!("artifact://{d}")).collect::<Vec<_>>(),
-        "kept": r.kept.iter().map(ToString::to_string).collect::<Vec<_>>(),
-    })
+fn success_json(done: &CompactRun) -> Success<'_> {
+    Success {
+        summary: &done.summary,
+        attempts: &done.attempts,
+        retried: done.attempts.len() > 1,
+        retry_reason: done.retry_reason(),
+        references: &done.references,
+        omitted_artifact_reads: done.omitted_artifact_reads,
+        retained: done.retained.as_ref().map(retained_json),
+        transcript: done.transcript.to_value(),
+    }
 }
 
-fn references_json(references: &[Reference]) -> serde_json::Value {
-    serde_json::to_value(references).unwrap_or_default()
+fn retained_json(r: &Retained) -> RetainedJson<'_> {
+    RetainedJson {
+        run_id: &r.run_id,
+        stored: r.stored.iter().map(|d| format!("artifact://{d}")).collect(),
+        kept: r.kept.iter().map(ToString::to_string).collect(),
+    }
 }
 
-/// `exit_code` is the code the process exits with, so the JSON and the status agree.
-fn failure_json(failed: &Failed, exit_code: u8) -> serde_json::Value {
-    serde_json::json!({
-        "error": {
-            "kind": "compaction",
-            "message": error_chain(failed),
-            "exit_code": exit_code,
+/// `compact --json` when compaction failed: the error in the shape of every command's, then
+/// the attempts. `exit_code` is the code the process exits with, so the JSON and the status
+/// agree.
+#[derive(serde::Serialize)]
+struct FailureJson<'a> {
+    error: ErrorJson,
+    attempts: &'a [Attempt],
+    retried: bool,
+    retry_reason: Option<&'a str>,
+}
+
+#[derive(serde::Serialize)]
+struct ErrorJson {
+    kind: &'static str,
+    message: String,
+    exit_code: u8,
+}
+
+fn failure_json(failed: &Failed, exit_code: u8) -> FailureJson<'_> {
+    FailureJson {
+        error: ErrorJson {
+            kind: "compaction",
+            message: error_chain(failed),
+            exit_code,
         },
-        "attempts": attempts_json(&failed.attempts),
-        "retried": failed.attempts.len() > 1,
-        "retry_reason": retry_reason(&failed.attempts),
-    })
+        attempts: &failed.attempts,
+        retried: failed.attempts.len() > 1,
+        retry_reason: retry_reason(&failed.attempts),
+    }
 }

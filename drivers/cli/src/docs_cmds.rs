@@ -35,51 +35,77 @@ pub(crate) fn man(cmd: clap::Command) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The man page's roff text.
+/// The man page's roff text: the main page, then a section per subcommand (and per
+/// subcommand of a subcommand, `AGENTRUN MCP PROXY`), so one file holds them all.
 fn man_text(cmd: clap::Command) -> Result<String, Failure> {
     let mut page = Vec::new();
-    let render = |cmd: clap::Command, page: &mut Vec<u8>| {
-        clap_mangen::Man::new(cmd)
-            .render(page)
-            .map_err(|e| Failure::runtime(format!("cannot render the man page: {e}")))
-    };
-    let mut main_page = Vec::new();
-    render(cmd.clone(), &mut main_page)?;
-    // The subcommand list names `agentrun-NAME(1)` pages, which are not installed: the
-    // subcommands are sections of this one page, so the list names them as they are typed.
+    let main_page = render(cmd.clone())?;
+    for line in page_lines(&main_page, &cmd, &[]) {
+        let _ = writeln!(page, "{line}");
+    }
+    append_sections(&mut page, &cmd, &[])?;
+    Ok(String::from_utf8_lossy(&page).into_owned())
+}
+
+fn render(cmd: clap::Command) -> Result<String, Failure> {
+    let mut page = Vec::new();
+    clap_mangen::Man::new(cmd)
+        .render(&mut page)
+        .map_err(|e| Failure::runtime(format!("cannot render the man page: {e}")))?;
+    Ok(String::from_utf8_lossy(&page).into_owned())
+}
+
+/// The lines of the page of `cmd` (the command `agentrun WORDS…`), its list of subcommands
+/// naming them as they are typed: clap names `agentrun-WORDS-NAME(1)` pages, which are not
+/// installed, since the subcommands are sections of this one page.
+fn page_lines(text: &str, cmd: &clap::Command, words: &[&str]) -> Vec<String> {
     let sections: Vec<&str> = cmd
         .get_subcommands()
         .filter(|s| !s.is_hide_set())
         .map(clap::Command::get_name)
         .collect();
-    for line in String::from_utf8_lossy(&main_page).lines() {
-        let line = match line
-            .strip_prefix("agentrun\\-")
-            .and_then(|rest| rest.strip_suffix("(1)"))
-        {
-            Some(sub) if sections.contains(&sub) => format!(
-                "agentrun {sub} (see \\fBAGENTRUN {}\\fR below)",
-                sub.to_uppercase()
-            ),
-            // `help`, which clap adds itself: no section of its own.
-            Some(sub) => format!("agentrun {sub}"),
-            None => line.to_owned(),
-        };
-        let _ = writeln!(page, "{line}");
-    }
-    // Each subcommand's full page, appended as a section of its own (its sections become
-    // subsections) so one file holds them all.
+    let prefix: String = std::iter::once("agentrun")
+        .chain(words.iter().copied())
+        .map(|w| format!("{}\\-", w.replace('-', "\\-")))
+        .collect();
+    let typed = |sub: &str| {
+        let mut all = vec!["agentrun"];
+        all.extend(words);
+        all.push(sub);
+        all.join(" ")
+    };
+    text.lines()
+        .map(|line| {
+            match line
+                .strip_prefix(prefix.as_str())
+                .and_then(|rest| rest.strip_suffix("(1)"))
+            {
+                Some(sub) if sections.contains(&sub) => format!(
+                    "{} (see \\fB{}\\fR below)",
+                    typed(sub),
+                    typed(sub).to_uppercase()
+                ),
+                // `help`, which clap adds itself: no section of its own.
+                Some(sub) => typed(sub),
+                None => line.to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// Appends each visible subcommand of `cmd` (the command `agentrun WORDS…`) as a section of
+/// its own, its sections become subsections, then its own subcommands likewise.
+fn append_sections(page: &mut Vec<u8>, cmd: &clap::Command, words: &[&str]) -> Result<(), Failure> {
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        let name = format!("agentrun-{}", sub.get_name());
-        let title = format!("AGENTRUN {}", sub.get_name().to_uppercase());
-        let sub = sub.clone().name(name.clone()).display_name(name);
-        let mut sub_page = Vec::new();
-        render(sub, &mut sub_page)?;
-        let text = String::from_utf8_lossy(&sub_page);
+        let mut words = words.to_vec();
+        words.push(sub.get_name());
+        let name = format!("agentrun-{}", words.join("-"));
+        let title = format!("AGENTRUN {}", words.join(" ").to_uppercase());
+        let text = render(sub.clone().name(name.clone()).display_name(name))?;
         let _ = writeln!(page, ".SH \"{title}\"");
         // Drop the sub-page's own title header (.TH): one page has one title.
-        for line in text
-            .lines()
+        for line in page_lines(&text, sub, &words)
+            .iter()
             .filter(|l| !l.starts_with(".TH ") && !l.starts_with(".ie ") && !l.starts_with(".el "))
         {
             match line.strip_prefix(".SH ") {
@@ -91,8 +117,9 @@ fn man_text(cmd: clap::Command) -> Result<String, Failure> {
                 }
             }
         }
+        append_sections(page, sub, &words)?;
     }
-    Ok(String::from_utf8_lossy(&page).into_owned())
+    Ok(())
 }
 
 #[cfg(test)]
@@ -124,16 +151,25 @@ mod tests {
         })
         .collect();
         let mut seen = 0;
+        // Every visible subcommand, and every visible subcommand of one (`mcp proxy`).
+        let mut commands: Vec<(String, &clap::Command)> = Vec::new();
         for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-            let name = sub.get_name();
+            commands.push((sub.get_name().to_owned(), sub));
+            for nested in sub.get_subcommands().filter(|s| !s.is_hide_set()) {
+                let words = format!("{} {}", sub.get_name(), nested.get_name());
+                commands.push((words, nested));
+            }
+        }
+        for (words, sub) in commands {
+            let name = words.rsplit(' ').next().unwrap_or(&words);
             seen += 1;
             assert!(
-                man.contains(&format!(".SH \"AGENTRUN {}\"", name.to_uppercase())),
-                "man: no section for {name}"
+                man.contains(&format!(".SH \"AGENTRUN {}\"", words.to_uppercase())),
+                "man: no section for {words}"
             );
             assert!(
-                man.contains(&format!("agentrun {name} (see")),
-                "man: {name} not listed"
+                man.contains(&format!("agentrun {words} (see")),
+                "man: {words} not listed"
             );
             for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
                 let Some(long) = arg.get_long() else { continue };

@@ -7,6 +7,8 @@ use std::ffi::OsString;
 use std::io::{self, Write};
 use std::process::ExitCode;
 
+use crate::json_out::JsonStyle;
+
 /// agentrun itself failed: bad usage, a missing or corrupt artifact, a store error (the
 /// library's exit policy, `agentrun_process::exit`, holds every code).
 pub(crate) use agentrun_process::exit::FAILED;
@@ -16,6 +18,7 @@ pub(crate) use agentrun_process::exit::FAILED;
 const STDOUT_FAILED: &str = "stdout";
 
 /// A failure of agentrun itself, reported on stderr (or as JSON under `--json`).
+#[derive(Debug)]
 pub(crate) struct Failure {
     pub(crate) code: u8,
     pub(crate) kind: &'static str,
@@ -51,19 +54,36 @@ impl Failure {
         }
     }
 
-    /// Prints the failure (`agentrun: error: …` on stderr, or one JSON object on stdout when
-    /// the command was asked for JSON and stdout is still usable) and returns its exit code.
-    pub(crate) fn report(&self, json: bool) -> ExitCode {
-        if json && self.kind != STDOUT_FAILED {
-            let object = serde_json::json!({
-                "error": {
-                    "kind": self.kind,
-                    "message": self.message,
-                    "exit_code": self.code,
-                }
-            });
+    /// Prints the failure (`agentrun: error: …` on stderr, or one JSON object on stdout, in
+    /// the command's JSON style, when the command was asked for JSON and stdout is still
+    /// usable) and returns its exit code.
+    pub(crate) fn report(&self, json: Option<JsonStyle>) -> ExitCode {
+        if let Some(style) = json
+            && self.kind != STDOUT_FAILED
+        {
+            #[derive(serde::Serialize)]
+            struct Error<'a> {
+                kind: &'a str,
+                message: &'a str,
+                exit_code: u8,
+            }
+            #[derive(serde::Serialize)]
+            struct Report<'a> {
+                error: Error<'a>,
+            }
+            let report = Report {
+                error: Error {
+                    kind: self.kind,
+                    message: &self.message,
+                    exit_code: self.code,
+                },
+            };
+            let text = crate::json_out::to_text(&report, style)
+                .map(String::into_bytes)
+                .unwrap_or_default();
             // The JSON went nowhere (a full disk, a closed pipe): say it where it can be read.
-            if writeln!(io::stdout().lock(), "{object}").is_err() {
+            let mut out = io::stdout().lock();
+            if text.is_empty() || out.write_all(&text).and_then(|()| out.flush()).is_err() {
                 let _ = writeln!(io::stderr().lock(), "agentrun: error: {}", self.message);
             }
         } else {
@@ -85,18 +105,18 @@ pub(crate) fn clap_error(mut e: clap::Error, args: &[OsString]) -> ExitCode {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => match e.print() {
             // A closed pipe (`agentrun --help | head`) is not an error; a full disk is.
             Err(error) if error.kind() != io::ErrorKind::BrokenPipe => {
-                Failure::stdout_write(error).report(false)
+                Failure::stdout_write(error).report(None)
             }
             _ => ExitCode::SUCCESS,
         },
-        _ if wants_json(args) => {
+        _ if let Some(style) = wants_json(args) => {
             let text = e.render().to_string();
             let message = text
                 .trim()
                 .strip_prefix("error: ")
                 .unwrap_or(text.trim())
                 .to_owned();
-            Failure::usage(message).report(true)
+            Failure::usage(message).report(Some(style))
         }
         _ => {
             let _ = e.print();
@@ -160,18 +180,19 @@ fn subcommand(args: &[OsString]) -> Option<(usize, &str)> {
     None
 }
 
-/// Whether the raw arguments ask for JSON: a `--json` among the command's own options, before
-/// its program, prompt or objective starts (or a `--`): from there on, the words are the
-/// program's. Used only when parsing failed, to report the parse error in the form the caller
-/// reads; options are told from their values by the command tree.
-pub(crate) fn wants_json(args: &[OsString]) -> bool {
+/// Whether the raw arguments ask for JSON, and in which style: a `--json` among the command's
+/// own options, before its program, prompt or objective starts (or a `--`): from there on, the
+/// words are the program's. Used only when parsing failed, to report the parse error in the
+/// form the caller reads; options are told from their values by the command tree.
+pub(crate) fn wants_json(args: &[OsString]) -> Option<JsonStyle> {
     let tree = crate::command_tree();
-    let Some((at, name)) = subcommand(args) else {
-        return false;
-    };
-    let Some(command) = tree.find_subcommand(name) else {
-        return false;
-    };
+    let (at, name) = subcommand(args)?;
+    let command = tree.find_subcommand(name)?;
+    json_option(command, &args[at + 1..]).then(|| crate::json_out::style_of(name))
+}
+
+/// Whether `words`, the arguments after the subcommand `command`, hold its `--json`.
+fn json_option(command: &clap::Command, words: &[OsString]) -> bool {
     let takes_value = |word: &str| {
         // The global options, which the unbuilt tree does not list under each command.
         if word == "--store" || word == "--config" {
@@ -191,7 +212,7 @@ pub(crate) fn wants_json(args: &[OsString]) -> bool {
         found.is_some_and(|a| a.get_action().takes_values())
     };
     let mut positionals = command.get_positionals();
-    let mut words = args[at + 1..].iter();
+    let mut words = words.iter();
     while let Some(word) = words.next() {
         let Some(word) = word.to_str() else {
             // Not UTF-8: not an option of agentrun's; a positional.
@@ -242,8 +263,18 @@ mod tests {
     #[test]
     fn json_is_detected_before_the_program_only() {
         let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
-        let json = |a: &[&str]| wants_json(&args(a));
+        let json = |a: &[&str]| wants_json(&args(a)).is_some();
         assert!(json(&["agentrun", "agent", "--json", "claude"]));
+        // Each in its command's style.
+        let style = |a: &[&str]| wants_json(&args(a));
+        assert_eq!(
+            style(&["agentrun", "agent", "--json", "claude"]),
+            Some(JsonStyle::Lines)
+        );
+        assert_eq!(
+            style(&["agentrun", "runs", "--json", "--bogus"]),
+            Some(JsonStyle::Document)
+        );
         assert!(json(&[
             "agentrun", "--store", "s", "agent", "claude", "--json", "--x"
         ]));

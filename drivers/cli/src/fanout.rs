@@ -344,9 +344,7 @@ pub(crate) fn run(store: Store, prices: PriceTable, args: FanOutArgs) -> Result<
     }
     let mut out = io::stdout().lock();
     let text = if args.json {
-        let mut s = serde_json::to_string(&run.record).map_err(Failure::runtime)?;
-        s.push('\n');
-        s
+        crate::json_out::document(&run.record)?
     } else {
         render(&run.record)
     };

@@ -36,11 +36,13 @@ mod follow;
 mod harness_arg;
 mod interpret;
 mod interrupts;
+mod json_out;
 mod mcp;
 mod read;
 mod run;
 mod sessions;
 mod settings;
+mod status_line;
 mod store_cmds;
 
 use std::path::PathBuf;
@@ -49,6 +51,7 @@ use std::process::ExitCode;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub(crate) use failure::Failure;
+use json_out::JsonStyle;
 pub(crate) use run::run_summary;
 use settings::Settings;
 
@@ -143,10 +146,15 @@ enum Command {
     /// in $AGENTRUN_RESULT_SINK (see --sink-var). Then stdout carries only the clean answer,
     /// byte for byte, and the preview goes to stderr; when the program wrote no answer, stdout
     /// stays empty and stderr says why.
+    ///
+    /// While the program runs, a status line on stderr (only when stderr is a terminal, and
+    /// not with NO_COLOR, --quiet or --live) says how long it has been running and each
+    /// stream's lines and bytes so far; it is erased before anything else is printed.
     #[command(after_help = "Examples:
   agentrun run seq 1 100000                 preview of the first 2000 lines, the rest stored
   agentrun run --live cargo build           show the output as it comes, keep it all
   agentrun run --timeout 5m -- make -j8     stop after 5 minutes (exit 124)
+  agentrun run --cwd ../app --env RUST_LOG=debug --label smoke cargo test
   echo hi | agentrun run --stdin inherit cat
   agentrun run --json ls -la                the record, with an artifact URI per stream")]
     Run(run::RunArgs),
@@ -193,13 +201,17 @@ enum Command {
   agentrun sessions --json
   agentrun show <session id>                 its turns, with their read commands")]
     Sessions(sessions::SessionsArgs),
-    /// List recent runs: id, time, how each ended, the size of each stream, the command.
+    /// List recent runs: id, when each finished, how long it took, how it ended, the size of
+    /// each stream, its directory and its command.
     ///
     /// Runs in progress come first, as `running` with how long they have been running and
     /// the bytes captured so far (`abandoned`: the process running it died; `agentrun gc`
-    /// removes what it left); `agentrun follow RUN` prints one as it grows.
+    /// removes what it left); `agentrun follow RUN` prints one as it grows. The filters
+    /// narrow the list; -n counts the runs that pass them.
     #[command(after_help = "Examples:
   agentrun runs                             runs in progress, then the 20 most recent runs
+  agentrun runs --status failed --since 1d  what failed today
+  agentrun runs --label nightly -n 5        the last five runs labelled nightly
   agentrun runs --limit 100 --json")]
     Runs(store_cmds::RunsArgs),
     /// Forget expired runs and remove the output nothing references any more.
@@ -307,26 +319,28 @@ enum Command {
 }
 
 impl Command {
-    /// Whether the command was asked for JSON output (its errors are then JSON too).
-    fn json(&self) -> bool {
-        match self {
-            Command::Run(a) => a.json,
-            Command::Read(a) => a.json,
-            Command::Show(a) => a.json,
-            Command::Sessions(a) => a.json,
-            Command::Runs(a) => a.json,
-            Command::Gc(a) => a.json,
-            Command::Verify(a) => a.json,
-            Command::Config(a) => a.json,
-            Command::Interpret(a) => a.json,
-            Command::Agent(a) => a.json,
-            Command::Compact(a) => a.json,
-            Command::Auto(a) => a.json,
-            Command::Fanout(a) => a.json,
-            Command::Append(_) | Command::Follow(_) => false,
-            Command::Mcp(_) => false,
-            Command::Completions(_) | Command::Man => false,
-        }
+    /// The JSON style the command was asked for, if any (its errors are then JSON too, in
+    /// the same style).
+    fn json(&self) -> Option<JsonStyle> {
+        let (asked, name) = match self {
+            Command::Run(a) => (a.json, "run"),
+            Command::Read(a) => (a.json, "read"),
+            Command::Show(a) => (a.json, "show"),
+            Command::Sessions(a) => (a.json, "sessions"),
+            Command::Runs(a) => (a.json, "runs"),
+            Command::Gc(a) => (a.json, "gc"),
+            Command::Verify(a) => (a.json, "verify"),
+            Command::Config(a) => (a.json, "config"),
+            Command::Interpret(a) => (a.json, "interpret"),
+            Command::Agent(a) => (a.json, "agent"),
+            Command::Compact(a) => (a.json, "compact"),
+            Command::Auto(a) => (a.json, "auto"),
+            Command::Fanout(a) => (a.json, "fanout"),
+            Command::Append(_) | Command::Follow(_) => (false, ""),
+            Command::Mcp(_) => (false, ""),
+            Command::Completions(_) | Command::Man => (false, ""),
+        };
+        asked.then(|| json_out::style_of(name))
     }
 }
 

@@ -142,17 +142,21 @@ pub(crate) fn read(settings: &Settings, args: ReadArgs) -> Result<ExitCode, Fail
         .read_page(&uri, request)
         .map_err(|e| read_failure(&store, &uri, e))?;
     if args.json {
-        let json = serde_json::json!({
-            "uri": uri.to_string(),
-            "offset": page.offset,
-            "lines": page.lines,
-            "total_lines": page.total_lines,
-            "next_offset": page.next_offset,
-            "next": page.continuation.to_json(),
-            "content": String::from_utf8_lossy(&page.bytes),
-            "content_is_utf8": std::str::from_utf8(&page.bytes).is_ok(),
-        });
-        write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())?;
+        #[derive(serde::Serialize)]
+        struct Lines {
+            offset: u64,
+            lines: u64,
+            total_lines: u64,
+            next_offset: Option<u64>,
+        }
+        let position = Lines {
+            offset: page.offset,
+            lines: page.lines,
+            total_lines: page.total_lines,
+            next_offset: page.next_offset,
+        };
+        let json = PageJson::new(&uri, position, page.continuation, &page.bytes);
+        write_or_quiet(&mut out, crate::json_out::document(&json)?.as_bytes())?;
         return Ok(ExitCode::SUCCESS);
     }
     write_or_quiet(&mut out, &page.bytes)?;
@@ -193,6 +197,30 @@ fn line_status(page: &Page, uri: &ArtifactUri, limit: Option<u64>) -> String {
     }
 }
 
+/// `read --json`: the URI, where the page is (its lines or bytes), where reading continues, and
+/// the page's content.
+#[derive(serde::Serialize)]
+struct PageJson<'a, P> {
+    uri: String,
+    #[serde(flatten)]
+    position: P,
+    next: serde_json::Value,
+    content: std::borrow::Cow<'a, str>,
+    content_is_utf8: bool,
+}
+
+impl<'a, P> PageJson<'a, P> {
+    fn new(uri: &ArtifactUri, position: P, next: Continuation, bytes: &'a [u8]) -> Self {
+        Self {
+            uri: uri.to_string(),
+            position,
+            next: next.to_json(),
+            content: String::from_utf8_lossy(bytes),
+            content_is_utf8: std::str::from_utf8(bytes).is_ok(),
+        }
+    }
+}
+
 fn read_bytes(
     store: &Store,
     uri: &ArtifactUri,
@@ -210,17 +238,21 @@ fn read_bytes(
     // the zero-based --byte-offset of the next page is the last byte number.
     let end = page.offset + page.bytes.len() as u64;
     if json {
-        let json = serde_json::json!({
-            "uri": uri.to_string(),
-            "byte_offset": page.offset,
-            "bytes": page.bytes.len(),
-            "total_bytes": page.total_bytes,
-            "next_byte_offset": page.next_byte_offset,
-            "next": page.continuation().to_json(),
-            "content": String::from_utf8_lossy(&page.bytes),
-            "content_is_utf8": std::str::from_utf8(&page.bytes).is_ok(),
-        });
-        write_or_quiet(out, format!("{json:#}\n").as_bytes())?;
+        #[derive(serde::Serialize)]
+        struct Bytes {
+            byte_offset: u64,
+            bytes: usize,
+            total_bytes: u64,
+            next_byte_offset: Option<u64>,
+        }
+        let position = Bytes {
+            byte_offset: page.offset,
+            bytes: page.bytes.len(),
+            total_bytes: page.total_bytes,
+            next_byte_offset: page.next_byte_offset,
+        };
+        let json = PageJson::new(uri, position, page.continuation(), &page.bytes);
+        write_or_quiet(out, crate::json_out::document(&json)?.as_bytes())?;
         return Ok(ExitCode::SUCCESS);
     }
     write_or_quiet(out, &page.bytes)?;

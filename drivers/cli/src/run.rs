@@ -18,8 +18,10 @@ use agentrun_core::sink::ResultSink;
 use clap::Args;
 
 use crate::failure::{Failure, plural, write_or_quiet};
+use crate::json_out::JsonStyle;
 use crate::read::CliRead;
 use crate::settings::{LimitFlags, Settings};
+use crate::status_line::{self, StatusLine};
 use crate::{duration, interrupts};
 use agentrun_core::ReadSyntax;
 
@@ -72,6 +74,19 @@ pub(crate) struct RunArgs {
     /// Print one JSON object (status, exit, artifact URIs, the record) instead of the preview.
     #[arg(long)]
     pub(crate) json: bool,
+    /// No status line while the program runs. (It is shown only when stderr is a terminal
+    /// and NO_COLOR is not set; the summary and read commands are printed either way.)
+    #[arg(long, short = 'q')]
+    quiet: bool,
+    /// Run the program in DIR (recorded with the run; `agentrun runs` shows it).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    /// Set the environment variable KEY to VALUE for the program (repeatable).
+    #[arg(long, value_name = "KEY=VALUE", value_parser = parse_env)]
+    env: Vec<(OsString, OsString)>,
+    /// Label the run (recorded with it; `agentrun runs --label L` lists the runs labelled L).
+    #[arg(long, value_name = "LABEL")]
+    label: Option<String>,
     /// The program to run (looked up on PATH, never run through a shell), then its
     /// arguments: every word after PROGRAM is the program's, options and `--` included.
     // One positional rather than PROGRAM and ARGS: clap ends option parsing only once a
@@ -85,6 +100,17 @@ pub(crate) struct RunArgs {
         value_names = ["PROGRAM", "ARGS"]
     )]
     command: Vec<OsString>,
+}
+
+/// `KEY=VALUE`, split at the first `=`: the key must be non-empty (the value may be empty or
+/// hold more `=`).
+fn parse_env(spec: &str) -> Result<(OsString, OsString), String> {
+    match spec.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.into(), value.into())),
+        _ => Err(format!(
+            "expected KEY=VALUE (e.g. --env RUST_LOG=debug), got {spec:?}"
+        )),
+    }
 }
 
 fn stdin_mode(spec: &str) -> StdinMode {
@@ -121,6 +147,15 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
     if args.sink {
         options = options.with_result_sink(ResultSink::Allocate);
     }
+    if let Some(dir) = &args.cwd {
+        options = options.current_dir(dir);
+    }
+    for (key, value) in &args.env {
+        options = options.env(key, value);
+    }
+    if let Some(label) = &args.label {
+        options = options.label(label);
+    }
     options.validate().map_err(Failure::usage)?;
     let store = settings.open_store()?;
     let runner = agentrun_smol::Runner::new(store.clone());
@@ -128,12 +163,19 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
     let mut run = runner.run(options).cancel_on(interrupts.requests());
     // The first error of the live copy to stdout, reported (exit 125) once the run is over.
     let live_error: LiveError = Arc::default();
+    // The status line is the only thing on the terminal while the program runs; with
+    // --live its output is.
+    let status = StatusLine::default();
     if args.live {
         run = run
             .observe_stdout(tee(io::stdout, Some(live_error.clone())))
             .observe_stderr(tee(io::stderr, None));
+    } else if status_line::wanted(args.quiet) {
+        let line = status.clone();
+        run = run.on_progress(status_line::REDRAW_EVERY, move |p| line.draw(p));
     }
     let result = smol::block_on(run.into_future());
+    status.erase();
     let result = match result {
         Ok(r) => r,
         Err(e) if let Some(spawn) = e.spawn_failure() => {
@@ -142,13 +184,16 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
                 kind: "spawn",
                 message: e.to_string(),
             };
-            return Ok(failure.report(args.json));
+            return Ok(failure.report(args.json.then_some(JsonStyle::Document)));
         }
         Err(e @ agentrun_smol::RunError::StdinIsTerminal) => {
             return Err(Failure::usage(format!(
                 "--stdin inherit: {e} (`producer | agentrun run --stdin inherit …`, \
                  `--stdin FILE`, or the default `--stdin null`)"
             )));
+        }
+        Err(e @ agentrun_smol::RunError::WorkingDirectory { .. }) => {
+            return Err(Failure::usage(format!("--cwd: {e}")));
         }
         Err(agentrun_smol::RunError::StdinFile { path, source, .. }) => {
             return Err(Failure::usage(format!(
@@ -176,8 +221,7 @@ pub(crate) fn run(settings: &Settings, args: RunArgs) -> Result<ExitCode, Failur
     // A stdout that cannot be written (a full disk) fails the command, but only after the
     // footer: the run is kept, and the footer says where.
     let written = if args.json {
-        let json = serde_json::to_string_pretty(&result).map_err(Failure::runtime)?;
-        write_or_quiet(&mut out, format!("{json}\n").as_bytes())
+        write_or_quiet(&mut out, crate::json_out::document(&result)?.as_bytes())
     } else if args.sink {
         // stdout is the clean channel: the answer alone, verbatim; everything else on stderr.
         say_inline!("{}", result.model_text());

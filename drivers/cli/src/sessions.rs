@@ -56,20 +56,25 @@ pub(crate) fn sessions(settings: &Settings, args: SessionsArgs) -> Result<ExitCo
         }
     }
     if args.json {
-        let list: Vec<serde_json::Value> = states
+        #[derive(serde::Serialize)]
+        struct Row<'a> {
+            session_id: &'a str,
+            status: &'a str,
+            turns: u32,
+            objective: &'a str,
+            updated_unix_ms: u64,
+        }
+        let list: Vec<Row<'_>> = states
             .iter()
-            .map(|s| {
-                serde_json::json!({
-                    "session_id": s.session_id,
-                    "status": s.status.as_str(),
-                    "turns": s.turn,
-                    "objective": s.settings.objective,
-                    "updated_unix_ms": s.updated_unix_ms,
-                })
+            .map(|s| Row {
+                session_id: &s.session_id,
+                status: s.status.as_str(),
+                turns: s.turn,
+                objective: &s.settings.objective,
+                updated_unix_ms: s.updated_unix_ms,
             })
             .collect();
-        let json = serde_json::Value::from(list);
-        write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())?;
+        write_or_quiet(&mut out, crate::json_out::document(&list)?.as_bytes())?;
     } else if states.is_empty() {
         if unreadable == 0 {
             say!("agentrun: no auto sessions in {}", store.root().display());
@@ -199,8 +204,7 @@ pub(crate) fn show(store: &Store, id: &str, json: bool) -> Result<ExitCode, Fail
     let state = state(store, id)?;
     let mut out = io::stdout().lock();
     if json {
-        let json = serde_json::to_value(&state).map_err(Failure::runtime)?;
-        write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())?;
+        write_or_quiet(&mut out, crate::json_out::document(&state)?.as_bytes())?;
     } else {
         write_or_quiet(&mut out, render(&state).as_bytes())?;
     }
@@ -208,7 +212,7 @@ pub(crate) fn show(store: &Store, id: &str, json: bool) -> Result<ExitCode, Fail
 }
 
 /// Rows as left-aligned columns two spaces apart (the last column unpadded).
-fn table<const N: usize>(rows: &[[String; N]]) -> String {
+pub(crate) fn table<const N: usize>(rows: &[[String; N]]) -> String {
     let mut widths = [0usize; N];
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

@@ -453,21 +453,30 @@ pub(crate) fn show(settings: &Settings, args: ConfigArgs) -> Result<ExitCode, Fa
     let file = settings.config_path.as_ref();
     let mut out = std::io::stdout().lock();
     if args.json {
-        let values: serde_json::Map<String, serde_json::Value> = rows
+        #[derive(serde::Serialize)]
+        struct Setting<'a> {
+            value: &'a serde_json::Value,
+            source: String,
+        }
+        #[derive(serde::Serialize)]
+        struct Config<'a> {
+            config_file: Option<String>,
+            config_file_found: bool,
+            settings: crate::json_out::Ordered<Setting<'a>>,
+        }
+        let settings_json = rows
             .iter()
             .map(|(key, value, _, source)| {
-                (
-                    (*key).to_owned(),
-                    serde_json::json!({ "value": value, "source": source.to_string() }),
-                )
+                let source = source.to_string();
+                ((*key).to_owned(), Setting { value, source })
             })
             .collect();
-        let json = serde_json::json!({
-            "config_file": file.map(|f| f.value.display().to_string()),
-            "config_file_found": settings.config_found,
-            "settings": values,
-        });
-        return write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())
+        let json = Config {
+            config_file: file.map(|f| f.value.display().to_string()),
+            config_file_found: settings.config_found,
+            settings: crate::json_out::Ordered(settings_json),
+        };
+        return write_or_quiet(&mut out, crate::json_out::document(&json)?.as_bytes())
             .map(|()| ExitCode::SUCCESS);
     }
     let mut text = match file {

@@ -7,9 +7,12 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentrun_core::ResultRecord;
+use agentrun_core::process::Exit;
+use agentrun_core::progress::{format_bytes, format_elapsed};
 use agentrun_fs::config::{RetentionError, format_duration, parse_retention};
-use agentrun_fs::{GcOptions, GcReport, RunListing};
+use agentrun_fs::{GcOptions, GcReport, LiveRun, RunEntry, RunListing};
 use clap::Args;
+use serde::Serialize;
 
 use crate::duration;
 use crate::failure::{FAILED, Failure, plural, write_or_quiet};
@@ -31,16 +34,126 @@ pub(crate) struct ShowArgs {
 /// Arguments of `agentrun runs`.
 #[derive(Debug, Args)]
 pub(crate) struct RunsArgs {
-    /// How many runs to list, newest first (at least 1).
+    /// How many runs to list, newest first (at least 1; runs in progress come besides).
     #[arg(long, short = 'n', value_name = "N", default_value = "20")]
     limit: std::num::NonZeroUsize,
-    /// Print a JSON array of `{"run_id", "started_unix_ms", "finished_unix_ms", "command",
-    /// "exit", "status", "reason", "incomplete", "streams": [{"name", "lines", "bytes",
-    /// "uri"}]}`. A run in progress has status `running` (or `abandoned`: the process
-    /// running it died), an `elapsed_ms`, null `finished_unix_ms`, `exit`, `lines` and `uri`,
-    /// and the bytes captured so far.
+    /// Only runs with this status (repeat for several).
+    #[arg(long, value_name = "STATUS", value_parser = STATUSES)]
+    status: Vec<String>,
+    /// Only runs that started within DURATION (30m, 2d), or at or after a UTC date or time
+    /// (2025-11-30, 2025-11-30T14:00:00).
+    #[arg(long, value_name = "DURATION|DATE", value_parser = parse_since)]
+    since: Option<Since>,
+    /// Only runs labelled LABEL (`agentrun run --label LABEL`).
+    #[arg(long, value_name = "LABEL")]
+    label: Option<String>,
+    /// Print a JSON array of `{"run_id", "status", "reason", "exit", "started_unix_ms",
+    /// "finished_unix_ms", "duration_ms", "cwd", "label", "command", "description",
+    /// "incomplete", "streams": [{"name", "lines", "bytes", "uri"}]}`. A run in progress has
+    /// status `running` (or `abandoned`: the process running it died), an `elapsed_ms` after
+    /// `duration_ms`, null `reason`, `exit`, `finished_unix_ms`, `duration_ms`, `lines` and
+    /// `uri`, and the bytes captured so far.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// The statuses `runs --status` takes: how a recorded run ended, or the state of one in
+/// progress.
+const STATUSES: [&str; 5] = ["succeeded", "failed", "cancelled", "running", "abandoned"];
+
+/// The statuses of runs in progress.
+const LIVE_STATUSES: [&str; 2] = ["running", "abandoned"];
+
+/// A `--since` value: a period back from now, or a moment.
+#[derive(Debug, Clone, Copy)]
+enum Since {
+    Ago(Duration),
+    At(SystemTime),
+}
+
+impl Since {
+    fn at(self, now: SystemTime) -> SystemTime {
+        match self {
+            Since::Ago(d) => now.checked_sub(d).unwrap_or(UNIX_EPOCH),
+            Since::At(t) => t,
+        }
+    }
+}
+
+/// `30m`, `2d` (see `duration::parse`), or a UTC date `YYYY-MM-DD` with an optional time
+/// `THH:MM[:SS]` (or a space instead of `T`; a final `Z` is allowed).
+fn parse_since(s: &str) -> Result<Since, String> {
+    if s.len() >= 10 && s.as_bytes()[4] == b'-' {
+        return parse_utc(s).map(Since::At).ok_or_else(|| {
+            format!(
+                "invalid date {s:?}: expected YYYY-MM-DD, optionally followed by THH:MM or \
+                 THH:MM:SS (UTC)"
+            )
+        });
+    }
+    duration::parse(s)
+        .map(Since::Ago)
+        .map_err(|e| e.to_string())
+}
+
+/// A UTC date and optional time ([`parse_since`]).
+fn parse_utc(s: &str) -> Option<SystemTime> {
+    let s = s.strip_suffix('Z').unwrap_or(s);
+    let (date, time) = match s.split_once(['T', ' ']) {
+        Some((date, time)) => (date, Some(time)),
+        None => (s, None),
+    };
+    let number = |t: &str, digits: usize| -> Option<u32> {
+        (t.len() == digits && t.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| t.parse().ok())
+            .flatten()
+    };
+    let mut parts = date.split('-');
+    let (y, m, d) = (
+        number(parts.next()?, 4)?,
+        number(parts.next()?, 2)?,
+        number(parts.next()?, 2)?,
+    );
+    if parts.next().is_some() || !(1..=12).contains(&m) || d == 0 || d > days_in_month(y, m) {
+        return None;
+    }
+    let (mut h, mut min, mut sec) = (0, 0, 0);
+    if let Some(time) = time {
+        let mut parts = time.split(':');
+        h = number(parts.next()?, 2)?;
+        min = number(parts.next()?, 2)?;
+        if let Some(p) = parts.next() {
+            sec = number(p, 2)?;
+        }
+        if parts.next().is_some() || h > 23 || min > 59 || sec > 59 {
+            return None;
+        }
+    }
+    let days = days_from_civil(i64::from(y), m, d);
+    let secs = u64::try_from(days).ok()? * 86_400 + u64::from(h * 3600 + min * 60 + sec);
+    Some(UNIX_EPOCH + Duration::from_secs(secs))
+}
+
+fn days_in_month(y: u32, m: u32) -> u32 {
+    let leap = (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400);
+    match m {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// The day count since 1970-01-01 of a proleptic Gregorian date (the inverse of
+/// [`civil_from_days`]).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = i64::from((m + 9) % 12);
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 /// Arguments of `agentrun gc`.
@@ -116,10 +229,7 @@ pub(crate) fn show(settings: &Settings, args: ShowArgs) -> Result<ExitCode, Fail
         let record =
             agentrun_fs::fanout::read_record(&store, &args.run_id).map_err(Failure::runtime)?;
         let text = if args.json {
-            format!(
-                "{:#}\n",
-                serde_json::to_value(&record).map_err(Failure::runtime)?
-            )
+            crate::json_out::document(&record)?
         } else {
             crate::fanout::render(&record)
         };
@@ -136,17 +246,27 @@ pub(crate) fn show(settings: &Settings, args: ShowArgs) -> Result<ExitCode, Fail
     };
     let record = store.record(&run_id).map_err(Failure::runtime)?;
     if args.json {
+        #[derive(Serialize)]
+        struct Shown<'a> {
+            run_id: &'a str,
+            status: String,
+            reason: Option<String>,
+            command: Option<&'a [String]>,
+            artifacts: agentrun_core::record::ArtifactUris,
+            model_text: String,
+            record: &'a ResultRecord,
+        }
         let (status, reason) = status_of(&record);
-        let json = serde_json::json!({
-            "run_id": record.run_id,
-            "status": status,
-            "reason": reason,
-            "command": record.run.as_ref().map(|r| &r.command),
-            "artifacts": record.artifact_uris(),
-            "model_text": record.render(),
-            "record": record,
-        });
-        write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())?;
+        let shown = Shown {
+            run_id: &record.run_id,
+            status,
+            reason,
+            command: record.run.as_ref().map(|r| &r.command[..]),
+            artifacts: record.artifact_uris(),
+            model_text: record.render(),
+            record: &record,
+        };
+        write_or_quiet(&mut out, crate::json_out::document(&shown)?.as_bytes())?;
         return Ok(ExitCode::SUCCESS);
     }
     write_or_quiet(&mut out, record.render().as_bytes())?;
@@ -183,7 +303,159 @@ fn summary(record: &ResultRecord) -> String {
     s
 }
 
-/// `agentrun runs`: the most recent runs, newest first.
+/// One line of `runs`: a run in progress or a recorded run, as the table and the JSON show it.
+#[derive(Debug, Serialize)]
+struct RunRow<'a> {
+    run_id: &'a str,
+    status: String,
+    reason: Option<String>,
+    exit: Option<Exit>,
+    started_unix_ms: u64,
+    finished_unix_ms: Option<u64>,
+    duration_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    elapsed_ms: Option<u64>,
+    cwd: Option<&'a str>,
+    label: Option<&'a str>,
+    command: Option<&'a [String]>,
+    /// What a record that describes no command is (a compaction's retained output, say).
+    description: Option<&'a str>,
+    incomplete: bool,
+    streams: Vec<StreamRow<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct StreamRow<'a> {
+    name: &'a str,
+    lines: Option<u64>,
+    bytes: u64,
+    uri: Option<String>,
+}
+
+impl<'a> RunRow<'a> {
+    fn live(r: &'a LiveRun, now: SystemTime) -> Self {
+        RunRow {
+            run_id: &r.run_id,
+            status: r.state.as_str().to_owned(),
+            reason: None,
+            exit: None,
+            started_unix_ms: unix_ms(r.started),
+            finished_unix_ms: None,
+            duration_ms: None,
+            elapsed_ms: Some(elapsed(r.started, now).as_millis() as u64),
+            cwd: r.cwd.as_deref(),
+            label: r.label.as_deref(),
+            command: r.command.as_deref(),
+            description: None,
+            incomplete: false,
+            streams: r
+                .streams
+                .iter()
+                .map(|s| StreamRow {
+                    name: &s.name,
+                    lines: None,
+                    bytes: s.bytes,
+                    uri: None,
+                })
+                .collect(),
+        }
+    }
+
+    fn recorded(r: &'a RunEntry) -> Self {
+        let (status, reason) = status_of(&r.record);
+        let run = r.record.run.as_ref();
+        let display = r.record.display();
+        RunRow {
+            run_id: &r.run_id,
+            status,
+            reason,
+            exit: run.and_then(|run| run.exit),
+            started_unix_ms: run.map_or_else(|| unix_ms(r.started()), |run| run.started_unix_ms),
+            finished_unix_ms: Some(unix_ms(r.finished)),
+            duration_ms: run.map(|run| run.duration_ms),
+            elapsed_ms: None,
+            cwd: run.and_then(|run| run.cwd.as_deref()),
+            label: run.and_then(|run| run.label.as_deref()),
+            command: run.map(|run| &run.command[..]),
+            description: (run.is_none() && !display.is_empty()).then_some(display),
+            incomplete: r.record.incomplete,
+            streams: r
+                .record
+                .streams()
+                .iter()
+                .map(|s| StreamRow {
+                    name: s.name.as_ref().map_or("output", |n| n.as_str()),
+                    lines: Some(s.lines),
+                    bytes: s.bytes,
+                    uri: Some(r.record.stream_uri(s).to_string()),
+                })
+                .collect(),
+        }
+    }
+
+    /// The table's cells: run id, finished, duration, status, output, directory, command.
+    fn cells(&self, home: Option<&str>) -> [String; 7] {
+        let finished = self.finished_unix_ms.map_or("-".to_owned(), |ms| {
+            utc(UNIX_EPOCH + Duration::from_millis(ms))
+        });
+        let duration = match (self.duration_ms, self.elapsed_ms) {
+            (Some(ms), _) => format_run_duration(Duration::from_millis(ms)),
+            (None, Some(ms)) => format_elapsed(Duration::from_millis(ms)),
+            (None, None) => "-".to_owned(),
+        };
+        let mut status = match &self.reason {
+            Some(reason) if self.status != "succeeded" => format!("{} ({reason})", self.status),
+            _ => self.status.clone(),
+        };
+        if self.incomplete {
+            status.push('*');
+        }
+        let output: Vec<String> = self
+            .streams
+            .iter()
+            .map(|s| format!("{} {}", s.name, format_bytes(s.bytes)))
+            .collect();
+        let command = match (self.command, self.description) {
+            (Some(command), _) => command_cell(command),
+            (None, Some(description)) => format!("({})", one_line(description)),
+            (None, None) => "(no command recorded)".to_owned(),
+        };
+        [
+            self.run_id.to_owned(),
+            finished,
+            duration,
+            status,
+            output.join(", "),
+            self.cwd.map_or("-".to_owned(), |dir| cwd_cell(dir, home)),
+            command,
+        ]
+    }
+}
+
+/// What `runs` lists: the filters of its command line.
+struct RunFilter {
+    statuses: Vec<String>,
+    since: Option<SystemTime>,
+    label: Option<String>,
+}
+
+impl RunFilter {
+    fn keeps(&self, row: &RunRow<'_>) -> bool {
+        (self.statuses.is_empty() || self.statuses.contains(&row.status))
+            && self.label.as_deref().is_none_or(|l| row.label == Some(l))
+    }
+
+    /// Whether some status asked for is one a record can have (none asked: every one).
+    fn wants_records(&self) -> bool {
+        self.statuses.is_empty()
+            || self
+                .statuses
+                .iter()
+                .any(|s| !LIVE_STATUSES.contains(&s.as_str()))
+    }
+}
+
+/// `agentrun runs`: the most recent runs, newest first, the runs in progress before them.
 pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Failure> {
     let mut out = io::stdout().lock();
     let Some(store) = settings.existing_store()? else {
@@ -197,163 +469,96 @@ pub(crate) fn runs(settings: &Settings, args: RunsArgs) -> Result<ExitCode, Fail
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let listing = store
-        .recent_runs(args.limit.get())
-        .map_err(Failure::runtime)?;
+    let now = SystemTime::now();
+    let filter = RunFilter {
+        statuses: args.status,
+        since: args.since.map(|s| s.at(now)),
+        label: args.label,
+    };
+    let listing = if filter.wants_records() {
+        store
+            .recent_runs_where(args.limit.get(), filter.since, |entry| {
+                filter.keeps(&RunRow::recorded(entry))
+            })
+            .map_err(Failure::runtime)?
+    } else {
+        RunListing::default()
+    };
     // Newest first, like the records, and before them: a run in progress started after every
     // run that has finished (or its writer died, which the status says).
     let mut live = store.live_runs().map_err(Failure::runtime)?;
     live.reverse();
-    let now = SystemTime::now();
-    let runs = &listing.runs;
+    let rows: Vec<RunRow<'_>> = live
+        .iter()
+        .filter(|r| filter.since.is_none_or(|since| r.started >= since))
+        .map(|r| RunRow::live(r, now))
+        .filter(|row| filter.keeps(row))
+        .chain(listing.runs.iter().map(RunRow::recorded))
+        .collect();
     if args.json {
-        let live_json = live.iter().map(|r| {
-            let streams: Vec<serde_json::Value> = r
-                .streams
-                .iter()
-                .map(|s| {
-                    serde_json::json!({
-                        "name": s.name,
-                        "lines": null,
-                        "bytes": s.bytes,
-                        "uri": null,
-                    })
-                })
-                .collect();
-            serde_json::json!({
-                "run_id": r.run_id,
-                "started_unix_ms": unix_ms(r.started),
-                "finished_unix_ms": null,
-                "elapsed_ms": elapsed(r.started, now).as_millis() as u64,
-                "command": r.command,
-                "exit": null,
-                "status": r.state.as_str(),
-                "reason": null,
-                "incomplete": false,
-                "streams": streams,
-            })
-        });
-        let list: Vec<serde_json::Value> = live_json
-            .chain(runs.iter().map(|r| {
-                let streams: Vec<serde_json::Value> = r
-                    .record
-                    .streams()
-                    .iter()
-                    .map(|s| {
-                        serde_json::json!({
-                            "name": s.name.as_ref().map(|n| n.as_str()),
-                            "lines": s.lines,
-                            "bytes": s.bytes,
-                            "uri": r.record.stream_uri(s).to_string(),
-                        })
-                    })
-                    .collect();
-                let (status, reason) = status_of(&r.record);
-                let run = r.record.run.as_ref();
-                serde_json::json!({
-                    "run_id": r.run_id,
-                    "started_unix_ms": run.map(|run| run.started_unix_ms),
-                    "finished_unix_ms": unix_ms(r.finished),
-                    "command": run.map(|run| &run.command),
-                    "exit": run.and_then(|run| run.exit),
-                    "status": status,
-                    "reason": reason,
-                    "incomplete": r.record.incomplete,
-                    "streams": streams,
-                })
-            }))
-            .collect();
-        let json = serde_json::Value::from(list);
-        write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())?;
+        write_or_quiet(&mut out, crate::json_out::document(&rows)?.as_bytes())?;
         return Ok(report_unreadable(&listing));
     }
-    if runs.is_empty() && live.is_empty() {
+    if rows.is_empty() {
         if listing.is_complete() {
-            say!("agentrun: no runs recorded in {}", store.root().display());
-        }
-        return Ok(report_unreadable(&listing));
-    }
-    let mut rows = vec![[
-        "RUN ID".to_owned(),
-        "FINISHED (UTC)".to_owned(),
-        "STATUS".to_owned(),
-        "OUTPUT".to_owned(),
-        "COMMAND".to_owned(),
-    ]];
-    for r in &live {
-        let sizes: Vec<String> = r
-            .streams
-            .iter()
-            .map(|s| format!("{} {}", s.name, human_bytes(s.bytes)))
-            .collect();
-        rows.push([
-            r.run_id.clone(),
-            format!(
-                "({} for {})",
-                r.state.as_str(),
-                format_duration_coarse(elapsed(r.started, now))
-            ),
-            r.state.as_str().to_owned(),
-            sizes.join(", "),
-            r.command.as_deref().map_or(String::new(), command_cell),
-        ]);
-    }
-    for r in runs {
-        let sizes: Vec<String> = r
-            .record
-            .streams()
-            .iter()
-            .map(|s| {
-                format!(
-                    "{} {}",
-                    s.name.as_ref().map_or("output", |n| n.as_str()),
-                    human_bytes(s.bytes)
-                )
-            })
-            .collect();
-        let (status, reason) = status_of(&r.record);
-        let mut status = match reason {
-            Some(reason) if status != "succeeded" => format!("{status} ({reason})"),
-            _ => status,
-        };
-        if r.record.incomplete {
-            status.push('*');
-        }
-        let command = r
-            .record
-            .run
-            .as_ref()
-            .map_or(String::new(), |run| command_cell(&run.command));
-        rows.push([
-            r.run_id.clone(),
-            utc(r.finished),
-            status,
-            sizes.join(", "),
-            command,
-        ]);
-    }
-    let mut widths = [0usize; 5];
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut text = String::new();
-    for row in &rows {
-        let mut line = String::new();
-        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
-            if i + 1 == row.len() {
-                line.push_str(cell);
+            let filtered = !filter.statuses.is_empty() || filter.since.is_some();
+            if filtered || filter.label.is_some() {
+                say!("agentrun: no runs match in {}", store.root().display());
             } else {
-                line.push_str(&format!("{cell:<w$}  "));
+                say!("agentrun: no runs recorded in {}", store.root().display());
             }
         }
-        text.push_str(line.trim_end());
-        text.push('\n');
+        return Ok(report_unreadable(&listing));
     }
-    write_or_quiet(&mut out, text.as_bytes())?;
+    let home = std::env::var("HOME").ok().filter(|h| h.len() > 1);
+    let mut table = vec![[
+        "RUN ID".to_owned(),
+        "FINISHED (UTC)".to_owned(),
+        "DURATION".to_owned(),
+        "STATUS".to_owned(),
+        "OUTPUT".to_owned(),
+        "CWD".to_owned(),
+        "COMMAND".to_owned(),
+    ]];
+    table.extend(rows.iter().map(|row| row.cells(home.as_deref())));
+    write_or_quiet(&mut out, crate::sessions::table(&table).as_bytes())?;
     say!("agentrun: `agentrun show RUN_ID` shows a run again; * marks incomplete output");
     Ok(report_unreadable(&listing))
+}
+
+/// A run's duration as the table shows it: `85ms`, `2.3s`, then as [`format_elapsed`].
+fn format_run_duration(d: Duration) -> String {
+    match d.as_millis() {
+        0..1000 => format!("{}ms", d.as_millis()),
+        1000..60_000 => format!("{:.1}s", d.as_secs_f64()),
+        _ => format_elapsed(d),
+    }
+}
+
+/// A directory as the table shows it: under the home directory as `~/…`, and cut at the
+/// front to its last 40 characters.
+fn cwd_cell(dir: &str, home: Option<&str>) -> String {
+    let dir = match home.and_then(|h| dir.strip_prefix(h)) {
+        Some("") => "~".to_owned(),
+        Some(rest) if rest.starts_with('/') => format!("~{rest}"),
+        _ => dir.to_owned(),
+    };
+    let dir = one_line(&dir);
+    let chars = dir.chars().count();
+    if chars <= 40 {
+        return dir;
+    }
+    let tail: String = dir.chars().skip(chars - 39).collect();
+    format!("…{tail}")
+}
+
+/// `text`'s first line, control characters shown as `?`.
+fn one_line(text: &str) -> String {
+    let first = text.lines().next().unwrap_or("");
+    first
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 /// A command as the `runs` table shows it: shell-quoted, cut after 60 characters.
@@ -369,16 +574,6 @@ fn command_cell(command: &[String]) -> String {
 /// How long ago `started` was (zero for a clock that went back).
 fn elapsed(started: SystemTime, now: SystemTime) -> Duration {
     now.duration_since(started).unwrap_or_default()
-}
-
-/// `12s`, `3m05s`, `2h07m`: an elapsed time to the second, as people read it.
-pub(crate) fn format_duration_coarse(d: Duration) -> String {
-    let secs = d.as_secs();
-    match secs {
-        0..60 => format!("{secs}s"),
-        60..3600 => format!("{}m{:02}s", secs / 60, secs % 60),
-        _ => format!("{}h{:02}m", secs / 3600, secs % 3600 / 60),
-    }
 }
 
 /// One line on stderr per record `runs` could not read, naming the run and why; the exit code
@@ -430,21 +625,6 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
-/// `812 B`, `4.2 KiB`, `3.0 MiB`.
-fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
-}
-
 /// `agentrun gc`: apply the retention period and remove what nothing references.
 pub(crate) fn gc(settings: &Settings, args: GcArgs) -> Result<ExitCode, Failure> {
     let retention = settings.retention(args.retention.map(|r| r.0));
@@ -452,8 +632,15 @@ pub(crate) fn gc(settings: &Settings, args: GcArgs) -> Result<ExitCode, Failure>
     let Some(store) = settings.existing_store()? else {
         let root = settings.store_root()?.value;
         if args.json {
-            let json = serde_json::json!({ "store_missing": root.display().to_string() });
-            write_or_quiet(&mut io::stdout().lock(), format!("{json:#}\n").as_bytes())?;
+            let report = GcJson {
+                report: &GcReport::default(),
+                dry_run: args.dry_run,
+                retention: retention.value.map(format_duration),
+                grace: format_duration(grace.value),
+                store_missing: Some(root.display().to_string()),
+            };
+            let text = crate::json_out::document(&report)?;
+            write_or_quiet(&mut io::stdout().lock(), text.as_bytes())?;
         } else {
             say!(
                 "agentrun: there is no store at {}; nothing to collect",
@@ -471,11 +658,14 @@ pub(crate) fn gc(settings: &Settings, args: GcArgs) -> Result<ExitCode, Failure>
     let report = store.gc(&options).map_err(Failure::runtime)?;
     let mut out = io::stdout().lock();
     if args.json {
-        let mut json = serde_json::to_value(&report).map_err(Failure::runtime)?;
-        json["dry_run"] = args.dry_run.into();
-        json["retention"] = retention.value.map(format_duration).into();
-        json["grace"] = format_duration(grace.value).into();
-        write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())?;
+        let report = GcJson {
+            report: &report,
+            dry_run: args.dry_run,
+            retention: retention.value.map(format_duration),
+            grace: format_duration(grace.value),
+            store_missing: None,
+        };
+        write_or_quiet(&mut out, crate::json_out::document(&report)?.as_bytes())?;
         return Ok(ExitCode::SUCCESS);
     }
     let text = gc_text(
@@ -487,6 +677,28 @@ pub(crate) fn gc(settings: &Settings, args: GcArgs) -> Result<ExitCode, Failure>
     );
     write_or_quiet(&mut out, text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `gc --json`: the library's report, then what it was run with.
+#[derive(Serialize)]
+struct GcJson<'a> {
+    #[serde(flatten)]
+    report: &'a GcReport,
+    dry_run: bool,
+    retention: Option<String>,
+    grace: String,
+    /// The store that does not exist (nothing was collected).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store_missing: Option<String>,
+}
+
+/// `verify --json`: the library's report, and the store when it does not exist.
+#[derive(Serialize)]
+struct VerifyJson<'a> {
+    #[serde(flatten)]
+    report: &'a agentrun_fs::VerifyReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store_missing: Option<String>,
 }
 
 /// What GC removed, then what it kept and why.
@@ -559,10 +771,12 @@ pub(crate) fn verify(settings: &Settings, args: VerifyArgs) -> Result<ExitCode, 
     let Some(store) = settings.existing_store()? else {
         let root = settings.store_root()?.value;
         if args.json {
-            let mut json = serde_json::to_value(agentrun_fs::VerifyReport::default())
-                .map_err(Failure::runtime)?;
-            json["store_missing"] = root.display().to_string().into();
-            write_or_quiet(&mut io::stdout().lock(), format!("{json:#}\n").as_bytes())?;
+            let report = VerifyJson {
+                report: &agentrun_fs::VerifyReport::default(),
+                store_missing: Some(root.display().to_string()),
+            };
+            let text = crate::json_out::document(&report)?;
+            write_or_quiet(&mut io::stdout().lock(), text.as_bytes())?;
         } else {
             say!(
                 "agentrun: there is no store at {}; nothing to verify",
@@ -574,8 +788,11 @@ pub(crate) fn verify(settings: &Settings, args: VerifyArgs) -> Result<ExitCode, 
     let report = store.verify().map_err(Failure::runtime)?;
     let mut out = io::stdout().lock();
     if args.json {
-        let json = serde_json::to_value(&report).map_err(Failure::runtime)?;
-        write_or_quiet(&mut out, format!("{json:#}\n").as_bytes())?;
+        let report = VerifyJson {
+            report: &report,
+            store_missing: None,
+        };
+        write_or_quiet(&mut out, crate::json_out::document(&report)?.as_bytes())?;
     } else {
         let mut text = String::new();
         for p in &report.problems {
@@ -616,9 +833,54 @@ mod tests {
             utc(UNIX_EPOCH + Duration::from_secs(951_782_400)),
             "2000-02-29 00:00:00"
         );
-        assert_eq!(human_bytes(812), "812 B");
-        assert_eq!(human_bytes(4300), "4.2 KiB");
-        assert_eq!(human_bytes(3 << 20), "3.0 MiB");
+    }
+
+    #[test]
+    fn since_takes_a_period_or_a_utc_date_and_time() {
+        let at = |s: &str| match parse_since(s) {
+            Ok(Since::At(t)) => t,
+            other => panic!("{s}: {other:?}"),
+        };
+        assert_eq!(
+            at("2025-11-30T17:19:01Z"),
+            UNIX_EPOCH + Duration::from_secs(1_764_523_141)
+        );
+        assert_eq!(
+            at("2025-11-30 17:19"),
+            UNIX_EPOCH + Duration::from_secs(1_764_523_140)
+        );
+        assert_eq!(
+            at("2000-02-29"),
+            UNIX_EPOCH + Duration::from_secs(951_782_400)
+        );
+        for day in [0, 1, 59, 365, 10_957, 20_422] {
+            let (y, m, d) = civil_from_days(day);
+            assert_eq!(days_from_civil(y, m, d), day);
+        }
+        assert!(matches!(parse_since("2h"), Ok(Since::Ago(d)) if d == Duration::from_secs(7200)));
+        for bad in [
+            "2025-13-01",
+            "2025-02-29",
+            "2025-1-01",
+            "2025-11-30T24:00",
+            "yesterday",
+        ] {
+            assert!(parse_since(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn directories_are_shortened_from_the_front() {
+        assert_eq!(cwd_cell("/home/me", Some("/home/me")), "~");
+        assert_eq!(cwd_cell("/home/me/src/app", Some("/home/me")), "~/src/app");
+        assert_eq!(cwd_cell("/home/meow", Some("/home/me")), "/home/meow");
+        let deep = format!("/{}", "d/".repeat(30));
+        let cell = cwd_cell(&deep, None);
+        assert_eq!(cell.chars().count(), 40);
+        assert!(cell.starts_with('…') && cell.ends_with("d/"), "{cell}");
+        assert_eq!(format_run_duration(Duration::from_millis(85)), "85ms");
+        assert_eq!(format_run_duration(Duration::from_millis(2340)), "2.3s");
+        assert_eq!(format_run_duration(Duration::from_secs(65)), "1m05s");
     }
 
     #[test]

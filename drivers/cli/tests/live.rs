@@ -1,5 +1,5 @@
 //! Runs in progress: `runs` lists them as running from another process, `follow` prints one
-//! as it grows and exits with its code.
+//! as it grows and exits with its code; `run` on a terminal shows a status line while it runs.
 
 use std::io::Read;
 use std::process::{Child, Stdio};
@@ -86,7 +86,7 @@ fn a_run_in_progress_is_listed_as_running_and_followed_to_its_end() {
         .lines()
         .find(|l| l.starts_with(&run_id))
         .unwrap_or_else(|| panic!("{text}"));
-    assert!(row.contains("(running for "), "{row}");
+    assert!(row.contains(" running "), "{row}");
     assert!(row.contains("stdout 11 B"), "{row}");
 
     // Followed from another process: the first line comes while the run still waits.
@@ -186,4 +186,154 @@ fn following_an_unknown_run_is_an_error() {
     assert!(env.run(&["run", "--", "true"]).status.success());
     let o = env.run(&["follow", "zzzz"]);
     sandbox::assert_exit_says(&o, 125, "no run has the id or id prefix");
+}
+
+/// `script` from util-linux: runs a command on a pseudo-terminal of its own and copies what
+/// the command writes to the terminal to its own stdout.
+const SCRIPT: &str = "/usr/bin/script";
+
+/// `agentrun run` of a program that prints a line, then waits for the file `go` in the
+/// sandbox before it exits, as a shell command line (for `script -c`).
+fn waiting_run_line(env: &Sandbox, extra: &[&str]) -> String {
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let go = env.path("go");
+    let program = format!(
+        "echo hello; while [ ! -e {} ]; do sleep 0.05; done",
+        quote(&go.display().to_string())
+    );
+    let mut words = vec![
+        quote(env!("CARGO_BIN_EXE_agentrun")),
+        "--store".to_owned(),
+        quote(&env.store.display().to_string()),
+        "run".to_owned(),
+    ];
+    words.extend(extra.iter().map(|w| quote(w)));
+    words.extend([
+        "--".to_owned(),
+        "sh".to_owned(),
+        "-c".to_owned(),
+        quote(&program),
+    ]);
+    words.join(" ")
+}
+
+/// Starts `line` under `script` on a terminal of its own, with `NO_COLOR` as given.
+fn on_a_terminal(line: &str, no_color: Option<&str>) -> Child {
+    assert!(
+        std::path::Path::new(SCRIPT).exists(),
+        "this test needs `script` from util-linux at {SCRIPT}"
+    );
+    let mut c = sandbox::command(SCRIPT);
+    c.args(["-q", "-e", "-c", line, "/dev/null"])
+        .env_remove("NO_COLOR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(value) = no_color {
+        c.env("NO_COLOR", value);
+    }
+    c.spawn().unwrap()
+}
+
+/// Waits until the newest run is in progress, has printed its line, and has been running for
+/// a second: long enough for four redraws of a status line, had there been one.
+fn wait_until_running_for_a_second(env: &Sandbox) {
+    wait_for("the run to be running for a second", || {
+        let o = env.run(&["runs", "--json"]);
+        let runs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        runs[0]["status"] == "running"
+            && runs[0]["streams"][0]["bytes"] == 6
+            && runs[0]["elapsed_ms"].as_u64().is_some_and(|ms| ms >= 1000)
+    });
+}
+
+/// Everything `child` wrote to its stdout until it exited, and its exit code.
+fn rest_of(mut child: Child, rx: mpsc::Receiver<Vec<u8>>, mut got: Vec<u8>) -> (String, i32) {
+    while let Ok(chunk) = rx.recv_timeout(PATIENCE) {
+        got.extend(chunk);
+    }
+    let code = child.wait().unwrap().code().unwrap_or(-1);
+    (String::from_utf8_lossy(&got).into_owned(), code)
+}
+
+#[test]
+fn a_run_on_a_terminal_shows_a_status_line_and_erases_it() {
+    let env = Sandbox::new();
+    let mut script = on_a_terminal(&waiting_run_line(&env, &[]), None);
+    let rx = chunks(&mut script);
+    // The status line appears while the program waits, with its stdout so far.
+    let mut got = Vec::new();
+    let line = "stdout 1 line, 6 B; stderr 0 lines, 0 B";
+    while !String::from_utf8_lossy(&got).contains(line) {
+        let chunk = rx
+            .recv_timeout(PATIENCE)
+            .unwrap_or_else(|_| panic!("no status line: {:?}", String::from_utf8_lossy(&got)));
+        got.extend(chunk);
+    }
+    std::fs::File::create(env.path("go")).unwrap();
+    let (terminal, code) = rest_of(script, rx, got);
+    assert_eq!(code, 0, "{terminal:?}");
+    // Drawn in place: at the start of the line, then the rest of the old one cleared.
+    let drawn = terminal
+        .find("\ragentrun: running ")
+        .unwrap_or_else(|| panic!("{terminal:?}"));
+    assert!(
+        terminal[drawn..].contains(&format!("{line}\x1b[K")),
+        "{terminal:?}"
+    );
+    // Erased before the preview and the footer, and not drawn again after that.
+    let erased = terminal
+        .rfind("\r\x1b[K")
+        .unwrap_or_else(|| panic!("{terminal:?}"));
+    let after = &terminal[erased..];
+    assert!(after.contains("hello"), "the preview follows: {terminal:?}");
+    assert!(
+        after.contains("agentrun: run "),
+        "the footer follows: {terminal:?}"
+    );
+    assert!(!after.contains("agentrun: running"), "{terminal:?}");
+    assert!(drawn < erased, "{terminal:?}");
+}
+
+#[test]
+fn no_status_line_when_stderr_is_not_a_terminal_or_with_no_color_or_quiet() {
+    // stderr a pipe.
+    let env = Sandbox::new();
+    let run = env
+        .cmd(&["run", "--", "sh", "-c"])
+        .arg(format!(
+            "echo hello; while [ ! -e '{}' ]; do sleep 0.05; done",
+            env.path("go").display()
+        ))
+        .env_remove("NO_COLOR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until_running_for_a_second(&env);
+    std::fs::File::create(env.path("go")).unwrap();
+    let o = run.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("agentrun: run "),
+        "only the footer: {err:?}"
+    );
+    assert!(!err.contains("running") && !err.contains('\r'), "{err:?}");
+    assert!(!err.contains('\x1b'), "{err:?}");
+
+    // On a terminal, but asked not to.
+    for (extra, no_color) in [(&[][..], Some("1")), (&["--quiet"][..], None)] {
+        let env = Sandbox::new();
+        let mut script = on_a_terminal(&waiting_run_line(&env, extra), no_color);
+        let rx = chunks(&mut script);
+        wait_until_running_for_a_second(&env);
+        std::fs::File::create(env.path("go")).unwrap();
+        let (terminal, code) = rest_of(script, rx, Vec::new());
+        assert_eq!(code, 0, "{extra:?} {no_color:?}: {terminal:?}");
+        assert!(terminal.contains("agentrun: run "), "{terminal:?}");
+        assert!(
+            !terminal.contains("agentrun: running") && !terminal.contains("\x1b[K"),
+            "{extra:?} {no_color:?}: {terminal:?}"
+        );
+    }
 }

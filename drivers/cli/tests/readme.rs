@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const INSTALL: &str = "cargo install --path drivers/cli --locked";
+/// The README's quicker install for trying agentrun out: what this test runs by default.
+const INSTALL_DEBUG: &str = "cargo install --debug --path drivers/cli --locked";
 const MAIN_JOB: &str = "agentrun run seq 1 1000000";
 
 fn workspace() -> PathBuf {
@@ -39,7 +41,7 @@ fn install_target_dir() -> PathBuf {
 #[test]
 fn the_readme_install_and_main_job_work_as_written() {
     let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
-    for command in [INSTALL, MAIN_JOB] {
+    for command in [INSTALL, INSTALL_DEBUG, MAIN_JOB] {
         assert!(
             readme.contains(&format!("```sh\n{command}\n```")),
             "the README no longer says `{command}`"

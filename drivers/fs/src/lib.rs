@@ -129,7 +129,7 @@ mod store;
 mod verify;
 
 pub use auto_session::{SessionDir, SessionError};
-pub use capture::{CaptureSession, CaptureWriteError};
+pub use capture::{CaptureProgress, CaptureSession, CaptureWriteError};
 pub use compaction::{RETAINED_DISPLAY, RetainError, Retained, RetentionSession};
 pub use error::IoError;
 pub use gc::{GcOptions, GcReport};
@@ -137,7 +137,7 @@ pub use live::{LiveFollower, LiveRun, LiveState, LiveStream};
 pub use names::{NameError, Named};
 pub use read::{MAX_MANIFEST_BYTES, ReadError};
 pub use remote::{RemoteError, UrlError, is_store_url};
-pub use runs::{RunEntry, RunListing, UnreadableRun};
+pub use runs::{RunEntry, RunListing, UnreadableRun, run_id_started};
 pub use sink::{PreparedSink, read_sink};
 pub use store::{Store, StoreError};
 pub use verify::VerifyReport;

@@ -5,7 +5,7 @@
 //! directory (before releasing the lock) once the record is written. So a capture whose lock
 //! is held is running; one whose lock is free was left by a writer that died. `live.json`,
 //! written when the capture starts (and again when the command is known), says when it
-//! started, the names of its streams and the command. Captures are always in the local
+//! started, the names of its streams, the command, its directory and label. Captures are always in the local
 //! store (the spool of a shared store), so all of this is local.
 //!
 //! Callers never see the paths: [`Store::live_runs`] lists what the captures hold so far,
@@ -37,6 +37,10 @@ pub(crate) struct LiveInfo {
     pub(crate) streams: Vec<(usize, String)>,
     #[serde(default)]
     pub(crate) command: Option<Vec<String>>,
+    #[serde(default)]
+    pub(crate) cwd: Option<String>,
+    #[serde(default)]
+    pub(crate) label: Option<String>,
 }
 
 impl LiveInfo {
@@ -48,6 +52,8 @@ impl LiveInfo {
             started_unix_ms,
             streams,
             command: None,
+            cwd: None,
+            label: None,
         }
     }
 
@@ -107,6 +113,10 @@ pub struct LiveRun {
     pub state: LiveState,
     /// The command, once the writer has said it.
     pub command: Option<Vec<String>>,
+    /// The directory it runs in, once the writer has said it.
+    pub cwd: Option<String>,
+    /// Its label, if the writer gave one.
+    pub label: Option<String>,
     /// What each stream holds so far, in declaration order.
     pub streams: Vec<LiveStream>,
 }
@@ -265,6 +275,8 @@ impl Store {
                 state: state_of(&opened.lock, &dir)?,
                 started: UNIX_EPOCH + Duration::from_millis(opened.info.started_unix_ms),
                 command: opened.info.command,
+                cwd: opened.info.cwd,
+                label: opened.info.label,
                 streams,
                 run_id,
             });
@@ -329,7 +341,11 @@ mod tests {
         let mut session = store
             .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
             .unwrap();
-        session.announce_command(&["echo".to_owned(), "hi".to_owned()]);
+        session.announce_run(
+            &["echo".to_owned(), "hi".to_owned()],
+            Some("/tmp/work"),
+            Some("nightly"),
+        );
         let out = session.resolve(&named("stdout")).unwrap();
         session.write(out, b"one\n").unwrap();
         let id = session.run_id().to_owned();
@@ -342,6 +358,8 @@ mod tests {
             live[0].command.as_deref(),
             Some(&["echo".to_owned(), "hi".to_owned()][..])
         );
+        assert_eq!(live[0].cwd.as_deref(), Some("/tmp/work"));
+        assert_eq!(live[0].label.as_deref(), Some("nightly"));
         let sizes: Vec<(&str, u64)> = live[0]
             .streams
             .iter()

@@ -128,6 +128,8 @@ mod tests {
                 exit: Some(Exit::Code(i32::MIN)),
                 started_unix_ms: u64::MAX,
                 duration_ms: u64::MAX,
+                cwd: Some(control(agentrun_core::process::MAX_CWD_BYTES)),
+                label: Some(control(agentrun_core::process::MAX_LABEL_BYTES)),
             })
             .unwrap();
         session.keep((0..MAX_KEEPS as u64).map(|i| Digest::of(&i.to_le_bytes())));
@@ -162,10 +164,28 @@ mod tests {
                 exit: None,
                 started_unix_ms: 0,
                 duration_ms: 0,
+                cwd: None,
+                label: None,
             })
             .unwrap_err();
         assert!(
             matches!(err, StoreError::CommandTooLong { bytes } if bytes == MAX_COMMAND_BYTES + 1),
+            "{err:?}"
+        );
+        let label = agentrun_core::process::MAX_LABEL_BYTES + 1;
+        let err = session
+            .describe_run(RunInfo {
+                command: vec!["x".to_owned()],
+                outcome: RunOutcome::Completed,
+                exit: None,
+                started_unix_ms: 0,
+                duration_ms: 0,
+                cwd: None,
+                label: Some("l".repeat(label)),
+            })
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::RunFieldTooLong { what: "label", bytes, .. } if bytes == label),
             "{err:?}"
         );
         let err = session

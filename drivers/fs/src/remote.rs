@@ -465,18 +465,29 @@ impl Remote {
         Ok(self.record_metas()?.into_iter().map(|(id, _)| id).collect())
     }
 
-    pub(crate) fn recent_runs(&self, limit: usize) -> Result<RunListing, StoreError> {
+    pub(crate) fn recent_runs(
+        &self,
+        limit: usize,
+        since: Option<SystemTime>,
+        keep: &mut dyn FnMut(&RunEntry) -> bool,
+    ) -> Result<RunListing, StoreError> {
         let mut listing = RunListing::default();
         for (run_id, finished) in self.record_metas()?.into_iter().rev() {
-            if listing.runs.len() + listing.unreadable.len() == limit {
+            if listing.runs.len() + listing.unreadable.len() == limit
+                || crate::runs::before(since, &run_id)
+            {
                 break;
             }
             match self.record(&run_id) {
-                Ok(record) => listing.runs.push(RunEntry {
-                    run_id,
-                    finished,
-                    record,
-                }),
+                Ok(record) => listing.offer(
+                    RunEntry {
+                        run_id,
+                        finished,
+                        record,
+                    },
+                    since,
+                    keep,
+                ),
                 Err(StoreError::UnknownRun(_)) => {}
                 Err(error) => listing.unreadable.push(UnreadableRun { run_id, error }),
             }

@@ -1,6 +1,6 @@
 //! Listing recorded runs, newest first.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentrun_core::ResultRecord;
 
@@ -41,7 +41,48 @@ pub struct RunListing {
     pub unreadable: Vec<UnreadableRun>,
 }
 
+impl RunEntry {
+    /// When the run started: the time in its id (ids begin with the capture's start, in
+    /// milliseconds since the Unix epoch), else the record's own start, else when it finished.
+    pub fn started(&self) -> SystemTime {
+        run_id_started(&self.run_id)
+            .or_else(|| {
+                let run = self.record.run.as_ref()?;
+                Some(UNIX_EPOCH + Duration::from_millis(run.started_unix_ms))
+            })
+            .unwrap_or(self.finished)
+    }
+}
+
+/// The start time in a run id made by the store (`<unix-millis>-<pid>-<counter>`); `None`
+/// for an id of another shape.
+pub fn run_id_started(run_id: &str) -> Option<SystemTime> {
+    let (millis, rest) = run_id.split_once('-')?;
+    if millis.len() != 13 || !millis.bytes().all(|b| b.is_ascii_digit()) || rest.is_empty() {
+        return None;
+    }
+    Some(UNIX_EPOCH + Duration::from_millis(millis.parse().ok()?))
+}
+
+/// Whether listing goes on past a record whose id says it started at `started`: runs are
+/// listed newest first, so once one started before `since`, every later one did too.
+pub(crate) fn before(since: Option<SystemTime>, run_id: &str) -> bool {
+    matches!((since, run_id_started(run_id)), (Some(since), Some(started)) if started < since)
+}
+
 impl RunListing {
+    /// Adds `entry` if it started at or after `since` and `keep` says so.
+    pub(crate) fn offer(
+        &mut self,
+        entry: RunEntry,
+        since: Option<SystemTime>,
+        keep: &mut dyn FnMut(&RunEntry) -> bool,
+    ) {
+        if since.is_none_or(|since| entry.started() >= since) && keep(&entry) {
+            self.runs.push(entry);
+        }
+    }
+
     /// Whether every record listed was read.
     pub fn is_complete(&self) -> bool {
         self.unreadable.is_empty()
@@ -55,13 +96,27 @@ impl Store {
     /// why. A record removed by a concurrent GC is skipped. `Err` only when `records/` itself
     /// cannot be listed.
     pub fn recent_runs(&self, limit: usize) -> Result<RunListing, StoreError> {
+        self.recent_runs_where(limit, None, |_| true)
+    }
+
+    /// Like [`recent_runs`](Self::recent_runs), listing only the runs that started at or
+    /// after `since` ([`RunEntry::started`]) and that `keep` accepts: the `limit` most recent
+    /// of those. Records are read newest first until `limit` runs are found or a run started
+    /// before `since`. A record that cannot be read is listed among the unreadable (and counts
+    /// towards `limit`) whatever the filter, since nobody can tell whether it would match.
+    pub fn recent_runs_where(
+        &self,
+        limit: usize,
+        since: Option<SystemTime>,
+        mut keep: impl FnMut(&RunEntry) -> bool,
+    ) -> Result<RunListing, StoreError> {
         if let Some(remote) = &self.remote {
-            return remote.recent_runs(limit);
+            return remote.recent_runs(limit, since, &mut keep);
         }
         let ids = self.records()?;
         let mut listing = RunListing::default();
         for run_id in ids.into_iter().rev() {
-            if listing.runs.len() + listing.unreadable.len() == limit {
+            if listing.runs.len() + listing.unreadable.len() == limit || before(since, &run_id) {
                 break;
             }
             let path = self.layout.record(&run_id);
@@ -72,11 +127,15 @@ impl Store {
                 Ok((parse_record(&path, &file.bytes)?, finished))
             });
             match read {
-                Ok((record, finished)) => listing.runs.push(RunEntry {
-                    run_id,
-                    finished,
-                    record,
-                }),
+                Ok((record, finished)) => listing.offer(
+                    RunEntry {
+                        run_id,
+                        finished,
+                        record,
+                    },
+                    since,
+                    &mut keep,
+                ),
                 Err(e) if record_file::is_not_found(&e) => {}
                 Err(error) => listing.unreadable.push(UnreadableRun { run_id, error }),
             }
@@ -120,6 +179,45 @@ mod tests {
         let listed: Vec<&str> = runs.iter().map(|r| r.run_id.as_str()).collect();
         assert_eq!(listed, [ids[2].as_str(), ids[1].as_str()]);
         assert_eq!(runs[0].record.streams()[0].bytes, 6);
+    }
+
+    #[test]
+    fn a_filter_lists_the_most_recent_runs_that_match() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path().join("store")).unwrap();
+        let ids: Vec<String> = ["a\n", "bb\n", "c\n", "dd\n"]
+            .iter()
+            .map(|out| capture(&store, out.as_bytes()).run_id)
+            .collect();
+        let long = |r: &RunEntry| r.record.streams()[0].bytes == 3;
+        let listed = |l: RunListing| l.runs.into_iter().map(|r| r.run_id).collect::<Vec<_>>();
+        let all = store.recent_runs_where(10, None, long).unwrap();
+        assert_eq!(listed(all), [ids[3].clone(), ids[1].clone()]);
+        let one = store.recent_runs_where(1, None, long).unwrap();
+        assert_eq!(listed(one), [ids[3].clone()]);
+        // Every run started after the epoch, none after a time to come.
+        let since_epoch = store.recent_runs_where(10, Some(UNIX_EPOCH), |_| true);
+        assert_eq!(since_epoch.unwrap().runs.len(), 4);
+        let later = SystemTime::now() + Duration::from_secs(3600);
+        let none = store.recent_runs_where(10, Some(later), |_| true).unwrap();
+        assert!(none.runs.is_empty());
+    }
+
+    #[test]
+    fn the_start_time_is_read_from_a_run_id() {
+        assert_eq!(
+            run_id_started("1764512345123-0004821-000000"),
+            Some(UNIX_EPOCH + Duration::from_millis(1_764_512_345_123))
+        );
+        for other in [
+            "",
+            "abc",
+            "1764512345123",
+            "176451234512-1",
+            "17645123451x3-1",
+        ] {
+            assert_eq!(run_id_started(other), None, "{other:?}");
+        }
     }
 
     #[test]

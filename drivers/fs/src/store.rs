@@ -161,6 +161,18 @@ pub enum StoreError {
         /// Its length.
         bytes: usize,
     },
+    /// A run's label or working directory is longer than a record holds
+    /// ([`MAX_LABEL_BYTES`](agentrun_core::process::MAX_LABEL_BYTES),
+    /// [`MAX_CWD_BYTES`](agentrun_core::process::MAX_CWD_BYTES)).
+    #[error("the run's {what} is {bytes} bytes long; a record holds at most {limit}")]
+    RunFieldTooLong {
+        /// `label` or `working directory`.
+        what: &'static str,
+        /// Its length.
+        bytes: usize,
+        /// The most a record holds.
+        limit: usize,
+    },
     /// Something already exists at a caller-supplied result-sink path.
     #[error(
         "the result-sink path {} already exists; remove it or choose a new path (it is never \

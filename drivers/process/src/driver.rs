@@ -12,7 +12,8 @@
 //! 5. Loop: carry out every [`RunAction`] (signals and probes to the group, reporting an
 //!    empty group),
 //!    then wait for the first of: the child's exit, all pumps done (pipes closed), a cancel
-//!    request, the lifecycle's next wakeup (reporting the last output first). Until
+//!    request, the lifecycle's next wakeup (reporting the last output first), the next
+//!    progress report ([`RunBuilder::on_progress`]). Until
 //!    [`RunAction::Finish`].
 //! 6. `finish` on the blocking pool: the pumps stopped, what the end left unfinished recorded,
 //!    sink read, capture finalized, result assembled.
@@ -35,6 +36,7 @@ use std::time::{Duration, Instant};
 use agentrun_core::lifecycle::{RunAction, RunLifecycle};
 use agentrun_core::page::{BytePage, ByteRange, Page, PageRequest};
 use agentrun_core::process::{ProcessResult, RunOptions};
+use agentrun_core::progress::RunProgress;
 use agentrun_core::{ArtifactUri, ResultRecord};
 use agentrun_fs::{ReadError, Store, StoreError};
 use futures_lite::Stream;
@@ -160,11 +162,18 @@ impl<R: Runtime> Runner<R> {
             options,
             observers: [None, None],
             cancel: None,
+            progress: None,
         }
     }
 }
 
 type CancelStream<'a> = Pin<Box<dyn Stream<Item = ()> + Send + 'a>>;
+
+/// A run's progress reporter ([`RunBuilder::on_progress`]): how often, and what to call.
+type Progress<'a> = (Duration, Box<dyn FnMut(&RunProgress) + Send + 'a>);
+
+/// The shortest interval between progress reports ([`RunBuilder::on_progress`]).
+pub const MIN_PROGRESS_INTERVAL: Duration = Duration::from_millis(10);
 
 /// One run being described ([`Runner::run`]); awaiting it runs the process.
 #[must_use = "a run does nothing until awaited"]
@@ -174,6 +183,7 @@ pub struct RunBuilder<'a, R> {
     /// Live taps on stdout and stderr.
     observers: [Option<StdoutObserver>; 2],
     cancel: Option<CancelStream<'a>>,
+    progress: Option<Progress<'a>>,
 }
 
 impl<R> std::fmt::Debug for RunBuilder<'_, R> {
@@ -183,6 +193,10 @@ impl<R> std::fmt::Debug for RunBuilder<'_, R> {
             .field("observed_stdout", &self.observers[0].is_some())
             .field("observed_stderr", &self.observers[1].is_some())
             .field("cancellable", &self.cancel.is_some())
+            .field(
+                "progress_every",
+                &self.progress.as_ref().map(|(every, _)| every),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -229,6 +243,23 @@ impl<'a, R: Runtime> RunBuilder<'a, R> {
         self.cancel = Some(Box::pin(requests));
         self
     }
+
+    /// Reports the run's progress every `every` (at least [`MIN_PROGRESS_INTERVAL`]) while the
+    /// child runs: `report` is called with the time since the spawn and each stream's lines
+    /// and bytes captured so far ([`RunProgress`]; its `Display` is a one-line status). The
+    /// first call comes `every` after the spawn, the last before the run ends; a run shorter
+    /// than `every` reports nothing. The calls are made by the run future itself, on the
+    /// runtime's timer (not once per chunk of output), so `report` must not block: print a
+    /// line, send the value on a channel. Reading the counts never waits for the capture. A
+    /// `report` that panics unwinds the run future, which stops the run as a dropped one.
+    pub fn on_progress(
+        mut self,
+        every: Duration,
+        report: impl FnMut(&RunProgress) + Send + 'a,
+    ) -> Self {
+        self.progress = Some((every.max(MIN_PROGRESS_INTERVAL), Box::new(report)));
+        self
+    }
 }
 
 impl<'a, R: Runtime> IntoFuture for RunBuilder<'a, R> {
@@ -242,6 +273,7 @@ impl<'a, R: Runtime> IntoFuture for RunBuilder<'a, R> {
             self.options,
             self.observers,
             self.cancel,
+            self.progress,
         ))
     }
 }
@@ -253,6 +285,7 @@ enum Event {
     TapPanicked,
     Cancel,
     Wake,
+    Report,
 }
 
 /// A pump job running on the blocking pool; it resolves to whether its live tap panicked.
@@ -264,6 +297,7 @@ async fn run<R: Runtime>(
     options: RunOptions,
     observers: [Option<StdoutObserver>; 2],
     mut cancel: Option<CancelStream<'_>>,
+    mut progress: Option<Progress<'_>>,
 ) -> Result<ProcessResult, RunError> {
     let (
         Prepared {
@@ -332,6 +366,7 @@ async fn run<R: Runtime>(
         drop(rt.spawn_blocking(job)); // runs to its end (or the run's) on its own
     }
     let mut tap_panicked = false;
+    let mut next_report = progress.as_ref().map(|(every, _)| rt.now() + *every);
     loop {
         let state = guard.state();
         let now = rt.now();
@@ -362,6 +397,7 @@ async fn run<R: Runtime>(
         let wake = state.lifecycle.poll_timeout();
         let exited = state.exited;
         let mut sleep = wake.map(|(at, _)| Box::pin(rt.sleep_until(at)));
+        let mut report = next_report.map(|at| Box::pin(rt.sleep_until(at)));
         let event = {
             let mut wait = (!exited).then(|| Box::pin(state.child.wait()));
             std::future::poll_fn(|cx| {
@@ -399,6 +435,11 @@ async fn run<R: Runtime>(
                 {
                     return Poll::Ready(Event::Wake);
                 }
+                if let Some(report) = report.as_mut()
+                    && report.as_mut().poll(cx).is_ready()
+                {
+                    return Poll::Ready(Event::Report);
+                }
                 Poll::Pending
             })
             .await
@@ -418,6 +459,12 @@ async fn run<R: Runtime>(
             Event::Wake => {
                 state.lifecycle.handle_output(state.run.last_output());
                 state.lifecycle.handle_timeout(now);
+            }
+            Event::Report => {
+                if let Some((every, report)) = progress.as_mut() {
+                    report(&state.run.progress(now));
+                    next_report = Some(now + *every);
+                }
             }
         }
     }

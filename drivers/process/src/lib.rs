@@ -48,7 +48,7 @@ pub use compact::{
     CONTEXT_LENGTH_MARKER, CompactBuilder, CompactError, CompactEvent, CompactOptions, CompactRun,
     Summarizer, SummarizerSetupError, TranscriptInput, retry_reason,
 };
-pub use driver::{ChildProcess, RunBuilder, Runner, Runtime};
+pub use driver::{ChildProcess, MIN_PROGRESS_INTERVAL, RunBuilder, Runner, Runtime};
 pub use fanout::{
     AttemptSpec, FanOutBuilder, FanOutError, FanOutEvent, FanOutOptions, FanOutRun, IsolationError,
 };
@@ -69,6 +69,7 @@ pub mod api {
         CONTEXT_LENGTH_MARKER, CompactError, CompactEvent, CompactOptions, CompactRun, Summarizer,
         SummarizerSetupError, TranscriptInput,
     };
+    pub use crate::driver::MIN_PROGRESS_INTERVAL;
     pub use crate::error_text::error_chain;
     pub use crate::exit::{SpawnFailure, agent_exit_code, run_exit_code, turn_exit_code};
     pub use crate::fanout::{
@@ -80,6 +81,7 @@ pub mod api {
     pub use agentrun_core::process::{
         Exit, OptionsError, ProcessResult, RunOptions, RunOutcome, StdinMode,
     };
+    pub use agentrun_core::progress::{RunProgress, StreamProgress};
     pub use agentrun_core::sink::{
         DEFAULT_SINK_CAP, DEFAULT_SINK_VAR, FileKind, NotReadReason, ResultSink, SinkOutcome,
     };

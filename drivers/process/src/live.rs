@@ -16,11 +16,12 @@ use agentrun_core::lifecycle::EXIT_AFTER_KILL;
 use agentrun_core::process::{
     Exit, OptionsError, ProcessResult, RunInfo, RunOptions, RunOutcome, StdinMode,
 };
+use agentrun_core::progress::RunProgress;
 use agentrun_core::sink::SinkOutcome;
 use agentrun_core::stream::StreamIndex;
 use agentrun_core::{CaptureCompletion, CaptureStatus};
 use agentrun_fs::special::{InputError, InputFile, open_input};
-use agentrun_fs::{CaptureSession, PreparedSink, Store, StoreError};
+use agentrun_fs::{CaptureProgress, CaptureSession, PreparedSink, Store, StoreError};
 
 use crate::exit::SpawnFailure;
 use crate::os::{
@@ -243,9 +244,15 @@ pub(crate) fn prepare(store: &Store, mut options: RunOptions) -> Result<Prepared
         store.begin_capture(options.get_declaration().clone(), options.get_limits())?;
     // Room for the command in the record, which is written at the end, when the disk may be
     // full: taken now, before anything runs.
-    session.reserve_record_room(agentrun_core::process::command_bytes(&options.command()))?;
+    let cwd = run_dir(&options);
+    let label_bytes = options.get_label().map_or(0, str::len);
+    session.reserve_record_room(
+        agentrun_core::process::command_bytes(&options.command())
+            + label_bytes
+            + cwd.as_ref().map_or(0, String::len),
+    )?;
     // So that listings of runs in progress can say what this one runs.
-    session.announce_command(&options.command());
+    session.announce_run(&options.command(), cwd.as_deref(), options.get_label());
     let sink = match options.get_result_sink() {
         Some(sink) => Some(store.prepare_sink(sink, session.run_id())?),
         None => None,
@@ -270,6 +277,8 @@ pub(crate) fn prepare(store: &Store, mut options: RunOptions) -> Result<Prepared
         run: LiveRun {
             started,
             started_wall,
+            progress: session.progress(),
+            cwd,
             session: Arc::new(Mutex::new(Some(session))),
             activity: Arc::new(Activity::new(started)),
             streams: [stdout, stderr],
@@ -283,6 +292,20 @@ pub(crate) fn prepare(store: &Store, mut options: RunOptions) -> Result<Prepared
             options,
         },
     })
+}
+
+/// The directory the child runs in, absolute, as its record keeps it: `None` when the
+/// runner's own cannot be read or the path is longer than a record holds.
+fn run_dir(options: &RunOptions) -> Option<String> {
+    let dir = match options.get_current_dir() {
+        Some(dir) if dir.is_absolute() => dir.to_owned(),
+        Some(dir) => std::env::current_dir().ok()?.join(dir),
+        None => std::env::current_dir().ok()?,
+    };
+    // `a/./b` as `a/b`; `..` stays (it may cross a symbolic link).
+    let dir: PathBuf = dir.components().collect();
+    let dir = dir.to_string_lossy().into_owned();
+    (dir.len() <= agentrun_core::process::MAX_CWD_BYTES).then_some(dir)
 }
 
 /// What the stdin job gives the child.
@@ -300,6 +323,10 @@ pub(crate) struct LiveRun {
     started: Instant,
     /// The same moment on the wall clock, for the record.
     started_wall: SystemTime,
+    /// What the capture accepted so far, read without the session's lock.
+    progress: CaptureProgress,
+    /// The directory the child runs in, for the record.
+    cwd: Option<String>,
     session: SharedSession,
     activity: Arc<Activity>,
     streams: [Option<StreamIndex>; 2],
@@ -325,6 +352,15 @@ impl LiveRun {
     /// What the run's live taps leave when they panic ([`TapPanics::take`]).
     pub(crate) fn tap_panics(&self) -> SharedTapPanics {
         self.tap_panics.clone()
+    }
+
+    /// How long the child has been running at `now` (on the runtime's clock) and what each
+    /// stream holds so far.
+    pub(crate) fn progress(&self, now: Instant) -> RunProgress {
+        RunProgress::new(
+            now.saturating_duration_since(self.started),
+            self.progress.streams(),
+        )
     }
 
     /// When output last arrived (or the spawn).
@@ -495,6 +531,8 @@ impl LiveRun {
                 .now()
                 .saturating_duration_since(self.started)
                 .as_millis() as u64,
+            cwd: self.cwd.take(),
+            label: self.options.get_label().map(str::to_owned),
         });
         if let Err(e) = described {
             // Not reached: the options were validated with the same bound before the spawn.

@@ -38,4 +38,4 @@ mod session;
 #[cfg(test)]
 mod tests;
 
-pub use session::{CaptureSession, CaptureWriteError};
+pub use session::{CaptureProgress, CaptureSession, CaptureWriteError};

@@ -5,6 +5,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::thread;
 
@@ -43,6 +44,16 @@ pub(super) type StreamFault = (io::ErrorKind, String);
 pub(super) struct Accepting {
     pub(super) capture: Capture,
     pub(super) indexes: Vec<IndexFile>,
+    /// What each stream's machine accepted so far, for readers that must not take this lock
+    /// ([`CaptureProgress`](super::CaptureProgress)).
+    pub(super) counts: Arc<[StreamCounts]>,
+}
+
+/// The bytes and lines of one stream accepted so far, updated with every piece accepted.
+#[derive(Debug, Default)]
+pub(super) struct StreamCounts {
+    pub(super) bytes: AtomicU64,
+    pub(super) lines: AtomicU64,
 }
 
 /// A stream's index temp file.
@@ -66,6 +77,13 @@ impl Accepting {
     /// and finish rebuilds the index from the capture file.
     pub(super) fn accept(&mut self, stream: StreamIndex, bytes: &[u8]) -> Option<StreamFault> {
         self.capture.handle_chunk(stream, bytes);
+        let counts = &self.counts[stream.get()];
+        counts
+            .bytes
+            .store(self.capture.stream_bytes(stream), Ordering::Relaxed);
+        counts
+            .lines
+            .store(self.capture.stream_lines(stream), Ordering::Relaxed);
         let index = &mut self.indexes[stream.get()];
         // One write for all the entries of the piece: a piece of megabytes completes dozens
         // of blocks, and a write call per 16-byte entry costs the hasher thread (the slowest

@@ -197,6 +197,7 @@ impl CaptureSession {
         let Accepting {
             capture,
             mut indexes,
+            counts: _,
         } = accepting
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner);

@@ -156,7 +156,11 @@ impl Store {
         Ok(CaptureSession {
             store: self.clone(),
             run_id,
-            accepting: Arc::new(Mutex::new(Accepting { capture, indexes })),
+            accepting: Arc::new(Mutex::new(Accepting {
+                counts: indexes.iter().map(|_| StreamCounts::default()).collect(),
+                capture,
+                indexes,
+            })),
             checked: Vec::new(),
             streams,
             run: None,
@@ -319,6 +323,33 @@ impl StreamFiles {
     }
 }
 
+/// What a capture has accepted so far ([`CaptureSession::progress`]): each stream's bytes and
+/// lines, read without waiting for the capture (the counts are updated as each piece is
+/// accepted, so they may lag the bytes written by a piece still being hashed). After the
+/// capture is finished it keeps saying what it accepted last.
+#[derive(Debug, Clone)]
+pub struct CaptureProgress {
+    names: Vec<String>,
+    counts: Arc<[StreamCounts]>,
+}
+
+impl CaptureProgress {
+    /// Each stream's counts so far, in declaration order.
+    pub fn streams(&self) -> Vec<agentrun_core::StreamProgress> {
+        self.names
+            .iter()
+            .zip(self.counts.iter())
+            .map(|(name, c)| {
+                agentrun_core::StreamProgress::new(
+                    name.clone(),
+                    c.lines.load(std::sync::atomic::Ordering::Relaxed),
+                    c.bytes.load(std::sync::atomic::Ordering::Relaxed),
+                )
+            })
+            .collect()
+    }
+}
+
 /// One tool invocation's live capture. Create with [`Store::begin_capture`], feed with
 /// [`write`](Self::write) / [`write_channel`](Self::write_channel) and
 /// [`display`](Self::display), end with [`finish`](Self::finish).
@@ -354,11 +385,21 @@ impl CaptureSession {
     /// Describes the process run this capture belongs to; the record will carry it
     /// ([`ResultRecord::run`](agentrun_core::ResultRecord::run)). A command longer than
     /// [`MAX_COMMAND_BYTES`](agentrun_core::process::MAX_COMMAND_BYTES) is refused
-    /// ([`StoreError::CommandTooLong`]), and the record then describes no run.
+    /// ([`StoreError::CommandTooLong`]), as is a label or working directory past its bound
+    /// ([`StoreError::RunFieldTooLong`]); the record then describes no run.
     pub fn describe_run(&mut self, run: RunInfo) -> Result<(), StoreError> {
         let bytes = agentrun_core::process::command_bytes(&run.command);
         if bytes > agentrun_core::process::MAX_COMMAND_BYTES {
             return Err(StoreError::CommandTooLong { bytes });
+        }
+        use agentrun_core::process::{MAX_CWD_BYTES, MAX_LABEL_BYTES};
+        for (what, field, limit) in [
+            ("label", &run.label, MAX_LABEL_BYTES),
+            ("working directory", &run.cwd, MAX_CWD_BYTES),
+        ] {
+            if let Some(bytes) = field.as_ref().map(String::len).filter(|&n| n > limit) {
+                return Err(StoreError::RunFieldTooLong { what, bytes, limit });
+            }
         }
         self.run = Some(run);
         Ok(())
@@ -388,6 +429,24 @@ impl CaptureSession {
     pub fn announce_command(&mut self, command: &[String]) {
         self.live.command = Some(command.to_vec());
         let _ = self.live.write(&self.dir.path);
+    }
+
+    /// Like [`announce_command`](Self::announce_command), with the directory the run is in and
+    /// its label, for the same listings.
+    pub fn announce_run(&mut self, command: &[String], cwd: Option<&str>, label: Option<&str>) {
+        self.live.command = Some(command.to_vec());
+        self.live.cwd = cwd.map(str::to_owned);
+        self.live.label = label.map(str::to_owned);
+        let _ = self.live.write(&self.dir.path);
+    }
+
+    /// A handle on what this capture has accepted so far, to read from any thread while the
+    /// capture goes on (a progress display); it never waits for the capture.
+    pub fn progress(&self) -> CaptureProgress {
+        CaptureProgress {
+            names: self.live.streams.iter().map(|(_, n)| n.clone()).collect(),
+            counts: self.accepting().counts.clone(),
+        }
     }
 
     /// The run id; the record is persisted as `records/<run_id>.json`.
