@@ -116,7 +116,7 @@ fn mentions(lower: &str, wordings: &[&str]) -> bool {
 }
 
 /// Whether `text` names a context-window overflow.
-pub(crate) fn is_context_overflow(text: &str) -> bool {
+pub fn is_context_overflow(text: &str) -> bool {
     mentions(&text.to_lowercase(), CONTEXT_WORDINGS)
 }
 
