@@ -21,7 +21,8 @@
 //! * [`lines`]: a bounded line splitter for live output taps;
 //! * [`transcript`] and [`compaction`]: agent transcripts and compaction with one pruned
 //!   retry;
-//! * [`turn`] and [`auto_mode`]: the generic turn loop and auto mode's phase machine.
+//! * [`turn`] and [`auto_mode`]: the generic turn loop and auto mode's phase machine;
+//! * [`time`]: instants written as RFC 3339 text.
 //!
 //! The main type of each concept is re-exported here at the root; the modules hold the rest
 //! (their events, actions, errors and helpers) under their own paths.
@@ -62,6 +63,7 @@ pub mod retry;
 pub mod sink;
 pub mod stall;
 pub mod stream;
+pub mod time;
 pub mod transcript;
 pub mod turn;
 pub mod uri;

@@ -5,14 +5,22 @@
 #[path = "mcp/python.rs"]
 mod python_client;
 
-use python_client::client;
+// The HTTP server helpers; these tests use only its start-up.
+#[allow(dead_code)]
+#[path = "mcp/http.rs"]
+mod http;
+
+use python_client::{client, python};
 
 /// Runs one scenario of `client.py` against a fresh store; fails with its output.
 fn scenario(name: &str) {
     let store = tempfile::tempdir().unwrap();
-    let output = client(name, &store.path().join("store"))
-        .output()
-        .expect("run the Python client");
+    passes(name, client(name, &store.path().join("store")));
+}
+
+/// Runs the client; fails with its output unless it says the scenario passed.
+fn passes(name: &str, mut client: std::process::Command) {
+    let output = client.output().expect("run the Python client");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -77,4 +85,25 @@ fn resources_list_pages_over_the_whole_store() {
 #[test]
 fn output_schemas_validate_and_resource_links_resolve() {
     scenario("structured");
+}
+
+/// Tasks (protocol 2025-11-25): a `run` as a task is polled with `tasks/get` to its result
+/// (`tasks/result`), with progress under the original token and a status notification;
+/// `tasks/list` shows it; `tasks/cancel` on a long run stops its program and grandchild; a
+/// bogus task id or cursor is -32602.
+#[test]
+fn a_run_as_a_task_is_polled_to_its_result() {
+    scenario("tasks");
+}
+
+/// The same over Streamable HTTP: one implementation for both transports.
+#[test]
+fn tasks_work_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let allow = python().to_str().expect("a UTF-8 venv path");
+    let server = http::HttpServer::start(dir.path(), &["--structured-content", "--allow", allow]);
+    let url = format!("http://127.0.0.1:{}/mcp", server.port);
+    let mut tasks = client("tasks", &dir.path().join("store"));
+    tasks.arg(&url);
+    passes("tasks", tasks);
 }

@@ -14,6 +14,10 @@
 //!   `401`. The token is the protection there, so `Host` and `Origin` are not restricted to
 //!   loopback names.
 //! - **One endpoint.** Any other path is `404`.
+//! - **Tasks.** Each session is served through a `TaskLayer` of its own (tasks of protocol
+//!   revision 2025-11-25, see `task_layer`); a JSON `POST` body is read here, before rmcp
+//!   parses it, so that a `tools/call`'s `task` param (which rmcp's typed params drop) goes
+//!   with the request.
 //!
 //! Sessions (`Mcp-Session-Id`), SSE streams with event ids that a client resumes with
 //! `Last-Event-ID`, `DELETE` to end a session and the per-request cancellation are rmcp's.
@@ -30,11 +34,18 @@ use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode, header};
 use hyper_util::rt::TokioIo;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_server::session::local::{
+    LocalSessionManager, LocalSessionManagerError,
+};
+use rmcp::transport::streamable_http_server::session::{
+    EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
+};
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 
+use crate::task_layer::{TaskLayer, task_param};
 use crate::{McpServer, handler};
 
 /// The path of the MCP endpoint.
@@ -119,8 +130,8 @@ impl McpServer {
 
 type Body = BoxBody<Bytes, Infallible>;
 
-fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed());
+fn plain(status: StatusCode, text: impl Into<Bytes>) -> Response<Body> {
+    let mut response = Response::new(Full::new(text.into()).boxed());
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -186,10 +197,11 @@ impl HttpServer {
         let server = self.server.clone();
         let service = Arc::new(StreamableHttpService::new(
             move || Ok(server.for_new_session()),
-            Arc::new(LocalSessionManager::default()),
+            Arc::new(TaskSessions(LocalSessionManager::default())),
             config,
         ));
         let token = self.token.clone();
+        let max_body = self.server.inner.max_request_bytes;
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         let mut stop = std::pin::pin!(stop);
         let ended = loop {
@@ -231,7 +243,28 @@ impl HttpServer {
                         );
                         return Ok(response);
                     }
-                    Ok(service.handle(request).await)
+                    let is_json = request
+                        .headers()
+                        .get(header::CONTENT_TYPE)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim_start().get(..16))
+                        .is_some_and(|v| v.eq_ignore_ascii_case("application/json"));
+                    if request.method() != hyper::Method::POST || !is_json {
+                        return Ok(service.handle(request).await);
+                    }
+                    // rmcp reads the whole body anyway; read here, its `tools/call` params'
+                    // `task` (which rmcp's typed params drop) is kept with the request.
+                    let (mut parts, body) = request.into_parts();
+                    let body = match read_body(body, max_body).await {
+                        Ok(body) => body,
+                        Err(response) => return Ok(response),
+                    };
+                    if let Some(param) = task_param(&body) {
+                        parts.extensions.insert(param);
+                    }
+                    Ok(service
+                        .handle(Request::from_parts(parts, Full::new(body)))
+                        .await)
                 }
             });
             let connection = hyper::server::conn::http1::Builder::new()
@@ -262,4 +295,114 @@ fn is_transient(e: &std::io::Error) -> bool {
         // EMFILE, ENFILE: the server goes on once descriptors are free again.
         code == 24 || code == 23
     })
+}
+
+/// A request body, read whole up to `max` bytes (as rmcp reads it: a larger one is `413`).
+async fn read_body(mut body: Incoming, max: usize) -> Result<Bytes, Response<Body>> {
+    let mut collected = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            plain(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("Failed to read request body: {e}"),
+            )
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if data.len() > max.saturating_sub(collected.len()) {
+                return Err(plain(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("Payload Too Large: request body exceeds {max} bytes"),
+                ));
+            }
+            collected.extend_from_slice(&data);
+        }
+    }
+    Ok(Bytes::from(collected))
+}
+
+/// rmcp's sessions, each served through a [`TaskLayer`] of its own: a session's tasks are
+/// its own, and no other session can see or cancel them.
+struct TaskSessions(LocalSessionManager);
+
+impl SessionManager for TaskSessions {
+    type Error = LocalSessionManagerError;
+    type Transport = TaskLayer;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        let (id, transport) = self.0.create_session().await?;
+        Ok((id, TaskLayer::new(transport)))
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        self.0.initialize_session(id, message).await
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        self.0.has_session(id).await
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        self.0.close_session(id).await
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<
+        impl futures_core::Stream<Item = ServerSseMessage> + Send + Sync + 'static,
+        Self::Error,
+    > {
+        self.0.create_stream(id, message).await
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        self.0.accept_message(id, message).await
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<
+        impl futures_core::Stream<Item = ServerSseMessage> + Send + Sync + 'static,
+        Self::Error,
+    > {
+        self.0.create_standalone_stream(id).await
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<
+        impl futures_core::Stream<Item = ServerSseMessage> + Send + Sync + 'static,
+        Self::Error,
+    > {
+        self.0.resume(id, last_event_id).await
+    }
+
+    async fn restore_session(
+        &self,
+        id: SessionId,
+    ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        Ok(match self.0.restore_session(id).await? {
+            RestoreOutcome::Restored(transport) => {
+                RestoreOutcome::Restored(TaskLayer::new(transport))
+            }
+            RestoreOutcome::AlreadyPresent => RestoreOutcome::AlreadyPresent,
+            _ => RestoreOutcome::NotSupported,
+        })
+    }
+
+    fn event_store(&self) -> Option<Arc<dyn EventStore>> {
+        self.0.event_store()
+    }
 }

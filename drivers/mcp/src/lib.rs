@@ -13,6 +13,11 @@
 //! - `artifact://{digest}` and `artifact://{digest}/{stream}` are resource templates whose
 //!   `resources/read` returns the first page with the same metadata.
 //!
+//! `run`, `agent`, `compact` and `fanout` also run as tasks (MCP protocol revision
+//! 2025-11-25): a `tools/call` with `task` is answered at once with a task id, which the client
+//! polls with `tasks/get`, fetches with `tasks/result`, lists with `tasks/list` and stops with
+//! `tasks/cancel`, on stdio and on each HTTP session alike.
+//!
 //! Safety: `run` executes only programs the server was configured to allow; every call has a
 //! timeout; a client's `notifications/cancelled` stops the call's process group; calls are
 //! independent; a client that asks for progress gets `notifications/progress` while a
@@ -34,7 +39,8 @@
 //! ```
 //!
 //! [`McpServer`] implements rmcp's `ServerHandler`, so it can also be served on any other
-//! rmcp transport.
+//! rmcp transport; tasks are then not offered (they are served by this crate's transports:
+//! [`McpServer::serve`], [`McpServer::serve_stdio`] and [`McpServer::bind_http`]).
 
 mod args;
 // MCP logging (`logging/setLevel`, `notifications/message`) is deprecated by a protocol
@@ -48,6 +54,8 @@ mod progress;
 mod proxy;
 mod render;
 mod resources;
+mod task_layer;
+mod tasks;
 mod tools;
 mod transport;
 
@@ -415,6 +423,7 @@ impl McpServer {
                 .on_end(move || {
                     ended.shutdown.send_replace(true);
                 });
+        let transport = task_layer::TaskLayer::new(transport);
         let mut stop = std::pin::pin!(stop);
         let running = tokio::select! {
             running = ServiceExt::serve(self, transport) => {

@@ -22,7 +22,11 @@
 //!   therefore mapped: rmcp sees each request under a fresh id of its own, and answers go
 //!   back under the client's. A cancelled request's id is free again at once (rmcp sends no
 //!   answer to it), and the late end of the cancelled call cannot answer a new request that
-//!   reuses the id.
+//!   reuses the id. A cancellation of a request not in flight is dropped: it has nothing to
+//!   stop, and the client's id could be one rmcp knows another request by.
+//!
+//! A `tools/call`'s `task` param, which rmcp's typed params drop, is kept in the request's
+//! extensions for the task layer (`task_layer`).
 //!
 //! At end of input it calls the `on_end` hook at once, so that the server stops the calls
 //! still running, and it reports the end to rmcp only once their answers were sent (or after
@@ -227,9 +231,12 @@ where
                     &mut notification.notification
                     && let Some(id) = &cancelled.params.request_id
                 {
-                    // An id not in flight is left as it is: rmcp ignores it.
-                    if let Some(internal) = self.ids.cancel(id) {
-                        cancelled.params.request_id = Some(internal);
+                    match self.ids.cancel(id) {
+                        Some(internal) => cancelled.params.request_id = Some(internal),
+                        // Not in flight (answered already, such as the `tools/call` that made
+                        // a task, or never sent): nothing to cancel, and passed on as it is
+                        // the client's id could name another request under rmcp's numbering.
+                        None => return Ok(None),
                     }
                 }
             }
@@ -635,7 +642,17 @@ where
                 self.line.clear();
                 continue;
             }
-            let parsed = serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(text);
+            let parsed =
+                serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(text).map(|mut message| {
+                    // rmcp's `tools/call` params have no `task`: it is kept beside them.
+                    if let JsonRpcMessage::Request(request) = &mut message
+                        && let ClientRequest::CallToolRequest(call) = &mut request.request
+                        && let Some(param) = crate::task_layer::task_param(text)
+                    {
+                        call.extensions.insert(param);
+                    }
+                    message
+                });
             let reply = match &parsed {
                 Ok(_) => None,
                 Err(e) => {
@@ -764,6 +781,26 @@ mod tests {
         // Then the loop waits for the answer in flight, up to its bound, before it ends.
         assert!(receive.await.is_none());
         assert!(start.elapsed() >= END_WAIT, "{:?}", start.elapsed());
+    }
+
+    #[tokio::test]
+    async fn a_cancellation_of_a_request_not_in_flight_is_dropped() {
+        let input = concat!(
+            "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"initialize\",\"params\":",
+            "{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},",
+            "\"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}\n",
+            // Id 1 is what rmcp knows the request above by; the client never sent an id 1.
+            "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",",
+            "\"params\":{\"requestId\":1}}\n",
+            "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",",
+            "\"params\":{\"requestId\":7}}\n",
+        );
+        let (methods, _) = exchange(input.as_bytes(), 1024).await;
+        assert_eq!(
+            methods,
+            ["initialize", "notifications/cancelled"],
+            "only the cancellation of the request in flight is delivered"
+        );
     }
 
     #[tokio::test]

@@ -1,6 +1,6 @@
 """Drives `agentrun mcp` with the official MCP Python SDK, one scenario per invocation.
 
-Usage: client.py SCENARIO AGENTRUN STORE
+Usage: client.py SCENARIO AGENTRUN STORE [URL]
 
 Each scenario starts the server as an MCP client would (stdio), checks what it must, and exits
 non-zero with a message on the first failure. The Rust tests in tests/mcp_python.rs run one
@@ -17,8 +17,11 @@ import time
 
 import anyio
 import jsonschema
+from mcp import types
+from mcp.client.extension import NotificationBinding
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import PaginatedRequestParams
 
@@ -592,7 +595,208 @@ async def structured(agentrun, store):
     await session_for(params, plain)
 
 
+RELATED_TASK = "io.modelcontextprotocol/related-task"
+
+
+async def task_request(session, request, result_type):
+    """A tasks/* request with the SDK's own 2025-11-25 types (the SDK has no task methods of its
+    own, and validates none of these answers itself: `result_type` does)."""
+    return await session.send_request(request, result_type)
+
+
+async def call_as_task(session, name, arguments, ttl, progress_token):
+    """A task-augmented tools/call, built with the SDK's types. The SDK's typed path validates a
+    tools/call answer as a CallToolResult only, so the request goes through the session's
+    JSON-RPC dispatcher and the answer is validated as the CreateTaskResult it must be."""
+    request = types.CallToolRequest(
+        params=types.CallToolRequestParams(
+            name=name,
+            arguments=arguments,
+            task=types.TaskMetadata(ttl=ttl),
+            _meta={"progressToken": progress_token},
+        )
+    )
+    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+    raw = await session._dispatcher.send_raw_request(data["method"], data["params"], {})
+    return types.CreateTaskResult.model_validate(raw)
+
+
+async def wait_for_status(session, task_id, deadline_seconds=120):
+    deadline = time.monotonic() + deadline_seconds
+    while True:
+        task = await task_request(
+            session, types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=task_id)), types.GetTaskResult
+        )
+        if task.status != "working":
+            return task
+        check(time.monotonic() < deadline, f"task {task_id} still working: {task}")
+        await anyio.sleep(min(task.poll_interval or 1000, 200) / 1000)
+
+
+async def expect_error(code, what, call):
+    try:
+        await call()
+    except MCPError as e:
+        check(e.error.code == code, f"{what}: {e.error}")
+        return e.error
+    raise AssertionError(f"{what}: no error")
+
+
+async def tasks_body(session, progress, statuses, workdir):
+    caps = session.initialize_result.capabilities.tasks
+    check(caps is not None and caps.list is not None and caps.cancel is not None, f"tasks capability: {caps}")
+    check(caps.requests.tools.call is not None, f"task-augmented tools/call: {caps}")
+    tools = {t.name: t for t in (await session.list_tools()).tools}
+    for name in ["run", "agent", "compact", "fanout"]:
+        check(tools[name].execution and tools[name].execution.task_support == "optional", tools[name])
+    check(tools["read"].execution is None, tools["read"])
+
+    # A run that prints, then waits for the test to let it finish.
+    go = os.path.join(workdir, "go")
+    program = (
+        "import os, sys, time\n"
+        "for i in range(3000):\n"
+        "    print('line %d' % i)\n"
+        "sys.stdout.flush()\n"
+        "while not os.path.exists(sys.argv[1]):\n"
+        "    time.sleep(0.05)\n"
+        "print('finished')\n"
+    )
+    created = await call_as_task(session, "run", {"command": [PY, "-c", program, go]}, 90_000, "task-progress-1")
+    task_id = created.task.task_id
+    check(created.task.status == "working", created)
+    check(created.task.ttl == 90_000 and created.task.poll_interval, created)
+    check(created.task.created_at.endswith("Z") and created.task.last_updated_at, created)
+
+    # Progress keeps flowing, under the token of the original request, tied to the task.
+    # (Once one says the 3000 lines were seen, so does the task's status message.)
+    mine = lambda: [p for p in progress if p.progress_token == "task-progress-1"]
+    with anyio.fail_after(120):
+        while not any("3000 lines" in (p.message or "") for p in mine()):
+            await anyio.sleep(0.05)
+    first = mine()[0]
+    check(first.meta and first.meta[RELATED_TASK]["taskId"] == task_id, f"progress meta: {first}")
+    working = await task_request(
+        session, types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=task_id)), types.GetTaskResult
+    )
+    check(working.status == "working" and working.task_id == task_id, working)
+    check("3000 lines" in (working.status_message or ""), f"the status message is the progress: {working}")
+    open(go, "w").close()
+
+    done = await wait_for_status(session, task_id)
+    check(done.status == "completed", done)
+    result = await task_request(
+        session, types.GetTaskPayloadRequest(params=types.GetTaskPayloadRequestParams(task_id=task_id)), types.CallToolResult
+    )
+    text = text_of(result)
+    check(not result.is_error and text.startswith("[stdout]\nline 0\n"), text[:200])
+    check(result.meta[RELATED_TASK]["taskId"] == task_id, result.meta)
+    # The read hints of a task's result page the rest, as for a direct call.
+    uri, offset = HINT.findall(text)[0]
+    page = text_of(await session.call_tool("read", {"filePath": uri, "offset": int(offset)}))
+    check(page.startswith("line %s\n" % offset), page[:100])
+    check("line 2999\nfinished\n" in page, f"the rest of the run's output: {page[-200:]!r}")
+    with anyio.fail_after(60):
+        while not any(s.task_id == task_id and s.status == "completed" for s in statuses):
+            await anyio.sleep(0.05)
+
+    listed = await task_request(session, types.ListTasksRequest(), types.ListTasksResult)
+    check([t.task_id for t in listed.tasks] == [task_id], listed)
+    check(listed.tasks[0].status == "completed", listed)
+
+    # tasks/cancel on a long run stops its process group: the program and its grandchild.
+    marker = "agentrun-task-cancel-%d-%d" % (os.getpid(), time.time_ns())
+    check(not processes_with(marker), "marker already in use")
+    long = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', sys.argv[1]])\n"
+        "print('started', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    slow = (await call_as_task(session, "run", {"command": [PY, "-c", long, marker]}, 90_000, "task-progress-2")).task
+    deadline = time.monotonic() + 60
+    while len(processes_with(marker)) < 2:
+        check(time.monotonic() < deadline, "the program did not start its grandchild")
+        await anyio.sleep(0.05)
+    cancelled = await task_request(
+        session, types.CancelTaskRequest(params=types.CancelTaskRequestParams(task_id=slow.task_id)), types.CancelTaskResult
+    )
+    check(cancelled.status == "cancelled" and cancelled.task_id == slow.task_id, cancelled)
+    deadline = time.monotonic() + 30
+    while processes_with(marker) and time.monotonic() < deadline:
+        await anyio.sleep(0.1)
+    left = processes_with(marker)
+    check(not left, f"processes left behind after tasks/cancel: {left}")
+    again = await task_request(
+        session, types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=slow.task_id)), types.GetTaskResult
+    )
+    check(again.status == "cancelled", again)
+    stopped = await task_request(
+        session, types.GetTaskPayloadRequest(params=types.GetTaskPayloadRequestParams(task_id=slow.task_id)), types.CallToolResult
+    )
+    check("started" in text_of(stopped), f"the stopped run's output: {text_of(stopped)[:300]}")
+    await expect_error(-32602, "a second cancel", lambda: task_request(
+        session, types.CancelTaskRequest(params=types.CancelTaskRequestParams(task_id=slow.task_id)), types.CancelTaskResult
+    ))
+    with anyio.fail_after(60):
+        while not any(s.task_id == slow.task_id and s.status == "cancelled" for s in statuses):
+            await anyio.sleep(0.05)
+    listed = await task_request(session, types.ListTasksRequest(), types.ListTasksResult)
+    check([t.task_id for t in listed.tasks] == [slow.task_id, task_id], f"newest first: {listed}")
+
+    # A bogus task id or cursor is -32602.
+    bogus = "no-such-task"
+    await expect_error(-32602, "tasks/get of a bogus id", lambda: task_request(
+        session, types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=bogus)), types.GetTaskResult))
+    await expect_error(-32602, "tasks/result of a bogus id", lambda: task_request(
+        session, types.GetTaskPayloadRequest(params=types.GetTaskPayloadRequestParams(task_id=bogus)), types.CallToolResult))
+    await expect_error(-32602, "tasks/cancel of a bogus id", lambda: task_request(
+        session, types.CancelTaskRequest(params=types.CancelTaskRequestParams(task_id=bogus)), types.CancelTaskResult))
+    await expect_error(-32602, "tasks/list with a bogus cursor", lambda: task_request(
+        session, types.ListTasksRequest(params=PaginatedRequestParams(cursor="bogus")), types.ListTasksResult))
+
+    # The server goes on serving plain calls.
+    result = await session.call_tool("run", {"command": [PY, "-c", "print('after tasks')"]})
+    check("after tasks" in text_of(result), text_of(result))
+
+
+def task_observers():
+    progress, statuses = [], []
+
+    async def handler(message):
+        inner = getattr(message, "root", message)
+        if isinstance(inner, types.ProgressNotification):
+            progress.append(inner.params)
+
+    async def status(params):
+        statuses.append(params)
+
+    binding = NotificationBinding(
+        method="notifications/tasks/status", params_type=types.TaskStatusNotificationParams, handler=status
+    )
+    return progress, statuses, handler, binding
+
+
+async def tasks(agentrun, store, url=None):
+    """Tasks (protocol 2025-11-25): a run as a task is polled to its result, progress keeps
+    flowing, tasks/list shows it, tasks/cancel stops a long run's processes, a bogus id is an
+    error; over stdio, or over Streamable HTTP at `url`."""
+    progress, statuses, handler, binding = task_observers()
+    workdir = os.path.dirname(store)
+    if url is None:
+        async with stdio_client(server(agentrun, store, PY)) as (read, write):
+            async with ClientSession(read, write, message_handler=handler, notification_bindings=[binding]) as session:
+                await session.initialize()
+                await tasks_body(session, progress, statuses, workdir)
+    else:
+        async with streamable_http_client(url) as (read, write):
+            async with ClientSession(read, write, message_handler=handler, notification_bindings=[binding]) as session:
+                await session.initialize()
+                await tasks_body(session, progress, statuses, workdir)
+
+
 SCENARIOS = {
+    "tasks": tasks,
     "agent": agent,
     "structured": structured,
     "store_resources": store_resources,
@@ -606,10 +810,11 @@ SCENARIOS = {
 
 def main():
     scenario, agentrun, store = sys.argv[1:4]
+    extra = sys.argv[4:]
     if scenario == "robustness":
         robustness(agentrun, store)
     else:
-        anyio.run(SCENARIOS[scenario], agentrun, store)
+        anyio.run(SCENARIOS[scenario], agentrun, store, *extra)
     print(f"{scenario}: ok")
 
 

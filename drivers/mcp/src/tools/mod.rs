@@ -83,17 +83,32 @@ pub(crate) async fn retain_text(
     .await
 }
 
-/// Resolves when the call is cancelled by the client or the connection ends.
+/// Resolves when the call is cancelled by the client (`notifications/cancelled`, or
+/// `tasks/cancel` for a call run as a task) or the connection ends.
 pub(crate) fn stop_future(
     inner: &Inner,
     context: &RequestContext<RoleServer>,
 ) -> impl Future<Output = ()> + Send + 'static {
     let mut shutdown = inner.shutdown.subscribe();
     let cancelled = context.ct.clone();
+    let task = context
+        .extensions
+        .get::<crate::task_layer::TaskStop>()
+        .map(|stop| stop.0.clone());
     async move {
+        let task_cancelled = async move {
+            match task {
+                Some(mut stop) => {
+                    // The layer went with its connection: stop as well.
+                    let _ = stop.wait_for(|stop| *stop).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = cancelled.cancelled() => {}
             _ = shutdown.wait_for(|gone| *gone) => {}
+            () = task_cancelled => {}
         }
     }
 }
