@@ -6,6 +6,7 @@
 #   scripts/bench-mcp-proxy.sh [WORKDIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 target=${CARGO_TARGET_DIR:-$PWD/target}
 work=${1:-$(mktemp -d /tmp/agentrun-bench-mcp-proxy.XXXXXX)}
 mkdir -p "$work"
@@ -13,4 +14,5 @@ cargo build --release -q -p agentrun
 paths="$(bash scripts/install-mcp-servers.sh)"
 node="${paths%%$'\n'*}"
 index="${paths#*$'\n'}"
+machine_line
 python3 scripts/bench_mcp_proxy.py "$target/release/agentrun" "$node" "$index" "$work"

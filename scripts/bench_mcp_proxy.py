@@ -60,12 +60,16 @@ def main():
     for _ in range(3):
         rows["server alone"].append(measure(direct, path))
         rows["through agentrun mcp proxy"].append(measure(proxied, path))
-    print("| Path | Median round trip (ms) | Fastest (ms) |")
-    print("| --- | ---: | ---: |")
+    print("| Path | Median round trip (ms) | Fastest (ms) | Round medians (ms) |")
+    print("| --- | ---: | ---: | --- |")
+    medians = {}
     for name, runs in rows.items():
-        median = statistics.median(r[0] for r in runs)
+        medians[name] = statistics.median(r[0] for r in runs)
         fastest = min(r[1] for r in runs)
-        print(f"| {name} | {median:.3f} | {fastest:.3f} |")
+        rounds = " ".join(f"{r[0]:.3f}" for r in runs)
+        print(f"| {name} | {medians[name]:.3f} | {fastest:.3f} | {rounds} |")
+    alone, through = medians["server alone"], medians["through agentrun mcp proxy"]
+    print(f"Added by the proxy: {through - alone:.3f} ms at the median ({through / alone:.2f}x)")
 
 
 if __name__ == "__main__":

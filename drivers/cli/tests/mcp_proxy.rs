@@ -7,36 +7,12 @@
 #[allow(dead_code)] // Only its Python is used here, with a client of this file's own.
 mod python_client;
 
-use std::process::Command;
-use std::sync::OnceLock;
+#[path = "mcp/filesystem.rs"]
+mod filesystem;
 
-/// Node 22 and the filesystem server's entry point, installing them when missing.
-fn filesystem_server() -> &'static (String, String) {
-    static SERVER: OnceLock<(String, String)> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../scripts/install-mcp-servers.sh"
-        );
-        let output = Command::new("bash")
-            .arg(script)
-            .output()
-            .expect("run scripts/install-mcp-servers.sh");
-        assert!(
-            output.status.success(),
-            "installing the MCP filesystem server failed ({}); it needs npm and access to the \
-             npm registry:\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let stdout = String::from_utf8(output.stdout).expect("paths are UTF-8");
-        let mut lines = stdout.lines();
-        match (lines.next(), lines.next()) {
-            (Some(node), Some(index)) => (node.to_owned(), index.to_owned()),
-            _ => panic!("install-mcp-servers.sh printed no paths: {stdout:?}"),
-        }
-    })
-}
+use std::process::Command;
+
+use filesystem::filesystem_server;
 
 /// Runs one scenario of `proxy_client.py` with a fresh store and directory; fails with its
 /// output.
