@@ -96,6 +96,7 @@
 
 mod atomic;
 pub mod auto_session;
+mod backend;
 mod capture;
 mod compaction;
 pub mod config;
