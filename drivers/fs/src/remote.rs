@@ -162,6 +162,9 @@ pub enum UrlError {
     /// The local side of the store could not be set up.
     #[error(transparent)]
     Io(#[from] IoError),
+    /// The AWS profile (`AWS_PROFILE`, else `default`) cannot be used.
+    #[error(transparent)]
+    Profile(#[from] crate::aws_profile::ProfileError),
 }
 
 /// Whether `s` names an object store (a URL with a scheme) rather than a local directory.
@@ -222,7 +225,30 @@ impl Remote {
                 };
                 let client: Arc<dyn ObjectStore> = match scheme {
                     "s3" => {
-                        let mut b = object_store::aws::AmazonS3Builder::from_env().with_url(base);
+                        // A named profile first (object_store reads no files), then the
+                        // environment over it, as `from_env` reads it, then the options.
+                        let env = |name: &str| {
+                            let lower = name.to_ascii_lowercase();
+                            options
+                                .iter()
+                                .find(|(k, _)| *k == lower)
+                                .map(|(_, v)| (*v).to_owned())
+                                .or_else(|| std::env::var(name).ok())
+                        };
+                        let mut b = object_store::aws::AmazonS3Builder::new();
+                        if let Some(profile) = crate::aws_profile::load(&env)? {
+                            for (k, v) in profile.settings {
+                                b = b.with_config(k.parse().map_err(|_| unknown(k))?, v);
+                            }
+                        }
+                        for (k, v) in std::env::vars() {
+                            if k.starts_with("AWS_")
+                                && let Ok(key) = k.to_ascii_lowercase().parse()
+                            {
+                                b = b.with_config(key, v);
+                            }
+                        }
+                        let mut b = b.with_url(base);
                         for (k, v) in options {
                             b = b.with_config(k.parse().map_err(|_| unknown(k))?, *v);
                         }

@@ -725,3 +725,71 @@ fn verify_and_gc_judge_a_bucket_as_they_judge_the_local_store() {
         assert_eq!(out, b"good\n");
     }
 }
+
+/// The child of the profile test: opens the bucket with nothing but a profile (and
+/// `AWS_ALLOW_HTTP`) in its environment, and captures.
+const PROFILE_CHILD_VAR: &str = "AGENTRUN_FS_PROFILE_CHILD";
+
+#[test]
+fn profile_child() {
+    let Some(store) = child_store(PROFILE_CHILD_VAR) else {
+        return;
+    };
+    capture(&store, b"published with a profile\n");
+}
+
+/// A named profile in `~/.aws/credentials` and `~/.aws/config` gives the keys, region and
+/// endpoint of an `s3://` store (object_store itself reads only the environment).
+#[test]
+fn an_aws_profile_gives_the_keys_region_and_endpoint() {
+    let bucket = Bucket::s3();
+    let (url, _) = bucket.url_and_env();
+    let (tmp, ha, hb) = homes();
+    let home = tmp.path().join("user");
+    std::fs::create_dir_all(home.join(".aws")).unwrap();
+    std::fs::write(
+        home.join(".aws/credentials"),
+        "[default]\naws_access_key_id = wrong\naws_secret_access_key = wrong\n\n\
+         [moto]\naws_access_key_id = test\naws_secret_access_key = test\n",
+    )
+    .unwrap();
+    std::fs::write(
+        home.join(".aws/config"),
+        format!(
+            "[profile moto]\nregion = us-east-1\ns3 =\n  endpoint_url = http://127.0.0.1:{}\n",
+            moto().port
+        ),
+    )
+    .unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(&exe);
+    child
+        .args([
+            "--exact",
+            "remote_tests::profile_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(PROFILE_CHILD_VAR, format!("{url}\n{}", ha.display()))
+        .env("HOME", &home)
+        .env("AWS_PROFILE", "moto")
+        .env("AWS_ALLOW_HTTP", "true");
+    for (name, _) in std::env::vars() {
+        if name.starts_with("AWS_") && !["AWS_PROFILE", "AWS_ALLOW_HTTP"].contains(&name.as_str()) {
+            child.env_remove(name);
+        }
+    }
+    let out = child.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let b = bucket.machine(&hb);
+    let ids = b.records().unwrap();
+    assert_eq!(ids.len(), 1);
+    let mut bytes = Vec::new();
+    b.copy_to(&single_uri(&b.record(&ids[0]).unwrap()), &mut bytes)
+        .unwrap();
+    assert_eq!(bytes, b"published with a profile\n");
+}
