@@ -86,3 +86,49 @@ pub(crate) fn fail_io(step: &'static str) -> std::io::Result<()> {
 pub(crate) fn fail_io(_step: &'static str) -> std::io::Result<()> {
     Ok(())
 }
+
+/// A test's action at the steps of an operation.
+#[cfg(test)]
+type StepHook = Box<dyn FnMut(&'static str)>;
+
+#[cfg(test)]
+thread_local! {
+    /// What [`step`] runs on this thread (test builds only).
+    static STEP_HOOK: std::cell::RefCell<Option<StepHook>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Makes every [`step`] reached on this thread call `hook` with its name (test builds only),
+/// so a test can act at an exact point of another operation (another machine publishing
+/// while a GC is between two of its reads, say).
+#[cfg(test)]
+pub(crate) fn on_step(hook: impl FnMut(&'static str) + 'static) {
+    STEP_HOOK.set(Some(Box::new(hook)));
+}
+
+/// Removes this thread's [`on_step`] hook.
+#[cfg(test)]
+pub(crate) fn clear_steps() {
+    STEP_HOOK.set(None);
+}
+
+/// A point between two steps of an operation where a test may act ([`on_step`]).
+#[cfg(test)]
+pub(crate) fn step(name: &'static str) {
+    // Taken out while it runs: what the hook does may reach steps itself.
+    let hook = STEP_HOOK.with(|h| h.borrow_mut().take());
+    if let Some(mut hook) = hook {
+        hook(name);
+        STEP_HOOK.with(|h| {
+            let mut slot = h.borrow_mut();
+            if slot.is_none() {
+                *slot = Some(hook);
+            }
+        });
+    }
+}
+
+/// A point between two steps (no hooks outside test builds).
+#[cfg(not(test))]
+#[inline(always)]
+pub(crate) fn step(_name: &'static str) {}

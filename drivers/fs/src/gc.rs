@@ -1,41 +1,43 @@
 //! Garbage collection: mark from the roots, sweep what is unreachable and old.
 //!
-//! Roots are
+//! The logic is written once ([`collect`]) against the store interface
+//! ([`crate::backend`]), and runs on the local store and on a bucket alike. Roots are
 //!
-//! * the digests in `protect` of every capture directory whose lock is held (a live run);
-//! * every artifact of every record in `records/`: its output and what it keeps (records
-//!   older than [`GcOptions::expire_records`], when set, are removed first and root nothing).
-//!   A record GC cannot read (larger than any record is, or unparseable), or whose format it
-//!   does not know (a newer agentrun's, which may keep artifacts in fields this version
-//!   ignores), stops GC before it removes anything;
+//! * what live writers protect: on the local store the digests in `protect` of every capture
+//!   directory whose lock is held (a live run); on a bucket the digests of every lease that
+//!   has not expired (see [`crate::remote`]);
+//! * every artifact of every record: its output and what it keeps (records older than
+//!   [`GcOptions::expire_records`], when set, are removed first and root nothing). A record
+//!   GC cannot read (larger than any record is, or unparseable), or whose format it does not
+//!   know (a newer agentrun's, which may keep artifacts in fields this version ignores),
+//!   stops GC before it removes anything;
 //! * every object younger than the grace period (a publisher between rename and record, or a
 //!   result a caller has not recorded yet, keeps its objects for that long).
 //!
 //! Manifests are followed transitively: an object that parses as a manifest roots its streams.
-//! GC holds `gc.lock` exclusive throughout, so no capture is being published and no capture
-//! directory is being created while it decides; it removes capture directories whose lock it
-//! can take (their process is gone) and stray temporary files, and the result-sink directories
-//! `runtime/<run_id>/` of runs whose capture is not live (a run removes its own; these are
-//! left by a crash).
+//! On the local store GC holds `gc.lock` exclusive throughout, so no capture is being
+//! published and no capture directory is being created while it decides; it removes capture
+//! directories whose lock it can take (their process is gone) and stray temporary files, and
+//! the result-sink directories `runtime/<run_id>/` of runs whose capture is not live (a run
+//! removes its own; these are left by a crash). On a bucket, where no lock spans machines,
+//! leases are re-read before deletes instead.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, TryLockError};
 use std::io;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime};
 
 use agentrun_core::record::RecordParseError;
 use agentrun_core::{Digest, Manifest, ResultRecord};
 use serde::Serialize;
 
+use crate::backend::{Backend, LocalBackend, ObjectScan, RecordName, Stat, Writers};
 use crate::error::{IoContext, IoError};
-use crate::layout::{self, INDEX_SUFFIX, Layout, TEMP_SUFFIX};
-use crate::lock::GcLock;
-use crate::read::read_small;
-use crate::record_file;
+use crate::layout::{self, INDEX_SUFFIX, Layout};
 use crate::special::{Links, open_regular};
-use crate::store::{Store, StoreError, record_id};
+use crate::store::{Store, StoreError};
 
 /// How a GC runs.
 #[derive(Debug, Clone)]
@@ -83,26 +85,6 @@ pub struct GcReport {
     pub records: u64,
     /// Records removed because they were older than `expire_records`.
     pub records_expired: u64,
-}
-
-/// One object found in `objects/`.
-#[derive(Debug, Clone)]
-pub(crate) struct ObjectEntry {
-    pub(crate) path: PathBuf,
-    pub(crate) len: u64,
-    pub(crate) mtime: SystemTime,
-}
-
-/// Everything in `objects/`.
-#[derive(Debug, Default)]
-pub(crate) struct ObjectScan {
-    pub(crate) objects: HashMap<Digest, ObjectEntry>,
-    /// Index sidecars, by the digest they are named after.
-    pub(crate) indexes: HashMap<Digest, (PathBuf, u64)>,
-    /// What does not belong: entries that are neither objects nor indexes, object or index
-    /// names held by something other than a regular file, files group or others may access.
-    /// GC leaves them alone (it removes only what it understands); verify reports them.
-    pub(crate) strays: Vec<String>,
 }
 
 /// Lists every object and index under `objects/`.
@@ -162,18 +144,14 @@ pub(crate) fn scan_objects(layout: &Layout) -> Result<ObjectScan, IoError> {
                     path.display()
                 ));
             }
+            let stat = Stat {
+                len: meta.len(),
+                modified: meta.modified().at("inspect", &path)?,
+            };
             if is_index {
-                scan.indexes.insert(digest, (path, meta.len()));
+                scan.indexes.insert(digest, stat);
             } else {
-                let mtime = meta.modified().at("inspect", &path)?;
-                scan.objects.insert(
-                    digest,
-                    ObjectEntry {
-                        path,
-                        len: meta.len(),
-                        mtime,
-                    },
-                );
+                scan.objects.insert(digest, stat);
             }
         }
     }
@@ -191,14 +169,14 @@ pub(crate) fn describe_type(meta: &fs::Metadata) -> &'static str {
 }
 
 /// Whether a capture directory belongs to a running capture.
-enum CaptureState {
+pub(crate) enum CaptureState {
     /// Its lock is held: the digests it protects.
     Live(Vec<Digest>),
     /// Its lock is free (held now by GC while it removes the directory) or absent.
     Dead(Option<File>),
 }
 
-fn probe_capture(dir: &Path) -> Result<CaptureState, IoError> {
+pub(crate) fn probe_capture(dir: &Path) -> Result<CaptureState, IoError> {
     let lock_path = dir.join("lock");
     // Never waiting on a FIFO put in place of the lock.
     let lock = match open_regular(&lock_path, Links::Refuse).map_err(crate::special::into_io) {
@@ -246,211 +224,205 @@ pub(crate) fn live_protected(layout: &Layout, own: &Path) -> Result<HashSet<Dige
     Ok(protected)
 }
 
-/// Removes a file, treating "already gone" as success.
-fn remove_file(path: &Path) -> Result<(), IoError> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(IoError::at("remove", path, e)),
-        _ => Ok(()),
-    }
-}
-
 impl Store {
     /// Collects garbage; see the [module documentation](crate::gc) for what is kept.
     ///
     /// Waits for running publications to finish, and blocks new ones while it runs; live
-    /// captures keep streaming meanwhile.
+    /// captures keep streaming meanwhile. Of a shared store: the bucket (its records, leases
+    /// and grace, see [`crate::remote`]), then the local spool.
     pub fn gc(&self, options: &GcOptions) -> Result<GcReport, StoreError> {
-        if let Some(remote) = &self.remote {
-            // The bucket (leases, records, grace: see the remote module), then the spool.
-            let mut report = remote.gc(options)?;
-            let spool = self.local_only().gc(options)?;
+        let mut report = self.with_backend(|backend| collect(backend, options))?;
+        if self.remote.is_some() {
+            let spool = collect(&LocalBackend(&self.layout), options)?;
             report.captures_removed += spool.captures_removed;
             report.runtime_dirs_removed += spool.runtime_dirs_removed;
-            return Ok(report);
-        }
-        let layout = &self.layout;
-        let _lock = GcLock::exclusive(layout)?;
-        let scan = scan_objects(layout)?;
-        let mut report = GcReport::default();
-        let mut roots: Vec<Digest> = Vec::new();
-
-        // Records first, and before anything is removed: a record that cannot be read would
-        // lose the artifacts it references, so GC removes nothing while one is in doubt.
-        let mut record_leftovers = Vec::new();
-        let records = layout.records();
-        for entry in fs::read_dir(&records).at("list", &records)? {
-            let entry = entry.at("list", &records)?;
-            let path = entry.path();
-            let name = entry.file_name();
-            if name.to_str().is_some_and(|n| n.ends_with(TEMP_SUFFIX)) {
-                // A record write interrupted before its rename (writers hold gc.lock shared,
-                // so none is in progress now).
-                record_leftovers.push(path);
-                continue;
-            }
-            if record_id(&name).is_none() {
-                // Not a record name: not a root, and not GC's to remove (verify lists it).
-                continue;
-            }
-            let refused = |detail: String| StoreError::GcRefused {
-                path: path.clone(),
-                detail,
-            };
-            let meta = fs::symlink_metadata(&path).map_err(|e| refused(e.to_string()))?;
-            if !meta.is_file() {
-                let what = format!("is {}, not a record file", describe_type(&meta));
-                return Err(refused(what));
-            }
-            if let Some(max_age) = options.expire_records {
-                let modified = meta.modified().at("inspect", &path)?;
-                if options
-                    .now
-                    .checked_sub(max_age)
-                    .is_some_and(|c| modified < c)
-                {
-                    report.records_expired += 1;
-                    record_leftovers.push(path);
-                    continue;
-                }
-            }
-            let bytes = match record_file::read(&path) {
-                Ok(file) => file.bytes,
-                Err(StoreError::RecordTooLarge { size, limit, .. }) => {
-                    return Err(refused(format!(
-                        "is {size} bytes, more than the {limit} bytes a record can be (it is \
-                         damaged or not agentrun's)"
-                    )));
-                }
-                Err(StoreError::Io(e)) => {
-                    return Err(refused(format!("cannot be read: {}", e.source)));
-                }
-                Err(e) => return Err(refused(format!("cannot be read: {e}"))),
-            };
-            // A format this version does not know may keep artifacts in fields it would
-            // ignore: GC removes nothing rather than guess.
-            let record = ResultRecord::from_json(&bytes).map_err(|e| match e {
-                RecordParseError::UnknownFormat { format } => StoreError::GcRecordFormatUnknown {
-                    path: path.clone(),
-                    format,
-                },
-                e => refused(format!("does not parse as a record ({e})")),
-            })?;
-            roots.extend(record.artifacts());
-            report.records += 1;
-        }
-
-        let captures = layout.captures();
-        let mut live = HashSet::new();
-        for entry in fs::read_dir(&captures).at("list", &captures)? {
-            let entry = entry.at("list", &captures)?;
-            let dir = entry.path();
-            // A run that finishes removes its capture directory without the GC lock, so the
-            // directory may vanish at any step here: that is a finished run, not an error.
-            match fs::symlink_metadata(&dir) {
-                Ok(meta) if meta.is_dir() => {}
-                Ok(_) => continue,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(IoError::at("inspect", &dir, e).into()),
-            }
-            match probe_capture(&dir)? {
-                CaptureState::Live(protected) => {
-                    roots.extend(protected);
-                    live.insert(entry.file_name());
-                }
-                CaptureState::Dead(lock) => {
-                    let removed = if options.dry_run {
-                        true
-                    } else {
-                        match fs::remove_dir_all(&dir) {
-                            Ok(()) => true,
-                            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-                            Err(e) => {
-                                return Err(IoError::at("remove the dead capture", &dir, e).into());
-                            }
-                        }
-                    };
-                    report.captures_removed += u64::from(removed);
-                    drop(lock);
-                }
-            }
-        }
-
-        // A run creates its sink directory after its capture and removes it before finishing
-        // the capture, so a sink directory without a live capture belongs to a dead run.
-        let runtime = layout.runtime();
-        for entry in fs::read_dir(&runtime).at("list", &runtime)? {
-            let entry = entry.at("list", &runtime)?;
-            if live.contains(&entry.file_name()) {
-                continue;
-            }
-            let dir = entry.path();
-            report.runtime_dirs_removed += 1;
-            if !options.dry_run {
-                match fs::remove_dir_all(&dir) {
-                    Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                        return Err(
-                            IoError::at("remove the dead result-sink directory", &dir, e).into(),
-                        );
-                    }
-                    _ => {}
-                }
-            }
-        }
-
-        if !options.dry_run {
-            for path in &record_leftovers {
-                remove_file(path)?;
-            }
-        }
-
-        // What the records reference, to tell the objects kept for a record from those kept
-        // only for being young (the report says why each was kept).
-        let referenced = mark(&scan, roots.clone());
-        // Young objects are roots too. If the grace reaches before the epoch, all are young.
-        let cutoff = options.now.checked_sub(options.grace);
-        roots.extend(
-            scan.objects
-                .iter()
-                .filter(|(_, o)| cutoff.is_none_or(|c| o.mtime > c))
-                .map(|(d, _)| *d),
-        );
-
-        let reachable = mark(&scan, roots);
-        for (digest, object) in &scan.objects {
-            if reachable.contains(digest) {
-                report.objects_kept += 1;
-                if !referenced.contains(digest) {
-                    report.objects_in_grace += 1;
-                }
-                continue;
-            }
-            let index = scan.indexes.get(digest);
-            report.objects_removed += 1;
-            report.bytes_removed += object.len + index.map_or(0, |(_, len)| *len);
-            if !options.dry_run {
-                // Object first: an index without its object is harmless (removed below or by
-                // the next GC); an object without its index would be unreadable.
-                remove_file(&object.path)?;
-                if let Some((path, _)) = index {
-                    remove_file(path)?;
-                }
-            }
-        }
-        if !options.dry_run {
-            for (digest, (path, _)) in &scan.indexes {
-                if !scan.objects.contains_key(digest) {
-                    remove_file(path)?;
-                }
-            }
         }
         Ok(report)
     }
 }
 
+/// GC of one backend: the logic both the local store and a bucket run.
+pub(crate) fn collect(backend: &dyn Backend, options: &GcOptions) -> Result<GcReport, StoreError> {
+    let model = backend.writers_model();
+    let _guard = backend.gc_guard(options.dry_run)?;
+    let scan = backend.scan_objects()?;
+    let mut report = GcReport::default();
+    let mut roots: Vec<Digest> = Vec::new();
+    let mut manifests = ManifestCache::default();
+
+    // Records first, and before anything is removed: a record that cannot be read would
+    // lose the artifacts it references, so GC removes nothing while one is in doubt.
+    let mut leftovers = Vec::new();
+    for entry in backend.list_records()? {
+        let run_id = match &entry.name {
+            RecordName::Record(id) => id.clone(),
+            // A record write interrupted before its rename: no writer is running now.
+            RecordName::Temp if model == Writers::Excluded => {
+                leftovers.push(entry);
+                continue;
+            }
+            // Not a record name: not a root, and not GC's to remove (verify lists it).
+            RecordName::Temp | RecordName::Other => continue,
+        };
+        let refused = |detail: String| StoreError::GcRefused {
+            path: entry.location.clone(),
+            detail,
+        };
+        let stat = match backend.stat_record(&entry) {
+            Ok(stat) => stat,
+            // Removed since the listing: it roots nothing any more.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(refused(e.to_string())),
+        };
+        if let Some(what) = stat.not_a_file {
+            return Err(refused(format!("is {what}, not a record file")));
+        }
+        // Records older than the retention are forgotten first and root nothing.
+        if let Some(max_age) = options.expire_records
+            && options
+                .now
+                .checked_sub(max_age)
+                .is_some_and(|c| stat.modified < c)
+        {
+            report.records_expired += 1;
+            leftovers.push(entry);
+            continue;
+        }
+        let bytes = match backend.read_record(&run_id) {
+            Ok(Some(stored)) => stored.bytes,
+            Ok(None) => continue,
+            Err(StoreError::RecordTooLarge { size, limit, .. }) => {
+                return Err(refused(format!(
+                    "is {size} bytes, more than the {limit} bytes a record can be (it is \
+                     damaged or not agentrun's)"
+                )));
+            }
+            Err(StoreError::Io(e)) => {
+                return Err(refused(format!("cannot be read: {}", e.source)));
+            }
+            Err(e) => return Err(refused(format!("cannot be read: {e}"))),
+        };
+        // A format this version does not know may keep artifacts in fields it would
+        // ignore: GC removes nothing rather than guess.
+        let record = ResultRecord::from_json(&bytes).map_err(|e| match e {
+            RecordParseError::UnknownFormat { format } => StoreError::GcRecordFormatUnknown {
+                path: entry.location.clone(),
+                format,
+            },
+            e => refused(format!("does not parse as a record ({e})")),
+        })?;
+        roots.extend(record.artifacts());
+        report.records += 1;
+    }
+
+    crate::fault::step("gc: after the records, before the writers");
+    // What live writers protect (and dead writers' leftovers cleared).
+    let writers = backend.writers(options, &mut report)?;
+    if !options.dry_run {
+        for entry in &leftovers {
+            backend.delete_record_entry(entry)?;
+        }
+    }
+    roots.extend(writers.iter().copied());
+
+    // What the records and writers reference, to tell the objects kept for them from those
+    // kept only for being young (the report says why each was kept).
+    let referenced = mark(backend, &scan, &mut manifests, roots.clone())?;
+    // Young objects are roots too. If the grace reaches before the epoch, all are young.
+    let grace = options.grace.max(backend.min_grace());
+    let cutoff = options.now.checked_sub(grace);
+    let young = |stat: &Stat| cutoff.is_none_or(|c| stat.modified > c);
+    roots.extend(
+        scan.objects
+            .iter()
+            .filter(|(_, stat)| young(stat))
+            .map(|(d, _)| *d),
+    );
+    let reachable = mark(backend, &scan, &mut manifests, roots)?;
+
+    // Leases, re-read before a delete when the last read is too old (bucket only).
+    let mut leased = Leased {
+        digests: mark(backend, &scan, &mut manifests, writers)?,
+        read: Instant::now(),
+    };
+    let mut still_leased =
+        |digest: &Digest, manifests: &mut ManifestCache| -> Result<bool, StoreError> {
+            let Writers::Leased { window } = model else {
+                return Ok(false);
+            };
+            if leased.read.elapsed() >= window {
+                let mut scratch = GcReport::default();
+                let now = backend.writers(options, &mut scratch)?;
+                leased.digests = mark(backend, &scan, manifests, now)?;
+                leased.read = Instant::now();
+            }
+            Ok(leased.digests.contains(digest))
+        };
+
+    let mut digests: Vec<&Digest> = scan.objects.keys().collect();
+    digests.sort();
+    for digest in digests {
+        let object = &scan.objects[digest];
+        if reachable.contains(digest) {
+            report.objects_kept += 1;
+            if !referenced.contains(digest) {
+                report.objects_in_grace += 1;
+            }
+            continue;
+        }
+        if still_leased(digest, &mut manifests)? {
+            report.objects_kept += 1;
+            continue;
+        }
+        let index = scan.indexes.get(digest);
+        report.objects_removed += 1;
+        report.bytes_removed += object.len + index.map_or(0, |i| i.len);
+        if !options.dry_run {
+            // Object first: an index without its object is harmless (removed below or by
+            // the next GC); an object without its index would be unreadable.
+            backend.delete_object(digest)?;
+            backend.delete_index(digest)?;
+        }
+    }
+    // Indexes whose object is gone: a crash between the two (with writers excluded, no
+    // publication is half done; else only once past the grace and unleased).
+    for (digest, index) in &scan.indexes {
+        if scan.objects.contains_key(digest) {
+            continue;
+        }
+        if model != Writers::Excluded
+            && (young(index) || reachable.contains(digest) || still_leased(digest, &mut manifests)?)
+        {
+            continue;
+        }
+        report.bytes_removed += index.len;
+        if !options.dry_run {
+            backend.delete_index(digest)?;
+        }
+    }
+    Ok(report)
+}
+
+/// The digests live writers protect, with when they were read.
+struct Leased {
+    digests: HashSet<Digest>,
+    read: Instant,
+}
+
+/// The streams of each object found to be a manifest (or not) during one GC: each small
+/// object is read at most once.
+#[derive(Default)]
+struct ManifestCache(HashMap<Digest, Vec<Digest>>);
+
 /// Everything reachable from `roots`, following manifests to their streams.
-fn mark(scan: &ObjectScan, roots: Vec<Digest>) -> HashSet<Digest> {
+fn mark(
+    backend: &dyn Backend,
+    scan: &ObjectScan,
+    manifests: &mut ManifestCache,
+    roots: impl IntoIterator<Item = Digest>,
+) -> Result<HashSet<Digest>, StoreError> {
     let mut reachable = HashSet::new();
-    let mut stack = roots;
+    let mut stack: Vec<Digest> = roots.into_iter().collect();
     while let Some(digest) = stack.pop() {
         if !reachable.insert(digest) {
             continue;
@@ -461,12 +433,19 @@ fn mark(scan: &ObjectScan, roots: Vec<Digest>) -> HashSet<Digest> {
         if object.len > crate::read::MAX_MANIFEST_BYTES {
             continue;
         }
-        // An unreadable object cannot root anything; it is kept itself (it is reachable).
-        if let Ok(Some(bytes)) = read_small(&object.path)
-            && let Ok(manifest) = Manifest::parse(&bytes)
-        {
-            stack.extend(manifest.streams.iter().map(|e| e.sha256));
-        }
+        let streams = match manifests.0.entry(digest) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let streams = match backend.read_small(&digest)? {
+                    Some(bytes) => Manifest::parse(&bytes)
+                        .map(|m| m.streams.iter().map(|s| s.sha256).collect())
+                        .unwrap_or_default(),
+                    None => Vec::new(),
+                };
+                e.insert(streams)
+            }
+        };
+        stack.extend(streams.iter().copied());
     }
-    reachable
+    Ok(reachable)
 }

@@ -96,6 +96,8 @@
 
 mod atomic;
 pub mod auto_session;
+mod aws_profile;
+mod backend;
 mod capture;
 mod compaction;
 pub mod config;
@@ -129,6 +131,7 @@ mod store;
 mod verify;
 
 pub use auto_session::{SessionDir, SessionError};
+pub use aws_profile::ProfileError;
 pub use capture::{CaptureProgress, CaptureSession, CaptureWriteError};
 pub use compaction::{RETAINED_DISPLAY, RetainError, Retained, RetentionSession};
 pub use error::IoError;

@@ -182,10 +182,7 @@ impl Store {
     /// range reads, with the index sidecar cached locally). Every read below is written once
     /// against [`Object`], whichever holds the bytes.
     pub(crate) fn open_object(&self, digest: &Digest) -> Result<Object, ReadError> {
-        match &self.remote {
-            Some(remote) => remote.open_object(digest),
-            None => Object::open(&self.layout, digest),
-        }
+        self.with_backend(|backend| backend.open_object(digest))
     }
 
     /// The digest of the object a URI reads: itself, or the selected stream of a manifest.

@@ -5,8 +5,8 @@
 //! index, crash-safe local publication); once the local record is written the run is
 //! published to the bucket and its local record removed (its spooled objects are then
 //! unreferenced and the next `gc` removes them from the spool). Reads, records, runs, `show`,
-//! `gc` and `verify` go to the bucket, through the same page logic as local reads
-//! ([`crate::read::Object`]).
+//! `gc` and `verify` go to the bucket, through the logic the local store runs too: the bucket
+//! is one implementation of the store interface ([`crate::backend`], [`RemoteBackend`]).
 //!
 //! # Bucket layout
 //!
@@ -14,7 +14,9 @@
 //! <prefix>/objects/<2 hex>/<62 hex>       artifact bytes, named by their SHA-256
 //! <prefix>/objects/<2 hex>/<62 hex>.idx   the index sidecar (the local store's format)
 //! <prefix>/records/<run_id>.json          result records: the GC roots
-//! <prefix>/leases/<lease_id>.json         publishers' leases: {"expires_unix_ms", "digests"}
+//! <prefix>/leases/<lease_id>.json         leases: {"expires_unix_ms", "digests"}, and a
+//!                                         GC's {"expires_unix_ms", "digests": [],
+//!                                         "gc_started_unix_ms"}
 //! ```
 //!
 //! # Publication (crash-safe order)
@@ -27,20 +29,33 @@
 //!    `PutMode::Create`, so two machines storing the same bytes store them once; an existing
 //!    copy counts as a hit when its sidecar equals ours byte for byte and its size is the
 //!    indexed size, and is replaced (overwritten, content-addressed bytes) otherwise.
-//! 3. The record, last: when it exists, everything it names is in the bucket.
-//! 4. The lease is deleted.
+//! 3. The record, last: when it exists, everything it names is in the bucket. (Should the
+//!    lease's renewals have failed for two thirds of its length first, a fresh lease is
+//!    written and every object confirmed as an old hit is, below, before the record.)
+//! 4. The lease stops being renewed. It is not deleted: a GC that listed the records before
+//!    this one was written still counts it (below).
 //!
 //! A crash at any point leaves at most objects that no record names (collected by `gc` after
-//! the grace period) and a lease that expires; never a record naming a missing object.
+//! the grace period) and a lease that lapses; never a record naming a missing object.
 //!
 //! # GC protocol
 //!
-//! Roots are every record, every live lease, and every object younger than the grace period.
-//! GC lists the objects, reads every record, then deletes the unreferenced old objects; it
-//! re-reads the leases whenever its last read is older than [`LEASE_READ_WINDOW`] before each
-//! delete, so every delete is decided on leases at most that old. A publisher that finds an
-//! object already there (a deduplication hit) and old enough for a GC to take it checks that
-//! it is still there only [`HIT_WAIT`] after its lease was written: any GC delete landing
+//! A GC writes its own lease (renewed while it runs, naming its start time), notes its start
+//! `S`, then lists the objects, reads every record, and deletes the unreferenced objects
+//! older than the grace. Roots are every record, every lease that *counts* for it, and every
+//! object younger than the grace period. A lease counts for a GC when it was written or
+//! renewed (the bucket's modification time) less than `LEASE + CLOCK_SKEW` before `S`, and
+//! its own expiry is less than `2 * CLOCK_SKEW` before `S`; it keeps counting for that whole
+//! GC, however long it runs. So a publisher whose record this GC did not list (written after
+//! `S`) is protected by its lease until the GC ends, and one whose lease no longer counts
+//! wrote its record before `S`, which the GC lists. A lease is removed only once it counts for
+//! no running GC (measured against the oldest start among the GC leases that are being
+//! renewed); a GC whose own lease could not be renewed stops.
+//!
+//! GC re-reads the leases whenever its last read is older than [`LEASE_READ_WINDOW`] before
+//! each delete, so every delete is decided on leases at most that old. A publisher that finds
+//! an object already there (a deduplication hit) and old enough for a GC to take it checks
+//! that it is still there only [`HIT_WAIT`] after its lease was written: any GC delete landing
 //! after that check was decided on leases read after the lease existed, so it keeps the
 //! object. Assumptions (documented for operators): machine clocks within [`CLOCK_SKEW`] of the
 //! object store's, a GC delete request lands within `HIT_WAIT - LEASE_READ_WINDOW` of being
@@ -53,7 +68,8 @@
 //! tokio runtime (current-thread, IO and timers) and blocks on it, so callers need no runtime
 //! and no async code leaks into the store's API.
 
-use std::collections::HashSet;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::{Path as FsPath, PathBuf};
@@ -61,7 +77,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use agentrun_core::digest::StreamingDigest;
 use agentrun_core::index::{BLOCK_SIZE, ENTRY_LEN, HEADER_LEN, IndexHeader};
 use agentrun_core::{Digest, Manifest, ResultRecord};
 use bytes::Bytes;
@@ -70,13 +85,15 @@ use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
 use serde::{Deserialize, Serialize};
 
+use crate::backend::{
+    Backend, EntryStat, ObjectScan, RecordEntry, RecordName, Stat, StoredRecord, Writers,
+};
 use crate::error::{IoContext, IoError};
 use crate::gc::{GcOptions, GcReport};
 use crate::layout::{self, Layout, RECORD_SUFFIX};
+use crate::lock::GcLock;
 use crate::read::{MAX_MANIFEST_BYTES, Object, ReadError};
-use crate::runs::{RunEntry, RunListing, UnreadableRun};
-use crate::store::{StoreError, parse_record, record_id};
-use crate::verify::VerifyReport;
+use crate::store::{StoreError, record_id};
 
 /// How long a lease lasts without renewal.
 pub const LEASE: Duration = Duration::from_secs(60);
@@ -145,6 +162,9 @@ pub enum UrlError {
     /// The local side of the store could not be set up.
     #[error(transparent)]
     Io(#[from] IoError),
+    /// The AWS profile (`AWS_PROFILE`, else `default`) cannot be used.
+    #[error(transparent)]
+    Profile(#[from] crate::aws_profile::ProfileError),
 }
 
 /// Whether `s` names an object store (a URL with a scheme) rather than a local directory.
@@ -205,7 +225,30 @@ impl Remote {
                 };
                 let client: Arc<dyn ObjectStore> = match scheme {
                     "s3" => {
-                        let mut b = object_store::aws::AmazonS3Builder::from_env().with_url(base);
+                        // A named profile first (object_store reads no files), then the
+                        // environment over it, as `from_env` reads it, then the options.
+                        let env = |name: &str| {
+                            let lower = name.to_ascii_lowercase();
+                            options
+                                .iter()
+                                .find(|(k, _)| *k == lower)
+                                .map(|(_, v)| (*v).to_owned())
+                                .or_else(|| std::env::var(name).ok())
+                        };
+                        let mut b = object_store::aws::AmazonS3Builder::new();
+                        if let Some(profile) = crate::aws_profile::load(&env)? {
+                            for (k, v) in profile.settings {
+                                b = b.with_config(k.parse().map_err(|_| unknown(k))?, v);
+                            }
+                        }
+                        for (k, v) in std::env::vars() {
+                            if k.starts_with("AWS_")
+                                && let Ok(key) = k.to_ascii_lowercase().parse()
+                            {
+                                b = b.with_config(key, v);
+                            }
+                        }
+                        let mut b = b.with_url(base);
                         for (k, v) in options {
                             b = b.with_config(k.parse().map_err(|_| unknown(k))?, *v);
                         }
@@ -256,7 +299,7 @@ impl Remote {
         &self.url
     }
 
-    fn key(&self, rel: &str) -> ObjPath {
+    pub(crate) fn key(&self, rel: &str) -> ObjPath {
         if self.prefix.as_ref().is_empty() {
             ObjPath::from(rel)
         } else {
@@ -274,7 +317,7 @@ impl Remote {
         self.key(&format!("objects/{}/{}.idx", &hex[..2], &hex[2..]))
     }
 
-    fn record_key(&self, run_id: &str) -> ObjPath {
+    pub(crate) fn record_key(&self, run_id: &str) -> ObjPath {
         self.key(&format!("records/{run_id}{RECORD_SUFFIX}"))
     }
 
@@ -312,14 +355,20 @@ impl Remote {
         .map_err(|e| self.err("read", key, e))
     }
 
-    /// At most `limit + 1` bytes of `key` (a record: never loaded whole when it is huge).
-    fn get_bounded(&self, key: &ObjPath, limit: u64) -> Result<Option<Vec<u8>>, RemoteError> {
+    /// At most `limit + 1` bytes of `key` (a record: never loaded whole when it is huge), with
+    /// when it was written.
+    fn get_bounded(
+        &self,
+        key: &ObjPath,
+        limit: u64,
+    ) -> Result<Option<(Vec<u8>, SystemTime)>, RemoteError> {
         self.block_on(async {
             let r = match self.client.get(key).await {
                 Ok(r) => r,
                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
                 Err(e) => return Err(e),
             };
+            let modified = r.meta.last_modified.into();
             let mut out = Vec::new();
             let mut stream = r.into_stream();
             while let Some(chunk) = stream.next().await {
@@ -329,7 +378,7 @@ impl Remote {
                     break;
                 }
             }
-            Ok(Some(out))
+            Ok(Some((out, modified)))
         })
         .map_err(|e| self.err("read", key, e))
     }
@@ -385,12 +434,25 @@ impl Remote {
     // ---- reads ----
 
     /// The cached sidecar of `digest`, fetched once (it is immutable: the digest names it).
+    fn cached_index_path(&self, digest: &Digest) -> PathBuf {
+        self.cache.join(format!("{}.idx", digest.to_hex()))
+    }
+
     fn cached_index(&self, digest: &Digest) -> Result<(PathBuf, File, IndexHeader), ReadError> {
-        let path = self.cache.join(format!("{}.idx", digest.to_hex()));
+        let path = self.cached_index_path(digest);
         for attempt in 0..2 {
             if !path.exists() {
                 let key = self.index_key(digest);
-                let bytes = self.get_all(&key)?.ok_or(ReadError::Missing(*digest))?;
+                let Some(bytes) = self.get_all(&key)? else {
+                    // No sidecar: the object was never stored, or only its sidecar is gone.
+                    if self.head(&self.object_key(digest))?.is_some() {
+                        return Err(ReadError::CorruptIndex {
+                            digest: *digest,
+                            detail: "the index sidecar is missing".to_owned(),
+                        });
+                    }
+                    return Err(ReadError::Missing(*digest));
+                };
                 let tmp =
                     self.cache
                         .join(format!(".{}.{}.tmp", digest.to_hex(), std::process::id()));
@@ -427,74 +489,6 @@ impl Remote {
         Ok(Object::remote(*digest, blob, path, file, header))
     }
 
-    // ---- records and runs ----
-
-    pub(crate) fn record(&self, run_id: &str) -> Result<ResultRecord, StoreError> {
-        let key = self.record_key(run_id);
-        let path = self.display_path(&key);
-        let limit = agentrun_core::record::MAX_RECORD_BYTES;
-        match self.get_bounded(&key, limit)? {
-            None => Err(StoreError::UnknownRun(run_id.to_owned())),
-            Some(bytes) if bytes.len() as u64 > limit => Err(StoreError::RecordTooLarge {
-                path,
-                size: bytes.len() as u64,
-                limit,
-            }),
-            Some(bytes) => parse_record(&path, &bytes),
-        }
-    }
-
-    /// Every record's run id with its write time, oldest first.
-    fn record_metas(&self) -> Result<Vec<(String, SystemTime)>, StoreError> {
-        let mut ids: Vec<(String, SystemTime)> = self
-            .list("records/")?
-            .into_iter()
-            .filter_map(|m| {
-                let name = m.location.filename()?.to_owned();
-                Some((
-                    record_id(std::ffi::OsStr::new(&name))?,
-                    m.last_modified.into(),
-                ))
-            })
-            .collect();
-        ids.sort();
-        Ok(ids)
-    }
-
-    pub(crate) fn records(&self) -> Result<Vec<String>, StoreError> {
-        Ok(self.record_metas()?.into_iter().map(|(id, _)| id).collect())
-    }
-
-    pub(crate) fn recent_runs(
-        &self,
-        limit: usize,
-        since: Option<SystemTime>,
-        keep: &mut dyn FnMut(&RunEntry) -> bool,
-    ) -> Result<RunListing, StoreError> {
-        let mut listing = RunListing::default();
-        for (run_id, finished) in self.record_metas()?.into_iter().rev() {
-            if listing.runs.len() + listing.unreadable.len() == limit
-                || crate::runs::before(since, &run_id)
-            {
-                break;
-            }
-            match self.record(&run_id) {
-                Ok(record) => listing.offer(
-                    RunEntry {
-                        run_id,
-                        finished,
-                        record,
-                    },
-                    since,
-                    keep,
-                ),
-                Err(StoreError::UnknownRun(_)) => {}
-                Err(error) => listing.unreadable.push(UnreadableRun { run_id, error }),
-            }
-        }
-        Ok(listing)
-    }
-
     // ---- publication ----
 
     /// Publishes the run whose local record is `record` (its objects are in `spool`), then
@@ -517,7 +511,7 @@ impl Remote {
                 stack.extend(m.streams.iter().map(|s| s.sha256));
             }
         }
-        let lease = Lease::acquire(self, &digests)?;
+        let lease = Lease::acquire(self, &digests, None)?;
         crate::fault::point("remote: after the lease, before the objects");
         let mut old_hits = Vec::new();
         for digest in &digests {
@@ -540,9 +534,26 @@ impl Remote {
         let local = spool.layout.record(&record.run_id);
         let json = fs::read(&local).at("read", &local)?;
         let key = self.record_key(&record.run_id);
+        let lease = if lease.lapsed() {
+            // Renewals failed long enough that a GC may have stopped counting the lease: a
+            // fresh one, then every object is confirmed as an old hit is.
+            drop(lease);
+            let fresh = Lease::acquire(self, &digests, None)?;
+            std::thread::sleep(HIT_WAIT);
+            for digest in &digests {
+                if self.head(&self.object_key(digest))?.is_none() {
+                    self.upload_object(&spool.layout, digest)?;
+                }
+            }
+            fresh
+        } else {
+            lease
+        };
         self.put(&key, json, PutMode::Overwrite)?;
         crate::fault::point("remote: after the record, before the lease is released");
-        lease.release();
+        // Not deleted: a GC that listed the records before this one was written keeps
+        // counting the lease until it ends.
+        drop(lease);
         // The bucket has the run now; the spool's copy becomes garbage for the local gc.
         let _ = fs::remove_file(&local);
         Ok(())
@@ -640,242 +651,361 @@ impl Remote {
     pub(crate) fn lease_key(&self, id: &str) -> ObjPath {
         self.key(&format!("leases/{id}.json"))
     }
+}
 
-    /// The digests of every lease that has not expired; expired ones are deleted unless
-    /// `dry_run`.
+/// The bucket as the store interface sees it: the shared logic of reads, records, GC and
+/// verify runs on it as on the local store.
+pub(crate) struct RemoteBackend<'a>(pub(crate) &'a Arc<Remote>, RefCell<GcState>);
+
+/// What one GC knows about the leases.
+#[derive(Default)]
+struct GcState {
+    /// When it started, by its clock: a lease written (or renewed) less than `LEASE +
+    /// CLOCK_SKEW` before counts for the whole GC.
+    started: Option<SystemTime>,
+    /// Its own lease (not in a dry run), which tells other GCs not to remove leases it may
+    /// still count.
+    lease: Option<Lease>,
+    /// The bodies of the leases found to count, by key. A lease's digests and a GC's start
+    /// never change, and a lease that counts once counts for the whole GC, so each is read
+    /// once.
+    bodies: HashMap<String, LeaseBody>,
+}
+
+impl Drop for GcState {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            lease.end_gc();
+        }
+    }
+}
+
+impl<'a> RemoteBackend<'a> {
+    pub(crate) fn new(remote: &'a Arc<Remote>) -> Self {
+        Self(remote, RefCell::default())
+    }
+
+    /// The digests of every lease that counts for this GC; leases no running GC counts any
+    /// more are removed, unless `dry_run`.
     fn live_leases(&self, dry_run: bool) -> Result<HashSet<Digest>, StoreError> {
+        let remote = self.0;
+        let mut state = self.1.borrow_mut();
+        if state.lease.as_ref().is_some_and(Lease::lapsed) {
+            return Err(StoreError::GcLeaseLapsed {
+                url: remote.url.clone(),
+            });
+        }
+        let started = *state.started.get_or_insert_with(SystemTime::now);
+        let now = SystemTime::now();
+        // A lease written at `t` (the store's clock) counts for a GC that started (its
+        // clock) before `t + LEASE + CLOCK_SKEW`.
+        let counts = |written: SystemTime, since: SystemTime| written + LEASE + CLOCK_SKEW > since;
         let mut live = HashSet::new();
-        let now = unix_ms(SystemTime::now());
-        for meta in self.list("leases/")? {
-            let Some(bytes) = self.get_bounded(&meta.location, 16 << 20)? else {
+        // Leases removable once every running GC started after them: `(key, written, the
+        // expiry its body gives)`.
+        let mut lapsed: Vec<(ObjPath, SystemTime, Option<SystemTime>)> = Vec::new();
+        // The start of the oldest GC still running (this one included).
+        let mut horizon = started;
+        for meta in remote.list("leases/")? {
+            let written: SystemTime = meta.last_modified.into();
+            if !counts(written, started) {
+                lapsed.push((meta.location, written, None));
+                continue;
+            }
+            let key = meta.location.to_string();
+            let body = match state.bodies.get(&key) {
+                Some(body) => Some(body.clone()),
+                None => remote
+                    .get_bounded(&meta.location, 16 << 20)?
+                    .and_then(|(bytes, _)| serde_json::from_slice::<LeaseBody>(&bytes).ok()),
+            };
+            let Some(body) = body else {
+                // Not a lease, under leases/: names nothing; removed once old.
+                lapsed.push((meta.location, written, None));
                 continue;
             };
-            match serde_json::from_slice::<LeaseBody>(&bytes) {
-                Ok(body) if body.expires_unix_ms + CLOCK_SKEW.as_millis() as u64 > now => {
-                    live.extend(body.digests.iter().filter_map(|h| Digest::from_hex(h).ok()));
-                }
-                // Expired (a crashed writer's), or not a lease at all but under leases/:
-                // a damaged lease that names nothing readable is kept only while young.
-                Ok(_) => {
-                    if !dry_run {
-                        self.delete(&meta.location)?;
-                    }
-                }
-                Err(_) => {
-                    let modified: SystemTime = meta.last_modified.into();
-                    if modified + LEASE + CLOCK_SKEW < SystemTime::now() && !dry_run {
-                        self.delete(&meta.location)?;
-                    }
+            // Its writer's own expiry too (two clocks apart: twice the skew).
+            let expires = from_unix_ms(body.expires_unix_ms);
+            if expires + 2 * CLOCK_SKEW <= started {
+                lapsed.push((meta.location, written, Some(expires)));
+                continue;
+            }
+            live.extend(body.digests.iter().filter_map(|h| Digest::from_hex(h).ok()));
+            if let Some(gc) = body.gc_started_unix_ms
+                && counts(written, now)
+            {
+                horizon = horizon.min(from_unix_ms(gc));
+            }
+            // Counted now, it counts for the rest of this GC: not read again.
+            state.bodies.entry(key).or_insert(body);
+        }
+        if !dry_run {
+            for (key, written, expires) in lapsed {
+                let gone = !counts(written, horizon)
+                    || expires.is_some_and(|e| e + 2 * CLOCK_SKEW <= horizon);
+                if gone {
+                    remote.delete(&key)?;
                 }
             }
         }
         Ok(live)
     }
 
-    // ---- gc ----
-
-    pub(crate) fn gc(&self, options: &GcOptions) -> Result<GcReport, StoreError> {
-        let mut report = GcReport::default();
-        let listed = self.list("objects/")?;
-        let mut objects: Vec<(Digest, u64, SystemTime)> = Vec::new();
-        let mut indexes: Vec<(Digest, u64, SystemTime)> = Vec::new();
-        for meta in &listed {
-            let Some((digest, is_index)) = parse_key(meta.location.as_ref()) else {
-                continue;
-            };
-            let entry = (digest, meta.size, meta.last_modified.into());
-            if is_index {
-                indexes.push(entry);
-            } else {
-                objects.push(entry);
-            }
-        }
-        // Records: a record GC cannot read stops it, as on the local store.
-        let mut roots: HashSet<Digest> = HashSet::new();
-        let mut kept_lists: Vec<Digest> = Vec::new();
-        for (run_id, written) in self.record_metas()? {
-            let path = self.display_path(&self.record_key(&run_id));
-            // Records older than the retention are forgotten first and root nothing.
-            if let Some(expire) = options.expire_records
-                && options
-                    .now
-                    .duration_since(written)
-                    .is_ok_and(|age| age > expire)
-            {
-                report.records_expired += 1;
-                if !options.dry_run {
-                    self.delete(&self.record_key(&run_id))?;
-                }
-                continue;
-            }
-            match self.record(&run_id) {
-                Ok(record) => {
-                    report.records += 1;
-                    kept_lists.extend(record.keeps.iter().copied());
-                    roots.extend(record.artifacts());
-                }
-                Err(StoreError::UnknownRun(_)) => {}
-                Err(StoreError::RecordFormatUnknown { path, format }) => {
-                    return Err(StoreError::GcRecordFormatUnknown { path, format });
-                }
-                Err(e) => {
-                    return Err(StoreError::GcRefused {
-                        path,
-                        detail: e.to_string(),
-                    });
-                }
-            }
-        }
-        // Kept manifests root their streams.
-        let sizes: std::collections::HashMap<Digest, u64> =
-            objects.iter().map(|(d, s, _)| (*d, *s)).collect();
-        let expand = |roots: &mut HashSet<Digest>, start: Vec<Digest>| -> Result<(), StoreError> {
-            let mut stack = start;
-            while let Some(d) = stack.pop() {
-                if sizes.get(&d).is_some_and(|s| *s <= MAX_MANIFEST_BYTES)
-                    && let Some(bytes) = self.get_all(&self.object_key(&d))?
-                    && Digest::of(&bytes) == d
-                    && let Ok(m) = Manifest::parse(&bytes)
-                {
-                    for s in &m.streams {
-                        if roots.insert(s.sha256) {
-                            stack.push(s.sha256);
-                        }
-                    }
-                }
-            }
-            Ok(())
+    /// The entry of a listed key in the records' place.
+    fn record_entry(&self, meta: &object_store::ObjectMeta) -> RecordEntry {
+        let remote = self.0;
+        let id = meta
+            .location
+            .filename()
+            .and_then(|name| record_id(std::ffi::OsStr::new(name)));
+        // Exactly `records/<run id>.json`: a key deeper down is not a record.
+        let name = match id {
+            Some(id) if remote.record_key(&id) == meta.location => RecordName::Record(id),
+            _ => RecordName::Other,
         };
-        expand(&mut roots, kept_lists)?;
-        let mut leases = self.live_leases(options.dry_run)?;
-        let mut leases_read = Instant::now();
-        let start: Vec<Digest> = leases.iter().copied().collect();
-        expand(&mut leases, start)?;
-        let grace = options.grace.max(MIN_GRACE);
-        let old = |t: SystemTime| options.now.duration_since(t).is_ok_and(|age| age > grace);
-        let present: HashSet<Digest> = objects.iter().map(|(d, _, _)| *d).collect();
-        for (digest, size, modified) in &objects {
-            if roots.contains(digest) {
-                report.objects_kept += 1;
-                continue;
-            }
-            if !old(*modified) {
-                report.objects_kept += 1;
-                report.objects_in_grace += 1;
-                continue;
-            }
-            if leases_read.elapsed() >= LEASE_READ_WINDOW {
-                leases = self.live_leases(options.dry_run)?;
-                let start: Vec<Digest> = leases.iter().copied().collect();
-                expand(&mut leases, start)?;
-                leases_read = Instant::now();
-            }
-            if leases.contains(digest) {
-                report.objects_kept += 1;
-                continue;
-            }
-            report.objects_removed += 1;
-            report.bytes_removed += size;
-            if !options.dry_run {
-                // The object before its sidecar: no object is ever without its index.
-                self.delete(&self.object_key(digest))?;
-                if let Some((_, isize, _)) = indexes.iter().find(|(d, _, _)| d == digest) {
-                    report.bytes_removed += isize;
-                }
-                self.delete(&self.index_key(digest))?;
-            }
+        RecordEntry {
+            name,
+            location: remote.display_path(&meta.location),
+            listed: Some(EntryStat {
+                not_a_file: None,
+                modified: meta.last_modified.into(),
+            }),
         }
-        // Sidecars whose object is gone (a crash between the two puts), once old.
-        for (digest, size, modified) in &indexes {
-            if !present.contains(digest) && old(*modified) && !roots.contains(digest) {
-                if leases_read.elapsed() >= LEASE_READ_WINDOW {
-                    leases = self.live_leases(options.dry_run)?;
-                    leases_read = Instant::now();
-                }
-                if leases.contains(digest) {
-                    continue;
-                }
-                report.bytes_removed += size;
-                if !options.dry_run {
-                    self.delete(&self.index_key(digest))?;
-                }
-            }
+    }
+}
+
+impl Backend for RemoteBackend<'_> {
+    fn gc_guard(&self, dry_run: bool) -> Result<Option<GcLock>, StoreError> {
+        // The lease first, then the start: any GC that sees the lease started before it.
+        let mut state = self.1.borrow_mut();
+        if !dry_run {
+            state.lease = Some(Lease::acquire(self.0, &[], Some(SystemTime::now()))?);
         }
-        Ok(report)
+        state.started = Some(SystemTime::now());
+        Ok(None)
     }
 
-    // ---- verify ----
+    fn verify_guard(&self) -> Result<Option<GcLock>, StoreError> {
+        Ok(None)
+    }
 
-    pub(crate) fn verify(self: &Arc<Self>) -> Result<VerifyReport, StoreError> {
-        let mut report = VerifyReport::default();
-        let listed = self.list("objects/")?;
-        let mut present = HashSet::new();
-        let mut with_index = HashSet::new();
-        for meta in &listed {
-            match parse_key(meta.location.as_ref()) {
-                Some((d, false)) => {
-                    present.insert(d);
-                }
-                Some((d, true)) => {
-                    with_index.insert(d);
-                }
-                None => report.problems.push(format!(
-                    "{}: not an object of this store",
-                    self.display_path(&meta.location).display()
-                )),
-            }
+    fn writers_model(&self) -> Writers {
+        Writers::Leased {
+            window: LEASE_READ_WINDOW,
         }
-        let mut digests: Vec<&Digest> = present.iter().collect();
-        digests.sort();
-        for digest in digests {
-            report.objects_checked += 1;
-            if !with_index.contains(digest) {
-                report
-                    .problems
-                    .push(format!("object {digest}: its index sidecar is missing"));
-                continue;
-            }
-            // Fresh from the bucket: a cached sidecar must not hide damage there.
-            let _ = fs::remove_file(self.cache.join(format!("{}.idx", digest.to_hex())));
-            let checked = self.open_object(digest).and_then(|object| {
-                let mut hasher = StreamingDigest::default();
-                let mut buf = Vec::new();
-                for block in 0..object.header.block_count() {
-                    if block % 64 == 0 {
-                        object.prefetch(block, block + 63);
-                    }
-                    object.block(block, &mut buf)?;
-                    hasher.update(&buf);
+    }
+
+    fn min_grace(&self) -> Duration {
+        MIN_GRACE
+    }
+
+    fn scan_objects(&self) -> Result<ObjectScan, StoreError> {
+        let remote = self.0;
+        let mut scan = ObjectScan::default();
+        for meta in remote.list("objects/")? {
+            let key = &meta.location;
+            let parsed = parse_key(key.as_ref()).filter(|(d, is_index)| {
+                *key == if *is_index {
+                    remote.index_key(d)
+                } else {
+                    remote.object_key(d)
                 }
-                if hasher.finish() != *digest {
-                    return Err(ReadError::Corrupt {
-                        digest: *digest,
-                        detail: "its content does not hash to its name".to_owned(),
-                    });
-                }
-                Ok(())
             });
-            if let Err(e) = checked {
-                report.problems.push(e.to_string());
+            let Some((digest, is_index)) = parsed else {
+                scan.strays.push(format!(
+                    "{} is not part of the store (not an object or index name); move it away",
+                    remote.display_path(key).display()
+                ));
+                continue;
+            };
+            let stat = Stat {
+                len: meta.size,
+                modified: meta.last_modified.into(),
+            };
+            if is_index {
+                scan.indexes.insert(digest, stat);
+            } else {
+                scan.objects.insert(digest, stat);
             }
         }
-        for (run_id, _) in self.record_metas()? {
-            match self.record(&run_id) {
-                Ok(record) => {
-                    report.records_checked += 1;
-                    for d in record.artifacts() {
-                        if !present.contains(&d) {
-                            report.problems.push(format!(
-                                "record {run_id} references artifact {d}, which is not in the store"
-                            ));
-                        }
+        Ok(scan)
+    }
+
+    fn object_location(&self, digest: &Digest) -> PathBuf {
+        self.0.display_path(&self.0.object_key(digest))
+    }
+
+    fn open_object(&self, digest: &Digest) -> Result<Object, ReadError> {
+        self.0.open_object(digest)
+    }
+
+    fn open_checked(&self, digest: &Digest, listed_len: u64) -> Result<Object, ReadError> {
+        // Fresh from the bucket: a cached sidecar must not hide damage there.
+        let _ = fs::remove_file(self.0.cached_index_path(digest));
+        let object = self.0.open_object(digest)?;
+        let indexed = object.header.total_bytes;
+        if indexed != listed_len {
+            return Err(ReadError::Corrupt {
+                digest: *digest,
+                detail: format!(
+                    "the object has {listed_len} bytes but its index records {indexed}; the \
+                     object was {}",
+                    if listed_len < indexed {
+                        "truncated"
+                    } else {
+                        "appended to"
                     }
-                }
-                Err(StoreError::UnknownRun(_)) => {}
-                Err(e) => report.problems.push(e.to_string()),
-            }
+                ),
+            });
         }
-        Ok(report)
+        Ok(object)
+    }
+
+    fn open_raw(&self, digest: &Digest, listed_len: u64) -> io::Result<Option<Box<dyn Read + '_>>> {
+        Ok(Some(Box::new(RangeReader {
+            remote: self.0,
+            key: self.0.object_key(digest),
+            pos: 0,
+            len: listed_len,
+            chunk: Bytes::new(),
+        })))
+    }
+
+    fn object_exists(&self, digest: &Digest) -> Result<bool, StoreError> {
+        Ok(self.0.head(&self.0.object_key(digest))?.is_some())
+    }
+
+    fn read_small(&self, digest: &Digest) -> Result<Option<Vec<u8>>, StoreError> {
+        let remote = self.0;
+        // Content is immutable: an object once found not to be a manifest never is one, so
+        // each machine fetches it once (a GC over many small outputs costs no GET each).
+        let marker = remote
+            .cache
+            .join(format!("{}{NOT_A_MANIFEST}", digest.to_hex()));
+        if marker.exists() {
+            return Ok(None);
+        }
+        let Some((bytes, _)) =
+            remote.get_bounded(&remote.object_key(digest), MAX_MANIFEST_BYTES)?
+        else {
+            return Ok(None);
+        };
+        if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+            return Ok(None);
+        }
+        // Only an intact copy decides for good (a damaged one may be replaced).
+        if Digest::of(&bytes) == *digest && Manifest::parse(&bytes).is_err() {
+            let _ = crate::atomic::write_new_file(&marker, b"");
+        }
+        Ok(Some(bytes))
+    }
+
+    fn delete_object(&self, digest: &Digest) -> Result<(), StoreError> {
+        Ok(self.0.delete(&self.0.object_key(digest))?)
+    }
+
+    fn delete_index(&self, digest: &Digest) -> Result<(), StoreError> {
+        Ok(self.0.delete(&self.0.index_key(digest))?)
+    }
+
+    fn list_records(&self) -> Result<Vec<RecordEntry>, StoreError> {
+        Ok(self
+            .0
+            .list("records/")?
+            .iter()
+            .map(|meta| self.record_entry(meta))
+            .collect())
+    }
+
+    fn record_location(&self, run_id: &str) -> PathBuf {
+        self.0.display_path(&self.0.record_key(run_id))
+    }
+
+    fn stat_record(&self, entry: &RecordEntry) -> io::Result<EntryStat> {
+        entry
+            .listed
+            .ok_or_else(|| io::Error::other("a listed record without its listing"))
+    }
+
+    fn read_record(&self, run_id: &str) -> Result<Option<StoredRecord>, StoreError> {
+        let remote = self.0;
+        let key = remote.record_key(run_id);
+        let limit = agentrun_core::record::MAX_RECORD_BYTES;
+        match remote.get_bounded(&key, limit)? {
+            None => Ok(None),
+            Some((bytes, _)) if bytes.len() as u64 > limit => Err(StoreError::RecordTooLarge {
+                path: remote.display_path(&key),
+                size: bytes.len() as u64,
+                limit,
+            }),
+            Some((bytes, modified)) => Ok(Some(StoredRecord {
+                bytes,
+                modified,
+                loose_mode: None,
+            })),
+        }
+    }
+
+    fn delete_record_entry(&self, entry: &RecordEntry) -> Result<(), StoreError> {
+        // Only records are ever removed here (a bucket has no temporary record files).
+        if let RecordName::Record(id) = &entry.name {
+            self.0.delete(&self.0.record_key(id))?;
+        }
+        Ok(())
+    }
+
+    fn writers(
+        &self,
+        options: &GcOptions,
+        _report: &mut GcReport,
+    ) -> Result<HashSet<Digest>, StoreError> {
+        self.live_leases(options.dry_run)
+    }
+}
+
+/// Suffix of the spool's cache marker saying that an object is not a manifest.
+const NOT_A_MANIFEST: &str = ".not-manifest";
+
+/// Bytes fetched per range request when an object is read whole without its index (verify).
+const RAW_WINDOW: u64 = 4 << 20;
+
+/// An object's bytes read from blocking code in windows of [`RAW_WINDOW`], one range request
+/// each: memory stays bounded, and no request outlives the client's timeout however large the
+/// object.
+struct RangeReader<'a> {
+    remote: &'a Remote,
+    key: ObjPath,
+    pos: u64,
+    len: u64,
+    chunk: Bytes,
+}
+
+impl Read for RangeReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.chunk.is_empty() {
+            if self.pos >= self.len {
+                return Ok(0);
+            }
+            let end = self.len.min(self.pos + RAW_WINDOW);
+            let got = self
+                .remote
+                .block_on(self.remote.client.get_range(&self.key, self.pos..end));
+            self.chunk = match got {
+                Ok(bytes) => bytes,
+                // Shorter than listed: it ends here.
+                Err(e) if is_range_error(&e) => Bytes::new(),
+                Err(e) => return Err(io::Error::other(self.remote.err("read", &self.key, e))),
+            };
+            if self.chunk.is_empty() {
+                self.len = self.pos;
+                return Ok(0);
+            }
+            self.pos += self.chunk.len() as u64;
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk[..n]);
+        self.chunk = self.chunk.slice(n..);
+        Ok(n)
     }
 }
 
@@ -1001,26 +1131,36 @@ fn is_range_error(e: &object_store::Error) -> bool {
     text.contains("Range") || text.contains("range")
 }
 
-/// A publisher's lease: written before its objects, renewed while it publishes, deleted after
-/// its record.
-struct Lease {
+/// A lease: written before a publisher's objects (or when a GC starts), renewed while it
+/// works. It is never deleted by its writer: it lapses [`LEASE`] after its last renewal, and a
+/// GC removes it once no running GC can still rely on it (see the module documentation).
+pub(crate) struct Lease {
     remote: Arc<Remote>,
     key: ObjPath,
     written: Instant,
+    /// Milliseconds after `written` of the last successful write of the lease.
+    renewed_ms: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     renewer: Option<std::thread::JoinHandle<()>>,
 }
 
-#[derive(Serialize, Deserialize)]
+/// A lease's content.
+#[derive(Serialize, Deserialize, Clone)]
 pub(crate) struct LeaseBody {
+    /// Its writer's clock at the last renewal, plus [`LEASE`].
     pub(crate) expires_unix_ms: u64,
+    /// What it protects (a publisher's: every digest its record will name).
     pub(crate) digests: Vec<String>,
+    /// A GC's lease: when that GC started, by its clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) gc_started_unix_ms: Option<u64>,
 }
 
-fn lease_body(digests: &[Digest]) -> Vec<u8> {
+fn lease_body(digests: &[Digest], gc_started: Option<SystemTime>) -> Vec<u8> {
     let body = LeaseBody {
         expires_unix_ms: unix_ms(SystemTime::now() + LEASE),
         digests: digests.iter().map(Digest::to_hex).collect(),
+        gc_started_unix_ms: gc_started.map(unix_ms),
     };
     serde_json::to_vec(&body).expect("a lease serializes")
 }
@@ -1030,18 +1170,31 @@ fn unix_ms(t: SystemTime) -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+fn from_unix_ms(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
 impl Lease {
-    fn acquire(remote: &Arc<Remote>, digests: &[Digest]) -> Result<Self, StoreError> {
-        let id = format!("{}-{}", layout::new_run_id(), std::process::id());
+    /// Writes a lease naming `digests` (a GC's: naming none, with its start) and starts
+    /// renewing it every third of [`LEASE`].
+    pub(crate) fn acquire(
+        remote: &Arc<Remote>,
+        digests: &[Digest],
+        gc_started: Option<SystemTime>,
+    ) -> Result<Self, StoreError> {
+        let kind = if gc_started.is_some() { "gc-" } else { "" };
+        let id = format!("{kind}{}-{}", layout::new_run_id(), std::process::id());
         let key = remote.lease_key(&id);
-        remote.put(&key, lease_body(digests), PutMode::Overwrite)?;
+        remote.put(&key, lease_body(digests, gc_started), PutMode::Overwrite)?;
         let written = Instant::now();
+        let renewed_ms = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let renewer = {
-            let (remote, key, stop, digests) = (
+            let (remote, key, stop, renewed_ms, digests) = (
                 Arc::clone(remote),
                 key.clone(),
                 Arc::clone(&stop),
+                Arc::clone(&renewed_ms),
                 digests.to_vec(),
             );
             std::thread::Builder::new()
@@ -1054,11 +1207,11 @@ impl Lease {
                         if since.elapsed() >= LEASE / 3 && !stop.load(Ordering::Relaxed) {
                             // A failed renewal is retried at the next step; the lease
                             // still has two thirds of its length.
-                            if remote
-                                .put(&key, lease_body(&digests), PutMode::Overwrite)
-                                .is_ok()
-                            {
+                            let body = lease_body(&digests, gc_started);
+                            if remote.put(&key, body, PutMode::Overwrite).is_ok() {
                                 since = Instant::now();
+                                let at = written.elapsed().as_millis() as u64;
+                                renewed_ms.store(at, Ordering::Relaxed);
                             }
                         }
                     }
@@ -1069,14 +1222,24 @@ impl Lease {
             remote: Arc::clone(remote),
             key,
             written,
+            renewed_ms,
             stop,
             renewer,
         })
     }
 
-    fn release(mut self) {
+    /// Whether the lease may be about to lapse: renewals have failed for a third of
+    /// [`LEASE`] (it is renewed every third), so its last write is two thirds of a lease old.
+    pub(crate) fn lapsed(&self) -> bool {
+        let renewed = self.written + Duration::from_millis(self.renewed_ms.load(Ordering::Relaxed));
+        renewed.elapsed() >= LEASE * 2 / 3
+    }
+
+    /// Ends a GC's lease: a finished GC relies on nothing (a publisher's lease is never
+    /// deleted by its writer, see [`Lease`]).
+    fn end_gc(mut self) {
         self.stop_renewing();
-        // A lease left behind (the delete failed) expires by itself.
+        // One left behind (the delete failed) lapses, and the next GC removes it.
         let _ = self.remote.delete(&self.key);
     }
 

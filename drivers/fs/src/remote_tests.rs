@@ -112,6 +112,26 @@ impl Bucket {
         Bucket::File { _dir: dir, url }
     }
 
+    /// Its URL, and the environment a child process opens it with.
+    fn url_and_env(&self) -> (String, Vec<(&'static str, String)>) {
+        match self {
+            Bucket::S3 { name } => (
+                format!("s3://{name}/team/agentrun"),
+                vec![
+                    ("AWS_ACCESS_KEY_ID", "test".to_owned()),
+                    ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
+                    ("AWS_REGION", "us-east-1".to_owned()),
+                    (
+                        "AWS_ENDPOINT_URL",
+                        format!("http://127.0.0.1:{}", moto().port),
+                    ),
+                    ("AWS_ALLOW_HTTP", "true".to_owned()),
+                ],
+            ),
+            Bucket::File { url, .. } => (url.clone(), Vec::new()),
+        }
+    }
+
     fn both() -> [Bucket; 2] {
         [Bucket::file(), Bucket::s3()]
     }
@@ -282,12 +302,20 @@ fn a_flipped_byte_in_the_bucket_is_refused_and_a_damaged_copy_is_replaced() {
             })
             .unwrap_err();
         assert!(matches!(err, ReadError::Corrupt { .. }), "{err:?}");
+        // Reported as on the local store: the damaged block, and the hash.
         let report = b.verify().unwrap();
-        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+        let problems = report.problems.join("\n");
+        assert_eq!(report.problems.len(), 2, "{problems}");
+        let block = 700_000 / agentrun_core::index::BLOCK_SIZE;
         assert!(
-            report.problems[0].contains("corrupt"),
-            "{:?}",
-            report.problems
+            problems.contains(&format!(
+                "artifact {digest}: block {block} does not match its checksum"
+            )),
+            "{problems}"
+        );
+        assert!(
+            problems.contains(&format!("artifact {digest}: content hashes to")),
+            "{problems}"
         );
         // The same output captured again replaces the damaged copy.
         capture(&b, &content);
@@ -323,6 +351,7 @@ fn gc_keeps_what_records_and_live_leases_name_and_collects_the_rest() {
         let body = LeaseBody {
             expires_unix_ms: unix_ms(SystemTime::now() + Duration::from_secs(600)),
             digests: vec![leased.to_hex()],
+            gc_started_unix_ms: None,
         };
         let lease = remote.lease_key("live");
         remote
@@ -336,6 +365,7 @@ fn gc_keeps_what_records_and_live_leases_name_and_collects_the_rest() {
         let body = LeaseBody {
             expires_unix_ms: unix_ms(SystemTime::now() - Duration::from_secs(3600)),
             digests: vec![orphan.to_hex()],
+            gc_started_unix_ms: None,
         };
         remote
             .put(
@@ -453,29 +483,91 @@ fn following_continuations_reproduces_every_stream_on_the_object_store() {
 /// environment, and is killed at fault point N.
 const CHILD_VAR: &str = "AGENTRUN_FS_REMOTE_CRASH";
 
+/// In a child process: the store its parent named in `var` (`URL\nHOME`).
+fn child_store(var: &str) -> Option<Store> {
+    let spec = std::env::var_os(var)?.into_string().unwrap();
+    let (url, home) = spec.split_once('\n').unwrap();
+    Some(Store::open_url(url, home).unwrap())
+}
+
 #[test]
 fn remote_crash_child() {
-    let Some(spec) = std::env::var_os(CHILD_VAR) else {
+    let Some(store) = child_store(CHILD_VAR) else {
         return;
     };
-    let spec = spec.into_string().unwrap();
-    let (url, home) = spec.split_once('\n').unwrap();
-    let store = Store::open_url(url, home).unwrap();
     capture(&store, &lines(40_000, "crash"));
     capture(&store, &lines(40_000, "crash"));
     capture(&store, &lines(100, "small"));
 }
 
-#[test]
-fn sigkill_of_a_publisher_at_every_step_leaves_the_bucket_consistent() {
+/// GC in a loop on machine B (every object counting as old), until stopped.
+struct Collector {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl Collector {
+    fn start(b: Store) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut runs = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    b.gc(&gc_later()).unwrap();
+                    runs += 1;
+                    // Leaves the server to the publisher between runs.
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                runs
+            })
+        };
+        Self { stop, thread }
+    }
+
+    /// Stops it; returns how many GCs ran.
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+/// Everything a crash must leave true of the bucket, seen from a machine of its own: verify
+/// finds nothing wrong, and every stream of every record reads back whole.
+fn check_bucket(bucket: &Bucket, home: &Path, at: u64, when: &str) {
+    let c = bucket.machine(home);
+    let report = c.verify().unwrap();
+    assert!(
+        report.is_healthy(),
+        "fault {at}, {when}: {:?}",
+        report.problems
+    );
+    for id in c.records().unwrap() {
+        let record = c.record(&id).unwrap();
+        let mut out = Vec::new();
+        c.copy_to(&single_uri(&record), &mut out)
+            .unwrap_or_else(|e| panic!("fault {at}, {when}: run {id}: {e}"));
+        assert_eq!(
+            Digest::of(&out),
+            record.streams()[0].sha256,
+            "fault {at}, {when}"
+        );
+    }
+}
+
+/// SIGKILL of a publisher (machine A, a child process) at every fault point in turn, with a
+/// GC looping on machine B beside it throughout, every object counting as old to it: after
+/// each crash the bucket is consistent (no record names a missing object), the GC has
+/// deleted nothing a record or a live publication needs, and the sequence then runs to
+/// completion on that bucket.
+fn sigkill_at_every_step(make: fn() -> Bucket) {
     let exe = std::env::current_exe().unwrap();
     let mut at = 1u64;
     loop {
-        let bucket = Bucket::file();
-        let (_tmp, ha, hb) = homes();
-        let Bucket::File { url, .. } = &bucket else {
-            unreachable!()
-        };
+        let bucket = make();
+        let (tmp, ha, hb) = homes();
+        let (url, env) = bucket.url_and_env();
+        let collector = Collector::start(bucket.machine(&hb));
         let out = Command::new(&exe)
             .args([
                 "--exact",
@@ -485,30 +577,219 @@ fn sigkill_of_a_publisher_at_every_step_leaves_the_bucket_consistent() {
             ])
             .env(CHILD_VAR, format!("{url}\n{}", ha.display()))
             .env(crate::fault::FAULT_AT_VAR, at.to_string())
+            .envs(env)
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         if out.status.success() {
+            collector.stop();
             assert!(at > 10, "only {} fault points were reached", at - 1);
+            eprintln!("crashed at each of {} fault points", at - 1);
             break;
         }
         assert!(
             stderr.contains(&format!("fault point {at}: ")),
             "the child died elsewhere: {stderr}"
         );
-        let b = bucket.machine(&hb);
-        let report = b.verify().unwrap();
-        assert!(report.is_healthy(), "fault {at}: {:?}", report.problems);
-        for id in b.records().unwrap() {
-            let record = b.record(&id).unwrap();
-            let mut out = Vec::new();
-            b.copy_to(&single_uri(&record), &mut out).unwrap();
-            assert_eq!(Digest::of(&out), record.streams()[0].sha256, "fault {at}");
-        }
-        // The sequence then runs to completion on that bucket.
+        check_bucket(&bucket, &tmp.path().join("c"), at, "after the crash");
+        // The sequence then runs to completion on that bucket (and that spool), GC beside it.
         let a = bucket.machine(&ha);
         capture(&a, &lines(40_000, "crash"));
-        assert!(b.verify().unwrap().is_healthy(), "fault {at}, after");
+        capture(&a, &lines(100, "small"));
+        let runs = collector.stop();
+        assert!(runs > 0, "fault {at}: no GC ran beside the publisher");
+        check_bucket(&bucket, &tmp.path().join("c"), at, "after the sequence");
         at += 1;
     }
+}
+
+#[test]
+fn sigkill_of_a_publisher_at_every_step_leaves_the_bucket_consistent() {
+    sigkill_at_every_step(Bucket::file);
+}
+
+/// The same on a real S3-API server.
+#[test]
+fn sigkill_of_a_publisher_at_every_step_leaves_an_s3_bucket_consistent() {
+    sigkill_at_every_step(Bucket::s3);
+}
+
+/// A GC that listed the records before a publication wrote its record still counts that
+/// publication's lease after the publisher stopped renewing it, so it never deletes an old
+/// object the publication found as a deduplication hit.
+#[test]
+fn a_record_written_after_a_gc_listed_the_records_keeps_its_objects_from_that_gc() {
+    for bucket in Bucket::both() {
+        let (_tmp, ha, hb) = homes();
+        let (a, b) = (bucket.machine(&ha), bucket.machine(&hb));
+        // An object no record names (a crashed publisher's), old to the GC.
+        let content = lines(3_000, "reused");
+        let spool = Store::open(ha.join("other")).unwrap();
+        let digest = capture(&spool, &content).streams()[0].sha256;
+        a.remote
+            .as_ref()
+            .unwrap()
+            .upload_object(&spool.layout, &digest)
+            .unwrap();
+        // While B's GC is between its record listing and its lease read, A publishes the
+        // same output: a hit on that object, its record written, its lease left to lapse.
+        let published = std::rc::Rc::new(std::cell::RefCell::new(None));
+        {
+            let (published, a, content) =
+                (std::rc::Rc::clone(&published), a.clone(), content.clone());
+            crate::fault::on_step(move |name| {
+                let mut slot = published.borrow_mut();
+                if name == "gc: after the records, before the writers" && slot.is_none() {
+                    *slot = Some(capture(&a, &content));
+                }
+            });
+        }
+        let report = b.gc(&gc_later());
+        crate::fault::clear_steps();
+        let report = report.unwrap();
+        let record = published
+            .borrow_mut()
+            .take()
+            .expect("A published during the GC");
+        assert_eq!(record.streams()[0].sha256, digest);
+        assert_eq!(report.objects_removed, 0, "{report:?}");
+        let mut out = Vec::new();
+        b.copy_to(&single_uri(&record), &mut out).unwrap();
+        assert_eq!(out, content);
+        // A GC that starts now lists the record.
+        assert_eq!(b.gc(&gc_later()).unwrap().objects_removed, 0);
+        assert!(b.verify().unwrap().is_healthy());
+    }
+}
+
+/// Verify and GC on a bucket are the local store's: strays are reported, a damaged record
+/// stops GC, a missing sidecar or object is named.
+#[test]
+fn verify_and_gc_judge_a_bucket_as_they_judge_the_local_store() {
+    for bucket in Bucket::both() {
+        let (_tmp, ha, _) = homes();
+        let a = bucket.machine(&ha);
+        let remote = a.remote.as_ref().unwrap();
+        let good = capture(&a, b"good\n");
+        let gone = capture(&a, b"gone\n");
+        let no_index = capture(&a, &lines(10, "no index"));
+        remote
+            .delete(&remote.object_key(&gone.streams()[0].sha256))
+            .unwrap();
+        remote
+            .delete(&remote.index_key(&no_index.streams()[0].sha256))
+            .unwrap();
+        let put = |rel: &str, bytes: &[u8]| {
+            remote
+                .put(&remote.key(rel), bytes.to_vec(), PutMode::Overwrite)
+                .unwrap();
+        };
+        put("objects/README", b"x");
+        put("records/notes.txt", b"hello");
+        put("records/0001-broken.json", b"{\"format\":");
+        let report = a.verify().unwrap();
+        let problems = report.problems.join("\n");
+        for want in [
+            "objects/README is not part of the store".to_owned(),
+            "records/notes.txt is not part of the store".to_owned(),
+            "records/0001-broken.json is corrupt".to_owned(),
+            format!("artifact {}, which is missing", gone.streams()[0].sha256),
+            format!(
+                "the line index of artifact {} is missing or corrupt: the index sidecar is \
+                 missing",
+                no_index.streams()[0].sha256
+            ),
+        ] {
+            assert!(problems.contains(&want), "{want:?} not in:\n{problems}");
+        }
+        assert_eq!(report.problems.len(), 5, "{problems}");
+        assert_eq!(report.records_checked, 4);
+        // A record in doubt: GC removes nothing, and says which.
+        let err = a.gc(&gc_later()).unwrap_err().to_string();
+        assert!(err.starts_with("gc removed nothing: "), "{err}");
+        assert!(err.contains("records/0001-broken.json"), "{err}");
+        put(
+            "records/0001-broken.json",
+            br#"{"format": "agentrun.record.v9"}"#,
+        );
+        let err = a.gc(&gc_later()).unwrap_err();
+        assert!(
+            matches!(&err, crate::StoreError::GcRecordFormatUnknown { format, .. }
+                if format == "agentrun.record.v9"),
+            "{err:?}"
+        );
+        remote.delete(&remote.record_key("0001-broken")).unwrap();
+        a.gc(&gc_later()).unwrap();
+        let mut out = Vec::new();
+        a.copy_to(&single_uri(&good), &mut out).unwrap();
+        assert_eq!(out, b"good\n");
+    }
+}
+
+/// The child of the profile test: opens the bucket with nothing but a profile (and
+/// `AWS_ALLOW_HTTP`) in its environment, and captures.
+const PROFILE_CHILD_VAR: &str = "AGENTRUN_FS_PROFILE_CHILD";
+
+#[test]
+fn profile_child() {
+    let Some(store) = child_store(PROFILE_CHILD_VAR) else {
+        return;
+    };
+    capture(&store, b"published with a profile\n");
+}
+
+/// A named profile in `~/.aws/credentials` and `~/.aws/config` gives the keys, region and
+/// endpoint of an `s3://` store (object_store itself reads only the environment).
+#[test]
+fn an_aws_profile_gives_the_keys_region_and_endpoint() {
+    let bucket = Bucket::s3();
+    let (url, _) = bucket.url_and_env();
+    let (tmp, ha, hb) = homes();
+    let home = tmp.path().join("user");
+    std::fs::create_dir_all(home.join(".aws")).unwrap();
+    std::fs::write(
+        home.join(".aws/credentials"),
+        "[default]\naws_access_key_id = wrong\naws_secret_access_key = wrong\n\n\
+         [moto]\naws_access_key_id = test\naws_secret_access_key = test\n",
+    )
+    .unwrap();
+    std::fs::write(
+        home.join(".aws/config"),
+        format!(
+            "[profile moto]\nregion = us-east-1\ns3 =\n  endpoint_url = http://127.0.0.1:{}\n",
+            moto().port
+        ),
+    )
+    .unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(&exe);
+    child
+        .args([
+            "--exact",
+            "remote_tests::profile_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(PROFILE_CHILD_VAR, format!("{url}\n{}", ha.display()))
+        .env("HOME", &home)
+        .env("AWS_PROFILE", "moto")
+        .env("AWS_ALLOW_HTTP", "true");
+    for (name, _) in std::env::vars() {
+        if name.starts_with("AWS_") && !["AWS_PROFILE", "AWS_ALLOW_HTTP"].contains(&name.as_str()) {
+            child.env_remove(name);
+        }
+    }
+    let out = child.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let b = bucket.machine(&hb);
+    let ids = b.records().unwrap();
+    assert_eq!(ids.len(), 1);
+    let mut bytes = Vec::new();
+    b.copy_to(&single_uri(&b.record(&ids[0]).unwrap()), &mut bytes)
+        .unwrap();
+    assert_eq!(bytes, b"published with a profile\n");
 }

@@ -4,8 +4,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentrun_core::ResultRecord;
 
-use crate::record_file;
-use crate::store::{Store, StoreError, parse_record};
+use crate::backend::Backend;
+use crate::store::{Store, StoreError, parse_record, record_ids};
 
 /// One recorded run.
 #[derive(Debug, Clone)]
@@ -110,38 +110,44 @@ impl Store {
         since: Option<SystemTime>,
         mut keep: impl FnMut(&RunEntry) -> bool,
     ) -> Result<RunListing, StoreError> {
-        if let Some(remote) = &self.remote {
-            return remote.recent_runs(limit, since, &mut keep);
-        }
-        let ids = self.records()?;
-        let mut listing = RunListing::default();
-        for run_id in ids.into_iter().rev() {
-            if listing.runs.len() + listing.unreadable.len() == limit || before(since, &run_id) {
-                break;
-            }
-            let path = self.layout.record(&run_id);
-            let read = record_file::read(&path).and_then(|file| {
-                let finished = file.meta.modified().map_err(|e| {
-                    crate::error::IoError::at("read the modification time of", &path, e)
-                })?;
-                Ok((parse_record(&path, &file.bytes)?, finished))
-            });
-            match read {
-                Ok((record, finished)) => listing.offer(
-                    RunEntry {
-                        run_id,
-                        finished,
-                        record,
-                    },
-                    since,
-                    &mut keep,
-                ),
-                Err(e) if record_file::is_not_found(&e) => {}
-                Err(error) => listing.unreadable.push(UnreadableRun { run_id, error }),
-            }
-        }
-        Ok(listing)
+        self.with_backend(|backend| recent_runs(backend, limit, since, &mut keep))
     }
+}
+
+/// [`Store::recent_runs_where`] on one backend.
+fn recent_runs(
+    backend: &dyn Backend,
+    limit: usize,
+    since: Option<SystemTime>,
+    keep: &mut dyn FnMut(&RunEntry) -> bool,
+) -> Result<RunListing, StoreError> {
+    let mut listing = RunListing::default();
+    for run_id in record_ids(backend)?.into_iter().rev() {
+        if listing.runs.len() + listing.unreadable.len() == limit || before(since, &run_id) {
+            break;
+        }
+        let path = backend.record_location(&run_id);
+        let read = backend.read_record(&run_id).and_then(|stored| {
+            stored
+                .map(|s| Ok((parse_record(&path, &s.bytes)?, s.modified)))
+                .transpose()
+        });
+        match read {
+            Ok(Some((record, finished))) => listing.offer(
+                RunEntry {
+                    run_id,
+                    finished,
+                    record,
+                },
+                since,
+                keep,
+            ),
+            // Removed by a concurrent GC.
+            Ok(None) => {}
+            Err(error) => listing.unreadable.push(UnreadableRun { run_id, error }),
+        }
+    }
+    Ok(listing)
 }
 
 #[cfg(test)]

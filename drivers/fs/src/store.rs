@@ -13,9 +13,9 @@ use agentrun_core::capture::CaptureError;
 use agentrun_core::limits::LimitsError;
 use agentrun_core::record::{RECORD_FORMATS, RecordParseError};
 
+use crate::backend::{Backend, RecordName};
 use crate::error::{IoContext, IoError};
 use crate::layout::{self, Layout, RECORD_SUFFIX};
-use crate::record_file;
 
 /// Why a store operation (other than a read) failed.
 #[derive(Debug, thiserror::Error)]
@@ -233,6 +233,15 @@ pub enum StoreError {
     /// A request to the object store failed (boxed: it is large, and rare).
     #[error(transparent)]
     Remote(Box<crate::remote::RemoteError>),
+    /// A GC of a shared store could not renew its lease, so other GCs may have removed leases
+    /// it still counts; it stopped before deciding on more deletes.
+    #[error(
+        "gc of {url} stopped: its lease in the bucket could not be renewed for 40 seconds, so          it can no longer rely on what other machines' leases protect; check the connection to          the object store and run gc again"
+    )]
+    GcLeaseLapsed {
+        /// The store's URL.
+        url: String,
+    },
     /// A store URL cannot be opened.
     #[error(transparent)]
     Url(Box<crate::remote::UrlError>),
@@ -376,35 +385,30 @@ impl Store {
         if !layout::valid_run_id(run_id) {
             return Err(StoreError::InvalidRunId(run_id.to_owned()));
         }
-        if let Some(remote) = &self.remote {
-            return remote.record(run_id);
-        }
-        let path = self.layout.record(run_id);
-        match record_file::read(&path) {
-            Ok(file) => parse_record(&path, &file.bytes),
-            Err(e) if record_file::is_not_found(&e) => {
-                Err(StoreError::UnknownRun(run_id.to_owned()))
-            }
-            Err(e) => Err(e),
-        }
+        self.with_backend(|backend| match backend.read_record(run_id)? {
+            Some(stored) => parse_record(&backend.record_location(run_id), &stored.bytes),
+            None => Err(StoreError::UnknownRun(run_id.to_owned())),
+        })
     }
 
     /// The run ids of all persisted records, oldest first (run ids sort by start time).
     pub fn records(&self) -> Result<Vec<String>, StoreError> {
-        if let Some(remote) = &self.remote {
-            return remote.records();
-        }
-        let dir = self.layout.records();
-        let mut ids = Vec::new();
-        for entry in fs::read_dir(&dir).at("list", &dir)? {
-            let entry = entry.at("list", &dir)?;
-            if let Some(id) = record_id(&entry.file_name()) {
-                ids.push(id);
-            }
-        }
-        ids.sort();
-        Ok(ids)
+        self.with_backend(record_ids)
     }
+}
+
+/// The run ids of every record `backend` holds, oldest first.
+pub(crate) fn record_ids(backend: &dyn Backend) -> Result<Vec<String>, StoreError> {
+    let mut ids: Vec<String> = backend
+        .list_records()?
+        .into_iter()
+        .filter_map(|entry| match entry.name {
+            RecordName::Record(id) => Some(id),
+            _ => None,
+        })
+        .collect();
+    ids.sort();
+    Ok(ids)
 }
 
 /// [`Store::default_root`] over an environment lookup (a parameter, so tests need not

@@ -1,24 +1,17 @@
 //! Store verification: every object against its name and its index, every record against the
-//! objects it references.
+//! objects it references. Written once ([`check`]) against the store interface
+//! ([`crate::backend`]): the local store and a bucket are checked alike.
 
-use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 
 use agentrun_core::digest::StreamingDigest;
 use agentrun_core::index::{self, BLOCK_SIZE};
 use agentrun_core::{Digest, ResultRecord};
 use serde::Serialize;
 
-use crate::error::IoContext;
-use crate::gc::{ObjectEntry, describe_type, scan_objects};
-use crate::layout::{self, Layout, TEMP_SUFFIX};
-use crate::lock::GcLock;
-use crate::read::{Object, ReadError};
-use crate::record_file;
-use crate::special::{Links, open_regular};
-use crate::store::{Store, StoreError, parse_record, record_id};
+use crate::backend::{Backend, RecordEntry, RecordName, Stat};
+use crate::read::ReadError;
+use crate::store::{Store, StoreError, parse_record};
 
 /// Most block-checksum mismatches reported per object (the rest are counted).
 const MAX_BLOCK_PROBLEMS: usize = 3;
@@ -44,123 +37,129 @@ impl VerifyReport {
 impl Store {
     /// Checks the whole store: every object's SHA-256 against its name (streamed, in bounded
     /// memory), its index header and every block checksum, and that every record parses and
-    /// references only existing objects. Problems are reported, not repaired.
+    /// references only existing objects. Problems are reported, not repaired. Of a shared
+    /// store: the bucket (the spool holds only runs not published yet).
     pub fn verify(&self) -> Result<VerifyReport, StoreError> {
-        if let Some(remote) = &self.remote {
-            return remote.verify();
-        }
-        let layout = &self.layout;
-        // Shared: publishers may continue, GC may not remove objects under our feet.
-        let _lock = GcLock::shared(layout)?;
-        let scan = scan_objects(layout)?;
-        let mut report = VerifyReport::default();
-        let mut digests: Vec<&Digest> = scan.objects.keys().collect();
-        digests.sort();
-        for digest in digests {
-            check_object(layout, digest, &scan.objects[digest], &mut report.problems)?;
-            report.objects_checked += 1;
-        }
-
-        report.problems.extend(scan.strays.iter().cloned());
-
-        let records = layout.records();
-        let mut entries = Vec::new();
-        for entry in fs::read_dir(&records).at("list", &records)? {
-            let entry = entry.at("list", &records)?;
-            let name = entry.file_name();
-            if record_id(&name).is_some() {
-                entries.push(entry.path());
-            } else if !name.to_str().is_some_and(|n| n.ends_with(TEMP_SUFFIX)) {
-                // Temporary files are a crashed writer's leftovers, removed by GC.
-                report.problems.push(format!(
-                    "{} is not part of the store (records/ holds only <run id>.json); move it \
-                     away",
-                    entry.path().display()
-                ));
-            }
-        }
-        entries.sort();
-        for path in entries {
-            report.records_checked += 1;
-            // Every entry is checked on its own: one unreadable record must not hide the rest.
-            let record = match read_record(&path) {
-                Ok((r, problem)) => {
-                    report.problems.extend(problem);
-                    r
-                }
-                Err(problem) => {
-                    report.problems.push(problem);
-                    continue;
-                }
-            };
-            for digest in record.artifacts() {
-                // Records are listed after the object scan: a run that published meanwhile
-                // has objects the scan did not see, so check the file itself.
-                if !scan.objects.contains_key(&digest)
-                    && !layout::exists(&layout.object(&digest)).unwrap_or(false)
-                {
-                    report.problems.push(format!(
-                        "record {} references artifact {digest}, which is missing",
-                        path.display()
-                    ));
-                }
-            }
-        }
-        Ok(report)
+        self.with_backend(check)
     }
 }
 
-/// Reads and parses one record file, or says what is wrong with it (a readable record may
-/// still come with a problem: a mode that lets others read it).
-fn read_record(path: &Path) -> Result<(ResultRecord, Option<String>), String> {
-    let meta = fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if !meta.is_file() {
+/// Verify of one backend: the logic both the local store and a bucket run.
+pub(crate) fn check(backend: &dyn Backend) -> Result<VerifyReport, StoreError> {
+    // Local: shared, so publishers may continue, GC may not remove objects under our feet.
+    let _guard = backend.verify_guard()?;
+    let scan = backend.scan_objects()?;
+    let mut report = VerifyReport::default();
+    let mut digests: Vec<&Digest> = scan.objects.keys().collect();
+    digests.sort();
+    for digest in digests {
+        check_object(backend, digest, &scan.objects[digest], &mut report.problems);
+        report.objects_checked += 1;
+    }
+
+    report.problems.extend(scan.strays.iter().cloned());
+
+    let mut entries = Vec::new();
+    for entry in backend.list_records()? {
+        match &entry.name {
+            RecordName::Record(_) => entries.push(entry),
+            // Temporary files are a crashed writer's leftovers, removed by GC.
+            RecordName::Temp => {}
+            RecordName::Other => report.problems.push(format!(
+                "{} is not part of the store (records/ holds only <run id>.json); move it away",
+                entry.location.display()
+            )),
+        }
+    }
+    entries.sort_by(|a, b| a.location.cmp(&b.location));
+    for entry in entries {
+        let RecordName::Record(run_id) = &entry.name else {
+            continue;
+        };
+        report.records_checked += 1;
+        // Every entry is checked on its own: one unreadable record must not hide the rest.
+        let record = match read_record(backend, &entry, run_id) {
+            Ok(Some((r, problem))) => {
+                report.problems.extend(problem);
+                r
+            }
+            // Removed since the listing.
+            Ok(None) => continue,
+            Err(problem) => {
+                report.problems.push(problem);
+                continue;
+            }
+        };
+        for digest in record.artifacts() {
+            // Records are listed after the object scan: a run that published meanwhile
+            // has objects the scan did not see, so check the object itself.
+            if !scan.objects.contains_key(&digest)
+                && !backend.object_exists(&digest).unwrap_or(false)
+            {
+                report.problems.push(format!(
+                    "record {} references artifact {digest}, which is missing",
+                    entry.location.display()
+                ));
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Reads and parses one record, or says what is wrong with it (a readable record may still
+/// come with a problem: a mode that lets others read it). `None` when it is gone.
+fn read_record(
+    backend: &dyn Backend,
+    entry: &RecordEntry,
+    run_id: &str,
+) -> Result<Option<(ResultRecord, Option<String>)>, String> {
+    let path = &entry.location;
+    let stat = match backend.stat_record(entry) {
+        Ok(stat) => stat,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    if let Some(what) = stat.not_a_file {
         return Err(format!(
-            "record {} is {}, not a record file; move it away",
+            "record {} is {what}, not a record file; move it away",
             path.display(),
-            describe_type(&meta)
         ));
     }
-    let mode = meta.permissions().mode() & 0o7777;
-    let file = record_file::read(path).map_err(|e| e.to_string())?;
-    let record = parse_record(path, &file.bytes).map_err(|e| e.to_string())?;
-    let problem = (mode & 0o077 != 0).then(|| {
+    let Some(stored) = backend.read_record(run_id).map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let record = parse_record(path, &stored.bytes).map_err(|e| e.to_string())?;
+    let problem = stored.loose_mode.map(|mode| {
         format!(
             "{} has mode {mode:04o}; store files must be owner-only: run chmod 600 {}",
             path.display(),
             path.display()
         )
     });
-    Ok((record, problem))
+    Ok(Some((record, problem)))
 }
 
 /// Hashes one object in a single pass, checking each block against the index when the index
 /// is usable, and appends what is wrong to `problems`.
-fn check_object(
-    layout: &Layout,
-    digest: &Digest,
-    entry: &ObjectEntry,
-    problems: &mut Vec<String>,
-) -> Result<(), StoreError> {
-    let mut index = match Object::open(layout, digest) {
+fn check_object(backend: &dyn Backend, digest: &Digest, listed: &Stat, problems: &mut Vec<String>) {
+    let mut index = match backend.open_checked(digest, listed.len) {
         Ok(object) => Some(object),
-        Err(ReadError::Missing(_)) => return Ok(()), // removed since the scan
+        Err(ReadError::Missing(_)) => return, // removed since the scan
         Err(e) => {
             problems.push(e.to_string());
             None
         }
     };
-    let path = &entry.path;
-    // Listed as a regular file, but it may have been swapped since: never wait on a FIFO.
-    let mut file = match open_regular(path, Links::Refuse).map_err(crate::special::into_io) {
-        Ok((f, _)) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()), // removed since the scan
+    let path = backend.object_location(digest);
+    let mut file = match backend.open_raw(digest, listed.len) {
+        Ok(Some(f)) => f,
+        Ok(None) => return, // removed since the scan
         Err(e) => {
             problems.push(format!(
                 "artifact {digest}: cannot open {}: {e}",
                 path.display()
             ));
-            return Ok(());
+            return;
         }
     };
     let mut hasher = StreamingDigest::default();
@@ -175,7 +174,7 @@ fn check_object(
                     "artifact {digest}: cannot read {}: {e}",
                     path.display()
                 ));
-                return Ok(());
+                return;
             }
         };
         if n == 0 {
@@ -214,11 +213,10 @@ fn check_object(
             "artifact {digest}: content hashes to {actual}, not to its name"
         ));
     }
-    Ok(())
 }
 
 /// Reads until `buf` is full or the file ends; returns the bytes read.
-fn read_full(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+fn read_full(file: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
         match file.read(&mut buf[filled..]) {
