@@ -11,7 +11,7 @@
 #             stream retained and decoded, the record; losers' worktrees and branches removed)
 #   script:   `git worktree add -b BRANCH DIR HEAD`, the same `claude` with stdout and stderr
 #             to files in a temporary directory, `git worktree remove`, `git branch -D`.
-# Rounds alternate the two; the medians of the per-attempt wall time (total / N) and the
+# Rounds alternate the two (which goes first alternates too), each on a new repository; the medians of the per-attempt wall time (total / N) and the
 # ratio are printed. Then one fan-out of 32 attempts at once (`--jobs 32`, each harness
 # holding for HOLD seconds so that all 32 really overlap) reports agentrun's peak RSS.
 #
@@ -47,12 +47,16 @@ SH
 chmod +x "$work/bin/claude"
 export PATH=$work/bin:$PATH
 
-repo=$work/repo
-rm -rf "$repo"
-git init -q "$repo"
-for i in $(seq 200); do echo "line $i" > "$repo/file$i.txt"; done
-git -C "$repo" add -A
-git -C "$repo" commit -qm base
+# A repository of 200 files, new for every round (kept worktrees and branches of earlier
+# rounds would otherwise slow the later ones).
+new_repo() {
+    repo=$work/repo
+    rm -rf "$repo" "$work/store"
+    git init -q "$repo"
+    for i in $(seq 200); do echo "line $i" > "$repo/file$i.txt"; done
+    git -C "$repo" add -A
+    git -C "$repo" commit -qm base
+}
 
 now() { date +%s.%N; }
 
@@ -77,11 +81,21 @@ agentrun_round() {
 
 times=$work/times.txt
 : > "$times"
-for r in $(seq "$rounds"); do
+time_agentrun() {
+    local t0 t1
     t0=$(now); agentrun_round; t1=$(now)
     echo "agentrun $(echo "($t1 - $t0) / $attempts" | bc -l)" | tee -a "$times"
-    t0=$(now); script_round "$r"; t1=$(now)
+}
+time_script() {
+    local t0 t1
+    t0=$(now); script_round "$1"; t1=$(now)
     echo "script $(echo "($t1 - $t0) / $attempts" | bc -l)" | tee -a "$times"
+}
+# Odd rounds start with agentrun, even ones with the script, so a drift in the machine's
+# load weighs on both alike.
+for r in $(seq "$rounds"); do
+    new_repo
+    if [ $((r % 2)) = 1 ]; then time_agentrun; time_script "$r"; else time_script "$r"; time_agentrun; fi
 done
 python3 - "$times" "$work/fanout.json" "$attempts" <<'PY'
 import json, statistics, sys
@@ -95,6 +109,7 @@ print(f"per attempt, median of rounds: agentrun {med['agentrun'] * 1000:.1f} ms,
 PY
 
 # Memory: 32 attempts at once.
+new_repo
 (cd "$repo" && FAKE_HOLD=$hold /usr/bin/time -o "$work/rss.txt" -f "%M %e" \
     "$bin" fanout --select all --jobs 32 --copies 32 claude --json -- say done \
     > "$work/fanout32.json")
