@@ -464,15 +464,16 @@ pub(crate) fn peek_str<'a>(line: &'a [u8], key: &'static str) -> Peek<'a> {
 }
 
 /// Whether `line` is an object whose top-level `type` is one of `names` (the key once, its
-/// value a string), with one of `names` quoted in its first bytes ([`mentions_early`]): the
-/// decoders' test for their quiet event types. The fast scan ([`super::scan::object_type`])
-/// answers for ordinary lines; where it is unsure, [`peek_str`] decides, as it always did, so
-/// the answer is the same either way.
-pub(crate) fn is_quiet(line: &[u8], names: &[&str]) -> bool {
-    if !mentions_early(line, names) {
-        return false;
-    }
-    match super::scan::object_type(line) {
+/// value a string): the decoders' test for their quiet event types, for a line that mentions
+/// one of them early ([`mentions_early`]). `checked` is the fast scan of the line
+/// ([`super::scan::check`]); where it is unsure (`None`, or no plain `type`), [`peek_str`]
+/// decides, as it always did, so the answer is the same either way.
+pub(crate) fn is_quiet(
+    line: &[u8],
+    names: &[&str],
+    checked: Option<&super::scan::Checked<'_, '_>>,
+) -> bool {
+    match checked.and_then(|c| c.object_type()) {
         Some(kind) => names.contains(&kind),
         None => matches!(peek_str(line, "type"), Peek::Str(k) if names.contains(&k.as_ref())),
     }
@@ -845,20 +846,21 @@ pub(crate) mod lenient {
         serde_json::from_slice(trimmed).ok()
     }
 
-    /// [`from_slice`] of `line` with the long strings the view skips emptied first
-    /// ([`reduce`](super::super::scan::reduce) with the view's `shape`, into `buf`): the same
-    /// view, without scanning those strings twice. Where the scan is unsure of the line, the
-    /// view is read from `line` itself.
-    pub(crate) fn from_slice_reduced<'a, T: Deserialize<'a>>(
+    /// [`from_slice`] of `line` read through the scan's index when the scan has checked the
+    /// line (`checked`): the same view, without scanning the strings the view skips.
+    pub(crate) fn from_checked<'a, T: Deserialize<'a>>(
         line: &'a [u8],
-        shape: &'static super::super::scan::Shape,
-        buf: &'a mut Vec<u8>,
+        checked: Option<&super::super::scan::Checked<'a, '_>>,
     ) -> Option<T> {
-        if super::super::scan::reduce(line, shape, buf) {
-            let buf: &'a Vec<u8> = buf;
-            from_slice(buf)
-        } else {
-            from_slice(line)
+        match checked {
+            Some(c) => {
+                let trimmed = line.trim_ascii();
+                if !super::within_budget(trimmed) {
+                    return None;
+                }
+                c.read().ok()
+            }
+            None => from_slice(line),
         }
     }
 

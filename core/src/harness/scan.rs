@@ -280,106 +280,91 @@ fn trim_json_whitespace(line: &[u8]) -> &[u8] {
     &line[start..end]
 }
 
-/// The top-level `type` of `line` when the line is certainly a JSON object that `serde_json`
-/// accepts and that string is plain (see the module documentation); `None` when unsure.
-pub(crate) fn object_type(line: &[u8]) -> Option<&str> {
+/// The scan's buffers (the index of a line), kept between lines so that a decoder scanning
+/// line after line allocates them once.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Scratch {
+    idx: Vec<u32>,
+}
+
+/// A line the scan vouches for: certainly a JSON object that `serde_json` accepts (see the
+/// module documentation), with its index, from which views are read ([`Checked::read`]).
+#[derive(Debug)]
+pub(crate) struct Checked<'a, 's> {
+    /// The line without the whitespace around its object.
+    line: &'a [u8],
+    idx: &'s [u32],
+    kind: Option<&'a str>,
+    u_escapes: bool,
+    exponent: bool,
+}
+
+/// Scans `line` (into `scratch`): `None` when the scan is unsure that it is a JSON object
+/// `serde_json` accepts (decide with the full parse then).
+pub(crate) fn check<'a, 's>(line: &'a [u8], scratch: &'s mut Scratch) -> Option<Checked<'a, 's>> {
     let line = trim_json_whitespace(line);
     if line.first() != Some(&b'{') {
         return None;
     }
-    let mut idx = Vec::with_capacity(64);
-    if !index(line, &mut idx, &mut false) {
-        return None;
-    }
-    walk(line, &idx, None)
-}
-
-/// Whether `line` is certainly a JSON object that `serde_json` parses into a `Value` (not
-/// only skips): on top of the scan's checks, the whole line is UTF-8, and it holds no `\u`
-/// escape (a lone surrogate fails the value parse) and no number with an exponent or over
-/// 300 bytes (one out of range fails it). A borrowed view read from such a line reads what the value parse
-/// would: a decoder may skip the value parse when the view suffices. `false` when unsure.
-pub(crate) fn parses_as_value(line: &[u8]) -> bool {
-    let line = trim_json_whitespace(line);
-    if line.first() != Some(&b'{') || std::str::from_utf8(line).is_err() {
-        return false;
-    }
-    let mut idx = Vec::with_capacity(256);
+    scratch.idx.clear();
     let mut u_escapes = false;
-    if !index(line, &mut idx, &mut u_escapes) || u_escapes {
-        return false;
+    if !index(line, &mut scratch.idx, &mut u_escapes) {
+        return None;
     }
     let mut exponent = false;
-    walk_checked(line, &idx, None, &mut exponent).is_some() && !exponent
+    let kind = walk(line, &scratch.idx, &mut exponent)?;
+    Some(Checked {
+        line,
+        idx: &scratch.idx,
+        kind,
+        u_escapes,
+        exponent,
+    })
 }
 
-/// Which values of a line a lenient typed view (`json::lenient`) reads, as a tree of the
-/// view's structs: the view's result depends on nothing else.
-#[derive(Debug)]
-pub(crate) enum Shape {
-    /// A derived struct: these fields (others are skipped unread); read only from an object.
-    Struct(&'static [(&'static str, Shape)]),
-    /// A `Seq` of objects of this shape; read only from an array, whose every element is
-    /// looked at (a string element too).
-    SeqOf(&'static Shape),
-    /// A leaf (`Str`, `Bool`, `NonNull`): a scalar is read, an array or object skipped.
-    Leaf,
-}
-
-/// Strings the view skips that are longer than this are emptied by [`reduce`].
-const KEEP_SHORT: usize = 16;
-
-/// Copies `line` into `out` with the long strings that a view of `shape` skips emptied (a
-/// `Write` tool's file content, thinking text, tool output), so that reading the view from
-/// `out` gives the same view as reading it from `line`, for less work: the view's own values,
-/// the keys, numbers, literals and the structure are kept byte for byte, and the emptied
-/// strings are ones the view's deserializer skips with `IgnoredAny`, whose checks (escapes,
-/// control bytes) the scan has made. `false` (and `out` unspecified) when the scan is unsure
-/// of the line: read the view from `line` then.
-pub(crate) fn reduce(line: &[u8], shape: &'static Shape, out: &mut Vec<u8>) -> bool {
-    let line = trim_json_whitespace(line);
-    out.clear();
-    if line.first() != Some(&b'{') {
-        return false;
+impl<'a> Checked<'a, '_> {
+    /// The line's top-level `type` when it has exactly one and that is a plain (unescaped)
+    /// UTF-8 string; `None` otherwise (decide with the full parse then).
+    pub(crate) fn object_type(&self) -> Option<&'a str> {
+        self.kind
     }
-    let mut idx = Vec::with_capacity(256);
-    if !index(line, &mut idx, &mut false) {
-        return false;
+
+    /// Whether `serde_json` certainly parses the line into a `Value` (not only skips it): on
+    /// top of the scan's checks, the whole line is UTF-8, and it holds no `\u` escape (a lone
+    /// surrogate fails the value parse) and no number with an exponent or over 300 bytes (one
+    /// out of range fails it). A view read from such a line reads what the value parse would:
+    /// a decoder may skip the value parse when the view suffices.
+    pub(crate) fn parses_as_value(&self) -> bool {
+        !self.u_escapes && !self.exponent && std::str::from_utf8(self.line).is_ok()
     }
-    let mut sink = Reduce {
-        out,
-        copied: 0,
-        root: shape,
-    };
-    if walk_checked(line, &idx, Some(&mut sink), &mut false).is_none() {
-        return false;
+
+    /// Reads `T` from the line through its index: what `serde_json::from_slice::<T>` of the
+    /// line gives, for views whose map keys are read as strings (derived structs, the
+    /// lenient views, `Value`), without scanning the strings and values the view skips (they
+    /// are checked already).
+    pub(crate) fn read<T: serde::Deserialize<'a>>(&self) -> Result<T, serde_json::Error> {
+        read::read(self.line, self.idx)
     }
-    sink.out.extend_from_slice(&line[sink.copied..]);
-    true
 }
 
-/// The output of [`reduce`] while the walk runs.
-struct Reduce<'o> {
-    out: &'o mut Vec<u8>,
-    /// Bytes of the line before this are in `out`.
-    copied: usize,
-    root: &'static Shape,
+/// The top-level `type` of `line` when the line is certainly a JSON object that `serde_json`
+/// accepts and that string is plain (see the module documentation); `None` when unsure.
+#[cfg(any(test, fuzzing, feature = "fuzz-bodies"))]
+pub(crate) fn object_type(line: &[u8]) -> Option<&str> {
+    check(line, &mut Scratch::default())?.object_type()
 }
 
-/// Checks the structure from the index; the `type` as [`object_type`] gives it.
-fn walk<'a>(line: &'a [u8], idx: &[u32], sink: Option<&mut Reduce<'_>>) -> Option<&'a str> {
-    walk_checked(line, idx, sink, &mut false)?
+/// Whether `line` is certainly a JSON object that `serde_json` parses into a `Value`
+/// ([`Checked::parses_as_value`]); `false` when unsure.
+#[cfg(any(test, fuzzing, feature = "fuzz-bodies"))]
+pub(crate) fn parses_as_value(line: &[u8]) -> bool {
+    check(line, &mut Scratch::default()).is_some_and(|c| c.parses_as_value())
 }
 
-/// The walk: `None` when the line is not certainly valid, else `Some` of the top-level
-/// `type` (itself `None` when there is not exactly one plain string `type`). `exponent` is set
-/// when a number has one.
-fn walk_checked<'a>(
-    line: &'a [u8],
-    idx: &[u32],
-    mut sink: Option<&mut Reduce<'_>>,
-    exponent: &mut bool,
-) -> Option<Option<&'a str>> {
+/// The walk: checks the structure from the index; `None` when the line is not certainly
+/// valid, else `Some` of the top-level `type` (itself `None` when there is not exactly one
+/// plain string `type`). `exponent` is set when a number has one, or is too long to vouch for.
+fn walk<'a>(line: &'a [u8], idx: &[u32], exponent: &mut bool) -> Option<Option<&'a str>> {
     // Bit d of `objects`: whether the container at depth d + 1 is an object.
     let mut objects = 0u64;
     let mut depth = 0u32;
@@ -387,10 +372,6 @@ fn walk_checked<'a>(
     let mut types = 0u32;
     let mut kind: Option<&'a str> = None;
     let mut type_value_next = false;
-    // With a sink: the view's shape of each open container (`None`: skipped by the view)
-    // and of the next value.
-    let mut shapes: [Option<&'static Shape>; MAX_DEPTH as usize] = [None; MAX_DEPTH as usize];
-    let mut next_shape: Option<&'static Shape> = sink.as_ref().map(|s| s.root);
     let mut k = 0usize;
     while k < idx.len() {
         let at = idx[k] as usize;
@@ -399,7 +380,6 @@ fn walk_checked<'a>(
         match expect {
             Expect::Value | Expect::ValueOrClose => {
                 let is_type_value = std::mem::take(&mut type_value_next);
-                let shape = next_shape.take();
                 match b {
                     b']' if expect == Expect::ValueOrClose => {
                         close(&mut depth, &mut expect);
@@ -412,13 +392,9 @@ fn walk_checked<'a>(
                         if b == b'{' {
                             objects |= 1 << depth;
                             expect = Expect::KeyOrClose;
-                            shapes[depth as usize] =
-                                shape.filter(|s| matches!(s, Shape::Struct(_)));
                         } else {
                             objects &= !(1 << depth);
                             expect = Expect::ValueOrClose;
-                            shapes[depth as usize] = shape.filter(|s| matches!(s, Shape::SeqOf(_)));
-                            next_shape = element_shape(shapes[depth as usize]);
                         }
                         depth += 1;
                         continue;
@@ -436,20 +412,9 @@ fn walk_checked<'a>(
                                 None
                             };
                         }
-                        if let Some(sink) = sink.as_deref_mut()
-                            && shape.is_none()
-                            && end - at - 1 > KEEP_SHORT
-                        {
-                            sink.out.extend_from_slice(&line[sink.copied..=at]);
-                            sink.copied = end;
-                        }
                     }
                     b't' | b'f' | b'n' => {
-                        let word: &[u8] = match b {
-                            b't' => b"true",
-                            b'f' => b"false",
-                            _ => b"null",
-                        };
+                        let word = literal(b);
                         if !line[at..].starts_with(word) {
                             return None;
                         }
@@ -476,27 +441,19 @@ fn walk_checked<'a>(
                 b'"' => {
                     let end = *idx.get(k)? as usize;
                     k += 1;
-                    let key = &line[at + 1..end];
-                    let fields = match shapes[depth as usize - 1] {
-                        Some(Shape::Struct(fields)) => Some(*fields),
-                        _ => None,
-                    };
-                    // serde decodes the keys it reads (escapes, UTF-8): only plain ones here.
-                    if (depth == 1 || fields.is_some()) && memchr::memchr(b'\\', key).is_some() {
-                        return None;
-                    }
                     if depth == 1 {
+                        // serde decodes the keys it reads (escapes, UTF-8): only plain ones
+                        // here.
+                        let key = &line[at + 1..end];
+                        if memchr::memchr(b'\\', key).is_some() {
+                            return None;
+                        }
                         let key = std::str::from_utf8(key).ok()?;
                         if key == "type" {
                             types += 1;
                             type_value_next = true;
                         }
                     }
-                    next_shape = fields.and_then(|f| {
-                        f.iter()
-                            .find(|(name, _)| name.as_bytes() == key)
-                            .map(|(_, s)| s)
-                    });
                     expect = Expect::Colon;
                 }
                 _ => return None,
@@ -514,7 +471,6 @@ fn walk_checked<'a>(
                         expect = if in_object {
                             Expect::Key
                         } else {
-                            next_shape = element_shape(shapes[depth as usize - 1]);
                             Expect::Value
                         };
                     }
@@ -532,11 +488,12 @@ fn walk_checked<'a>(
     Some(if types == 1 { kind } else { None })
 }
 
-/// The shape of an element of an array of `shape`.
-fn element_shape(shape: Option<&'static Shape>) -> Option<&'static Shape> {
-    match shape {
-        Some(Shape::SeqOf(s)) => Some(*s),
-        _ => None,
+/// The literal starting with `b` (`t`, `f` or `n`).
+fn literal(b: u8) -> &'static [u8] {
+    match b {
+        b't' => b"true",
+        b'f' => b"false",
+        _ => b"null",
     }
 }
 
@@ -591,6 +548,8 @@ fn number_end(line: &[u8], mut at: usize) -> Option<usize> {
     }
     Some(at)
 }
+
+mod read;
 
 #[cfg(test)]
 mod tests;
