@@ -5,9 +5,10 @@
 //! as the live `agent` path (`LineSplitter`, [`agentrun_process::MAX_LINE_BYTES`] per line), so
 //! memory stays bounded whatever the input: a longer line is cut and reported as oversized
 //! (its number and the bound, in the report's warnings and `oversized_lines`), not decoded,
-//! and the rest of the stream is still decoded. Each line's progress is printed and flushed
-//! before the next chunk is read. At the end: the observed models, then the completion (human form, or one JSON
-//! object per line with `--json`).
+//! and the rest of the stream is still decoded. The progress of a chunk's lines is printed,
+//! and flushed before the next chunk is read (so a live reader never waits on buffered
+//! output while the stream is quiet). At the end: the observed models, then the completion
+//! (human form, or one JSON object per line with `--json`).
 
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
@@ -93,6 +94,13 @@ pub(crate) fn run(args: InterpretArgs) -> Result<ExitCode, Failure> {
         splitter.push(&chunk[..n], |line| {
             feed(&mut interp, &mut out, args.json, &mut failed, line);
         });
+        // The chunk's progress goes out before the next read, which may wait on a live
+        // stream: a reader sees each line's progress as soon as the line has arrived.
+        if failed.is_none()
+            && let Err(f) = out.flush()
+        {
+            failed = Some(f);
+        }
         if let Some(f) = failed.take() {
             return Err(f);
         }
@@ -163,7 +171,7 @@ fn feed<W: Write>(
     }
     let progress = interp.handle_line(line.bytes);
     if failed.is_none()
-        && let Err(f) = out.progress(&progress, json)
+        && let Err(f) = out.progress_buffered(&progress, json)
     {
         *failed = Some(f);
     }
@@ -269,6 +277,17 @@ impl<W: Write> Out<W> {
         if progress.is_empty() {
             return Ok(());
         }
+        self.progress_buffered(progress, json)?;
+        self.flush()
+    }
+
+    /// [`Out::progress`] without the flush: for a caller that flushes before it waits for
+    /// more input.
+    pub(crate) fn progress_buffered(
+        &mut self,
+        progress: &[String],
+        json: bool,
+    ) -> Result<(), Failure> {
         for p in progress {
             if json {
                 self.line(&serde_json::json!({ "progress": p }).to_string())?;
@@ -276,7 +295,7 @@ impl<W: Write> Out<W> {
                 self.line(p)?;
             }
         }
-        self.flush()
+        Ok(())
     }
 
     /// Writes `text` and a newline.
