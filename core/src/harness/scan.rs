@@ -22,52 +22,140 @@ const MAX_DEPTH: u32 = 64;
 /// Bits at even positions.
 const EVEN: u64 = 0x5555_5555_5555_5555;
 
-/// One 64-byte block's byte classes, one bit per byte.
+/// One 64-byte block's byte classes: a bit per byte for the quotes and the backslashes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Masks {
     quote: u64,
     backslash: u64,
-    /// Bytes below 0x20.
-    control: u64,
-    space: u64,
+    /// Whether a byte is below 0x20.
+    control: bool,
+}
+
+/// The block's 16-byte lanes (SSE2 registers).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn lanes(block: &[u8; 64]) -> [safe_arch::m128i; 4] {
+    let lane = |k: usize| {
+        let chunk: &[u8; 16] = block[16 * k..16 * k + 16]
+            .try_into()
+            .expect("16 bytes of 64");
+        safe_arch::load_unaligned_m128i(chunk)
+    };
+    [lane(0), lane(1), lane(2), lane(3)]
+}
+
+/// The 64 bits of four lanes' byte masks.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn bits(eq: [safe_arch::m128i; 4]) -> u64 {
+    let b = |k: usize| u64::from(safe_arch::move_mask_i8_m128i(eq[k]) as u16) << (16 * k);
+    b(0) | b(1) | b(2) | b(3)
 }
 
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 #[inline(always)]
-fn masks(block: &[u8; 64]) -> Masks {
+fn masks(v: &[safe_arch::m128i; 4]) -> Masks {
     use safe_arch::{
-        cmp_eq_mask_i8_m128i, load_unaligned_m128i, min_u8_m128i, move_mask_i8_m128i,
-        set_splat_i8_m128i,
+        bitor_m128i, cmp_eq_mask_i8_m128i, min_u8_m128i, move_mask_i8_m128i, set_splat_i8_m128i,
     };
     let quote = set_splat_i8_m128i(b'"' as i8);
     let backslash = set_splat_i8_m128i(b'\\' as i8);
     let control = set_splat_i8_m128i(0x1f);
-    let space = set_splat_i8_m128i(b' ' as i8);
-    let mut m = Masks {
-        quote: 0,
-        backslash: 0,
-        control: 0,
-        space: 0,
-    };
-    for k in 0..4 {
-        let chunk: &[u8; 16] = block[16 * k..16 * k + 16]
-            .try_into()
-            .expect("16 bytes of 64");
-        let v = load_unaligned_m128i(chunk);
-        let bits = |eq| u64::from(move_mask_i8_m128i(eq) as u16) << (16 * k);
-        m.quote |= bits(cmp_eq_mask_i8_m128i(v, quote));
-        m.backslash |= bits(cmp_eq_mask_i8_m128i(v, backslash));
-        // Unsigned `b <= 0x1f` is `min(b, 0x1f) == b`.
-        m.control |= bits(cmp_eq_mask_i8_m128i(min_u8_m128i(v, control), v));
-        m.space |= bits(cmp_eq_mask_i8_m128i(v, space));
+    // Unsigned `b <= 0x1f` is `min(b, 0x1f) == b`; one mask for the whole block.
+    let low = v.map(|v| cmp_eq_mask_i8_m128i(min_u8_m128i(v, control), v));
+    let any_low = bitor_m128i(bitor_m128i(low[0], low[1]), bitor_m128i(low[2], low[3]));
+    Masks {
+        quote: bits(v.map(|v| cmp_eq_mask_i8_m128i(v, quote))),
+        backslash: bits(v.map(|v| cmp_eq_mask_i8_m128i(v, backslash))),
+        control: move_mask_i8_m128i(any_low) != 0,
     }
-    m
+}
+
+/// The block's spaces.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn spaces(v: &[safe_arch::m128i; 4]) -> u64 {
+    let space = safe_arch::set_splat_i8_m128i(b' ' as i8);
+    bits(v.map(|v| safe_arch::cmp_eq_mask_i8_m128i(v, space)))
+}
+
+/// The block's `n` and `t` bytes: with the quotes and backslashes, what follows most
+/// backslashes in tool output (a newline, a tab, a quote).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn common_escapes(v: &[safe_arch::m128i; 4]) -> u64 {
+    use safe_arch::{bitor_m128i, cmp_eq_mask_i8_m128i, set_splat_i8_m128i};
+    let (n, t) = (
+        set_splat_i8_m128i(b'n' as i8),
+        set_splat_i8_m128i(b't' as i8),
+    );
+    bits(v.map(|v| bitor_m128i(cmp_eq_mask_i8_m128i(v, n), cmp_eq_mask_i8_m128i(v, t))))
+}
+
+/// The bytes of a block that may follow a backslash in a JSON string (`"\\/bfnrtu`), and
+/// its `u` bytes; `m` is the block's [`masks`], for the quotes and backslashes.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn escape_classes(v: &[safe_arch::m128i; 4], m: &Masks) -> (u64, u64) {
+    use safe_arch::{bitor_m128i, cmp_eq_mask_i8_m128i, set_splat_i8_m128i};
+    let splat = |c: u8| set_splat_i8_m128i(c as i8);
+    // `b | 4 == 'f'` is `b` or `f`; `b | 1 == 'u'` is `t` or `u`.
+    let (four, one) = (splat(4), splat(1));
+    let letters = v.map(|v| {
+        let eq = |x, c| cmp_eq_mask_i8_m128i(x, splat(c));
+        bitor_m128i(
+            bitor_m128i(
+                eq(bitor_m128i(v, four), b'f'),
+                eq(bitor_m128i(v, one), b'u'),
+            ),
+            bitor_m128i(bitor_m128i(eq(v, b'n'), eq(v, b'r')), eq(v, b'/')),
+        )
+    });
+    let u = bits(v.map(|v| cmp_eq_mask_i8_m128i(v, splat(b'u'))));
+    (m.quote | m.backslash | bits(letters), u)
 }
 
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 #[inline(always)]
-fn masks(block: &[u8; 64]) -> Masks {
+fn lanes(block: &[u8; 64]) -> &[u8; 64] {
+    block
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+fn masks(block: &&[u8; 64]) -> Masks {
     masks_portable(block)
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+fn spaces(block: &&[u8; 64]) -> u64 {
+    spaces_portable(block)
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+fn common_escapes(block: &&[u8; 64]) -> u64 {
+    common_escapes_portable(block)
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+fn escape_classes(block: &&[u8; 64], _: &Masks) -> (u64, u64) {
+    escape_classes_portable(block)
+}
+
+/// The bits of the bytes of `block` for which `f` holds.
+#[cfg_attr(
+    all(target_arch = "x86_64", target_feature = "sse2", not(test)),
+    allow(dead_code)
+)]
+fn bits_portable(block: &[u8; 64], f: impl Fn(u8) -> bool) -> u64 {
+    let mut m = 0u64;
+    for (i, &b) in block.iter().enumerate() {
+        m |= u64::from(f(b)) << i;
+    }
+    m
 }
 
 /// The byte classes one byte at a time (the reference, and the masks off x86-64).
@@ -76,53 +164,29 @@ fn masks(block: &[u8; 64]) -> Masks {
     allow(dead_code)
 )]
 fn masks_portable(block: &[u8; 64]) -> Masks {
-    let mut m = Masks {
-        quote: 0,
-        backslash: 0,
-        control: 0,
-        space: 0,
-    };
-    for (i, &b) in block.iter().enumerate() {
-        m.quote |= u64::from(b == b'"') << i;
-        m.backslash |= u64::from(b == b'\\') << i;
-        m.control |= u64::from(b < 0x20) << i;
-        m.space |= u64::from(b == b' ') << i;
+    Masks {
+        quote: bits_portable(block, |b| b == b'"'),
+        backslash: bits_portable(block, |b| b == b'\\'),
+        control: block.iter().any(|&b| b < 0x20),
     }
-    m
 }
 
-/// The bytes of a block that may follow a backslash in a JSON string (`"\\/bfnrtu`), and
-/// its `u` bytes; `m` is the block's [`masks`], for the quotes and backslashes.
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-#[inline(always)]
-fn escape_classes(block: &[u8; 64], m: &Masks) -> (u64, u64) {
-    use safe_arch::{
-        cmp_eq_mask_i8_m128i, load_unaligned_m128i, move_mask_i8_m128i, set_splat_i8_m128i,
-    };
-    let mut valid = m.quote | m.backslash;
-    let mut u = 0u64;
-    let letter_u = set_splat_i8_m128i(b'u' as i8);
-    let others = [b'/', b'b', b'f', b'n', b'r', b't'].map(|c| set_splat_i8_m128i(c as i8));
-    for k in 0..4 {
-        let chunk: &[u8; 16] = block[16 * k..16 * k + 16]
-            .try_into()
-            .expect("16 bytes of 64");
-        let v = load_unaligned_m128i(chunk);
-        let bits = |eq| u64::from(move_mask_i8_m128i(eq) as u16) << (16 * k);
-        let is_u = bits(cmp_eq_mask_i8_m128i(v, letter_u));
-        u |= is_u;
-        valid |= is_u;
-        for c in others {
-            valid |= bits(cmp_eq_mask_i8_m128i(v, c));
-        }
-    }
-    (valid, u)
+/// [`spaces`] one byte at a time.
+#[cfg_attr(
+    all(target_arch = "x86_64", target_feature = "sse2", not(test)),
+    allow(dead_code)
+)]
+fn spaces_portable(block: &[u8; 64]) -> u64 {
+    bits_portable(block, |b| b == b' ')
 }
 
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-#[inline(always)]
-fn escape_classes(block: &[u8; 64], _: &Masks) -> (u64, u64) {
-    escape_classes_portable(block)
+/// [`common_escapes`] one byte at a time.
+#[cfg_attr(
+    all(target_arch = "x86_64", target_feature = "sse2", not(test)),
+    allow(dead_code)
+)]
+fn common_escapes_portable(block: &[u8; 64]) -> u64 {
+    bits_portable(block, |b| b == b'n' || b == b't')
 }
 
 /// [`escape_classes`] one byte at a time (the reference, and the classes off x86-64).
@@ -131,12 +195,10 @@ fn escape_classes(block: &[u8; 64], _: &Masks) -> (u64, u64) {
     allow(dead_code)
 )]
 fn escape_classes_portable(block: &[u8; 64]) -> (u64, u64) {
-    let (mut valid, mut u) = (0u64, 0u64);
-    for (i, &b) in block.iter().enumerate() {
-        valid |= u64::from(valid_escape(b)) << i;
-        u |= u64::from(b == b'u') << i;
-    }
-    (valid, u)
+    (
+        bits_portable(block, valid_escape),
+        bits_portable(block, |b| b == b'u'),
+    )
 }
 
 /// Each bit the XOR of itself and all lower bits: set from an opening quote up to (not
@@ -178,12 +240,13 @@ fn valid_escape(b: u8) -> bool {
 }
 
 /// Indexes `line` into `out`: the positions of its unescaped quotes and of its bytes outside
-/// strings other than spaces, in order. `false` when the line holds a control byte, an
-/// invalid escape, or ends inside a string.
-fn index(line: &[u8], out: &mut Vec<u32>, u_escapes: &mut bool) -> bool {
-    if u32::try_from(line.len()).is_err() {
-        return false;
-    }
+/// strings other than spaces, in order, in the first entries of `out` (grown as needed; the
+/// entries after them are left as they are); their number. `None` when the line holds a
+/// control byte, an invalid escape, or ends inside a string.
+fn index(line: &[u8], out: &mut Vec<u32>, u_escapes: &mut bool) -> Option<usize> {
+    // Positions, and the block base after the last block, fit in the index's entries.
+    u32::try_from(line.len() + 64).ok()?;
+    let mut n = 0usize;
     let mut prev_escaped = 0u64;
     let mut inside = 0u64;
     let mut base = 0usize;
@@ -204,9 +267,10 @@ fn index(line: &[u8], out: &mut Vec<u32>, u_escapes: &mut bool) -> bool {
             }
             None => break,
         };
-        let m = masks(block);
-        if m.control != 0 {
-            return false;
+        let v = lanes(block);
+        let m = masks(&v);
+        if m.control {
+            return None;
         }
         let esc = escaped(m.backslash, &mut prev_escaped);
         let quote = m.quote & !esc;
@@ -217,12 +281,13 @@ fn index(line: &[u8], out: &mut Vec<u32>, u_escapes: &mut bool) -> bool {
         // every few bytes, so the block's escapes are checked at once: an escaped byte is
         // always in the same block as its backslash's run end (the carry moves the escape of a
         // run ending the block to bit 0 of the next), and the tail block's padding is spaces,
-        // no valid escape, as for a line ending on a backslash.
+        // no valid escape, as for a line ending on a backslash. Most escapes are a newline, a
+        // tab or a quote: only a block with another one gets the full classes.
         let e = esc & in_string;
-        if e != 0 {
-            let (valid, u) = escape_classes(block, &m);
+        if e != 0 && e & !(m.quote | m.backslash | common_escapes(&v)) != 0 {
+            let (valid, u) = escape_classes(&v, &m);
             if e & !valid != 0 {
-                return false;
+                return None;
             }
             let mut u = e & u;
             if u != 0 {
@@ -235,22 +300,43 @@ fn index(line: &[u8], out: &mut Vec<u32>, u_escapes: &mut bool) -> bool {
                     .get(at + 1..at + 5)
                     .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
                 {
-                    return false;
+                    return None;
                 }
             }
         }
-        let mut structure = quote | (!in_string & !quote & !m.space);
-        while structure != 0 {
-            let at = base + structure.trailing_zeros() as usize;
-            structure &= structure - 1;
-            if at < line.len() {
-                out.push(at as u32);
-            }
+        // The tail block's padding is spaces outside strings, or inside an unterminated one:
+        // never indexed.
+        let outside = !in_string & !quote;
+        let structure = if outside == 0 {
+            quote
+        } else {
+            quote | (outside & !spaces(&v))
+        };
+        if structure != 0 {
+            n = push_positions(out, n, base as u32, structure);
         }
         base += 64;
     }
     // Ending inside a string, or on a lone backslash, is a truncated line.
-    inside == 0 && prev_escaped == 0
+    (inside == 0 && prev_escaped == 0).then_some(n)
+}
+
+/// Writes the positions of the bits of `bits` (from `base`) at `out[n..]`, eight at a time (the
+/// entries past the last are scratch); the new count.
+#[inline(always)]
+fn push_positions(out: &mut Vec<u32>, n: usize, base: u32, mut bits: u64) -> usize {
+    if out.len() < n + 64 {
+        out.resize((n + 64).max(2 * out.len()), 0);
+    }
+    let count = bits.count_ones() as usize;
+    let dst: &mut [u32; 64] = (&mut out[n..n + 64]).try_into().expect("64 entries");
+    for group in dst.chunks_exact_mut(8).take(count.div_ceil(8)) {
+        for slot in group {
+            *slot = base + bits.trailing_zeros();
+            bits &= bits.wrapping_sub(1);
+        }
+    }
+    n + count
 }
 
 /// The walk's expectation.
@@ -284,6 +370,7 @@ fn trim_json_whitespace(line: &[u8]) -> &[u8] {
 /// line after line allocates them once.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Scratch {
+    /// The index of the last line scanned is its first entries.
     idx: Vec<u32>,
 }
 
@@ -306,16 +393,14 @@ pub(crate) fn check<'a, 's>(line: &'a [u8], scratch: &'s mut Scratch) -> Option<
     if line.first() != Some(&b'{') {
         return None;
     }
-    scratch.idx.clear();
     let mut u_escapes = false;
-    if !index(line, &mut scratch.idx, &mut u_escapes) {
-        return None;
-    }
+    let n = index(line, &mut scratch.idx, &mut u_escapes)?;
+    let idx = &scratch.idx[..n];
     let mut exponent = false;
-    let kind = walk(line, &scratch.idx, &mut exponent)?;
+    let kind = walk(line, idx, &mut exponent)?;
     Some(Checked {
         line,
-        idx: &scratch.idx,
+        idx,
         kind,
         u_escapes,
         exponent,
