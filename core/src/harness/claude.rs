@@ -803,16 +803,17 @@ impl StreamDecoder for ClaudeDecoder {
         let mut update = StreamUpdate::default();
         // Quiet events (tool results are most of a stream's bytes) are only scanned. Grok
         // still needs every line while it has no session id.
-        // The scan runs only when a quoted quiet type name is near the start of the line (or
-        // a type read below), so other lines are not scanned twice; when it runs it still
-        // validates the whole line.
+        // The scan runs only when the line may be of a quiet type or of a type read below
+        // (a hint: the line's leading type, or a type name quoted near its start), so other
+        // lines are not scanned twice; when it runs it still validates the whole line.
+        let leading = json::leading_type(line);
         let quiet = (self.dialect == Dialect::Claude || self.any_session_id.is_some())
-            && json::mentions_early(line, QUIET_TYPES);
+            && json::may_be(line, leading, QUIET_TYPES);
         // Assistant frames of Claude are read into a borrowed typed view (no value tree)
         // through the scan's index; any failure (duplicate keys, another type) falls back to
         // the value parse.
         let claude_assistant =
-            self.dialect == Dialect::Claude && json::mentions_early(line, &["assistant"]);
+            self.dialect == Dialect::Claude && json::may_be(line, leading, &["assistant"]);
         // Qwen's init and assistant frames (most of its stream) once its session id is known
         // (so no session id is left to take from them) are read into borrowed views too; any
         // failure falls back to the value parse below, as for Claude.
@@ -821,10 +822,10 @@ impl StreamDecoder for ClaudeDecoder {
         // take this path.
         let qwen_system = self.dialect == Dialect::Qwen
             && self.any_session_id.is_some()
-            && json::mentions_early(line, &["system"]);
+            && json::may_be(line, leading, &["system"]);
         let qwen_assistant = self.dialect == Dialect::Qwen
             && self.any_session_id.is_some()
-            && json::mentions_early(line, &["assistant"]);
+            && json::may_be(line, leading, &["assistant"]);
         if quiet || claude_assistant || qwen_system || qwen_assistant {
             let checked = scan::check(line, &mut self.scratch);
             if quiet && json::is_quiet(line, QUIET_TYPES, checked.as_ref()) {

@@ -479,6 +479,28 @@ pub(crate) fn is_quiet(
     }
 }
 
+/// The type of a line that starts `{"type":"…"` (how every dialect's events are written), when
+/// that string is plain and ends within the first [`EARLY_BYTES`] bytes; `None` otherwise. A
+/// hint, like [`mentions_early`], never a decision.
+pub(crate) fn leading_type(line: &[u8]) -> Option<&[u8]> {
+    let head = &line[..line.len().min(EARLY_BYTES)];
+    let rest = head.strip_prefix(br#"{"type":""#)?;
+    let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
+    (rest[end] == b'"').then_some(&rest[..end])
+}
+
+/// Whether the line's type may be one of `names`: its leading type ([`leading_type`], looked
+/// up once per line) is one, or, for a line that does not start with a plain type, one of
+/// `names` is mentioned early ([`mentions_early`]). A cheap hint, never a decision: where it
+/// says yes, [`mentions_early`] does too, and where only [`mentions_early`] does, the line's
+/// type is its leading type, not one of `names`.
+pub(crate) fn may_be(line: &[u8], leading: Option<&[u8]>, names: &[&str]) -> bool {
+    match leading {
+        Some(kind) => names.iter().any(|n| n.as_bytes() == kind),
+        None => mentions_early(line, names),
+    }
+}
+
 /// How far into a line [`mentions_early`] looks.
 const EARLY_BYTES: usize = 128;
 
@@ -926,6 +948,22 @@ pub(crate) mod lenient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The leading-type hint says yes only where the early mention does.
+        #[test]
+        fn the_leading_type_hint_implies_the_early_mention(
+            kind in "user|assistant|system|[a-z\\\\\"]{0,130}",
+            rest in "[a-z\",:{}]{0,200}",
+        ) {
+            let line = format!(r#"{{"type":"{kind}"{rest}"#);
+            let names: [&[&str]; 4] = [&["user", "keep_alive"], &["assistant"], &["system"], &[kind.as_str()]];
+            for names in names {
+                let hint = may_be(line.as_bytes(), leading_type(line.as_bytes()), names);
+                proptest::prop_assert!(!hint || mentions_early(line.as_bytes(), names), "{}", line);
+            }
+        }
+    }
 
     #[test]
     fn a_partial_read_keeps_only_the_named_fields_of_the_named_types() {

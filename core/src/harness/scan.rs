@@ -491,10 +491,10 @@ fn walk<'a>(line: &'a [u8], idx: &[u32], exponent: &mut bool) -> Option<Option<&
                         k += 1;
                         if is_type_value {
                             let s = &line[at + 1..end];
-                            kind = if memchr::memchr(b'\\', s).is_none() {
-                                std::str::from_utf8(s).ok()
-                            } else {
+                            kind = if has_backslash(s) {
                                 None
+                            } else {
+                                std::str::from_utf8(s).ok()
                             };
                         }
                     }
@@ -530,11 +530,12 @@ fn walk<'a>(line: &'a [u8], idx: &[u32], exponent: &mut bool) -> Option<Option<&
                         // serde decodes the keys it reads (escapes, UTF-8): only plain ones
                         // here.
                         let key = &line[at + 1..end];
-                        if memchr::memchr(b'\\', key).is_some() {
+                        if has_backslash(key)
+                            || (!key.is_ascii() && std::str::from_utf8(key).is_err())
+                        {
                             return None;
                         }
-                        let key = std::str::from_utf8(key).ok()?;
-                        if key == "type" {
+                        if key == b"type" {
                             types += 1;
                             type_value_next = true;
                         }
@@ -571,6 +572,17 @@ fn walk<'a>(line: &'a [u8], idx: &[u32], exponent: &mut bool) -> Option<Option<&
         return None;
     }
     Some(if types == 1 { kind } else { None })
+}
+
+/// Whether `bytes` holds a backslash (a short string is looked at byte by byte: cheaper than
+/// a call).
+#[inline]
+fn has_backslash(bytes: &[u8]) -> bool {
+    if bytes.len() <= 32 {
+        bytes.iter().any(|&b| b == b'\\')
+    } else {
+        memchr::memchr(b'\\', bytes).is_some()
+    }
 }
 
 /// The literal starting with `b` (`t`, `f` or `n`).

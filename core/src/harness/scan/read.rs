@@ -7,12 +7,13 @@
 //! `serde_json` itself from that value's bytes (a number, a literal, an escaped string), or,
 //! for a plain string, checked for UTF-8 as `serde_json` checks it; a skipped value is
 //! skipped without a check, as `serde_json` skips it (`IgnoredAny` looks only at the syntax).
-//! A map key is read as a string (a view's field name), so types whose keys are numbers or
-//! enums are not for this reader.
+//! A map key is read as a string, and a plain ASCII field name of a derived struct as its
+//! bytes (which derived visitors match alike), so types whose keys are numbers or enums, or
+//! hand-written field visitors, are not for this reader.
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::{literal, number_end};
+use super::{has_backslash, literal, number_end};
 
 type Error = serde_json::Error;
 
@@ -90,14 +91,11 @@ impl<'a> Tape<'a, '_> {
     fn string<V: Visitor<'a>>(&mut self, visitor: V) -> Result<V::Value, Error> {
         let (open, close) = (self.idx[self.k] as usize, self.idx[self.k + 1] as usize);
         let text = &self.line[open + 1..close];
-        if memchr::memchr(b'\\', text).is_some() {
+        if has_backslash(text) {
             return self.json().deserialize_str(visitor);
         }
         self.k += 2;
-        match std::str::from_utf8(text) {
-            Ok(s) => visitor.visit_borrowed_str(s),
-            Err(_) => Err(de::Error::custom("invalid unicode code point")),
-        }
+        visitor.visit_borrowed_str(utf8(text)?)
     }
 
     /// An object at the cursor, its members given to `visitor`.
@@ -365,17 +363,40 @@ struct Key<'a> {
     quoted: &'a [u8],
 }
 
+impl<'a> Key<'a> {
+    /// The key's text when it is plain ASCII (no escape): certainly what `serde_json` decodes.
+    fn ascii(&self) -> Option<&'a [u8]> {
+        let text = &self.quoted[1..self.quoted.len() - 1];
+        (text.is_ascii() && !has_backslash(text)).then_some(text)
+    }
+}
+
 impl<'a> Deserializer<'a> for Key<'a> {
     type Error = Error;
 
     fn deserialize_any<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
         let text = &self.quoted[1..self.quoted.len() - 1];
-        if memchr::memchr(b'\\', text).is_some() {
+        if has_backslash(text) {
             return serde_json::Deserializer::from_slice(self.quoted).deserialize_str(visitor);
         }
-        match std::str::from_utf8(text) {
-            Ok(s) => visitor.visit_borrowed_str(s),
-            Err(_) => Err(de::Error::custom("invalid unicode code point")),
+        visitor.visit_borrowed_str(utf8(text)?)
+    }
+
+    /// A derived struct's field names: a plain ASCII key is given as bytes, which such a
+    /// visitor matches as it matches the same text (no UTF-8 check needed).
+    fn deserialize_identifier<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.ascii() {
+            Some(text) => visitor.visit_borrowed_bytes(text),
+            None => self.deserialize_any(visitor),
+        }
+    }
+
+    /// A skipped key: `serde_json` decodes it (and fails on invalid UTF-8); a plain ASCII one
+    /// certainly decodes.
+    fn deserialize_ignored_any<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.ascii() {
+            Some(_) => visitor.visit_unit(),
+            None => self.deserialize_any(visitor),
         }
     }
 
@@ -394,6 +415,11 @@ impl<'a> Deserializer<'a> for Key<'a> {
     serde::forward_to_deserialize_any! {
         <W: Visitor<'a>>
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-        unit unit_struct seq tuple tuple_struct map struct enum identifier ignored_any
+        unit unit_struct seq tuple tuple_struct map struct enum
     }
+}
+
+/// `text` as a string, failing as `serde_json` fails on invalid UTF-8.
+fn utf8(text: &[u8]) -> Result<&str, Error> {
+    std::str::from_utf8(text).map_err(|_| de::Error::custom("invalid unicode code point"))
 }
