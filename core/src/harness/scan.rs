@@ -339,24 +339,6 @@ fn push_positions(out: &mut Vec<u32>, n: usize, base: u32, mut bits: u64) -> usi
     n + count
 }
 
-/// The walk's expectation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Expect {
-    /// A value (also the start).
-    Value,
-    /// A value or `]` (after `[`).
-    ValueOrClose,
-    /// A key or `}` (after `{`).
-    KeyOrClose,
-    /// A key (after `,` in an object).
-    Key,
-    Colon,
-    /// `,` or the container's close.
-    CommaOrClose,
-    /// Nothing more (the top-level object closed).
-    End,
-}
-
 /// `line` without the whitespace JSON allows around a value (space, tab, LF, CR). Not
 /// `trim_ascii`: that also drops a form feed, which `serde_json` refuses.
 fn trim_json_whitespace(line: &[u8]) -> &[u8] {
@@ -449,129 +431,136 @@ pub(crate) fn parses_as_value(line: &[u8]) -> bool {
 /// The walk: checks the structure from the index; `None` when the line is not certainly
 /// valid, else `Some` of the top-level `type` (itself `None` when there is not exactly one
 /// plain string `type`). `exponent` is set when a number has one, or is too long to vouch for.
+///
+/// Laid out as the grammar (a value; then, until the top-level object closes, a comma and the
+/// next member or element, or a close), so that the branches follow the line's shape: after a
+/// key comes its colon, after a value mostly a comma.
 fn walk<'a>(line: &'a [u8], idx: &[u32], exponent: &mut bool) -> Option<Option<&'a str>> {
+    let byte = |k: usize| idx.get(k).map(|&at| line[at as usize]);
     // Bit d of `objects`: whether the container at depth d + 1 is an object.
     let mut objects = 0u64;
     let mut depth = 0u32;
-    let mut expect = Expect::Value;
     let mut types = 0u32;
     let mut kind: Option<&'a str> = None;
     let mut type_value_next = false;
     let mut k = 0usize;
-    while k < idx.len() {
-        let at = idx[k] as usize;
-        let b = line[at];
-        k += 1;
-        match expect {
-            Expect::Value | Expect::ValueOrClose => {
-                let is_type_value = std::mem::take(&mut type_value_next);
-                match b {
-                    b']' if expect == Expect::ValueOrClose => {
-                        close(&mut depth, &mut expect);
-                        continue;
-                    }
-                    b'{' | b'[' => {
-                        if depth >= MAX_DEPTH || (depth == 0 && b != b'{') {
-                            return None;
-                        }
-                        if b == b'{' {
-                            objects |= 1 << depth;
-                            expect = Expect::KeyOrClose;
-                        } else {
-                            objects &= !(1 << depth);
-                            expect = Expect::ValueOrClose;
-                        }
-                        depth += 1;
-                        continue;
-                    }
-                    // Only an object may be the top level.
-                    _ if depth == 0 => return None,
-                    b'"' => {
-                        let end = *idx.get(k)? as usize;
-                        k += 1;
-                        if is_type_value {
-                            let s = &line[at + 1..end];
-                            kind = if has_backslash(s) {
-                                None
-                            } else {
-                                std::str::from_utf8(s).ok()
-                            };
-                        }
-                    }
-                    b't' | b'f' | b'n' => {
-                        let word = literal(b);
-                        if !line[at..].starts_with(word) {
-                            return None;
-                        }
-                        // Each letter is indexed (outside strings, not a space).
-                        k += word.len() - 1;
-                    }
-                    b'-' | b'0'..=b'9' => {
-                        let end = number_end(line, at)?;
-                        // An exponent, or more digits than an f64 spans (1.8e308), may be out
-                        // of the value parse's range.
-                        *exponent |= end - at > MAX_PLAIN_NUMBER_BYTES
-                            || line[at..end].iter().any(|&c| c == b'e' || c == b'E');
-                        k += end - at - 1;
-                    }
-                    _ => return None,
-                }
-                if is_type_value && b != b'"' {
-                    kind = None;
-                }
-                expect = Expect::CommaOrClose;
-            }
-            Expect::KeyOrClose | Expect::Key => match b {
-                b'}' if expect == Expect::KeyOrClose => close(&mut depth, &mut expect),
-                b'"' => {
-                    let end = *idx.get(k)? as usize;
-                    k += 1;
-                    if depth == 1 {
-                        // serde decodes the keys it reads (escapes, UTF-8): only plain ones
-                        // here.
-                        let key = &line[at + 1..end];
-                        if has_backslash(key)
-                            || (!key.is_ascii() && std::str::from_utf8(key).is_err())
-                        {
-                            return None;
-                        }
-                        if key == b"type" {
-                            types += 1;
-                            type_value_next = true;
-                        }
-                    }
-                    expect = Expect::Colon;
-                }
-                _ => return None,
-            },
-            Expect::Colon => {
-                if b != b':' {
-                    return None;
-                }
-                expect = Expect::Value;
-            }
-            Expect::CommaOrClose => {
-                let in_object = objects & (1 << (depth - 1)) != 0;
-                match b {
-                    b',' => {
-                        expect = if in_object {
-                            Expect::Key
-                        } else {
-                            Expect::Value
-                        };
-                    }
-                    b'}' if in_object => close(&mut depth, &mut expect),
-                    b']' if !in_object => close(&mut depth, &mut expect),
-                    _ => return None,
-                }
-            }
-            Expect::End => return None,
+    // Reads the key at `k` and its colon (in an object at `depth`); `false` when it is not one.
+    let mut key = |k: &mut usize, depth: u32, type_value_next: &mut bool| -> bool {
+        if byte(*k) != Some(b'"') {
+            return false;
         }
-    }
-    if expect != Expect::End {
+        let (Some(&open), Some(&end)) = (idx.get(*k), idx.get(*k + 1)) else {
+            return false;
+        };
+        if depth == 1 {
+            // serde decodes the keys it reads (escapes, UTF-8): only plain ones here.
+            let key = &line[open as usize + 1..end as usize];
+            if has_backslash(key) || (!key.is_ascii() && std::str::from_utf8(key).is_err()) {
+                return false;
+            }
+            if key == b"type" {
+                types += 1;
+                *type_value_next = true;
+            }
+        }
+        *k += 3;
+        byte(*k - 1) == Some(b':')
+    };
+    // Only an object may be the top level.
+    if byte(0) != Some(b'{') {
         return None;
     }
-    Some(if types == 1 { kind } else { None })
+    'value: loop {
+        // A value starts at `k`.
+        let at = *idx.get(k)? as usize;
+        let b = line[at];
+        let is_type_value = std::mem::take(&mut type_value_next);
+        match b {
+            b'{' | b'[' => {
+                if depth >= MAX_DEPTH {
+                    return None;
+                }
+                depth += 1;
+                k += 1;
+                if b == b'{' {
+                    objects |= 1 << (depth - 1);
+                    if byte(k) == Some(b'}') {
+                        k += 1;
+                        depth -= 1;
+                    } else {
+                        if !key(&mut k, depth, &mut type_value_next) {
+                            return None;
+                        }
+                        continue 'value;
+                    }
+                } else {
+                    objects &= !(1 << (depth - 1));
+                    if byte(k) == Some(b']') {
+                        k += 1;
+                        depth -= 1;
+                    } else {
+                        continue 'value;
+                    }
+                }
+            }
+            b'"' => {
+                let end = *idx.get(k + 1)? as usize;
+                k += 2;
+                if is_type_value {
+                    let s = &line[at + 1..end];
+                    kind = if has_backslash(s) {
+                        None
+                    } else {
+                        std::str::from_utf8(s).ok()
+                    };
+                }
+            }
+            b't' | b'f' | b'n' => {
+                let word = literal(b);
+                if !line[at..].starts_with(word) {
+                    return None;
+                }
+                // Each letter is indexed (outside strings, not a space).
+                k += word.len();
+            }
+            b'-' | b'0'..=b'9' => {
+                let end = number_end(line, at)?;
+                // An exponent, or more digits than an f64 spans (1.8e308), may be out of the
+                // value parse's range.
+                *exponent |= end - at > MAX_PLAIN_NUMBER_BYTES
+                    || line[at..end].iter().any(|&c| c == b'e' || c == b'E');
+                k += end - at;
+            }
+            _ => return None,
+        }
+        if is_type_value && b != b'"' {
+            kind = None;
+        }
+        // After a value: a comma and the next member or element, or the container's close.
+        loop {
+            if depth == 0 {
+                // The top-level object closed: nothing may follow.
+                if k != idx.len() {
+                    return None;
+                }
+                return Some(if types == 1 { kind } else { None });
+            }
+            let in_object = objects & (1 << (depth - 1)) != 0;
+            let b = byte(k)?;
+            k += 1;
+            match b {
+                b',' => {
+                    if in_object && !key(&mut k, depth, &mut type_value_next) {
+                        return None;
+                    }
+                    continue 'value;
+                }
+                b'}' if in_object => depth -= 1,
+                b']' if !in_object => depth -= 1,
+                _ => return None,
+            }
+        }
+    }
 }
 
 /// Whether `bytes` holds a backslash (a short string is looked at byte by byte: cheaper than
@@ -592,16 +581,6 @@ fn literal(b: u8) -> &'static [u8] {
         b'f' => b"false",
         _ => b"null",
     }
-}
-
-/// Leaves the current container.
-fn close(depth: &mut u32, expect: &mut Expect) {
-    *depth -= 1;
-    *expect = if *depth == 0 {
-        Expect::End
-    } else {
-        Expect::CommaOrClose
-    };
 }
 
 /// The longest number `parses_as_value` vouches for without an exponent: one more digit may

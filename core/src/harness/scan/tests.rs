@@ -460,3 +460,220 @@ proptest! {
         }
     }
 }
+
+/// The walk's expectation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// A value (also the start).
+    Value,
+    /// A value or `]` (after `[`).
+    ValueOrClose,
+    /// A key or `}` (after `{`).
+    KeyOrClose,
+    /// A key (after `,` in an object).
+    Key,
+    Colon,
+    /// `,` or the container's close.
+    CommaOrClose,
+    /// Nothing more (the top-level object closed).
+    End,
+}
+
+/// Leaves the current container.
+fn close(depth: &mut u32, expect: &mut Expect) {
+    *depth -= 1;
+    *expect = if *depth == 0 {
+        Expect::End
+    } else {
+        Expect::CommaOrClose
+    };
+}
+
+/// The walk as a state machine (the walk before it followed the grammar): the reference for
+/// [`walk`]. It checks the structure from the index; `None` when the line is not certainly
+/// valid, else `Some` of the top-level `type` (itself `None` when there is not exactly one
+/// plain string `type`). `exponent` is set when a number has one, or is too long to vouch for.
+fn walk_state_machine<'a>(line: &'a [u8], idx: &[u32], exponent: &mut bool) -> Option<Option<&'a str>> {
+    // Bit d of `objects`: whether the container at depth d + 1 is an object.
+    let mut objects = 0u64;
+    let mut depth = 0u32;
+    let mut expect = Expect::Value;
+    let mut types = 0u32;
+    let mut kind: Option<&'a str> = None;
+    let mut type_value_next = false;
+    let mut k = 0usize;
+    while k < idx.len() {
+        let at = idx[k] as usize;
+        let b = line[at];
+        k += 1;
+        match expect {
+            Expect::Value | Expect::ValueOrClose => {
+                let is_type_value = std::mem::take(&mut type_value_next);
+                match b {
+                    b']' if expect == Expect::ValueOrClose => {
+                        close(&mut depth, &mut expect);
+                        continue;
+                    }
+                    b'{' | b'[' => {
+                        if depth >= MAX_DEPTH || (depth == 0 && b != b'{') {
+                            return None;
+                        }
+                        if b == b'{' {
+                            objects |= 1 << depth;
+                            expect = Expect::KeyOrClose;
+                        } else {
+                            objects &= !(1 << depth);
+                            expect = Expect::ValueOrClose;
+                        }
+                        depth += 1;
+                        continue;
+                    }
+                    // Only an object may be the top level.
+                    _ if depth == 0 => return None,
+                    b'"' => {
+                        let end = *idx.get(k)? as usize;
+                        k += 1;
+                        if is_type_value {
+                            let s = &line[at + 1..end];
+                            kind = if has_backslash(s) {
+                                None
+                            } else {
+                                std::str::from_utf8(s).ok()
+                            };
+                        }
+                    }
+                    b't' | b'f' | b'n' => {
+                        let word = literal(b);
+                        if !line[at..].starts_with(word) {
+                            return None;
+                        }
+                        // Each letter is indexed (outside strings, not a space).
+                        k += word.len() - 1;
+                    }
+                    b'-' | b'0'..=b'9' => {
+                        let end = number_end(line, at)?;
+                        // An exponent, or more digits than an f64 spans (1.8e308), may be out
+                        // of the value parse's range.
+                        *exponent |= end - at > MAX_PLAIN_NUMBER_BYTES
+                            || line[at..end].iter().any(|&c| c == b'e' || c == b'E');
+                        k += end - at - 1;
+                    }
+                    _ => return None,
+                }
+                if is_type_value && b != b'"' {
+                    kind = None;
+                }
+                expect = Expect::CommaOrClose;
+            }
+            Expect::KeyOrClose | Expect::Key => match b {
+                b'}' if expect == Expect::KeyOrClose => close(&mut depth, &mut expect),
+                b'"' => {
+                    let end = *idx.get(k)? as usize;
+                    k += 1;
+                    if depth == 1 {
+                        // serde decodes the keys it reads (escapes, UTF-8): only plain ones
+                        // here.
+                        let key = &line[at + 1..end];
+                        if has_backslash(key)
+                            || (!key.is_ascii() && std::str::from_utf8(key).is_err())
+                        {
+                            return None;
+                        }
+                        if key == b"type" {
+                            types += 1;
+                            type_value_next = true;
+                        }
+                    }
+                    expect = Expect::Colon;
+                }
+                _ => return None,
+            },
+            Expect::Colon => {
+                if b != b':' {
+                    return None;
+                }
+                expect = Expect::Value;
+            }
+            Expect::CommaOrClose => {
+                let in_object = objects & (1 << (depth - 1)) != 0;
+                match b {
+                    b',' => {
+                        expect = if in_object {
+                            Expect::Key
+                        } else {
+                            Expect::Value
+                        };
+                    }
+                    b'}' if in_object => close(&mut depth, &mut expect),
+                    b']' if !in_object => close(&mut depth, &mut expect),
+                    _ => return None,
+                }
+            }
+            Expect::End => return None,
+        }
+    }
+    if expect != Expect::End {
+        return None;
+    }
+    Some(if types == 1 { kind } else { None })
+}
+
+
+/// Both walks of `line` (when the index accepts it).
+fn both_walks(line: &[u8]) -> Option<[(Option<Option<String>>, bool); 2]> {
+    let line = trim_json_whitespace(line);
+    let mut idx = Vec::new();
+    let n = index(line, &mut idx, &mut false)?;
+    let idx = &idx[..n];
+    let run = |f: for<'a> fn(&'a [u8], &[u32], &mut bool) -> Option<Option<&'a str>>| {
+        let mut exponent = false;
+        let r = f(line, idx, &mut exponent).map(|k| k.map(str::to_owned));
+        let exponent = r.is_some() && exponent;
+        (r, exponent)
+    };
+    Some([run(walk), run(walk_state_machine)])
+}
+
+#[test]
+fn recorded_lines_walk_as_the_state_machine_did() {
+    for line in recorded_lines() {
+        let [new, old] = both_walks(line.as_bytes()).expect(line);
+        assert!(new.0.is_some(), "{line}");
+        assert_eq!(new, old, "{line}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// Recorded lines and structure-dense ones, with structure bytes changed, inserted or
+    /// removed: the walk decides as the state machine did.
+    #[test]
+    fn mutated_lines_walk_as_the_state_machine_did(
+        which in any::<prop::sample::Index>(),
+        dense in "[\\[\\]{}:,\"a1tn -]{0,40}",
+        edits in proptest::collection::vec((any::<prop::sample::Index>(), 0u8..3, prop_oneof![
+            Just(b'"'), Just(b'{'), Just(b'}'), Just(b'['), Just(b']'), Just(b','), Just(b':'),
+            Just(b'0'), Just(b'-'), Just(b'e'), Just(b'.'), Just(b't'), Just(b'n'), Just(b'f'),
+            Just(b' '), Just(b'x'),
+        ]), 0..4),
+    ) {
+        let lines = recorded_lines();
+        let mut line = lines[which.index(lines.len())].as_bytes().to_vec();
+        if which.index(3) == 0 {
+            line = format!(r#"{{"type":"x","a":{dense}}}"#).into_bytes();
+        }
+        for (at, op, byte) in edits {
+            if line.is_empty() { break; }
+            let i = at.index(line.len());
+            match op {
+                0 => line[i] = byte,
+                1 => line.insert(i, byte),
+                _ => { line.remove(i); }
+            }
+        }
+        if let Some([new, old]) = both_walks(&line) {
+            prop_assert_eq!(new, old, "{}", String::from_utf8_lossy(&line));
+        }
+    }
+}
