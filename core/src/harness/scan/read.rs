@@ -13,7 +13,7 @@
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::{has_backslash, literal, number_end};
+use super::has_backslash;
 
 type Error = serde_json::Error;
 
@@ -68,15 +68,14 @@ impl<'a> Tape<'a, '_> {
                     }
                 }
             }
-            b @ (b't' | b'f' | b'n') => {
-                let n = literal(b).len();
-                self.k += n;
-                at + n
-            }
+            // A literal or a number: each of its bytes is an entry, and a comma or a close
+            // follows it (the walk checked that).
             _ => {
-                let end = number_end(self.line, at).unwrap_or(at + 1);
-                self.k += end - at;
-                end
+                self.k += 1;
+                while !matches!(self.byte(), b',' | b'}' | b']') {
+                    self.k += 1;
+                }
+                self.idx[self.k - 1] as usize + 1
             }
         };
         &self.line[at..end]
@@ -367,7 +366,9 @@ impl<'a> Key<'a> {
     /// The key's text when it is plain ASCII (no escape): certainly what `serde_json` decodes.
     fn ascii(&self) -> Option<&'a [u8]> {
         let text = &self.quoted[1..self.quoted.len() - 1];
-        (text.is_ascii() && !has_backslash(text)).then_some(text)
+        text.iter()
+            .all(|&b| b.is_ascii() && b != b'\\')
+            .then_some(text)
     }
 }
 

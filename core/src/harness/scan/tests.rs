@@ -493,7 +493,11 @@ fn close(depth: &mut u32, expect: &mut Expect) {
 /// [`walk`]. It checks the structure from the index; `None` when the line is not certainly
 /// valid, else `Some` of the top-level `type` (itself `None` when there is not exactly one
 /// plain string `type`). `exponent` is set when a number has one, or is too long to vouch for.
-fn walk_state_machine<'a>(line: &'a [u8], idx: &[u32], exponent: &mut bool) -> Option<Option<&'a str>> {
+fn walk_state_machine<'a>(
+    line: &'a [u8],
+    idx: &[u32],
+    exponent: &mut bool,
+) -> Option<Option<&'a str>> {
     // Bit d of `objects`: whether the container at depth d + 1 is an object.
     let mut objects = 0u64;
     let mut depth = 0u32;
@@ -617,7 +621,6 @@ fn walk_state_machine<'a>(line: &'a [u8], idx: &[u32], exponent: &mut bool) -> O
     }
     Some(if types == 1 { kind } else { None })
 }
-
 
 /// Both walks of `line` (when the index accepts it).
 fn both_walks(line: &[u8]) -> Option<[(Option<Option<String>>, bool); 2]> {
