@@ -12,7 +12,7 @@ use super::failure;
 use super::json;
 use super::json::lenient::{self, Bool, NonNull, Obj, Seq, Str};
 use super::progress;
-use super::scan::Shape;
+use super::scan;
 use super::usage::turns_text;
 use super::{
     Drift, Evidence, Facts, FailureKind, ModelScope, RefusalCategory, RetryAfter, StreamDecoder,
@@ -93,6 +93,8 @@ pub(crate) struct ClaudeDecoder {
     /// Grok ACP: the text of the current reply.
     acp_text: String,
     acp_tool_since_text: bool,
+    /// The line scan's buffers, reused line after line.
+    scratch: scan::Scratch,
 }
 
 impl ClaudeDecoder {
@@ -123,6 +125,7 @@ impl ClaudeDecoder {
             killed_set: HashSet::new(),
             acp_text: String::new(),
             acp_tool_since_text: false,
+            scratch: scan::Scratch::default(),
         }
     }
 
@@ -623,51 +626,6 @@ struct ToolInput<'a> {
     query: Str<'a>,
 }
 
-/// What [`AssistantFrame`] reads, for [`lenient::from_slice_reduced`]: its fields and their
-/// types, struct by struct (a test checks it against the structs on recorded lines).
-const ASSISTANT_SHAPE: Shape = {
-    use Shape::{Leaf, SeqOf, Struct};
-    const TOOL_INPUT: Shape = Struct(&[
-        ("command", Leaf),
-        ("skill", Leaf),
-        ("name", Leaf),
-        ("file_path", Leaf),
-        ("absolute_path", Leaf),
-        ("pattern", Leaf),
-        ("description", Leaf),
-        ("url", Leaf),
-        ("query", Leaf),
-    ]);
-    const BLOCK: Shape = Struct(&[
-        ("type", Leaf),
-        ("name", Leaf),
-        ("text", Leaf),
-        ("input", TOOL_INPUT),
-    ]);
-    Struct(&[
-        ("type", Leaf),
-        ("parent_tool_use_id", Leaf),
-        ("is_api_error_message", Leaf),
-        (
-            "message",
-            Struct(&[
-                ("model", Leaf),
-                ("is_api_error_message", Leaf),
-                ("content", SeqOf(&BLOCK)),
-                (
-                    "usage",
-                    Struct(&[
-                        ("input_tokens", Leaf),
-                        ("cache_read_input_tokens", Leaf),
-                        ("output_tokens", Leaf),
-                        ("reasoning_tokens", Leaf),
-                    ]),
-                ),
-            ]),
-        ),
-    ])
-};
-
 /// The first non-empty string among `fields`.
 fn first<'a>(fields: &[&'a Str<'_>]) -> Option<&'a str> {
     fields
@@ -845,67 +803,69 @@ impl StreamDecoder for ClaudeDecoder {
         let mut update = StreamUpdate::default();
         // Quiet events (tool results are most of a stream's bytes) are only scanned. Grok
         // still needs every line while it has no session id.
-        // The peek runs only when a quoted quiet type name is near the start of the line, so
-        // other lines are not scanned twice; when it runs it still validates the whole line.
-        if (self.dialect == Dialect::Claude || self.any_session_id.is_some())
-            && json::is_quiet(line, QUIET_TYPES)
-        {
-            return update;
-        }
-        // Assistant frames of Claude are read straight into a borrowed typed view (no value
-        // tree); any failure (duplicate keys, another type) falls back to the value parse.
-        let mut reduced = Vec::new();
-        if self.dialect == Dialect::Claude
-            && json::mentions_early(line, &["assistant"])
-            && let Some(frame) = lenient::from_slice_reduced::<AssistantFrame<'_>>(
-                line,
-                &ASSISTANT_SHAPE,
-                &mut reduced,
-            )
-            && frame.kind.get() == Some("assistant")
-        {
-            self.assistant(&frame, &mut update);
-            return update;
-        }
+        // The scan runs only when the line may be of a quiet type or of a type read below
+        // (a hint: the line's leading type, or a type name quoted near its start), so other
+        // lines are not scanned twice; when it runs it still validates the whole line.
+        let leading = json::leading_type(line);
+        let quiet = (self.dialect == Dialect::Claude || self.any_session_id.is_some())
+            && json::may_be(line, leading, QUIET_TYPES);
+        // Assistant frames of Claude are read into a borrowed typed view (no value tree)
+        // through the scan's index; any failure (duplicate keys, another type) falls back to
+        // the value parse.
+        let claude_assistant =
+            self.dialect == Dialect::Claude && json::may_be(line, leading, &["assistant"]);
         // Qwen's init and assistant frames (most of its stream) once its session id is known
         // (so no session id is left to take from them) are read into borrowed views too; any
         // failure falls back to the value parse below, as for Claude.
         // The view skips what it does not read; the value parse would refuse a line with
         // invalid UTF-8 or an out-of-range number there, so only lines it certainly parses
         // take this path.
-        if self.dialect == Dialect::Qwen
+        let qwen_system = self.dialect == Dialect::Qwen
             && self.any_session_id.is_some()
-            && (json::mentions_early(line, &["system"])
-                || json::mentions_early(line, &["assistant"]))
-            && super::scan::parses_as_value(line)
-        {
-            if json::mentions_early(line, &["system"])
-                && let Some(frame) = lenient::from_slice::<InitFrame<'_>>(line)
-                && frame.kind.get() == Some("system")
-                && frame.subtype.get() == Some("init")
-            {
-                self.init(
-                    frame.session_id.get(),
-                    frame.api_key_source.get(),
-                    &mut update,
-                );
+            && json::may_be(line, leading, &["system"]);
+        let qwen_assistant = self.dialect == Dialect::Qwen
+            && self.any_session_id.is_some()
+            && json::may_be(line, leading, &["assistant"]);
+        if quiet || claude_assistant || qwen_system || qwen_assistant {
+            let checked = scan::check(line, &mut self.scratch);
+            if quiet && json::is_quiet(line, QUIET_TYPES, checked.as_ref()) {
                 return update;
             }
-            if json::mentions_early(line, &["assistant"])
-                && let Some(frame) = lenient::from_slice_reduced::<AssistantFrame<'_>>(
-                    line,
-                    &ASSISTANT_SHAPE,
-                    &mut reduced,
-                )
+            if claude_assistant
+                && let Some(frame) =
+                    lenient::from_checked::<AssistantFrame<'_>>(line, checked.as_ref())
                 && frame.kind.get() == Some("assistant")
             {
                 self.assistant(&frame, &mut update);
-                if !frame.parent_tool_use_id.0
-                    && let Some(usage) = frame.message.0.as_ref().and_then(|m| m.usage.0.as_ref())
-                {
-                    self.add_qwen_counts(usage);
-                }
                 return update;
+            }
+            let value_safe = checked.filter(|c| c.parses_as_value());
+            if let Some(c) = &value_safe {
+                if qwen_system
+                    && let Some(frame) = lenient::from_checked::<InitFrame<'_>>(line, Some(c))
+                    && frame.kind.get() == Some("system")
+                    && frame.subtype.get() == Some("init")
+                {
+                    self.init(
+                        frame.session_id.get(),
+                        frame.api_key_source.get(),
+                        &mut update,
+                    );
+                    return update;
+                }
+                if qwen_assistant
+                    && let Some(frame) = lenient::from_checked::<AssistantFrame<'_>>(line, Some(c))
+                    && frame.kind.get() == Some("assistant")
+                {
+                    self.assistant(&frame, &mut update);
+                    if !frame.parent_tool_use_id.0
+                        && let Some(usage) =
+                            frame.message.0.as_ref().and_then(|m| m.usage.0.as_ref())
+                    {
+                        self.add_qwen_counts(usage);
+                    }
+                    return update;
+                }
             }
         }
         let partial = if self.dialect == Dialect::Qwen {

@@ -43,8 +43,10 @@ pub fn json_budget(data: &[u8]) {
 /// `scan::object_type` answers, the line is a JSON object that `serde_json` accepts and (when
 /// its strings hold no lone surrogate, so that it parses into a `Value`) its top-level `type`
 /// is that string; wherever `scan::parses_as_value` says yes, the line parses into a `Value`
-/// object. Both are checked on the input and, with byte 0 choosing a position, on the input
-/// with that byte removed (a cut line) and on it wrapped in an object.
+/// object; wherever the scan checks a line, a `Value` read through its index
+/// (`scan::Checked::read`) is what `serde_json` reads, or fails where it fails. All are
+/// checked on the input and, with byte 0 choosing a position, on the input with that byte
+/// removed (a cut line) and on it wrapped in an object.
 pub fn line_scan(data: &[u8]) {
     check_line_scan(data);
     if let Some((&at, rest)) = data.split_first() {
@@ -81,6 +83,16 @@ fn check_line_scan(line: &[u8]) {
         assert!(
             value.as_ref().is_ok_and(Value::is_object),
             "parses_as_value said yes, serde_json: {value:?} on {text:?}"
+        );
+    }
+    let mut scratch = super::scan::Scratch::default();
+    if let Some(checked) = super::scan::check(line, &mut scratch) {
+        let fast = checked.read::<Value>();
+        let slow = serde_json::from_slice::<Value>(line);
+        assert_eq!(
+            fast.as_ref().ok(),
+            slow.as_ref().ok(),
+            "the read through the index disagrees with serde_json on {text:?}"
         );
     }
 }

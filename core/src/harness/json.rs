@@ -464,17 +464,40 @@ pub(crate) fn peek_str<'a>(line: &'a [u8], key: &'static str) -> Peek<'a> {
 }
 
 /// Whether `line` is an object whose top-level `type` is one of `names` (the key once, its
-/// value a string), with one of `names` quoted in its first bytes ([`mentions_early`]): the
-/// decoders' test for their quiet event types. The fast scan ([`super::scan::object_type`])
-/// answers for ordinary lines; where it is unsure, [`peek_str`] decides, as it always did, so
-/// the answer is the same either way.
-pub(crate) fn is_quiet(line: &[u8], names: &[&str]) -> bool {
-    if !mentions_early(line, names) {
-        return false;
-    }
-    match super::scan::object_type(line) {
+/// value a string): the decoders' test for their quiet event types, for a line that mentions
+/// one of them early ([`mentions_early`]). `checked` is the fast scan of the line
+/// ([`super::scan::check`]); where it is unsure (`None`, or no plain `type`), [`peek_str`]
+/// decides, as it always did, so the answer is the same either way.
+pub(crate) fn is_quiet(
+    line: &[u8],
+    names: &[&str],
+    checked: Option<&super::scan::Checked<'_, '_>>,
+) -> bool {
+    match checked.and_then(|c| c.object_type()) {
         Some(kind) => names.contains(&kind),
         None => matches!(peek_str(line, "type"), Peek::Str(k) if names.contains(&k.as_ref())),
+    }
+}
+
+/// The type of a line that starts `{"type":"…"` (how every dialect's events are written), when
+/// that string is plain and ends within the first [`EARLY_BYTES`] bytes; `None` otherwise. A
+/// hint, like [`mentions_early`], never a decision.
+pub(crate) fn leading_type(line: &[u8]) -> Option<&[u8]> {
+    let head = &line[..line.len().min(EARLY_BYTES)];
+    let rest = head.strip_prefix(br#"{"type":""#)?;
+    let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
+    (rest[end] == b'"').then_some(&rest[..end])
+}
+
+/// Whether the line's type may be one of `names`: its leading type ([`leading_type`], looked
+/// up once per line) is one, or, for a line that does not start with a plain type, one of
+/// `names` is mentioned early ([`mentions_early`]). A cheap hint, never a decision: where it
+/// says yes, [`mentions_early`] does too, and where only [`mentions_early`] does, the line's
+/// type is its leading type, not one of `names`.
+pub(crate) fn may_be(line: &[u8], leading: Option<&[u8]>, names: &[&str]) -> bool {
+    match leading {
+        Some(kind) => names.iter().any(|n| n.as_bytes() == kind),
+        None => mentions_early(line, names),
     }
 }
 
@@ -845,20 +868,21 @@ pub(crate) mod lenient {
         serde_json::from_slice(trimmed).ok()
     }
 
-    /// [`from_slice`] of `line` with the long strings the view skips emptied first
-    /// ([`reduce`](super::super::scan::reduce) with the view's `shape`, into `buf`): the same
-    /// view, without scanning those strings twice. Where the scan is unsure of the line, the
-    /// view is read from `line` itself.
-    pub(crate) fn from_slice_reduced<'a, T: Deserialize<'a>>(
+    /// [`from_slice`] of `line` read through the scan's index when the scan has checked the
+    /// line (`checked`): the same view, without scanning the strings the view skips.
+    pub(crate) fn from_checked<'a, T: Deserialize<'a>>(
         line: &'a [u8],
-        shape: &'static super::super::scan::Shape,
-        buf: &'a mut Vec<u8>,
+        checked: Option<&super::super::scan::Checked<'a, '_>>,
     ) -> Option<T> {
-        if super::super::scan::reduce(line, shape, buf) {
-            let buf: &'a Vec<u8> = buf;
-            from_slice(buf)
-        } else {
-            from_slice(line)
+        match checked {
+            Some(c) => {
+                let trimmed = line.trim_ascii();
+                if !super::within_budget(trimmed) {
+                    return None;
+                }
+                c.read().ok()
+            }
+            None => from_slice(line),
         }
     }
 
@@ -924,6 +948,22 @@ pub(crate) mod lenient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The leading-type hint says yes only where the early mention does.
+        #[test]
+        fn the_leading_type_hint_implies_the_early_mention(
+            kind in "user|assistant|system|[a-z\\\\\"]{0,130}",
+            rest in "[a-z\",:{}]{0,200}",
+        ) {
+            let line = format!(r#"{{"type":"{kind}"{rest}"#);
+            let names: [&[&str]; 4] = [&["user", "keep_alive"], &["assistant"], &["system"], &[kind.as_str()]];
+            for names in names {
+                let hint = may_be(line.as_bytes(), leading_type(line.as_bytes()), names);
+                proptest::prop_assert!(!hint || mentions_early(line.as_bytes(), names), "{}", line);
+            }
+        }
+    }
 
     #[test]
     fn a_partial_read_keeps_only_the_named_fields_of_the_named_types() {

@@ -22,52 +22,140 @@ const MAX_DEPTH: u32 = 64;
 /// Bits at even positions.
 const EVEN: u64 = 0x5555_5555_5555_5555;
 
-/// One 64-byte block's byte classes, one bit per byte.
+/// One 64-byte block's byte classes: a bit per byte for the quotes and the backslashes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Masks {
     quote: u64,
     backslash: u64,
-    /// Bytes below 0x20.
-    control: u64,
-    space: u64,
+    /// Whether a byte is below 0x20.
+    control: bool,
+}
+
+/// The block's 16-byte lanes (SSE2 registers).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn lanes(block: &[u8; 64]) -> [safe_arch::m128i; 4] {
+    let lane = |k: usize| {
+        let chunk: &[u8; 16] = block[16 * k..16 * k + 16]
+            .try_into()
+            .expect("16 bytes of 64");
+        safe_arch::load_unaligned_m128i(chunk)
+    };
+    [lane(0), lane(1), lane(2), lane(3)]
+}
+
+/// The 64 bits of four lanes' byte masks.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn bits(eq: [safe_arch::m128i; 4]) -> u64 {
+    let b = |k: usize| u64::from(safe_arch::move_mask_i8_m128i(eq[k]) as u16) << (16 * k);
+    b(0) | b(1) | b(2) | b(3)
 }
 
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 #[inline(always)]
-fn masks(block: &[u8; 64]) -> Masks {
+fn masks(v: &[safe_arch::m128i; 4]) -> Masks {
     use safe_arch::{
-        cmp_eq_mask_i8_m128i, load_unaligned_m128i, min_u8_m128i, move_mask_i8_m128i,
-        set_splat_i8_m128i,
+        bitor_m128i, cmp_eq_mask_i8_m128i, min_u8_m128i, move_mask_i8_m128i, set_splat_i8_m128i,
     };
     let quote = set_splat_i8_m128i(b'"' as i8);
     let backslash = set_splat_i8_m128i(b'\\' as i8);
     let control = set_splat_i8_m128i(0x1f);
-    let space = set_splat_i8_m128i(b' ' as i8);
-    let mut m = Masks {
-        quote: 0,
-        backslash: 0,
-        control: 0,
-        space: 0,
-    };
-    for k in 0..4 {
-        let chunk: &[u8; 16] = block[16 * k..16 * k + 16]
-            .try_into()
-            .expect("16 bytes of 64");
-        let v = load_unaligned_m128i(chunk);
-        let bits = |eq| u64::from(move_mask_i8_m128i(eq) as u16) << (16 * k);
-        m.quote |= bits(cmp_eq_mask_i8_m128i(v, quote));
-        m.backslash |= bits(cmp_eq_mask_i8_m128i(v, backslash));
-        // Unsigned `b <= 0x1f` is `min(b, 0x1f) == b`.
-        m.control |= bits(cmp_eq_mask_i8_m128i(min_u8_m128i(v, control), v));
-        m.space |= bits(cmp_eq_mask_i8_m128i(v, space));
+    // Unsigned `b <= 0x1f` is `min(b, 0x1f) == b`; one mask for the whole block.
+    let low = v.map(|v| cmp_eq_mask_i8_m128i(min_u8_m128i(v, control), v));
+    let any_low = bitor_m128i(bitor_m128i(low[0], low[1]), bitor_m128i(low[2], low[3]));
+    Masks {
+        quote: bits(v.map(|v| cmp_eq_mask_i8_m128i(v, quote))),
+        backslash: bits(v.map(|v| cmp_eq_mask_i8_m128i(v, backslash))),
+        control: move_mask_i8_m128i(any_low) != 0,
     }
-    m
+}
+
+/// The block's spaces.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn spaces(v: &[safe_arch::m128i; 4]) -> u64 {
+    let space = safe_arch::set_splat_i8_m128i(b' ' as i8);
+    bits(v.map(|v| safe_arch::cmp_eq_mask_i8_m128i(v, space)))
+}
+
+/// The block's `n` and `t` bytes: with the quotes and backslashes, what follows most
+/// backslashes in tool output (a newline, a tab, a quote).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn common_escapes(v: &[safe_arch::m128i; 4]) -> u64 {
+    use safe_arch::{bitor_m128i, cmp_eq_mask_i8_m128i, set_splat_i8_m128i};
+    let (n, t) = (
+        set_splat_i8_m128i(b'n' as i8),
+        set_splat_i8_m128i(b't' as i8),
+    );
+    bits(v.map(|v| bitor_m128i(cmp_eq_mask_i8_m128i(v, n), cmp_eq_mask_i8_m128i(v, t))))
+}
+
+/// The bytes of a block that may follow a backslash in a JSON string (`"\\/bfnrtu`), and
+/// its `u` bytes; `m` is the block's [`masks`], for the quotes and backslashes.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn escape_classes(v: &[safe_arch::m128i; 4], m: &Masks) -> (u64, u64) {
+    use safe_arch::{bitor_m128i, cmp_eq_mask_i8_m128i, set_splat_i8_m128i};
+    let splat = |c: u8| set_splat_i8_m128i(c as i8);
+    // `b | 4 == 'f'` is `b` or `f`; `b | 1 == 'u'` is `t` or `u`.
+    let (four, one) = (splat(4), splat(1));
+    let letters = v.map(|v| {
+        let eq = |x, c| cmp_eq_mask_i8_m128i(x, splat(c));
+        bitor_m128i(
+            bitor_m128i(
+                eq(bitor_m128i(v, four), b'f'),
+                eq(bitor_m128i(v, one), b'u'),
+            ),
+            bitor_m128i(bitor_m128i(eq(v, b'n'), eq(v, b'r')), eq(v, b'/')),
+        )
+    });
+    let u = bits(v.map(|v| cmp_eq_mask_i8_m128i(v, splat(b'u'))));
+    (m.quote | m.backslash | bits(letters), u)
 }
 
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 #[inline(always)]
-fn masks(block: &[u8; 64]) -> Masks {
+fn lanes(block: &[u8; 64]) -> &[u8; 64] {
+    block
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+fn masks(block: &&[u8; 64]) -> Masks {
     masks_portable(block)
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+fn spaces(block: &&[u8; 64]) -> u64 {
+    spaces_portable(block)
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+fn common_escapes(block: &&[u8; 64]) -> u64 {
+    common_escapes_portable(block)
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+fn escape_classes(block: &&[u8; 64], _: &Masks) -> (u64, u64) {
+    escape_classes_portable(block)
+}
+
+/// The bits of the bytes of `block` for which `f` holds.
+#[cfg_attr(
+    all(target_arch = "x86_64", target_feature = "sse2", not(test)),
+    allow(dead_code)
+)]
+fn bits_portable(block: &[u8; 64], f: impl Fn(u8) -> bool) -> u64 {
+    let mut m = 0u64;
+    for (i, &b) in block.iter().enumerate() {
+        m |= u64::from(f(b)) << i;
+    }
+    m
 }
 
 /// The byte classes one byte at a time (the reference, and the masks off x86-64).
@@ -76,53 +164,29 @@ fn masks(block: &[u8; 64]) -> Masks {
     allow(dead_code)
 )]
 fn masks_portable(block: &[u8; 64]) -> Masks {
-    let mut m = Masks {
-        quote: 0,
-        backslash: 0,
-        control: 0,
-        space: 0,
-    };
-    for (i, &b) in block.iter().enumerate() {
-        m.quote |= u64::from(b == b'"') << i;
-        m.backslash |= u64::from(b == b'\\') << i;
-        m.control |= u64::from(b < 0x20) << i;
-        m.space |= u64::from(b == b' ') << i;
+    Masks {
+        quote: bits_portable(block, |b| b == b'"'),
+        backslash: bits_portable(block, |b| b == b'\\'),
+        control: block.iter().any(|&b| b < 0x20),
     }
-    m
 }
 
-/// The bytes of a block that may follow a backslash in a JSON string (`"\\/bfnrtu`), and
-/// its `u` bytes; `m` is the block's [`masks`], for the quotes and backslashes.
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-#[inline(always)]
-fn escape_classes(block: &[u8; 64], m: &Masks) -> (u64, u64) {
-    use safe_arch::{
-        cmp_eq_mask_i8_m128i, load_unaligned_m128i, move_mask_i8_m128i, set_splat_i8_m128i,
-    };
-    let mut valid = m.quote | m.backslash;
-    let mut u = 0u64;
-    let letter_u = set_splat_i8_m128i(b'u' as i8);
-    let others = [b'/', b'b', b'f', b'n', b'r', b't'].map(|c| set_splat_i8_m128i(c as i8));
-    for k in 0..4 {
-        let chunk: &[u8; 16] = block[16 * k..16 * k + 16]
-            .try_into()
-            .expect("16 bytes of 64");
-        let v = load_unaligned_m128i(chunk);
-        let bits = |eq| u64::from(move_mask_i8_m128i(eq) as u16) << (16 * k);
-        let is_u = bits(cmp_eq_mask_i8_m128i(v, letter_u));
-        u |= is_u;
-        valid |= is_u;
-        for c in others {
-            valid |= bits(cmp_eq_mask_i8_m128i(v, c));
-        }
-    }
-    (valid, u)
+/// [`spaces`] one byte at a time.
+#[cfg_attr(
+    all(target_arch = "x86_64", target_feature = "sse2", not(test)),
+    allow(dead_code)
+)]
+fn spaces_portable(block: &[u8; 64]) -> u64 {
+    bits_portable(block, |b| b == b' ')
 }
 
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-#[inline(always)]
-fn escape_classes(block: &[u8; 64], _: &Masks) -> (u64, u64) {
-    escape_classes_portable(block)
+/// [`common_escapes`] one byte at a time.
+#[cfg_attr(
+    all(target_arch = "x86_64", target_feature = "sse2", not(test)),
+    allow(dead_code)
+)]
+fn common_escapes_portable(block: &[u8; 64]) -> u64 {
+    bits_portable(block, |b| b == b'n' || b == b't')
 }
 
 /// [`escape_classes`] one byte at a time (the reference, and the classes off x86-64).
@@ -131,12 +195,10 @@ fn escape_classes(block: &[u8; 64], _: &Masks) -> (u64, u64) {
     allow(dead_code)
 )]
 fn escape_classes_portable(block: &[u8; 64]) -> (u64, u64) {
-    let (mut valid, mut u) = (0u64, 0u64);
-    for (i, &b) in block.iter().enumerate() {
-        valid |= u64::from(valid_escape(b)) << i;
-        u |= u64::from(b == b'u') << i;
-    }
-    (valid, u)
+    (
+        bits_portable(block, valid_escape),
+        bits_portable(block, |b| b == b'u'),
+    )
 }
 
 /// Each bit the XOR of itself and all lower bits: set from an opening quote up to (not
@@ -178,12 +240,13 @@ fn valid_escape(b: u8) -> bool {
 }
 
 /// Indexes `line` into `out`: the positions of its unescaped quotes and of its bytes outside
-/// strings other than spaces, in order. `false` when the line holds a control byte, an
-/// invalid escape, or ends inside a string.
-fn index(line: &[u8], out: &mut Vec<u32>, u_escapes: &mut bool) -> bool {
-    if u32::try_from(line.len()).is_err() {
-        return false;
-    }
+/// strings other than spaces, in order, in the first entries of `out` (grown as needed; the
+/// entries after them are left as they are); their number. `None` when the line holds a
+/// control byte, an invalid escape, or ends inside a string.
+fn index(line: &[u8], out: &mut Vec<u32>, u_escapes: &mut bool) -> Option<usize> {
+    // Positions, and the block base after the last block, fit in the index's entries.
+    u32::try_from(line.len() + 64).ok()?;
+    let mut n = 0usize;
     let mut prev_escaped = 0u64;
     let mut inside = 0u64;
     let mut base = 0usize;
@@ -204,9 +267,10 @@ fn index(line: &[u8], out: &mut Vec<u32>, u_escapes: &mut bool) -> bool {
             }
             None => break,
         };
-        let m = masks(block);
-        if m.control != 0 {
-            return false;
+        let v = lanes(block);
+        let m = masks(&v);
+        if m.control {
+            return None;
         }
         let esc = escaped(m.backslash, &mut prev_escaped);
         let quote = m.quote & !esc;
@@ -217,12 +281,13 @@ fn index(line: &[u8], out: &mut Vec<u32>, u_escapes: &mut bool) -> bool {
         // every few bytes, so the block's escapes are checked at once: an escaped byte is
         // always in the same block as its backslash's run end (the carry moves the escape of a
         // run ending the block to bit 0 of the next), and the tail block's padding is spaces,
-        // no valid escape, as for a line ending on a backslash.
+        // no valid escape, as for a line ending on a backslash. Most escapes are a newline, a
+        // tab or a quote: only a block with another one gets the full classes.
         let e = esc & in_string;
-        if e != 0 {
-            let (valid, u) = escape_classes(block, &m);
+        if e != 0 && e & !(m.quote | m.backslash | common_escapes(&v)) != 0 {
+            let (valid, u) = escape_classes(&v, &m);
             if e & !valid != 0 {
-                return false;
+                return None;
             }
             let mut u = e & u;
             if u != 0 {
@@ -235,40 +300,43 @@ fn index(line: &[u8], out: &mut Vec<u32>, u_escapes: &mut bool) -> bool {
                     .get(at + 1..at + 5)
                     .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
                 {
-                    return false;
+                    return None;
                 }
             }
         }
-        let mut structure = quote | (!in_string & !quote & !m.space);
-        while structure != 0 {
-            let at = base + structure.trailing_zeros() as usize;
-            structure &= structure - 1;
-            if at < line.len() {
-                out.push(at as u32);
-            }
+        // The tail block's padding is spaces outside strings, or inside an unterminated one:
+        // never indexed.
+        let outside = !in_string & !quote;
+        let structure = if outside == 0 {
+            quote
+        } else {
+            quote | (outside & !spaces(&v))
+        };
+        if structure != 0 {
+            n = push_positions(out, n, base as u32, structure);
         }
         base += 64;
     }
     // Ending inside a string, or on a lone backslash, is a truncated line.
-    inside == 0 && prev_escaped == 0
+    (inside == 0 && prev_escaped == 0).then_some(n)
 }
 
-/// The walk's expectation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Expect {
-    /// A value (also the start).
-    Value,
-    /// A value or `]` (after `[`).
-    ValueOrClose,
-    /// A key or `}` (after `{`).
-    KeyOrClose,
-    /// A key (after `,` in an object).
-    Key,
-    Colon,
-    /// `,` or the container's close.
-    CommaOrClose,
-    /// Nothing more (the top-level object closed).
-    End,
+/// Writes the positions of the bits of `bits` (from `base`) at `out[n..]`, eight at a time (the
+/// entries past the last are scratch); the new count.
+#[inline(always)]
+fn push_positions(out: &mut Vec<u32>, n: usize, base: u32, mut bits: u64) -> usize {
+    if out.len() < n + 64 {
+        out.resize((n + 64).max(2 * out.len()), 0);
+    }
+    let count = bits.count_ones() as usize;
+    let dst: &mut [u32; 64] = (&mut out[n..n + 64]).try_into().expect("64 entries");
+    for group in dst.chunks_exact_mut(8).take(count.div_ceil(8)) {
+        for slot in group {
+            *slot = base + bits.trailing_zeros();
+            bits &= bits.wrapping_sub(1);
+        }
+    }
+    n + count
 }
 
 /// `line` without the whitespace JSON allows around a value (space, tab, LF, CR). Not
@@ -280,274 +348,239 @@ fn trim_json_whitespace(line: &[u8]) -> &[u8] {
     &line[start..end]
 }
 
+/// The scan's buffers (the index of a line), kept between lines so that a decoder scanning
+/// line after line allocates them once.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Scratch {
+    /// The index of the last line scanned is its first entries.
+    idx: Vec<u32>,
+}
+
+/// A line the scan vouches for: certainly a JSON object that `serde_json` accepts (see the
+/// module documentation), with its index, from which views are read ([`Checked::read`]).
+#[derive(Debug)]
+pub(crate) struct Checked<'a, 's> {
+    /// The line without the whitespace around its object.
+    line: &'a [u8],
+    idx: &'s [u32],
+    kind: Option<&'a str>,
+    u_escapes: bool,
+    exponent: bool,
+}
+
+/// Scans `line` (into `scratch`): `None` when the scan is unsure that it is a JSON object
+/// `serde_json` accepts (decide with the full parse then).
+pub(crate) fn check<'a, 's>(line: &'a [u8], scratch: &'s mut Scratch) -> Option<Checked<'a, 's>> {
+    let line = trim_json_whitespace(line);
+    if line.first() != Some(&b'{') {
+        return None;
+    }
+    let mut u_escapes = false;
+    let n = index(line, &mut scratch.idx, &mut u_escapes)?;
+    let idx = &scratch.idx[..n];
+    let mut exponent = false;
+    let kind = walk(line, idx, &mut exponent)?;
+    Some(Checked {
+        line,
+        idx,
+        kind,
+        u_escapes,
+        exponent,
+    })
+}
+
+impl<'a> Checked<'a, '_> {
+    /// The line's top-level `type` when it has exactly one and that is a plain (unescaped)
+    /// UTF-8 string; `None` otherwise (decide with the full parse then).
+    pub(crate) fn object_type(&self) -> Option<&'a str> {
+        self.kind
+    }
+
+    /// Whether `serde_json` certainly parses the line into a `Value` (not only skips it): on
+    /// top of the scan's checks, the whole line is UTF-8, and it holds no `\u` escape (a lone
+    /// surrogate fails the value parse) and no number with an exponent or over 300 bytes (one
+    /// out of range fails it). A view read from such a line reads what the value parse would:
+    /// a decoder may skip the value parse when the view suffices.
+    pub(crate) fn parses_as_value(&self) -> bool {
+        !self.u_escapes && !self.exponent && std::str::from_utf8(self.line).is_ok()
+    }
+
+    /// Reads `T` from the line through its index: what `serde_json::from_slice::<T>` of the
+    /// line gives, for views whose map keys are read as strings (derived structs, the
+    /// lenient views, `Value`), without scanning the strings and values the view skips (they
+    /// are checked already).
+    pub(crate) fn read<T: serde::Deserialize<'a>>(&self) -> Result<T, serde_json::Error> {
+        read::read(self.line, self.idx)
+    }
+}
+
 /// The top-level `type` of `line` when the line is certainly a JSON object that `serde_json`
 /// accepts and that string is plain (see the module documentation); `None` when unsure.
+#[cfg(any(test, fuzzing, feature = "fuzz-bodies"))]
 pub(crate) fn object_type(line: &[u8]) -> Option<&str> {
-    let line = trim_json_whitespace(line);
-    if line.first() != Some(&b'{') {
-        return None;
-    }
-    let mut idx = Vec::with_capacity(64);
-    if !index(line, &mut idx, &mut false) {
-        return None;
-    }
-    walk(line, &idx, None)
+    check(line, &mut Scratch::default())?.object_type()
 }
 
-/// Whether `line` is certainly a JSON object that `serde_json` parses into a `Value` (not
-/// only skips): on top of the scan's checks, the whole line is UTF-8, and it holds no `\u`
-/// escape (a lone surrogate fails the value parse) and no number with an exponent or over
-/// 300 bytes (one out of range fails it). A borrowed view read from such a line reads what the value parse
-/// would: a decoder may skip the value parse when the view suffices. `false` when unsure.
+/// Whether `line` is certainly a JSON object that `serde_json` parses into a `Value`
+/// ([`Checked::parses_as_value`]); `false` when unsure.
+#[cfg(any(test, fuzzing, feature = "fuzz-bodies"))]
 pub(crate) fn parses_as_value(line: &[u8]) -> bool {
-    let line = trim_json_whitespace(line);
-    if line.first() != Some(&b'{') || std::str::from_utf8(line).is_err() {
-        return false;
-    }
-    let mut idx = Vec::with_capacity(256);
-    let mut u_escapes = false;
-    if !index(line, &mut idx, &mut u_escapes) || u_escapes {
-        return false;
-    }
-    let mut exponent = false;
-    walk_checked(line, &idx, None, &mut exponent).is_some() && !exponent
+    check(line, &mut Scratch::default()).is_some_and(|c| c.parses_as_value())
 }
 
-/// Which values of a line a lenient typed view (`json::lenient`) reads, as a tree of the
-/// view's structs: the view's result depends on nothing else.
-#[derive(Debug)]
-pub(crate) enum Shape {
-    /// A derived struct: these fields (others are skipped unread); read only from an object.
-    Struct(&'static [(&'static str, Shape)]),
-    /// A `Seq` of objects of this shape; read only from an array, whose every element is
-    /// looked at (a string element too).
-    SeqOf(&'static Shape),
-    /// A leaf (`Str`, `Bool`, `NonNull`): a scalar is read, an array or object skipped.
-    Leaf,
-}
-
-/// Strings the view skips that are longer than this are emptied by [`reduce`].
-const KEEP_SHORT: usize = 16;
-
-/// Copies `line` into `out` with the long strings that a view of `shape` skips emptied (a
-/// `Write` tool's file content, thinking text, tool output), so that reading the view from
-/// `out` gives the same view as reading it from `line`, for less work: the view's own values,
-/// the keys, numbers, literals and the structure are kept byte for byte, and the emptied
-/// strings are ones the view's deserializer skips with `IgnoredAny`, whose checks (escapes,
-/// control bytes) the scan has made. `false` (and `out` unspecified) when the scan is unsure
-/// of the line: read the view from `line` then.
-pub(crate) fn reduce(line: &[u8], shape: &'static Shape, out: &mut Vec<u8>) -> bool {
-    let line = trim_json_whitespace(line);
-    out.clear();
-    if line.first() != Some(&b'{') {
-        return false;
-    }
-    let mut idx = Vec::with_capacity(256);
-    if !index(line, &mut idx, &mut false) {
-        return false;
-    }
-    let mut sink = Reduce {
-        out,
-        copied: 0,
-        root: shape,
-    };
-    if walk_checked(line, &idx, Some(&mut sink), &mut false).is_none() {
-        return false;
-    }
-    sink.out.extend_from_slice(&line[sink.copied..]);
-    true
-}
-
-/// The output of [`reduce`] while the walk runs.
-struct Reduce<'o> {
-    out: &'o mut Vec<u8>,
-    /// Bytes of the line before this are in `out`.
-    copied: usize,
-    root: &'static Shape,
-}
-
-/// Checks the structure from the index; the `type` as [`object_type`] gives it.
-fn walk<'a>(line: &'a [u8], idx: &[u32], sink: Option<&mut Reduce<'_>>) -> Option<&'a str> {
-    walk_checked(line, idx, sink, &mut false)?
-}
-
-/// The walk: `None` when the line is not certainly valid, else `Some` of the top-level
-/// `type` (itself `None` when there is not exactly one plain string `type`). `exponent` is set
-/// when a number has one.
-fn walk_checked<'a>(
-    line: &'a [u8],
-    idx: &[u32],
-    mut sink: Option<&mut Reduce<'_>>,
-    exponent: &mut bool,
-) -> Option<Option<&'a str>> {
+/// The walk: checks the structure from the index; `None` when the line is not certainly
+/// valid, else `Some` of the top-level `type` (itself `None` when there is not exactly one
+/// plain string `type`). `exponent` is set when a number has one, or is too long to vouch for.
+///
+/// Laid out as the grammar (a value; then, until the top-level object closes, a comma and the
+/// next member or element, or a close), so that the branches follow the line's shape: after a
+/// key comes its colon, after a value mostly a comma.
+fn walk<'a>(line: &'a [u8], idx: &[u32], exponent: &mut bool) -> Option<Option<&'a str>> {
+    let byte = |k: usize| idx.get(k).map(|&at| line[at as usize]);
     // Bit d of `objects`: whether the container at depth d + 1 is an object.
     let mut objects = 0u64;
     let mut depth = 0u32;
-    let mut expect = Expect::Value;
     let mut types = 0u32;
     let mut kind: Option<&'a str> = None;
     let mut type_value_next = false;
-    // With a sink: the view's shape of each open container (`None`: skipped by the view)
-    // and of the next value.
-    let mut shapes: [Option<&'static Shape>; MAX_DEPTH as usize] = [None; MAX_DEPTH as usize];
-    let mut next_shape: Option<&'static Shape> = sink.as_ref().map(|s| s.root);
     let mut k = 0usize;
-    while k < idx.len() {
-        let at = idx[k] as usize;
-        let b = line[at];
-        k += 1;
-        match expect {
-            Expect::Value | Expect::ValueOrClose => {
-                let is_type_value = std::mem::take(&mut type_value_next);
-                let shape = next_shape.take();
-                match b {
-                    b']' if expect == Expect::ValueOrClose => {
-                        close(&mut depth, &mut expect);
-                        continue;
-                    }
-                    b'{' | b'[' => {
-                        if depth >= MAX_DEPTH || (depth == 0 && b != b'{') {
-                            return None;
-                        }
-                        if b == b'{' {
-                            objects |= 1 << depth;
-                            expect = Expect::KeyOrClose;
-                            shapes[depth as usize] =
-                                shape.filter(|s| matches!(s, Shape::Struct(_)));
-                        } else {
-                            objects &= !(1 << depth);
-                            expect = Expect::ValueOrClose;
-                            shapes[depth as usize] = shape.filter(|s| matches!(s, Shape::SeqOf(_)));
-                            next_shape = element_shape(shapes[depth as usize]);
-                        }
-                        depth += 1;
-                        continue;
-                    }
-                    // Only an object may be the top level.
-                    _ if depth == 0 => return None,
-                    b'"' => {
-                        let end = *idx.get(k)? as usize;
-                        k += 1;
-                        if is_type_value {
-                            let s = &line[at + 1..end];
-                            kind = if memchr::memchr(b'\\', s).is_none() {
-                                std::str::from_utf8(s).ok()
-                            } else {
-                                None
-                            };
-                        }
-                        if let Some(sink) = sink.as_deref_mut()
-                            && shape.is_none()
-                            && end - at - 1 > KEEP_SHORT
-                        {
-                            sink.out.extend_from_slice(&line[sink.copied..=at]);
-                            sink.copied = end;
-                        }
-                    }
-                    b't' | b'f' | b'n' => {
-                        let word: &[u8] = match b {
-                            b't' => b"true",
-                            b'f' => b"false",
-                            _ => b"null",
-                        };
-                        if !line[at..].starts_with(word) {
-                            return None;
-                        }
-                        // Each letter is indexed (outside strings, not a space).
-                        k += word.len() - 1;
-                    }
-                    b'-' | b'0'..=b'9' => {
-                        let end = number_end(line, at)?;
-                        // An exponent, or more digits than an f64 spans (1.8e308), may be out
-                        // of the value parse's range.
-                        *exponent |= end - at > MAX_PLAIN_NUMBER_BYTES
-                            || line[at..end].iter().any(|&c| c == b'e' || c == b'E');
-                        k += end - at - 1;
-                    }
-                    _ => return None,
-                }
-                if is_type_value && b != b'"' {
-                    kind = None;
-                }
-                expect = Expect::CommaOrClose;
-            }
-            Expect::KeyOrClose | Expect::Key => match b {
-                b'}' if expect == Expect::KeyOrClose => close(&mut depth, &mut expect),
-                b'"' => {
-                    let end = *idx.get(k)? as usize;
-                    k += 1;
-                    let key = &line[at + 1..end];
-                    let fields = match shapes[depth as usize - 1] {
-                        Some(Shape::Struct(fields)) => Some(*fields),
-                        _ => None,
-                    };
-                    // serde decodes the keys it reads (escapes, UTF-8): only plain ones here.
-                    if (depth == 1 || fields.is_some()) && memchr::memchr(b'\\', key).is_some() {
-                        return None;
-                    }
-                    if depth == 1 {
-                        let key = std::str::from_utf8(key).ok()?;
-                        if key == "type" {
-                            types += 1;
-                            type_value_next = true;
-                        }
-                    }
-                    next_shape = fields.and_then(|f| {
-                        f.iter()
-                            .find(|(name, _)| name.as_bytes() == key)
-                            .map(|(_, s)| s)
-                    });
-                    expect = Expect::Colon;
-                }
-                _ => return None,
-            },
-            Expect::Colon => {
-                if b != b':' {
-                    return None;
-                }
-                expect = Expect::Value;
-            }
-            Expect::CommaOrClose => {
-                let in_object = objects & (1 << (depth - 1)) != 0;
-                match b {
-                    b',' => {
-                        expect = if in_object {
-                            Expect::Key
-                        } else {
-                            next_shape = element_shape(shapes[depth as usize - 1]);
-                            Expect::Value
-                        };
-                    }
-                    b'}' if in_object => close(&mut depth, &mut expect),
-                    b']' if !in_object => close(&mut depth, &mut expect),
-                    _ => return None,
-                }
-            }
-            Expect::End => return None,
+    // Reads the key at `k` and its colon (in an object at `depth`); `false` when it is not one.
+    let mut key = |k: &mut usize, depth: u32, type_value_next: &mut bool| -> bool {
+        if byte(*k) != Some(b'"') {
+            return false;
         }
-    }
-    if expect != Expect::End {
+        let (Some(&open), Some(&end)) = (idx.get(*k), idx.get(*k + 1)) else {
+            return false;
+        };
+        if depth == 1 {
+            // serde decodes the keys it reads (escapes, UTF-8): only plain ones here.
+            let key = &line[open as usize + 1..end as usize];
+            if has_backslash(key) || (!key.is_ascii() && std::str::from_utf8(key).is_err()) {
+                return false;
+            }
+            if key == b"type" {
+                types += 1;
+                *type_value_next = true;
+            }
+        }
+        *k += 3;
+        byte(*k - 1) == Some(b':')
+    };
+    // Only an object may be the top level.
+    if byte(0) != Some(b'{') {
         return None;
     }
-    Some(if types == 1 { kind } else { None })
-}
-
-/// The shape of an element of an array of `shape`.
-fn element_shape(shape: Option<&'static Shape>) -> Option<&'static Shape> {
-    match shape {
-        Some(Shape::SeqOf(s)) => Some(*s),
-        _ => None,
+    'value: loop {
+        // A value starts at `k`.
+        let at = *idx.get(k)? as usize;
+        let b = line[at];
+        let is_type_value = std::mem::take(&mut type_value_next);
+        match b {
+            b'{' | b'[' => {
+                if depth >= MAX_DEPTH {
+                    return None;
+                }
+                depth += 1;
+                k += 1;
+                if b == b'{' {
+                    objects |= 1 << (depth - 1);
+                    if byte(k) == Some(b'}') {
+                        k += 1;
+                        depth -= 1;
+                    } else {
+                        if !key(&mut k, depth, &mut type_value_next) {
+                            return None;
+                        }
+                        continue 'value;
+                    }
+                } else {
+                    objects &= !(1 << (depth - 1));
+                    if byte(k) == Some(b']') {
+                        k += 1;
+                        depth -= 1;
+                    } else {
+                        continue 'value;
+                    }
+                }
+            }
+            b'"' => {
+                let end = *idx.get(k + 1)? as usize;
+                k += 2;
+                if is_type_value {
+                    let s = &line[at + 1..end];
+                    kind = if has_backslash(s) {
+                        None
+                    } else {
+                        std::str::from_utf8(s).ok()
+                    };
+                }
+            }
+            b't' | b'f' | b'n' => {
+                let word = literal(b);
+                if !line[at..].starts_with(word) {
+                    return None;
+                }
+                // Each letter is indexed (outside strings, not a space).
+                k += word.len();
+            }
+            b'-' | b'0'..=b'9' => {
+                let end = number_end(line, at)?;
+                // An exponent, or more digits than an f64 spans (1.8e308), may be out of the
+                // value parse's range.
+                *exponent |= end - at > MAX_PLAIN_NUMBER_BYTES
+                    || line[at..end].iter().any(|&c| c == b'e' || c == b'E');
+                k += end - at;
+            }
+            _ => return None,
+        }
+        if is_type_value && b != b'"' {
+            kind = None;
+        }
+        // After a value: a comma and the next member or element, or the container's close.
+        loop {
+            if depth == 0 {
+                // The top-level object closed: nothing may follow.
+                if k != idx.len() {
+                    return None;
+                }
+                return Some(if types == 1 { kind } else { None });
+            }
+            let in_object = objects & (1 << (depth - 1)) != 0;
+            let b = byte(k)?;
+            k += 1;
+            match b {
+                b',' => {
+                    if in_object && !key(&mut k, depth, &mut type_value_next) {
+                        return None;
+                    }
+                    continue 'value;
+                }
+                b'}' if in_object => depth -= 1,
+                b']' if !in_object => depth -= 1,
+                _ => return None,
+            }
+        }
     }
 }
 
-/// Leaves the current container.
-fn close(depth: &mut u32, expect: &mut Expect) {
-    *depth -= 1;
-    *expect = if *depth == 0 {
-        Expect::End
+/// Whether `bytes` holds a backslash (a short string is looked at byte by byte: cheaper than
+/// a call).
+#[inline]
+fn has_backslash(bytes: &[u8]) -> bool {
+    if bytes.len() <= 32 {
+        bytes.iter().any(|&b| b == b'\\')
     } else {
-        Expect::CommaOrClose
-    };
+        memchr::memchr(b'\\', bytes).is_some()
+    }
+}
+
+/// The literal starting with `b` (`t`, `f` or `n`).
+fn literal(b: u8) -> &'static [u8] {
+    match b {
+        b't' => b"true",
+        b'f' => b"false",
+        _ => b"null",
+    }
 }
 
 /// The longest number `parses_as_value` vouches for without an exponent: one more digit may
@@ -591,6 +624,8 @@ fn number_end(line: &[u8], mut at: usize) -> Option<usize> {
     }
     Some(at)
 }
+
+mod read;
 
 #[cfg(test)]
 mod tests;

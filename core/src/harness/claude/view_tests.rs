@@ -1,16 +1,21 @@
-//! The assistant frame's view read from the reduced line (`lenient::from_slice_reduced`) is
-//! the view read from the line itself, on recorded, mutated and generated lines.
+//! The assistant frame's view read through the scan's index (`lenient::from_checked`) is the
+//! view `serde_json` reads from the line itself, on recorded, mutated and generated lines.
 
 use proptest::prelude::*;
 
-use super::{ASSISTANT_SHAPE, AssistantFrame};
+use super::AssistantFrame;
 use crate::harness::json::lenient;
+use crate::harness::scan;
 
 const RECORDED: &[&str] = &[
     include_str!("../../../../tests/fixtures/harness/claude/ccagent-claude_response1.jsonl"),
     include_str!("../../../../tests/fixtures/harness/claude/morpheus-claude_stream.jsonl"),
     include_str!("../../../../tests/fixtures/harness/claude/claude-code-2.1.332-tool-turn.jsonl"),
     include_str!("../../../../tests/fixtures/harness/claude/claude-code-2.1.332-failure.jsonl"),
+    include_str!("../../../../tests/fixtures/harness/claude/claude-code-2.1.332-auth-401.jsonl"),
+    include_str!(
+        "../../../../tests/fixtures/harness/claude/claude-code-2.1.332-overloaded-529.jsonl"
+    ),
     include_str!("../../../../tests/fixtures/harness/claude/agentrun-killed-tasks-synthetic.jsonl"),
     include_str!("../../../../tests/fixtures/harness/claude/agentrun-golden-synthetic.jsonl"),
 ];
@@ -26,41 +31,44 @@ fn lines() -> Vec<&'static str> {
 /// Both reads, as text (a borrowed and an owned string print alike).
 fn both(line: &[u8]) -> (String, String) {
     let full = format!("{:?}", lenient::from_slice::<AssistantFrame<'_>>(line));
-    let mut buf = Vec::new();
-    let reduced = format!(
+    let mut scratch = scan::Scratch::default();
+    let checked = scan::check(line, &mut scratch);
+    let fast = format!(
         "{:?}",
-        lenient::from_slice_reduced::<AssistantFrame<'_>>(line, &ASSISTANT_SHAPE, &mut buf)
+        lenient::from_checked::<AssistantFrame<'_>>(line, checked.as_ref())
     );
-    (full, reduced)
+    (full, fast)
 }
 
 #[test]
-fn recorded_assistant_frames_read_the_same_and_shrink() {
+fn recorded_assistant_frames_read_the_same_through_the_index() {
     let mut assistant = 0;
     for line in lines() {
-        let (full, reduced) = both(line.as_bytes());
-        assert_eq!(full, reduced, "{line}");
+        let (full, fast) = both(line.as_bytes());
+        assert_eq!(full, fast, "{line}");
         if line.contains(r#""type":"assistant""#) && full.starts_with("Some") {
             assistant += 1;
+            // The recorded frames do take the index.
+            assert!(
+                scan::check(line.as_bytes(), &mut scan::Scratch::default()).is_some(),
+                "{line}"
+            );
         }
     }
     assert!(assistant > 20);
-    // The reduction does remove the bulk the view skips (a Write tool's file content).
-    let write = lines()
-        .into_iter()
-        .find(|l| l.contains(r#""name":"Write""#))
-        .expect("a Write tool call");
-    let mut buf = Vec::new();
-    assert!(crate::harness::scan::reduce(
-        write.as_bytes(),
-        &ASSISTANT_SHAPE,
-        &mut buf
-    ));
-    assert!(
-        buf.len() * 2 < write.len(),
-        "{}",
-        String::from_utf8_lossy(&buf)
-    );
+}
+
+#[test]
+fn an_api_error_frame_keeps_its_error_kind() {
+    // The `error` of an API-error message names the failure (longer than a short string).
+    let line = br#"{"type":"assistant","message":{"model":"<synthetic>","content":[{"type":"text","text":"Invalid API key"}],"is_api_error_message":true},"error":"authentication_failed"}"#;
+    let (full, fast) = both(line);
+    assert_eq!(full, fast);
+    let mut scratch = scan::Scratch::default();
+    let checked = scan::check(line, &mut scratch).expect("a plain line");
+    let frame: AssistantFrame<'_> =
+        lenient::from_checked(line, Some(&checked)).expect("an assistant frame");
+    assert_eq!(frame.error.get(), Some("authentication_failed"));
 }
 
 /// JSON values built from the view's own keys and others, strings long enough to be emptied.
@@ -111,11 +119,11 @@ proptest! {
         obj.insert("message".into(), v);
         let mut line = serde_json::to_string(&serde_json::Value::Object(obj)).expect("json");
         if let Some((k, s)) = dup {
-            // A repeated key (the derived view refuses it; the reduction must too).
+            // A repeated key (the derived view refuses it; the read through the index must too).
             line.insert_str(1, &format!(r#""{k}":"{s}","#));
         }
-        let (full, reduced) = both(line.as_bytes());
-        prop_assert_eq!(full, reduced, "{}", line);
+        let (full, fast) = both(line.as_bytes());
+        prop_assert_eq!(full, fast, "{}", line);
     }
 
     #[test]
@@ -137,8 +145,8 @@ proptest! {
                 _ => { line.remove(i); }
             }
         }
-        let (full, reduced) = both(&line);
-        prop_assert_eq!(full, reduced, "{}", String::from_utf8_lossy(&line));
+        let (full, fast) = both(&line);
+        prop_assert_eq!(full, fast, "{}", String::from_utf8_lossy(&line));
     }
 }
 
@@ -158,21 +166,19 @@ fn qwen_agrees(line: &[u8]) {
         _ => None,
     };
     // The decoder reads the views only from lines the scan says parse as values.
-    if !crate::harness::scan::parses_as_value(line) {
+    let mut scratch = scan::Scratch::default();
+    let Some(checked) = scan::check(line, &mut scratch).filter(|c| c.parses_as_value()) else {
         return;
-    }
+    };
     assert!(value.is_some(), "{}", String::from_utf8_lossy(line));
-    if let Some(frame) = lenient::from_slice::<super::InitFrame<'_>>(line) {
+    if let Some(frame) = lenient::from_checked::<super::InitFrame<'_>>(line, Some(&checked)) {
         let v = value.as_ref().expect("a view implies a value");
         assert_eq!(frame.kind.get(), json::str(v, "type"));
         assert_eq!(frame.subtype.get(), json::str(v, "subtype"));
         assert_eq!(frame.session_id.get(), json::str(v, "session_id"));
         assert_eq!(frame.api_key_source.get(), json::str(v, "apiKeySource"));
     }
-    let mut buf = Vec::new();
-    if let Some(frame) =
-        lenient::from_slice_reduced::<AssistantFrame<'_>>(line, &ASSISTANT_SHAPE, &mut buf)
-    {
+    if let Some(frame) = lenient::from_checked::<AssistantFrame<'_>>(line, Some(&checked)) {
         let v = value.as_ref().expect("a view implies a value");
         let from_value = lenient::from_value::<AssistantFrame<'_>>(v);
         assert_eq!(
@@ -211,7 +217,7 @@ fn qwen_recorded_frames_read_the_same() {
     let mut fast = 0;
     for line in QWEN.iter().flat_map(|s| s.lines()) {
         qwen_agrees(line.as_bytes());
-        fast += usize::from(crate::harness::scan::parses_as_value(line.as_bytes()));
+        fast += usize::from(scan::parses_as_value(line.as_bytes()));
     }
     // The recorded frames do take the fast path.
     assert!(fast > 10);
