@@ -568,7 +568,7 @@ fn walk<'a>(line: &'a [u8], idx: &[u32], exponent: &mut bool) -> Option<Option<&
 #[inline]
 fn has_backslash(bytes: &[u8]) -> bool {
     if bytes.len() <= 32 {
-        bytes.iter().any(|&b| b == b'\\')
+        bytes.contains(&b'\\')
     } else {
         memchr::memchr(b'\\', bytes).is_some()
     }

@@ -622,13 +622,16 @@ fn walk_state_machine<'a>(
     Some(if types == 1 { kind } else { None })
 }
 
+/// A walk of a line's index: the top-level `type` it finds, if it vouches for the line.
+type Walk = for<'a> fn(&'a [u8], &[u32], &mut bool) -> Option<Option<&'a str>>;
+
 /// Both walks of `line` (when the index accepts it).
 fn both_walks(line: &[u8]) -> Option<[(Option<Option<String>>, bool); 2]> {
     let line = trim_json_whitespace(line);
     let mut idx = Vec::new();
     let n = index(line, &mut idx, &mut false)?;
     let idx = &idx[..n];
-    let run = |f: for<'a> fn(&'a [u8], &[u32], &mut bool) -> Option<Option<&'a str>>| {
+    let run = |f: Walk| {
         let mut exponent = false;
         let r = f(line, idx, &mut exponent).map(|k| k.map(str::to_owned));
         let exponent = r.is_some() && exponent;
