@@ -12,6 +12,7 @@
 # and of CPU time (user + sys) of each, and the ratios.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 root=$PWD
 work=${1:-/tmp/agentrun-bench-interpret}
 mkdir -p "$work"
@@ -56,23 +57,7 @@ for i in $(seq "$runs"); do
     timed jq /usr/bin/jq -c 'select(.type=="assistant") | .message.model' "$file" > "$work/jq.out"
     timed wc wc -l "$file" > /dev/null
 done
-python3 - "$times" <<'PY'
-import sys, statistics
-rows = [l.split() for l in open(sys.argv[1])]
-med = {}
-for name in dict.fromkeys(r[0] for r in rows):
-    wall = statistics.median(float(r[1]) for r in rows if r[0] == name)
-    cpu = statistics.median(float(r[2]) for r in rows if r[0] == name)
-    rss = max(int(r[3]) for r in rows if r[0] == name)
-    med[name] = (wall, cpu)
-    print(f"{name:9} median wall {wall:.3f} s, median CPU {cpu:.3f} s, peak RSS {rss} KiB")
-a = med["agentrun"]
-print(f"jq / agentrun: {med['jq'][0] / a[0]:.1f}x by wall, {med['jq'][1] / a[1]:.1f}x by CPU")
-print(f"agentrun / wc -l: {a[0] / med['wc'][0]:.1f}x by wall, {a[1] / med['wc'][1]:.1f}x by CPU")
-if "baseline" in med:
-    b = med["baseline"]
-    print(f"baseline / agentrun: {b[0] / a[0]:.2f}x by wall, {b[1] / a[1]:.2f}x by CPU")
-PY
+bench_medians "$times"
 if [ -n "${BASELINE_BIN:-}" ] && ! cmp -s "$work/agentrun.out" "$work/baseline.out"; then
     echo "agentrun and the baseline printed different output" >&2
     exit 1

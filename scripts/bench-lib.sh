@@ -22,3 +22,29 @@ make_log_text() {
 machine_line() {
     echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r)"
 }
+
+# bench_medians TIMES: TIMES holds one line per run, "NAME WALL CPU RSS_KIB"; prints each
+# name's median wall and CPU time and peak RSS, then how each other tool compares with
+# `agentrun` (`wc`, the line-scan limit, as agentrun's multiple of it).
+bench_medians() {
+    python3 - "$1" <<'PY'
+import sys, statistics
+rows = [l.split() for l in open(sys.argv[1])]
+med = {}
+for name in dict.fromkeys(r[0] for r in rows):
+    wall = statistics.median(float(r[1]) for r in rows if r[0] == name)
+    cpu = statistics.median(float(r[2]) for r in rows if r[0] == name)
+    rss = max(int(r[3]) for r in rows if r[0] == name)
+    med[name] = (wall, cpu)
+    print(f"{name:9} median wall {wall:.3f} s, median CPU {cpu:.3f} s, peak RSS {rss} KiB")
+a = med["agentrun"]
+for name, (wall, cpu) in med.items():
+    if name == "agentrun":
+        continue
+    if name == "wc":
+        # /usr/bin/time counts in 10 ms steps: a faster wc counts as 10 ms.
+        print(f"agentrun / wc -l: {a[0] / max(wall, 0.01):.1f}x by wall, {a[1] / max(cpu, 0.01):.1f}x by CPU")
+    else:
+        print(f"{name} / agentrun: {wall / a[0]:.2f}x by wall, {cpu / a[1]:.2f}x by CPU")
+PY
+}

@@ -22,6 +22,7 @@ use serde_json::Value;
 use super::failure;
 use super::json;
 use super::progress;
+use super::scan;
 use super::{Drift, Evidence, Facts, ModelScope, StreamDecoder, StreamUpdate, Usage};
 
 /// Event types that produce nothing here. `message_update` and `tool_execution_update` are
@@ -138,6 +139,8 @@ fn usage_of(u: &Value) -> Usage {
 #[derive(Debug, Default)]
 pub(crate) struct PiDecoder {
     drift: Drift,
+    /// The line scan's buffers, kept between lines.
+    scratch: scan::Scratch,
     session_id: Option<String>,
     started: bool,
     /// The last assistant message of the current attempt.
@@ -214,11 +217,13 @@ impl PiDecoder {
 impl StreamDecoder for PiDecoder {
     fn condense(&mut self, line: &[u8]) -> StreamUpdate {
         let mut update = StreamUpdate::default();
-        if json::mentions_early(line, QUIET_TYPES)
-            && let json::Peek::Str(kind) = json::peek_str(line, "type")
-            && QUIET_TYPES.contains(&kind.as_ref())
-        {
-            return update;
+        // Quiet lines are only scanned (validated at close to the speed of a line count);
+        // where the scan is unsure, `is_quiet` asks the full peek, as before.
+        if json::may_be(line, json::leading_type(line), QUIET_TYPES) {
+            let checked = scan::check(line, &mut self.scratch);
+            if json::is_quiet(line, QUIET_TYPES, checked.as_ref()) {
+                return update;
+            }
         }
         let Some(v) = self.drift.object_or_partial(line, Some(&PARTIAL)) else {
             return update;
