@@ -325,6 +325,9 @@ fn chat_cli_scenarios(cli: &Cli, failure: &str, outage: Option<FailureKind>) {
     cli.succeeded(&c, 6, "after the wait", 1);
     let (_, c) = cli.run("server-error");
     cli.failed(&c, 7, "the scripted outage", outage);
+    // A prompt that starts with `-` reached the model as the prompt, not as a flag.
+    let (_, c) = cli.run("dash-prompt");
+    cli.succeeded(&c, 0, "ok -x", 1);
     // The resumed run: this run's tokens only, although the log holds both runs.
     let (_, c) = cli.run("resume");
     cli.succeeded(&c, 5, "second answer", 1);

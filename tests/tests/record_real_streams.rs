@@ -57,6 +57,8 @@ fn fixed_session_id(cli: AgentCli, scenario: &str) -> String {
         "http-401" => return fixed_id(cli, 'e'),
         "disconnect" => return fixed_id(cli, 'f'),
         "no-answer" => 9,
+        // Gemini CLI's was recorded before it had an id of its own.
+        "dash-prompt" if cli != AgentCli::Gemini => 0,
         _ => 5, // resume-first and resume
     };
     fixed_id(cli, char::from_digit(n, 10).unwrap_or('0'))
@@ -901,6 +903,29 @@ fn record_opencode() {
 #[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
 fn record_qwen_code() {
     record(AgentCli::Qwen);
+}
+
+/// A prompt that starts with `-`: Qwen Code takes it as `--prompt=<text>`, pi after a leading
+/// space (it has no `--`).
+fn record_dash_prompt(cli: AgentCli) {
+    record_one(
+        cli,
+        "dash-prompt",
+        vec![Reply::text("ok -x").with_usage(USAGE)],
+        "-x",
+    );
+}
+
+#[test]
+#[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
+fn record_qwen_code_dash_prompt() {
+    record_dash_prompt(AgentCli::Qwen);
+}
+
+#[test]
+#[ignore = "re-records the fixtures; run by scripts/record-harness-fixtures.sh"]
+fn record_pi_dash_prompt() {
+    record_dash_prompt(AgentCli::Pi);
 }
 
 #[test]

@@ -296,6 +296,7 @@ fn a_persistent_500_fails_after_the_clis_own_retries() {
         last["outcome"]["status"]["diagnostic"], "Internal server error (HTTP 500, INTERNAL)",
         "{last:#}"
     );
+    assert_eq!(last["outcome"]["failure_kind"], "server_error", "{last:#}");
     assert_eq!(last["run"]["exit"]["code"], 244, "{last:#}");
     // The retries are on stderr only, which agentrun keeps as an artifact.
     assert!(text(&o.stderr).contains("artifact://"), "{}", describe(&o));

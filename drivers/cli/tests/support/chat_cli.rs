@@ -322,7 +322,8 @@ pub(crate) fn a_persistent_500_fails_the_turn(cli: AgentCli, flags: &[&str]) -> 
     })
     .unwrap();
     let c = Cli::new(cli, &server, flags);
-    failed(&c, "the scripted outage");
+    let last = failed(&c, "the scripted outage");
+    assert_eq!(last["outcome"]["failure_kind"], "server_error", "{last:#}");
     let n = server.model_requests().len();
     assert!(n > 1, "the CLI retries a 500 before giving up: {n}");
     only_the_server(&server);
