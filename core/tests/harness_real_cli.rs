@@ -325,7 +325,9 @@ fn chat_cli_scenarios(cli: &Cli, failure: &str, outage: Option<FailureKind>) {
     cli.succeeded(&c, 6, "after the wait", 1);
     let (_, c) = cli.run("server-error");
     cli.failed(&c, 7, "the scripted outage", outage);
-    // A prompt that starts with `-` reached the model as the prompt, not as a flag.
+    // A prompt that starts with `-` (the scripted answer repeats it) decodes as a success;
+    // whether it reached the model as the prompt is checked end to end, where the server
+    // sees the request.
     let (_, c) = cli.run("dash-prompt");
     cli.succeeded(&c, 0, "ok -x", 1);
     // The resumed run: this run's tokens only, although the log holds both runs.
@@ -374,6 +376,13 @@ fn qwen_code() {
 #[test]
 fn pi() {
     chat_cli_scenarios(&PI, "400", Some(FailureKind::ServerError));
+    // pi's stream echoes the prompt: the one starting with `-` was taken as the prompt, not
+    // as a flag (Qwen Code's stream and log do not hold the prompt).
+    let stream = PI.file("dash-prompt", ".jsonl");
+    assert!(
+        String::from_utf8_lossy(&stream)
+            .contains(r#"{"role":"user","content":[{"type":"text","text":"-x"}]"#)
+    );
     // Served by the requested model: the requested-model fallback, never an observation; pi
     // prices the test model.
     let (progress, interp) = interpret(
