@@ -11,13 +11,15 @@
 #             stream retained and decoded, the record; losers' worktrees and branches removed)
 #   script:   `git worktree add -b BRANCH DIR HEAD`, the same `claude` with stdout and stderr
 #             to files in a temporary directory, `git worktree remove`, `git branch -D`.
-# Rounds alternate the two (which goes first alternates too), each on a new repository; the medians of the per-attempt wall time (total / N) and the
-# ratio are printed. Then one fan-out of 32 attempts at once (`--jobs 32`, each harness
+# Each round runs every contender once, each on a new repository, and which goes first turns
+# from round to round; the medians of the per-attempt wall time (total / N) and the ratio are
+# printed. Then one fan-out of 32 attempts at once (`--jobs 32`, each harness
 # holding for HOLD seconds so that all 32 really overlap) reports agentrun's peak RSS.
 #
 # Usage: scripts/bench-fanout.sh [WORKDIR]   (default: a new temporary directory)
 # Environment: ATTEMPTS (per round, default 16), ROUNDS (default 5), HOLD (seconds, default
-# 2), SKIP_BUILD=1 to use an existing release build.
+# 2), SKIP_BUILD=1 to use an existing release build, BASELINE_BIN (another agentrun build,
+# timed in every round beside the others, on a repository of its own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -74,38 +76,45 @@ script_round() {
     rm -rf "$out"
 }
 
-agentrun_round() {
-    (cd "$repo" && "$bin" fanout --select all --jobs 1 --copies "$attempts" claude \
+agentrun_round() { # [BIN]
+    (cd "$repo" && "${1:-$bin}" fanout --select all --jobs 1 --copies "$attempts" claude \
         --json -- say done > "$work/fanout.json")
 }
 
 times=$work/times.txt
 : > "$times"
-time_agentrun() {
+timed() { # NAME: one round of NAME on a new repository, its time per attempt appended to $times
     local t0 t1
-    t0=$(now); agentrun_round; t1=$(now)
-    echo "agentrun $(echo "($t1 - $t0) / $attempts" | bc -l)" | tee -a "$times"
-}
-time_script() {
-    local t0 t1
-    t0=$(now); script_round "$1"; t1=$(now)
-    echo "script $(echo "($t1 - $t0) / $attempts" | bc -l)" | tee -a "$times"
-}
-# Odd rounds start with agentrun, even ones with the script, so a drift in the machine's
-# load weighs on both alike.
-for r in $(seq "$rounds"); do
     new_repo
-    if [ $((r % 2)) = 1 ]; then time_agentrun; time_script "$r"; else time_script "$r"; time_agentrun; fi
+    t0=$(now)
+    case $1 in
+    agentrun) agentrun_round ;;
+    baseline) agentrun_round "$BASELINE_BIN" ;;
+    script) script_round "$r" ;;
+    esac
+    t1=$(now)
+    echo "$1 $(echo "($t1 - $t0) / $attempts" | bc -l)" | tee -a "$times"
+}
+contenders="agentrun script${BASELINE_BIN:+ baseline}"
+# Each round starts with the next contender in turn, so a drift in the machine's load weighs
+# on all alike; each contender gets a repository of its own.
+for r in $(seq "$rounds"); do
+    set -- $contenders
+    for _ in $(seq $(( (r - 1) % $# ))); do set -- "${@:2}" "$1"; done
+    for name in "$@"; do timed "$name"; done
 done
 python3 - "$times" "$work/fanout.json" "$attempts" <<'PY'
 import json, statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]
-med = {k: statistics.median(float(v) for n, v in rows if n == k) for k in ("agentrun", "script")}
+names = [k for k in ("agentrun", "script", "baseline") if any(n == k for n, _ in rows)]
+med = {k: statistics.median(float(v) for n, v in rows if n == k) for k in names}
 rec = json.load(open(sys.argv[2]))
 attempts = rec.get("attempts", [])
 assert len(attempts) == int(sys.argv[3]), f"the record lists {len(attempts)} attempts"
 print(f"per attempt, median of rounds: agentrun {med['agentrun'] * 1000:.1f} ms, "
       f"script {med['script'] * 1000:.1f} ms, ratio {med['agentrun'] / med['script']:.2f}x")
+if "baseline" in med:
+    print(f"baseline {med['baseline'] * 1000:.1f} ms, ratio {med['baseline'] / med['script']:.2f}x")
 PY
 
 # Memory: 32 attempts at once.

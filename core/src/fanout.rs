@@ -10,8 +10,10 @@
 //! 2. Drain [`FanOut::poll_action`]: [`Action::Start`] → isolate and launch attempt `n`;
 //!    [`Action::Verify`] → run the verification in its worktree; [`Action::Stop`] → stop
 //!    the attempt's process group (a second `Stop` of the same attempt, after a second
-//!    interrupt, means kill it now); [`Action::Finish`] → every attempt has ended: clean up
-//!    and write the record.
+//!    interrupt, means kill it now); [`Action::Discard`] → the attempt has ended without
+//!    winning: remove its worktree and branch now (unless they are kept), so that a long
+//!    fan-out does not pile up worktrees that every later git command walks;
+//!    [`Action::Finish`] → every attempt has ended: write the record.
 //! 3. Wait for an attempt's agent ([`FanOut::handle_agent_end`]) or verification
 //!    ([`FanOut::handle_verification`]) to end, or an interrupt
 //!    ([`FanOut::handle_interrupt`]). Back to 2.
@@ -175,7 +177,12 @@ pub enum Action {
     /// Stop attempt `n` (its agent or its verification); repeated after a second interrupt,
     /// when it means: kill it at once.
     Stop(usize),
-    /// Every attempt has ended: clean up, write the record. Given once.
+    /// Attempt `n` has ended and did not win: it never can (a winner is chosen only as an
+    /// attempt ends), so its worktree and branch may go now. Given once per started attempt
+    /// that is not the winner, before [`Action::Finish`].
+    Discard(usize),
+    /// Every attempt has ended (and every loser was discarded): write the record. Given
+    /// once.
     Finish,
 }
 
@@ -281,7 +288,7 @@ impl FanOut {
                 AttemptStatus::Succeeded
             }
         };
-        self.slots[n].status = status;
+        self.settle(n, status);
     }
 
     /// Attempt `n`'s verification ended. An end for an attempt that is not verifying is
@@ -305,7 +312,15 @@ impl FanOut {
             }
             VerifyEnd::Stopped => self.stop_status(),
         };
+        self.settle(n, status);
+    }
+
+    /// Attempt `n`'s new status; an end that is not the winner's discards the attempt.
+    fn settle(&mut self, n: usize, status: AttemptStatus) {
         self.slots[n].status = status;
+        if status.is_final() && self.winner != Some(n) {
+            self.actions.push_back(Action::Discard(n));
+        }
     }
 
     /// The whole fan-out is interrupted: no attempt starts any more, and every running one

@@ -558,6 +558,7 @@ struct FanDriver {
     verify: bool,
     first_verified: bool,
     started: Vec<bool>,
+    discarded: Vec<bool>,
     finished: bool,
     winner: Option<usize>,
 }
@@ -604,11 +605,21 @@ impl FanDriver {
                     assert!(self.machine.stop_sent(n));
                     assert!(self.started[n], "stop of {n}, never started");
                 }
+                Action::Discard(n) => {
+                    assert!(self.started[n], "discard of {n}, never started");
+                    assert!(!self.discarded[n], "attempt {n} discarded twice");
+                    let s = self.machine.status(n).unwrap();
+                    assert!(s.is_final(), "discard of {n} while {s:?}");
+                    assert_ne!(self.machine.winner(), Some(n), "the winner discarded");
+                    self.discarded[n] = true;
+                }
                 Action::Finish => {
                     self.finished = true;
                     for n in 0..self.machine.len() {
                         let s = self.machine.status(n).unwrap();
                         assert!(s.is_final(), "finished with attempt {n} {s:?}");
+                        let loser = self.started[n] && self.machine.winner() != Some(n);
+                        assert_eq!(self.discarded[n], loser, "attempt {n} at Finish");
                     }
                 }
                 other => panic!("unexpected action {other:?}"),
@@ -631,6 +642,7 @@ impl FanDriver {
         }
         self.winner = winner;
         if let Some(w) = winner {
+            assert!(!self.discarded[w], "the winner {w} was discarded");
             assert_eq!(self.machine.status(w), Some(AttemptStatus::Succeeded));
             if self.verify {
                 assert_eq!(
@@ -701,8 +713,9 @@ impl FanDriver {
 /// interrupts), then ends every attempt still going the way an obedient driver would: never
 /// more than `jobs` running, starts in order and never after a winner (first-verified) or an
 /// interrupt, one winner at most and it never changes, the winner succeeded (and passed its
-/// verification when there is one), a stopped attempt was asked to stop, and at the end one
-/// `Finish` with every attempt in a final state.
+/// verification when there is one), a stopped attempt was asked to stop, every started
+/// attempt but the winner discarded once its end is final (never the winner, never twice),
+/// and at the end one `Finish` with every attempt in a final state.
 pub fn check_fanout(input: &FanOutInput) {
     let attempts = 1 + usize::from(input.attempts % 12);
     let jobs = 1 + usize::from(input.jobs % 6);
@@ -717,6 +730,7 @@ pub fn check_fanout(input: &FanOutInput) {
         verify: input.verify,
         first_verified: !input.all,
         started: vec![false; attempts],
+        discarded: vec![false; attempts],
         finished: false,
         winner: None,
     };

@@ -1,7 +1,8 @@
 //! Fan-out as a library call on both drivers (`agentrun_smol::Runner::fanout` and
 //! `agentrun_tokio::Runner::fanout`), with a Claude-dialect harness script that answers at
 //! once and behaves by the model it is asked for: `honest` writes the file the verification
-//! checks, `lazy` changes nothing, `broken` fails its turn, `slow` waits until it is stopped.
+//! checks, `lazy` changes nothing, `broken` fails its turn, `slow` waits until it is stopped,
+//! `census` changes nothing and notes how many worktrees the repository has.
 
 use std::fs;
 use std::future::IntoFuture;
@@ -24,6 +25,7 @@ case "$model" in
   honest) echo fixed > fixed.txt ;;
   broken) echo '{"type":"result","subtype":"error_during_execution","is_error":true,"session_id":"s-broken"}'; exit 1 ;;
   slow) echo $$ > "$PIDS/slow-$$"; sleep 600 ;;
+  census) git worktree list --porcelain | grep -c '^worktree ' >> "$PIDS/worktrees" ;;
 esac
 # In an auto session every turn may claim completion; the session's verification decides.
 [ -n "$AGENTRUN_RESULT_SINK" ] && printf COMPLETE > "$AGENTRUN_RESULT_SINK"
@@ -281,6 +283,38 @@ fn sixteen_attempts_in_one_repository_never_hit_a_git_lock() {
         ],
     );
     assert_eq!(branches.lines().count(), 16, "{branches}");
+    fx.assert_workspace_untouched(true);
+}
+
+/// A loser's worktree goes as soon as it has lost, not at the end: one attempt after another,
+/// each sees only the workspace's worktree and its own.
+#[test]
+fn a_losers_worktree_is_removed_before_the_next_attempt_starts() {
+    let fx = Fixture::new(true);
+    let runner = agentrun_smol::Runner::new(fx.store());
+    let run = smol::block_on(
+        runner
+            .fanout(fx.options(&["census"; 4]).jobs(1).select(Selection::All))
+            .into_future(),
+    )
+    .unwrap();
+    assert!(run.errors.is_empty(), "{:?}", run.errors);
+    assert_eq!(run.record.winner, None, "nothing passed the verification");
+    let seen = fs::read_to_string(fx.pids.join("worktrees")).unwrap();
+    assert_eq!(seen, "2\n2\n2\n2\n");
+    for a in &run.record.attempts {
+        assert_eq!(
+            (a.status, a.verified),
+            (AttemptStatus::Succeeded, Some(false))
+        );
+        assert_eq!(a.worktree, None, "{a:?}");
+    }
+    assert_eq!(
+        git(&fx.workspace, &["worktree", "list", "--porcelain"])
+            .matches("worktree ")
+            .count(),
+        1
+    );
     fx.assert_workspace_untouched(true);
 }
 

@@ -9,10 +9,11 @@ fn at_most_jobs_attempts_run_at_once_and_the_next_starts_when_one_ends() {
     let mut f = FanOut::new(3, 2, Selection::All, false).unwrap();
     assert_eq!(drain(&mut f), [Action::Start(0), Action::Start(1)]);
     f.handle_agent_end(1, AgentEnd::Failed);
-    assert_eq!(drain(&mut f), [Action::Start(2)]);
+    // A failed attempt is discarded at once, before the next one starts.
+    assert_eq!(drain(&mut f), [Action::Discard(1), Action::Start(2)]);
     f.handle_agent_end(0, AgentEnd::Failed);
     f.handle_agent_end(2, AgentEnd::Succeeded);
-    assert_eq!(drain(&mut f), [Action::Finish]);
+    assert_eq!(drain(&mut f), [Action::Discard(0), Action::Finish]);
     assert_eq!(f.winner(), Some(2));
     // Finish is given once.
     assert_eq!(drain(&mut f), []);
@@ -31,7 +32,7 @@ fn first_verified_stops_the_others_once_one_passes() {
     assert_eq!(drain(&mut f), [Action::Verify(0)]);
     f.handle_verification(0, VerifyEnd::Failed);
     assert_eq!(f.winner(), None);
-    assert_eq!(drain(&mut f), [Action::Start(3)]);
+    assert_eq!(drain(&mut f), [Action::Discard(0), Action::Start(3)]);
     f.handle_agent_end(1, AgentEnd::Succeeded);
     assert_eq!(drain(&mut f), [Action::Verify(1)]);
     f.handle_verification(1, VerifyEnd::Passed);
@@ -40,7 +41,10 @@ fn first_verified_stops_the_others_once_one_passes() {
     f.handle_agent_end(2, AgentEnd::Stopped);
     // A success that raced the stop is kept as it is, unverified, and wins nothing.
     f.handle_agent_end(3, AgentEnd::Succeeded);
-    assert_eq!(drain(&mut f), [Action::Finish]);
+    assert_eq!(
+        drain(&mut f),
+        [Action::Discard(2), Action::Discard(3), Action::Finish]
+    );
     assert_eq!(f.status(0), Some(AttemptStatus::Succeeded));
     assert_eq!(f.verified(0), Some(false));
     assert_eq!(f.status(1), Some(AttemptStatus::Succeeded));
@@ -72,13 +76,13 @@ fn select_all_verifies_every_success_and_stops_nothing() {
     f.handle_verification(2, VerifyEnd::Passed);
     assert_eq!(
         drain(&mut f),
-        [],
-        "attempt 1 still runs: nothing is stopped"
+        [Action::Discard(2)],
+        "attempt 1 still runs: nothing is stopped; attempt 2 passed after the winner"
     );
     f.handle_agent_end(1, AgentEnd::Succeeded);
     assert_eq!(drain(&mut f), [Action::Verify(1)]);
     f.handle_verification(1, VerifyEnd::Failed);
-    assert_eq!(drain(&mut f), [Action::Finish]);
+    assert_eq!(drain(&mut f), [Action::Discard(1), Action::Finish]);
     // The first to pass, in the order they ended.
     assert_eq!(f.winner(), Some(0));
     assert_eq!(
@@ -93,7 +97,10 @@ fn an_interrupt_stops_every_running_attempt_and_records_what_each_reached() {
     drain(&mut f);
     f.handle_agent_end(0, AgentEnd::Succeeded);
     f.handle_agent_end(1, AgentEnd::Failed);
-    assert_eq!(drain(&mut f), [Action::Verify(0), Action::Start(3)]);
+    assert_eq!(
+        drain(&mut f),
+        [Action::Verify(0), Action::Discard(1), Action::Start(3)]
+    );
     assert_eq!(f.status(0), Some(AttemptStatus::Verifying));
     f.handle_interrupt();
     assert_eq!(
@@ -109,7 +116,15 @@ fn an_interrupt_stops_every_running_attempt_and_records_what_each_reached() {
     f.handle_verification(0, VerifyEnd::Stopped);
     f.handle_agent_end(2, AgentEnd::Stopped);
     f.handle_agent_end(3, AgentEnd::Stopped);
-    assert_eq!(drain(&mut f), [Action::Finish]);
+    assert_eq!(
+        drain(&mut f),
+        [
+            Action::Discard(0),
+            Action::Discard(2),
+            Action::Discard(3),
+            Action::Finish
+        ]
+    );
     assert!(f.interrupted());
     assert_eq!(f.winner(), None);
     assert_eq!(
@@ -142,9 +157,9 @@ fn ends_out_of_turn_are_ignored() {
     assert_eq!(f.winner(), None);
     assert_eq!(f.status(1), Some(AttemptStatus::Queued));
     f.handle_agent_end(0, AgentEnd::Error);
-    assert_eq!(drain(&mut f), [Action::Start(1)]);
+    assert_eq!(drain(&mut f), [Action::Discard(0), Action::Start(1)]);
     f.handle_agent_end(1, AgentEnd::Failed);
-    assert_eq!(drain(&mut f), [Action::Finish]);
+    assert_eq!(drain(&mut f), [Action::Discard(1), Action::Finish]);
     assert_eq!(f.status(0), Some(AttemptStatus::Error));
 }
 

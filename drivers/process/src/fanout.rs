@@ -663,6 +663,11 @@ async fn run_fanout<R: Runtime>(
                     )));
                 }
                 Action::Stop(n) => stops[n].request(),
+                Action::Discard(n) if !ctx.options.keep => {
+                    if let Err(e) = discard(runner, &ctx, &mut records[n]).await {
+                        errors.push((n, e));
+                    }
+                }
                 Action::Finish => break 'run,
                 _ => {}
             }
@@ -705,37 +710,6 @@ async fn run_fanout<R: Runtime>(
         r.verified = machine.verified(n);
     }
     let winner = machine.winner();
-    // Cleanup: every worktree but the winner's, unless kept.
-    if !ctx.options.keep {
-        for (n, r) in records.iter_mut().enumerate() {
-            if Some(n) == winner {
-                continue;
-            }
-            let Some(path) = r.worktree.clone() else {
-                continue;
-            };
-            let (repo, branch) = (ctx.repo.clone(), r.branch.clone());
-            let removed = runner
-                .runtime
-                .spawn_blocking(move || match (repo, branch) {
-                    (Some(repo), Some(branch)) => repo.remove(Path::new(&path), &branch),
-                    _ => std::fs::remove_dir_all(&path).map_err(|source| IsolationError::Io {
-                        what: "cannot remove",
-                        path: PathBuf::from(&path),
-                        source,
-                    }),
-                })
-                .await;
-            match removed {
-                Ok(Ok(())) => {
-                    r.worktree = None;
-                    r.branch = None;
-                }
-                Ok(Err(e)) => errors.push((n, crate::error_chain(&e))),
-                Err(e) => errors.push((n, crate::error_chain(&e))),
-            }
-        }
-    }
     let record = FanOutRecord::new(ctx.fanout_id.clone(), records, winner);
     let (dir, to_write) = (ctx.dir.clone(), record.clone());
     let record_error = match runner
@@ -754,6 +728,40 @@ async fn run_fanout<R: Runtime>(
         errors,
         record_error,
     })
+}
+
+/// Removes a losing attempt's worktree (and its branch), as soon as it has lost: a worktree
+/// left until the end would slow every later attempt's git commands, which walk them all.
+/// Its work was kept as an artifact before; the record then names no worktree.
+async fn discard<R: Runtime>(
+    runner: &Runner<R>,
+    ctx: &Context,
+    r: &mut AttemptRecord,
+) -> Result<(), String> {
+    let Some(path) = r.worktree.clone() else {
+        return Ok(());
+    };
+    let (repo, branch) = (ctx.repo.clone(), r.branch.clone());
+    let removed = runner
+        .runtime
+        .spawn_blocking(move || match (repo, branch) {
+            (Some(repo), Some(branch)) => repo.remove(Path::new(&path), &branch),
+            _ => std::fs::remove_dir_all(&path).map_err(|source| IsolationError::Io {
+                what: "cannot remove",
+                path: PathBuf::from(&path),
+                source,
+            }),
+        })
+        .await;
+    match removed {
+        Ok(Ok(())) => {
+            r.worktree = None;
+            r.branch = None;
+            Ok(())
+        }
+        Ok(Err(e)) => Err(crate::error_chain(&e)),
+        Err(e) => Err(crate::error_chain(&e)),
+    }
 }
 
 /// Where the attempt's agent runs in its worktree: at the workspace's place in the

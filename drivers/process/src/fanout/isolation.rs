@@ -107,6 +107,27 @@ fn last_lines(bytes: &[u8]) -> String {
     lines[lines.len().saturating_sub(3)..].join(" / ")
 }
 
+/// What `git status --porcelain=v2 --branch -z` says: the commit checked out, and whether
+/// anything is changed, staged or untracked. The headers (`# ...`) come before the entries,
+/// so the commit is read before the first entry ends the reading.
+fn read_status(out: &[u8]) -> Result<(String, bool), String> {
+    let mut head = None;
+    for field in out.split(|&b| b == 0).filter(|f| !f.is_empty()) {
+        match field.strip_prefix(b"# ") {
+            Some(header) => {
+                if let Some(oid) = header.strip_prefix(b"branch.oid ") {
+                    head = Some(String::from_utf8_lossy(oid).into_owned());
+                }
+            }
+            None => {
+                let head = head.ok_or("an entry before the branch header")?;
+                return Ok((head, true));
+            }
+        }
+    }
+    Ok((head.ok_or("no branch header")?, false))
+}
+
 /// Runs `git -C dir ARGS`, returning its output when it exits 0; a failure caused by a lock
 /// another git holds is retried (up to five times, 200 ms apart).
 fn run_git(dir: &Path, args: &[&OsStr]) -> Result<Output, IsolationError> {
@@ -236,7 +257,27 @@ impl Repo {
         worktree: &Path,
         message: &str,
     ) -> Result<Changes, IsolationError> {
-        {
+        // One `git status` first: an attempt that changed nothing and committed nothing (a
+        // failed or stopped one, often) is then counted without the three commands below.
+        let status = run_git(
+            worktree,
+            &[
+                "status",
+                "--porcelain=v2",
+                "--branch",
+                "--untracked-files=all",
+                "-z",
+            ]
+            .map(OsStr::new),
+        )?;
+        let (head, dirty) = read_status(&status.stdout).map_err(|why| IsolationError::Output {
+            command: "status --porcelain=v2".to_owned(),
+            why,
+        })?;
+        if !dirty && head == self.base {
+            return Ok(Changes::default());
+        }
+        if dirty {
             let _lock = self.lock()?;
             run_git(worktree, &["add", "-A"].map(OsStr::new))?;
             let staged = git(worktree)
@@ -437,6 +478,45 @@ mod tests {
         assert!(!wt.exists());
         let branches = git(&repo).args(["branch", "--list"]).output().unwrap();
         assert!(!String::from_utf8_lossy(&branches.stdout).contains("agentrun/t/0"));
+    }
+
+    #[test]
+    fn an_untouched_worktree_counts_nothing_and_an_agents_own_commit_counts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        fs::create_dir(&repo).unwrap();
+        sh(
+            &repo,
+            "git init -q && echo a > a.txt && git add a.txt && git commit -qm base",
+        );
+        let r = Repo::discover(&repo).unwrap().expect("a repository");
+        let head =
+            |wt: &Path| stdout_line(&run_git(wt, &["rev-parse", "HEAD"].map(OsStr::new)).unwrap());
+        let wt = tmp.path().join("wt");
+        r.add_worktree(&wt, "agentrun/t/0").unwrap();
+        assert_eq!(r.commit_and_count(&wt, "m").unwrap(), Changes::default());
+        assert_eq!(head(&wt), r.base, "nothing was committed");
+        // The agent committed on its own and left the tree clean: its commit is counted.
+        sh(&wt, "echo b >> a.txt && git commit -qam mine");
+        let changes = r.commit_and_count(&wt, "m").unwrap();
+        assert_eq!((changes.files, changes.insertions), (1, 1));
+        // An untracked file in a new directory is found and committed too.
+        fs::create_dir(wt.join("d")).unwrap();
+        fs::write(wt.join("d/n.txt"), "n\n").unwrap();
+        let changes = r.commit_and_count(&wt, "m").unwrap();
+        assert_eq!((changes.files, changes.insertions), (2, 2));
+        let clean = run_git(&wt, &["status", "--porcelain"].map(OsStr::new)).unwrap();
+        assert!(clean.stdout.is_empty(), "{:?}", clean.stdout);
+    }
+
+    #[test]
+    fn status_output_gives_the_commit_and_whether_anything_changed() {
+        let oid = "# branch.oid 0123abcd\0# branch.head main\0";
+        assert_eq!(read_status(oid.as_bytes()), Ok(("0123abcd".into(), false)));
+        let dirty = format!("{oid}? new.txt\0");
+        assert_eq!(read_status(dirty.as_bytes()), Ok(("0123abcd".into(), true)));
+        assert!(read_status(b"? new.txt\0").is_err());
+        assert!(read_status(b"").is_err());
     }
 
     #[test]
