@@ -239,11 +239,17 @@ impl ClaudeDecoder {
         }
     }
 
-    fn assistant(&mut self, frame: &AssistantFrame<'_>, update: &mut StreamUpdate) {
+    /// An assistant frame; `error_text` is its text when it is the main loop's API error
+    /// ([`AssistantFrame::error_text`]).
+    fn assistant(
+        &mut self,
+        frame: &AssistantFrame<'_>,
+        error_text: Option<String>,
+        update: &mut StreamUpdate,
+    ) {
         let root = !frame.parent_tool_use_id.0;
         let message = frame.message.0.as_ref();
-        let api_error = frame.is_api_error_message.0 == Some(true)
-            || message.is_some_and(|m| m.is_api_error_message.0 == Some(true));
+        let api_error = frame.is_api_error();
         // Evidence first, before any guard. Qwen's `message.model` is the requested model.
         if self.dialect != Dialect::Qwen
             && !api_error
@@ -265,15 +271,8 @@ impl ClaudeDecoder {
         if api_error {
             if root {
                 self.api_error_kind = frame.error.get().and_then(error_field_kind);
-                let text: Vec<&str> = message
-                    .content
-                    .0
-                    .iter()
-                    .filter(|b| b.kind.get() == Some("text"))
-                    .filter_map(|b| b.text.get())
-                    .collect();
-                if !text.is_empty() {
-                    self.api_error_text = Some(text.join("\n"));
+                if error_text.is_some() {
+                    self.api_error_text = error_text;
                 }
             }
             return;
@@ -597,9 +596,79 @@ struct Block<'a> {
     #[serde(borrow)]
     name: Str<'a>,
     #[serde(borrow)]
-    text: Str<'a>,
-    #[serde(borrow)]
     input: Obj<ToolInput<'a>>,
+}
+
+/// The text blocks of an API-error `assistant` frame: read again only for such a frame, so
+/// that the first read ([`AssistantFrame`]) skips the text of every other one (most of an
+/// assistant frame's bytes, and the decoder has no other use for them).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ErrorTextFrame<'a> {
+    #[serde(borrow)]
+    message: Obj<ErrorTextMessage<'a>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ErrorTextMessage<'a> {
+    #[serde(borrow)]
+    content: Seq<TextBlock<'a>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct TextBlock<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Str<'a>,
+    #[serde(borrow)]
+    text: Str<'a>,
+}
+
+/// Where an assistant frame was read from, for the second read of an API error's text.
+#[derive(Clone, Copy)]
+enum FrameSource<'l, 'c, 's> {
+    Line(&'l [u8], Option<&'c scan::Checked<'l, 's>>),
+    Value(&'l Value),
+}
+
+impl AssistantFrame<'_> {
+    /// Whether the frame stands for an API error rather than a model's answer (the harness
+    /// sets `is_api_error_message` on the frame or its message).
+    fn is_api_error(&self) -> bool {
+        self.is_api_error_message.0 == Some(true)
+            || (self.message.0.as_ref()).is_some_and(|m| m.is_api_error_message.0 == Some(true))
+    }
+
+    /// The text of the main loop's API-error frame read from `source` (its text blocks
+    /// joined by newlines); `None` for any other frame, or one without text.
+    fn error_text(&self, source: FrameSource<'_, '_, '_>) -> Option<String> {
+        if self.parent_tool_use_id.0 || !self.is_api_error() {
+            return None;
+        }
+        source.text()
+    }
+}
+
+impl FrameSource<'_, '_, '_> {
+    /// The frame's text blocks, joined by newlines; `None` when it has none.
+    fn text(self) -> Option<String> {
+        let frame = match self {
+            FrameSource::Line(line, checked) => {
+                lenient::from_checked::<ErrorTextFrame<'_>>(line, checked)
+            }
+            FrameSource::Value(v) => lenient::from_value::<ErrorTextFrame<'_>>(v),
+        }?;
+        let message = frame.message.0?;
+        let text: Vec<&str> = message
+            .content
+            .0
+            .iter()
+            .filter(|b| b.kind.get() == Some("text"))
+            .filter_map(|b| b.text.get())
+            .collect();
+        (!text.is_empty()).then(|| text.join("\n"))
+    }
 }
 
 /// The tool input fields progress lines use.
@@ -820,13 +889,17 @@ impl StreamDecoder for ClaudeDecoder {
         // The view skips what it does not read; the value parse would refuse a line with
         // invalid UTF-8 or an out-of-range number there, so only lines it certainly parses
         // take this path.
-        let qwen_system = self.dialect == Dialect::Qwen
-            && self.any_session_id.is_some()
-            && json::may_be(line, leading, &["system"]);
+        // Init frames (Claude's, and Qwen's once its session id is known) are read into a
+        // borrowed view too: a long list of tools and servers the decoder does not read.
+        let init_view = match self.dialect {
+            Dialect::Claude => true,
+            Dialect::Qwen => self.any_session_id.is_some(),
+            Dialect::Grok => false,
+        } && json::may_be(line, leading, &["system"]);
         let qwen_assistant = self.dialect == Dialect::Qwen
             && self.any_session_id.is_some()
             && json::may_be(line, leading, &["assistant"]);
-        if quiet || claude_assistant || qwen_system || qwen_assistant {
+        if quiet || claude_assistant || init_view || qwen_assistant {
             let checked = scan::check(line, &mut self.scratch);
             if quiet && json::is_quiet(line, QUIET_TYPES, checked.as_ref()) {
                 return update;
@@ -836,12 +909,13 @@ impl StreamDecoder for ClaudeDecoder {
                     lenient::from_checked::<AssistantFrame<'_>>(line, checked.as_ref())
                 && frame.kind.get() == Some("assistant")
             {
-                self.assistant(&frame, &mut update);
+                let text = frame.error_text(FrameSource::Line(line, checked.as_ref()));
+                self.assistant(&frame, text, &mut update);
                 return update;
             }
             let value_safe = checked.filter(|c| c.parses_as_value());
             if let Some(c) = &value_safe {
-                if qwen_system
+                if init_view
                     && let Some(frame) = lenient::from_checked::<InitFrame<'_>>(line, Some(c))
                     && frame.kind.get() == Some("system")
                     && frame.subtype.get() == Some("init")
@@ -857,7 +931,8 @@ impl StreamDecoder for ClaudeDecoder {
                     && let Some(frame) = lenient::from_checked::<AssistantFrame<'_>>(line, Some(c))
                     && frame.kind.get() == Some("assistant")
                 {
-                    self.assistant(&frame, &mut update);
+                    let text = frame.error_text(FrameSource::Line(line, Some(c)));
+                    self.assistant(&frame, text, &mut update);
                     if !frame.parent_tool_use_id.0
                         && let Some(usage) =
                             frame.message.0.as_ref().and_then(|m| m.usage.0.as_ref())
@@ -887,7 +962,8 @@ impl StreamDecoder for ClaudeDecoder {
             "system" => self.system(&v, &mut update),
             "assistant" => {
                 if let Some(frame) = lenient::from_value::<AssistantFrame<'_>>(&v) {
-                    self.assistant(&frame, &mut update);
+                    let text = frame.error_text(FrameSource::Value(&v));
+                    self.assistant(&frame, text, &mut update);
                 }
                 if self.dialect == Dialect::Qwen
                     && !json::non_null(&v, "parent_tool_use_id")

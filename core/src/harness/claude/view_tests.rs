@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 
-use super::AssistantFrame;
+use super::{AssistantFrame, ErrorTextFrame, FrameSource};
 use crate::harness::json::lenient;
 use crate::harness::scan;
 
@@ -28,14 +28,20 @@ fn lines() -> Vec<&'static str> {
         .collect()
 }
 
-/// Both reads, as text (a borrowed and an owned string print alike).
+/// Both reads, as text (a borrowed and an owned string print alike): the frame's view, then
+/// the view of its text blocks that an API error is read again with.
 fn both(line: &[u8]) -> (String, String) {
-    let full = format!("{:?}", lenient::from_slice::<AssistantFrame<'_>>(line));
     let mut scratch = scan::Scratch::default();
     let checked = scan::check(line, &mut scratch);
+    let full = format!(
+        "{:?} {:?}",
+        lenient::from_slice::<AssistantFrame<'_>>(line),
+        lenient::from_slice::<ErrorTextFrame<'_>>(line)
+    );
     let fast = format!(
-        "{:?}",
-        lenient::from_checked::<AssistantFrame<'_>>(line, checked.as_ref())
+        "{:?} {:?}",
+        lenient::from_checked::<AssistantFrame<'_>>(line, checked.as_ref()),
+        lenient::from_checked::<ErrorTextFrame<'_>>(line, checked.as_ref())
     );
     (full, fast)
 }
@@ -69,6 +75,18 @@ fn an_api_error_frame_keeps_its_error_kind() {
     let frame: AssistantFrame<'_> =
         lenient::from_checked(line, Some(&checked)).expect("an assistant frame");
     assert_eq!(frame.error.get(), Some("authentication_failed"));
+    // Its text is read again, from the line or from its value alike; a frame that is no API
+    // error, or a subagent's, gives none.
+    let text = frame.error_text(FrameSource::Line(line, Some(&checked)));
+    assert_eq!(text.as_deref(), Some("Invalid API key"));
+    let value: serde_json::Value = serde_json::from_slice(line).unwrap();
+    assert_eq!(frame.error_text(FrameSource::Value(&value)), text);
+    let plain = br#"{"type":"assistant","message":{"content":[{"type":"text","text":"hi"}]}}"#;
+    let frame: AssistantFrame<'_> = lenient::from_slice(plain).unwrap();
+    assert_eq!(frame.error_text(FrameSource::Line(plain, None)), None);
+    let sub = br#"{"type":"assistant","parent_tool_use_id":"t1","message":{"content":[{"type":"text","text":"x"}],"is_api_error_message":true}}"#;
+    let frame: AssistantFrame<'_> = lenient::from_slice(sub).unwrap();
+    assert_eq!(frame.error_text(FrameSource::Line(sub, None)), None);
 }
 
 /// JSON values built from the view's own keys and others, strings long enough to be emptied.
@@ -257,4 +275,15 @@ proptest! {
         }
         qwen_agrees(&line);
     }
+}
+
+/// Claude's init frames take the same borrowed view as Qwen's: it reads what the value does.
+#[test]
+fn claude_recorded_init_frames_read_the_same() {
+    let mut inits = 0;
+    for line in lines() {
+        qwen_agrees(line.as_bytes());
+        inits += usize::from(line.contains(r#""subtype":"init""#));
+    }
+    assert!(inits > 3);
 }
