@@ -6,11 +6,9 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
-use serde::Deserialize;
-
 use super::failure;
 use super::json;
-use super::json::lenient::{self, Bool, NonNull, Obj, Seq, Str};
+use super::json::lenient::{self, Obj, Str};
 use super::progress;
 use super::scan;
 use super::usage::turns_text;
@@ -536,165 +534,6 @@ impl ClaudeDecoder {
     }
 }
 
-/// The fields of an `assistant` frame the decoder reads.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct AssistantFrame<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Str<'a>,
-    parent_tool_use_id: NonNull,
-    is_api_error_message: Bool,
-    /// An API-error message's kind (`rate_limit`, `authentication_failed`, …).
-    #[serde(borrow)]
-    error: Str<'a>,
-    #[serde(borrow)]
-    message: Obj<Message<'a>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct Message<'a> {
-    #[serde(borrow)]
-    model: Str<'a>,
-    is_api_error_message: Bool,
-    #[serde(borrow)]
-    content: Seq<Block<'a>>,
-    /// Qwen's token counts of this request (any value counts as present, as in the value
-    /// read).
-    usage: lenient::Present<QwenUsage>,
-}
-
-/// The counts of a Qwen assistant message's `usage`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct QwenUsage {
-    input_tokens: lenient::U64,
-    cache_read_input_tokens: lenient::U64,
-    output_tokens: lenient::U64,
-    reasoning_tokens: lenient::U64,
-}
-
-/// The fields of a `system/init` frame the decoder reads.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct InitFrame<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Str<'a>,
-    #[serde(borrow)]
-    subtype: Str<'a>,
-    #[serde(borrow)]
-    session_id: Str<'a>,
-    #[serde(rename = "apiKeySource", borrow)]
-    api_key_source: Str<'a>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct Block<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Str<'a>,
-    #[serde(borrow)]
-    name: Str<'a>,
-    #[serde(borrow)]
-    input: Obj<ToolInput<'a>>,
-}
-
-/// The text blocks of an API-error `assistant` frame: read again only for such a frame, so
-/// that the first read ([`AssistantFrame`]) skips the text of every other one (most of an
-/// assistant frame's bytes, and the decoder has no other use for them).
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct ErrorTextFrame<'a> {
-    #[serde(borrow)]
-    message: Obj<ErrorTextMessage<'a>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct ErrorTextMessage<'a> {
-    #[serde(borrow)]
-    content: Seq<TextBlock<'a>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct TextBlock<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Str<'a>,
-    #[serde(borrow)]
-    text: Str<'a>,
-}
-
-/// Where an assistant frame was read from, for the second read of an API error's text.
-#[derive(Clone, Copy)]
-enum FrameSource<'l, 'c, 's> {
-    Line(&'l [u8], Option<&'c scan::Checked<'l, 's>>),
-    Value(&'l Value),
-}
-
-impl AssistantFrame<'_> {
-    /// Whether the frame stands for an API error rather than a model's answer (the harness
-    /// sets `is_api_error_message` on the frame or its message).
-    fn is_api_error(&self) -> bool {
-        self.is_api_error_message.0 == Some(true)
-            || (self.message.0.as_ref()).is_some_and(|m| m.is_api_error_message.0 == Some(true))
-    }
-
-    /// The text of the main loop's API-error frame read from `source` (its text blocks
-    /// joined by newlines); `None` for any other frame, or one without text.
-    fn error_text(&self, source: FrameSource<'_, '_, '_>) -> Option<String> {
-        if self.parent_tool_use_id.0 || !self.is_api_error() {
-            return None;
-        }
-        source.text()
-    }
-}
-
-impl FrameSource<'_, '_, '_> {
-    /// The frame's text blocks, joined by newlines; `None` when it has none.
-    fn text(self) -> Option<String> {
-        let frame = match self {
-            FrameSource::Line(line, checked) => {
-                lenient::from_checked::<ErrorTextFrame<'_>>(line, checked)
-            }
-            FrameSource::Value(v) => lenient::from_value::<ErrorTextFrame<'_>>(v),
-        }?;
-        let message = frame.message.0?;
-        let text: Vec<&str> = message
-            .content
-            .0
-            .iter()
-            .filter(|b| b.kind.get() == Some("text"))
-            .filter_map(|b| b.text.get())
-            .collect();
-        (!text.is_empty()).then(|| text.join("\n"))
-    }
-}
-
-/// The tool input fields progress lines use.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct ToolInput<'a> {
-    #[serde(borrow)]
-    command: Str<'a>,
-    #[serde(borrow)]
-    skill: Str<'a>,
-    #[serde(borrow)]
-    name: Str<'a>,
-    #[serde(borrow)]
-    file_path: Str<'a>,
-    #[serde(borrow)]
-    absolute_path: Str<'a>,
-    #[serde(borrow)]
-    pattern: Str<'a>,
-    #[serde(borrow)]
-    description: Str<'a>,
-    #[serde(borrow)]
-    url: Str<'a>,
-    #[serde(borrow)]
-    query: Str<'a>,
-}
-
 /// The first non-empty string among `fields`.
 fn first<'a>(fields: &[&'a Str<'_>]) -> Option<&'a str> {
     fields
@@ -1046,6 +885,9 @@ impl StreamDecoder for ClaudeDecoder {
         facts
     }
 }
+
+mod views;
+use views::{AssistantFrame, FrameSource, InitFrame, QwenUsage, ToolInput};
 
 #[cfg(test)]
 mod view_tests;

@@ -3,7 +3,8 @@
 
 use proptest::prelude::*;
 
-use super::{AssistantFrame, ErrorTextFrame, FrameSource};
+use super::views::ErrorTextFrame;
+use super::{AssistantFrame, FrameSource};
 use crate::harness::json::lenient;
 use crate::harness::scan;
 
