@@ -7,7 +7,7 @@
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -34,6 +34,16 @@ pub(crate) fn sync_file(file: &File, path: &Path) -> Result<(), IoError> {
     file.sync_all().at("sync", path)?;
     fault::point("after a file sync");
     Ok(())
+}
+
+/// Makes the bytes of the file at `path` (one of this process's capture files) durable.
+fn sync_path(path: &Path) -> Result<(), IoError> {
+    let file = File::options()
+        .write(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .at("open", path)?;
+    sync_file(&file, path)
 }
 
 /// Renames `from` to `to` (atomically replacing what is there).
@@ -96,8 +106,10 @@ pub(crate) enum Published {
 /// differs is replaced by renames (atomic: a reader that opened the old file keeps reading
 /// it, a new reader sees the new one).
 ///
-/// The caller must hold the GC lock shared and must have `fsync`ed both files: the rename is
-/// what makes the name claim "these bytes hash to this digest", so it comes last.
+/// The caller must hold the GC lock shared. Each file is `fsync`ed here, just before the
+/// rename that publishes it (the rename is what makes the name claim "these bytes hash to
+/// this digest", so it comes last); a dedupe hit drops the fresh files unsynced, since they
+/// are never published and the capture directory holding them is garbage after a crash.
 pub(crate) fn publish_object(
     layout: &Layout,
     digest: &Digest,
@@ -126,11 +138,13 @@ pub(crate) fn publish_object(
     // A publication tried again after a full disk may have moved the index already.
     let moved = !layout::exists(index)? && layout::exists(&object_idx)?;
     if !moved {
+        sync_path(index)?;
         clear_directory(&object_idx)?;
         fault::fail_io("publishing an index").at("publish index", &object_idx)?;
         rename(index, &object_idx, "publish index")?;
         fsync_dir(&dir)?;
     }
+    sync_path(data)?;
     clear_directory(&object)?;
     fault::fail_io("publishing an object").at("publish object", &object)?;
     rename(data, &object, "publish object")?;

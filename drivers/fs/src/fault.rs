@@ -20,6 +20,11 @@ pub(crate) const FAULT_AT_VAR: &str = "AGENTRUN_FS_FAULT_AT";
 pub(crate) fn point(name: &'static str) {
     use std::sync::atomic::{AtomicU64, Ordering};
     static REACHED: AtomicU64 = AtomicU64::new(0);
+    POINT_LOG.with(|log| {
+        if let Some(log) = log.borrow_mut().as_mut() {
+            log.push(name);
+        }
+    });
     let Some(at) = std::env::var(FAULT_AT_VAR)
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
@@ -34,6 +39,26 @@ pub(crate) fn point(name: &'static str) {
         // SIGKILL cannot be caught; never return into the step.
         std::process::abort();
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The points this thread reached since [`log_points`] (test builds only).
+    static POINT_LOG: std::cell::RefCell<Option<Vec<&'static str>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Starts recording the name of every [`point`] this thread reaches (test builds only), so
+/// a test can check the order of `fsync`s and renames an operation makes.
+#[cfg(test)]
+pub(crate) fn log_points() {
+    POINT_LOG.set(Some(Vec::new()));
+}
+
+/// The points this thread reached since [`log_points`], and the recording stopped.
+#[cfg(test)]
+pub(crate) fn take_points() -> Vec<&'static str> {
+    POINT_LOG.take().unwrap_or_default()
 }
 
 /// A step of publication (no fault injection outside test builds).

@@ -20,7 +20,7 @@ use agentrun_core::{
 
 use super::pipeline::*;
 use super::session::*;
-use crate::atomic::{self, Published, fsync_dir, publish_object, write_atomic};
+use crate::atomic::{Published, fsync_dir, publish_object, write_atomic};
 use crate::error::{IoContext, IoError};
 use crate::layout::{self, RECORD_SUFFIX};
 use crate::lock::GcLock;
@@ -436,7 +436,8 @@ fn recent_record_artifacts(layout: &layout::Layout, since: SystemTime) -> Option
     Some(artifacts)
 }
 
-/// Makes a stream's capture file and index temp file final and durable.
+/// Makes a stream's capture file and index temp file final. They are made durable only if
+/// they are published (see [`publish_object`]): a deduplicated stream's files are dropped.
 pub(super) fn seal_stream(
     files: &mut StreamFiles,
     index: &mut IndexFile,
@@ -476,8 +477,6 @@ pub(super) fn seal_stream(
             return Err(IoError::at("write", &index.path, e).into());
         }
     }
-    atomic::sync_file(&files.data, &files.data_path)?;
-    atomic::sync_file(&index.file, &index.path)?;
     Ok(())
 }
 
@@ -526,7 +525,6 @@ fn rebuild_index(path: &Path, index_file: &IndexFile, digest: Digest) -> Result<
     index.set_len(len).at("truncate", idx_path)?;
     index.seek(SeekFrom::Start(0)).at("seek", idx_path)?;
     index.write_all(&header.encode()).at("write", idx_path)?;
-    atomic::sync_file(&index, idx_path)?;
     Ok(())
 }
 
@@ -549,9 +547,9 @@ fn write_manifest(
     Ok(Some((digest, data, index)))
 }
 
-/// Makes `path` (created by [`preallocate`], or created now) hold exactly `bytes`, synced:
-/// written from its start into the blocks it has, so that writing it again after a full disk
-/// replaces what an attempt left.
+/// Makes `path` (created by [`preallocate`], or created now) hold exactly `bytes`, written
+/// from its start into the blocks it has, so that writing it again after a full disk replaces
+/// what an attempt left (synced only if published, see [`publish_object`]).
 fn write_in_place(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
     let file = OpenOptions::new()
         .write(true)
@@ -561,11 +559,14 @@ fn write_in_place(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
         .open(path)
         .at("open", path)?;
     file.write_all_at(bytes, 0).at("write", path)?;
-    file.set_len(bytes.len() as u64).at("truncate", path)?;
-    atomic::sync_file(&file, path)
+    file.set_len(bytes.len() as u64).at("truncate", path)
 }
 
 /// Appends the digests about to be published to the capture's `protect` file.
+///
+/// Not synced: GC reads `protect` only of a capture whose lock is held, that is of a
+/// process running on this machine now, which sees the page cache; after a crash no lock is
+/// held and the file means nothing.
 pub(super) fn protect(dir: &Path, digests: &[Digest]) -> Result<(), StoreError> {
     let path = dir.join("protect");
     let mut f = layout::append_private_file(&path)?;
@@ -578,7 +579,5 @@ pub(super) fn protect(dir: &Path, digests: &[Digest]) -> Result<(), StoreError> 
         let _ = f.set_len(before);
         return Err(IoError::at("write", &path, e).into());
     }
-    atomic::sync_file(&f, &path)?;
-    fsync_dir(dir)?;
     Ok(())
 }

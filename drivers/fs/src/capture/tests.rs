@@ -105,6 +105,43 @@ fn a_stream_index_of_another_session_is_a_typed_error_not_a_panic() {
     drop(other);
 }
 
+/// The file syncs and renames (in order) a two-stream capture's publication makes, as
+/// `S` (a file `fsync`) and `R` (a rename).
+fn syncs_and_renames_of_a_capture(store: &Store, out: &[u8], err: &[u8]) -> String {
+    let mut s = store
+        .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
+        .unwrap();
+    s.write_channel(&named("stdout"), out).unwrap();
+    s.write_channel(&named("stderr"), err).unwrap();
+    crate::fault::log_points();
+    let record = s.finish(done()).unwrap();
+    let points = crate::fault::take_points();
+    assert_eq!(read_stream(store, &record, "stdout"), out);
+    points
+        .iter()
+        .filter_map(|p| match *p {
+            "before a file sync" => Some('S'),
+            "before a rename" => Some('R'),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn each_published_file_is_synced_just_before_its_rename_and_a_dedupe_hit_syncs_only_the_record() {
+    let (_tmp, store) = temp_store();
+    // New: stdout, stderr and the manifest, each its index then its bytes, then the record.
+    let first = syncs_and_renames_of_a_capture(&store, b"out\n", b"err\n");
+    assert_eq!(first, "SR".repeat(7), "first capture");
+    // The same output again: every object is a dedupe hit, whose fresh files are dropped
+    // unsynced; only the record is written.
+    let again = syncs_and_renames_of_a_capture(&store, b"out\n", b"err\n");
+    assert_eq!(again, "SR", "a capture of the same output");
+    // One new stream beside two known objects.
+    let one_new = syncs_and_renames_of_a_capture(&store, b"other\n", b"err\n");
+    assert_eq!(one_new, "SR".repeat(5), "one new stream and a new manifest");
+}
+
 #[test]
 fn a_failed_publication_takes_back_only_what_nothing_else_refers_to() {
     let (_tmp, store) = temp_store();
