@@ -91,6 +91,9 @@ pub struct RetentionSession {
     stored: Vec<Digest>,
     stored_set: HashSet<Digest>,
     confirmed: Vec<ArtifactUri>,
+    /// Of a shared store: leases naming the confirmed artifacts only the bucket holds, until
+    /// the record that keeps them is published (dropped with the session).
+    leases: Vec<crate::remote::Lease>,
 }
 
 impl Store {
@@ -103,6 +106,7 @@ impl Store {
             stored: Vec::new(),
             stored_set: HashSet::new(),
             confirmed: Vec::new(),
+            leases: Vec::new(),
         })
     }
 
@@ -137,6 +141,19 @@ impl RetentionSession {
         // confirmed (for a stream, the manifest roots its streams).
         let digests: Vec<Digest> = claims.iter().map(|c| c.uri.digest).collect();
         self.keeper.protect_more(&digests)?;
+        // On a shared store the keeper protects only the spool: what only the bucket holds is
+        // named by a lease, settled before it is checked and held until the record is
+        // published (the record then keeps it).
+        if let Some(remote) = &self.store.remote {
+            let outside: Vec<Digest> = digests
+                .iter()
+                .copied()
+                .filter(|d| self.store.only_in_bucket(d))
+                .collect();
+            if !outside.is_empty() {
+                self.leases.push(remote.protect(&outside)?);
+            }
+        }
         let mut confirmed = Vec::new();
         for claim in claims {
             let holds = self.store.confirms(&claim);

@@ -173,9 +173,16 @@ impl Store {
     }
 
     /// Whether the object `digest` is present and its index describes it (the checks every
-    /// read starts with).
+    /// read starts with): in the local root (of a shared store: its spool, whose objects the
+    /// publication of a record uploads) or in the bucket.
     pub(crate) fn readable(&self, digest: &Digest) -> bool {
         Object::open(&self.layout, digest).is_ok()
+            || self.remote.as_ref().is_some_and(|r| r.holds(digest))
+    }
+
+    /// Whether only the bucket of a shared store holds `digest` (not the local spool).
+    pub(crate) fn only_in_bucket(&self, digest: &Digest) -> bool {
+        self.remote.is_some() && Object::open(&self.layout, digest).is_err()
     }
 
     /// Opens `digest` where this store keeps its objects: the local root, or the bucket (by

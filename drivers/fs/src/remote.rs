@@ -514,21 +514,32 @@ impl Remote {
         let lease = Lease::acquire(self, &digests, None)?;
         crate::fault::point("remote: after the lease, before the objects");
         let mut old_hits = Vec::new();
+        // Artifacts the record keeps that only the bucket holds (a compaction's references to
+        // other runs' output): nothing to upload, and nothing to upload again below.
+        let mut bucket_only = Vec::new();
         for digest in &digests {
-            if let Some(old) = self.publish_object(&spool.layout, digest)? {
+            if !crate::layout::exists(&spool.layout.index(digest))? {
+                if !self.holds(digest) {
+                    return Err(StoreError::KeptArtifactMissing {
+                        url: self.url().to_owned(),
+                        digest: *digest,
+                    });
+                }
+                bucket_only.push(*digest);
+            } else if let Some(old) = self.publish_object(&spool.layout, digest)? {
                 old_hits.push((*digest, old));
             }
         }
         // Old hits: confirmed only when every GC delete decided without our lease has landed.
-        if !old_hits.is_empty() {
-            let wait = (lease.written + HIT_WAIT).saturating_duration_since(Instant::now());
-            std::thread::sleep(wait);
+        if !old_hits.is_empty() || !bucket_only.is_empty() {
+            lease.settle();
             for (digest, _) in &old_hits {
                 if self.head(&self.object_key(digest))?.is_none() {
                     // A GC took it meanwhile: we still have the bytes.
                     self.upload_object(&spool.layout, digest)?;
                 }
             }
+            self.confirm_bucket_only(&bucket_only)?;
         }
         crate::fault::point("remote: after the objects, before the record");
         let local = spool.layout.record(&record.run_id);
@@ -539,12 +550,13 @@ impl Remote {
             // fresh one, then every object is confirmed as an old hit is.
             drop(lease);
             let fresh = Lease::acquire(self, &digests, None)?;
-            std::thread::sleep(HIT_WAIT);
-            for digest in &digests {
+            fresh.settle();
+            for digest in digests.iter().filter(|d| !bucket_only.contains(d)) {
                 if self.head(&self.object_key(digest))?.is_none() {
                     self.upload_object(&spool.layout, digest)?;
                 }
             }
+            self.confirm_bucket_only(&bucket_only)?;
             fresh
         } else {
             lease
@@ -557,6 +569,40 @@ impl Remote {
         // The bucket has the run now; the spool's copy becomes garbage for the local gc.
         let _ = fs::remove_file(&local);
         Ok(())
+    }
+
+    /// Whether the bucket holds `digest` whole: its index sidecar is sound and the object is
+    /// there with the size the sidecar gives (a publisher that died between the two leaves
+    /// only the sidecar).
+    pub(crate) fn holds(self: &Arc<Self>, digest: &Digest) -> bool {
+        let Ok((_, _, header)) = self.cached_index(digest) else {
+            return false;
+        };
+        matches!(self.head(&self.object_key(digest)), Ok(Some(meta)) if meta.size == header.total_bytes)
+    }
+
+    /// After a lease naming `digests` has settled: each is still in the bucket, else the
+    /// record that would keep it is refused (its bytes are not on this machine to put back).
+    fn confirm_bucket_only(&self, digests: &[Digest]) -> Result<(), StoreError> {
+        for digest in digests {
+            if self.head(&self.object_key(digest))?.is_none() {
+                return Err(StoreError::KeptArtifactMissing {
+                    url: self.url().to_owned(),
+                    digest: *digest,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A lease naming objects that only the bucket holds, before they are checked: once it
+    /// has settled ([`Lease::settle`]) no GC deletes them while it is renewed. A compaction
+    /// holds one from the moment it confirms references to other runs' output until its
+    /// record is in the bucket.
+    pub(crate) fn protect(self: &Arc<Self>, digests: &[Digest]) -> Result<Lease, StoreError> {
+        let lease = Lease::acquire(self, digests, None)?;
+        lease.settle();
+        Ok(lease)
     }
 
     /// Puts `digest`'s sidecar and object unless an intact copy is there. Returns the age
@@ -1228,6 +1274,14 @@ impl Lease {
         })
     }
 
+    /// Waits until [`HIT_WAIT`] after the lease was first written: any GC delete landing
+    /// after that was decided on leases read after this one existed, so it spares what this
+    /// lease names.
+    pub(crate) fn settle(&self) {
+        let wait = (self.written + HIT_WAIT).saturating_duration_since(Instant::now());
+        std::thread::sleep(wait);
+    }
+
     /// Whether the lease may be about to lapse: renewals have failed for a third of
     /// [`LEASE`] (it is renewed every third), so its last write is two thirds of a lease old.
     pub(crate) fn lapsed(&self) -> bool {
@@ -1248,6 +1302,14 @@ impl Lease {
         if let Some(t) = self.renewer.take() {
             let _ = t.join();
         }
+    }
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
     }
 }
 

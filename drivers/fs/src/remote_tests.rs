@@ -251,6 +251,83 @@ fn what_one_machine_runs_the_other_pages_reads_lists_and_shows() {
     }
 }
 
+#[test]
+fn a_compaction_on_one_machine_keeps_its_references_to_what_another_published() {
+    use agentrun_core::compaction::{Claim, Holds};
+    for bucket in Bucket::both() {
+        let (_tmp, ha, hb) = homes();
+        let (a, b) = (bucket.machine(&ha), bucket.machine(&hb));
+        let content = lines(2_000, "tool output");
+        let record = capture(&a, &content);
+        let uri = single_uri(&record);
+        let digest = b.resolve(&uri).unwrap();
+        assert_eq!(digest, Digest::of(&content));
+        // Machine b's spool has none of it; a claim of something nowhere is refused.
+        let nowhere = ArtifactUri::new(Digest::of(b"never stored"));
+        let mut session = b.begin_retention().unwrap();
+        let confirmed = session
+            .confirm(vec![
+                Claim {
+                    uri: uri.clone(),
+                    holds: Holds::Output(digest),
+                },
+                Claim {
+                    uri: nowhere,
+                    holds: Holds::Readable,
+                },
+            ])
+            .unwrap();
+        assert_eq!(confirmed.len(), 1, "{confirmed:?}");
+        assert_eq!(confirmed[0].uri, uri);
+        let retained = session.finish().unwrap().unwrap();
+        assert_eq!(retained.kept, vec![uri.clone()]);
+        // The compaction's record is in the bucket and keeps the reference: with the record
+        // of the run that produced it gone, a GC on machine a still keeps the output.
+        let kept_by = b.record(&retained.run_id).unwrap();
+        assert!(kept_by.artifacts().contains(&digest));
+        let remote = a.remote.as_ref().unwrap();
+        remote.delete(&remote.record_key(&record.run_id)).unwrap();
+        a.gc(&gc_later()).unwrap();
+        let mut out = Vec::new();
+        b.copy_to(&uri, &mut out).unwrap();
+        assert_eq!(out, content);
+        assert!(a.verify().unwrap().is_healthy());
+    }
+}
+
+#[test]
+fn a_compaction_whose_bucket_only_reference_vanished_publishes_no_record() {
+    use agentrun_core::compaction::{Claim, Holds};
+    let bucket = Bucket::file();
+    let (_tmp, ha, hb) = homes();
+    let (a, b) = (bucket.machine(&ha), bucket.machine(&hb));
+    let content = lines(500, "gone");
+    let record = capture(&a, &content);
+    let uri = single_uri(&record);
+    let digest = Digest::of(&content);
+    let mut session = b.begin_retention().unwrap();
+    let confirmed = session
+        .confirm(vec![Claim {
+            uri: uri.clone(),
+            holds: Holds::Output(digest),
+        }])
+        .unwrap();
+    assert_eq!(confirmed.len(), 1);
+    // Removed behind the lease's back (as a GC that ignores leases would).
+    let remote = a.remote.as_ref().unwrap();
+    remote.delete(&remote.object_key(&digest)).unwrap();
+    let err = session.finish().unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            crate::RetainError::Store(crate::StoreError::KeptArtifactMissing { digest: d, .. })
+                if *d == digest
+        ),
+        "{err:?}"
+    );
+    assert_eq!(b.records().unwrap(), vec![record.run_id]);
+}
+
 fn fresh_page(object: &crate::read::Object, offset: u64) -> Vec<u8> {
     object
         .page_for_tests(PageRequest::new(offset, 2000).unwrap())

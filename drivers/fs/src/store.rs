@@ -8,10 +8,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agentrun_core::ResultRecord;
 use agentrun_core::capture::CaptureError;
 use agentrun_core::limits::LimitsError;
 use agentrun_core::record::{RECORD_FORMATS, RecordParseError};
+use agentrun_core::{Digest, ResultRecord};
 
 use crate::backend::{Backend, RecordName};
 use crate::error::{IoContext, IoError};
@@ -236,7 +236,9 @@ pub enum StoreError {
     /// A GC of a shared store could not renew its lease, so other GCs may have removed leases
     /// it still counts; it stopped before deciding on more deletes.
     #[error(
-        "gc of {url} stopped: its lease in the bucket could not be renewed for 40 seconds, so          it can no longer rely on what other machines' leases protect; check the connection to          the object store and run gc again"
+        "gc of {url} stopped: its lease in the bucket could not be renewed for 40 seconds, so \
+         it can no longer rely on what other machines' leases protect; check the connection to \
+         the object store and run gc again"
     )]
     GcLeaseLapsed {
         /// The store's URL.
@@ -245,6 +247,19 @@ pub enum StoreError {
     /// A store URL cannot be opened.
     #[error(transparent)]
     Url(Box<crate::remote::UrlError>),
+    /// A record to be published keeps an artifact that neither the local spool nor the
+    /// bucket holds (a compaction referred to another run's output, and it was removed
+    /// before this record could keep it). Nothing names it: the record was not published.
+    #[error(
+        "the record would keep artifact {digest}, which is in neither the local spool nor \
+         {url} (removed since it was confirmed); the record was not published"
+    )]
+    KeptArtifactMissing {
+        /// The store's URL.
+        url: String,
+        /// The artifact.
+        digest: Digest,
+    },
     /// A captured stream's file does not hold the bytes that were accepted for it.
     #[error("capture file {} is shorter than the {expected} bytes accepted for it", .path.display())]
     CaptureFileTruncated {
