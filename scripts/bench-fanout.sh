@@ -115,6 +115,13 @@ print(f"per attempt, median of rounds: agentrun {med['agentrun'] * 1000:.1f} ms,
       f"script {med['script'] * 1000:.1f} ms, ratio {med['agentrun'] / med['script']:.2f}x")
 if "baseline" in med:
     print(f"baseline {med['baseline'] * 1000:.1f} ms, ratio {med['baseline'] / med['script']:.2f}x")
+# Each round's contenders ran one after the other: their ratio within a round is the least
+# moved by the machine's drift from round to round.
+per = {k: [float(v) for n, v in rows if n == k] for k in names}
+for k in [n for n in names if n != "script"]:
+    ratios = [a / s for a, s in zip(per[k], per["script"])]
+    print(f"{k} / script by round: " + " ".join(f"{x:.2f}" for x in ratios)
+          + f", median {statistics.median(ratios):.2f}x")
 PY
 
 # Memory: 32 attempts at once.

@@ -65,6 +65,13 @@ trait Driver {
         every: Duration,
         report: impl FnMut(&RunProgress) + Send + 'static,
     ) -> Result<ProcessResult, RunError>;
+    /// Runs one process to its end, calling `ended` when it has ended
+    /// (`RunBuilder::on_ended`).
+    fn run_with_ended(
+        store: &Store,
+        options: RunOptions,
+        ended: impl FnOnce() + Send + 'static,
+    ) -> Result<ProcessResult, RunError>;
     /// Runs all of them concurrently on the runtime.
     fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>>;
     /// Runs one process with a stop future that resolves after `after` (`RunBuilder::stop_on`).
@@ -131,6 +138,15 @@ impl Driver for Smol {
     ) -> Result<ProcessResult, RunError> {
         let runner = agentrun_smol::Runner::new(store.clone());
         ::smol::block_on(runner.run(options).on_progress(every, report).into_future())
+    }
+
+    fn run_with_ended(
+        store: &Store,
+        options: RunOptions,
+        ended: impl FnOnce() + Send + 'static,
+    ) -> Result<ProcessResult, RunError> {
+        let runner = agentrun_smol::Runner::new(store.clone());
+        ::smol::block_on(runner.run(options).on_ended(ended).into_future())
     }
 
     fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>> {
@@ -272,6 +288,15 @@ impl Driver for Tokio {
     ) -> Result<ProcessResult, RunError> {
         let runner = agentrun_tokio::Runner::new(store.clone());
         tokio_runtime().block_on(runner.run(options).on_progress(every, report).into_future())
+    }
+
+    fn run_with_ended(
+        store: &Store,
+        options: RunOptions,
+        ended: impl FnOnce() + Send + 'static,
+    ) -> Result<ProcessResult, RunError> {
+        let runner = agentrun_tokio::Runner::new(store.clone());
+        tokio_runtime().block_on(runner.run(options).on_ended(ended).into_future())
     }
 
     fn run_all(store: &Store, all: Vec<RunOptions>) -> Vec<Result<ProcessResult, RunError>> {
@@ -1852,6 +1877,44 @@ fn progress_is_reported_while_the_child_runs<D: Driver>() {
     assert_eq!(run.cwd.as_deref(), Some(work.to_str().unwrap()));
 }
 
+/// `RunBuilder::on_ended` is called once, after the child has exited and its output is
+/// drained and before the record is published; not at all when the spawn fails.
+fn the_ended_hook_comes_after_the_exit_and_before_the_record<D: Driver>() {
+    use std::sync::{Arc, Mutex};
+    let env = Env::new();
+    let left = env.path("left-behind");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let script = format!("printf out; printf done > '{}'", left.display());
+    let (store, calls, file) = (env.store.clone(), seen.clone(), left.clone());
+    let result = D::run_with_ended(&env.store, sh(&script), move || {
+        let written = fs::read(&file).unwrap_or_default();
+        calls
+            .lock()
+            .unwrap()
+            .push((written, store.records().unwrap().len()));
+    })
+    .unwrap();
+    assert_eq!(code(&result), Exit::Code(0));
+    assert_eq!(env.stdout(&result), "out");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [(b"done".to_vec(), 0)],
+        "one call, seeing what the child wrote and no record yet"
+    );
+    assert_eq!(
+        env.store.records().unwrap(),
+        std::slice::from_ref(&result.record.run_id)
+    );
+    let calls = seen.clone();
+    let missing = RunOptions::new(env.path("no-such-program"));
+    assert!(D::run_with_ended(&env.store, missing, move || calls.lock().unwrap().clear()).is_err());
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "not called for a failed spawn"
+    );
+}
+
 /// A harness's stop signals (`RunOptions::stop_signals`, e.g. SIGINT then SIGTERM): on a
 /// timeout the first one goes to the group, the next only after the grace period when the
 /// child is still alive, each once; a child that ends on the first never sees the second.
@@ -2048,6 +2111,10 @@ macro_rules! conformance {
             #[test]
             fn progress_is_reported_while_the_child_runs() {
                 super::progress_is_reported_while_the_child_runs::<$driver>();
+            }
+            #[test]
+            fn the_ended_hook_comes_after_the_exit_and_before_the_record() {
+                super::the_ended_hook_comes_after_the_exit_and_before_the_record::<$driver>();
             }
             #[test]
             fn the_stdout_tap_sees_chunks_live_and_the_artifact_is_identical() {

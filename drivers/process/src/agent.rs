@@ -480,6 +480,9 @@ type Progress = Box<dyn FnMut(&str) + Send>;
 type StopInput<'a> = Pin<Box<dyn Stream<Item = ()> + Send + 'a>>;
 type RetryNotice = Box<dyn FnMut(&RetryWait) + Send>;
 
+/// Called at the end of each harness run ([`AgentRunBuilder::on_harness_ended`]).
+type EndedHook = Arc<Mutex<Box<dyn FnMut() + Send>>>;
+
 /// One agent turn being described ([`Runner::agent`]); awaiting it runs the turn.
 #[must_use = "an agent turn does nothing until awaited"]
 pub struct AgentRunBuilder<'a, R> {
@@ -488,6 +491,7 @@ pub struct AgentRunBuilder<'a, R> {
     progress: Option<Progress>,
     stop: Option<StopInput<'a>>,
     on_retry_wait: Option<RetryNotice>,
+    on_ended: Option<EndedHook>,
 }
 
 impl<R> std::fmt::Debug for AgentRunBuilder<'_, R> {
@@ -507,6 +511,7 @@ impl<R: Runtime> Runner<R> {
             progress: None,
             stop: None,
             on_retry_wait: None,
+            on_ended: None,
         }
     }
 }
@@ -542,6 +547,18 @@ impl<'a, R: Runtime> AgentRunBuilder<'a, R> {
         self.on_retry_wait = Some(Box::new(notice));
         self
     }
+
+    /// Calls `ended` each time a run of the harness has ended (its process group gone, its
+    /// output drained), before that run's record is published and its stream interpreted to
+    /// the end: once per run, so once more per retry ([`AgentOptions::max_retries`]); the last
+    /// call follows the last run. See [`RunBuilder::on_ended`](crate::RunBuilder::on_ended):
+    /// it runs on a blocking thread and must not block for long. A caller that inspects what
+    /// the harness changed (its working directory) can start that here, beside the
+    /// publication.
+    pub fn on_harness_ended(mut self, ended: impl FnMut() + Send + 'static) -> Self {
+        self.on_ended = Some(Arc::new(Mutex::new(Box::new(ended))));
+        self
+    }
 }
 
 impl<'a, R: Runtime> IntoFuture for AgentRunBuilder<'a, R> {
@@ -555,6 +572,7 @@ impl<'a, R: Runtime> IntoFuture for AgentRunBuilder<'a, R> {
                 self.options,
                 self.progress,
                 self.stop,
+                self.on_ended,
             ));
         }
         Box::pin(run_with_retries(
@@ -563,6 +581,7 @@ impl<'a, R: Runtime> IntoFuture for AgentRunBuilder<'a, R> {
             self.progress,
             self.stop,
             self.on_retry_wait,
+            self.on_ended,
         ))
     }
 }
@@ -576,6 +595,7 @@ async fn run_with_retries<R: Runtime>(
     progress: Option<Progress>,
     stop: Option<StopInput<'_>>,
     mut on_retry_wait: Option<RetryNotice>,
+    on_ended: Option<EndedHook>,
 ) -> Result<AgentRun, AgentError> {
     let progress = progress.map(|p| Arc::new(Mutex::new(p)));
     let stop = stop.map(|s| Arc::new(Mutex::new(s)));
@@ -597,7 +617,14 @@ async fn run_with_retries<R: Runtime>(
             Box::new(move |line: &str| (shared.lock().unwrap_or_else(|p| p.into_inner()))(line))
                 as Progress
         });
-        let mut run = run_turn(runner, options.clone(), each, stop_stream()).await?;
+        let mut run = run_turn(
+            runner,
+            options.clone(),
+            each,
+            stop_stream(),
+            on_ended.clone(),
+        )
+        .await?;
         run.retries = retry.retries();
         let Some(completion) = &run.completion else {
             return Ok(run);
@@ -797,6 +824,7 @@ async fn run_turn<R: Runtime>(
     options: AgentOptions,
     progress: Option<Progress>,
     stop: Option<StopInput<'_>>,
+    on_ended: Option<EndedHook>,
 ) -> Result<AgentRun, AgentError> {
     let harness = options.harness;
     let run_options = options.run_options()?;
@@ -852,7 +880,10 @@ async fn run_turn<R: Runtime>(
             live.chunk(chunk);
         }
     };
-    let builder = runner.run(run_options).observe_stdout(observe);
+    let mut builder = runner.run(run_options).observe_stdout(observe);
+    if let Some(hook) = on_ended {
+        builder = builder.on_ended(move || (hook.lock().unwrap_or_else(|p| p.into_inner()))());
+    }
     let stalled = Arc::new(Mutex::new(None));
     let process = if stall_timeout.is_some() || stop.is_some() || !options.budget.is_unlimited() {
         // The watchdog starts with the turn (its first deadline counts from here, a moment

@@ -163,6 +163,7 @@ impl<R: Runtime> Runner<R> {
             observers: [None, None],
             cancel: None,
             progress: None,
+            ended: None,
         }
     }
 }
@@ -184,6 +185,7 @@ pub struct RunBuilder<'a, R> {
     observers: [Option<StdoutObserver>; 2],
     cancel: Option<CancelStream<'a>>,
     progress: Option<Progress<'a>>,
+    ended: Option<Box<dyn FnOnce() + Send>>,
 }
 
 impl<R> std::fmt::Debug for RunBuilder<'_, R> {
@@ -260,6 +262,17 @@ impl<'a, R: Runtime> RunBuilder<'a, R> {
         self.progress = Some((every.max(MIN_PROGRESS_INTERVAL), Box::new(report)));
         self
     }
+
+    /// Calls `ended` once the child's group has ended and its output pipes are drained (or
+    /// given up on, as the run's end decides), before the result sink is read and the record
+    /// published: work that needs only what the child left behind (the files it wrote) can
+    /// start then, beside the publication, instead of after it. It is called on the blocking
+    /// thread that ends the run, so it must not block for long; it is not called when the
+    /// spawn fails or the run's future is dropped.
+    pub fn on_ended(mut self, ended: impl FnOnce() + Send + 'static) -> Self {
+        self.ended = Some(Box::new(ended));
+        self
+    }
 }
 
 impl<'a, R: Runtime> IntoFuture for RunBuilder<'a, R> {
@@ -274,6 +287,7 @@ impl<'a, R: Runtime> IntoFuture for RunBuilder<'a, R> {
             self.observers,
             self.cancel,
             self.progress,
+            self.ended,
         ))
     }
 }
@@ -298,6 +312,7 @@ async fn run<R: Runtime>(
     observers: [Option<StdoutObserver>; 2],
     mut cancel: Option<CancelStream<'_>>,
     mut progress: Option<Progress<'_>>,
+    ended: Option<Box<dyn FnOnce() + Send>>,
 ) -> Result<ProcessResult, RunError> {
     let (
         Prepared {
@@ -383,7 +398,7 @@ async fn run<R: Runtime>(
                         watchdog.stand_down();
                     }
                     let tap_panics = run.tap_panics();
-                    let result = run.finish(ending, Some(&pumps_done));
+                    let result = run.finish(ending, Some(&pumps_done), ended);
                     (result, TapPanics::take(&tap_panics))
                 })
                 .await?;

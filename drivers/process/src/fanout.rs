@@ -841,6 +841,12 @@ async fn attempt<R: Runtime>(
         let events = ctx.events.clone();
         move |line: &str| emit(&events, FanOutEvent::Progress { attempt: n, line })
     };
+    // In a repository the count of the attempt's change starts with a `git status`, started
+    // as soon as the harness has ended (beside the publication of its record).
+    let early = ctx
+        .repo
+        .as_ref()
+        .map(|_| Arc::new(isolation::EarlyStatus::default()));
     let end = if ctx.options.auto {
         run_auto(
             &runner, &ctx, n, &here, codex_home, stop, progress, &mut data,
@@ -851,11 +857,15 @@ async fn attempt<R: Runtime>(
         if let Some(home) = &codex_home {
             turn = turn.env("CODEX_HOME", home);
         }
-        let run = runner
+        let mut run = runner
             .agent(turn)
             .on_progress(progress)
-            .cancel_on(stop.stream())
-            .await;
+            .cancel_on(stop.stream());
+        if let Some(early) = &early {
+            let (early, worktree) = (early.clone(), worktree.clone());
+            run = run.on_harness_ended(move || early.start(&worktree));
+        }
+        let run = run.await;
         match run {
             Ok(run) => {
                 data.artifacts = artifact_uris(&run.process);
@@ -890,7 +900,9 @@ async fn attempt<R: Runtime>(
         runner
             .runtime
             .spawn_blocking(move || match &ctx.repo {
-                Some(repo) => repo.commit_and_count(&worktree, &message).map(Some),
+                Some(repo) => repo
+                    .commit_and_count(&worktree, &message, early.as_deref())
+                    .map(Some),
                 None => Ok(isolation::count_copy(&ctx.workspace, &worktree)),
             })
             .await

@@ -497,15 +497,22 @@ impl LiveRun {
     /// pipes still open, an exit never seen) as capture faults, after a normal exit reads the
     /// sink, removes an allocated sink (a failure is reported in the result), finalizes the
     /// capture (incomplete when stopped) and assembles the result.
+    ///
+    /// `ended` is called once the pumps have stopped, before the sink is read and the record
+    /// published ([`RunBuilder::on_ended`](crate::RunBuilder::on_ended)).
     pub(crate) fn finish(
         mut self,
         ending: Ending,
         pumps_done: Option<&LatchWatch>,
+        ended: Option<Box<dyn FnOnce() + Send>>,
     ) -> Result<ProcessResult, RunError> {
         let Ending { outcome, exit, .. } = ending;
         let session = self
             .close_capture(ending, pumps_done)
             .ok_or_else(|| io::Error::other("capture session was finalized twice"))?;
+        if let Some(ended) = ended {
+            ended();
+        }
         let (sink, result) = match (&self.sink, outcome.sink_not_read()) {
             (None, _) => (SinkOutcome::NotRequested, None),
             (Some(_), Some(reason)) => (SinkOutcome::NotRead { reason }, None),

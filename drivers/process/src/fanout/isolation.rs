@@ -14,7 +14,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use agentrun_core::fanout::Changes;
@@ -126,6 +127,53 @@ fn read_status(out: &[u8]) -> Result<(String, bool), String> {
         }
     }
     Ok((head.ok_or("no branch header")?, false))
+}
+
+/// `git status` as the attempt's change is counted: porcelain, with the commit checked out
+/// and untracked files one by one. Run without optional locks, so that it never writes the
+/// worktree's index (a refresh is only a speed-up for later commands, and it would contend with
+/// any git of the agent's that is still around).
+const STATUS: [&str; 6] = [
+    "--no-optional-locks",
+    "status",
+    "--porcelain=v2",
+    "--branch",
+    "--untracked-files=all",
+    "-z",
+];
+
+/// A `git status` of an attempt's worktree started as soon as its harness's group ended, so
+/// that it runs while the harness's record is published instead of after it. Each start
+/// replaces the one before (a retried harness run ends again), so the status taken is of the
+/// worktree after the last run.
+#[derive(Debug, Default)]
+pub(crate) struct EarlyStatus(Mutex<Option<Child>>);
+
+impl EarlyStatus {
+    /// Starts the status of `worktree` (a failure to spawn leaves none: the count then runs
+    /// it itself).
+    pub(crate) fn start(&self, worktree: &Path) {
+        let child = git(worktree)
+            .args(STATUS)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .ok();
+        let old = std::mem::replace(
+            &mut *self.0.lock().unwrap_or_else(|p| p.into_inner()),
+            child,
+        );
+        if let Some(mut old) = old {
+            let _ = old.kill();
+            let _ = old.wait();
+        }
+    }
+
+    /// The started status's output, if one was started and succeeded.
+    fn take(&self) -> Option<Output> {
+        let child = self.0.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+        child.wait_with_output().ok().filter(|o| o.status.success())
+    }
 }
 
 /// Runs `git -C dir ARGS`, returning its output when it exits 0; a failure caused by a lock
@@ -252,24 +300,21 @@ impl Repo {
     /// Commits everything the attempt left in its worktree (untracked files too, ignored ones
     /// not) on its branch, without hooks or signing, so the branch holds the change ready to
     /// merge; then counts the change against the base.
+    ///
+    /// `early` is the status started when the harness ended, if any (one that failed is run
+    /// again here, where a lock held by another git is waited out).
     pub(crate) fn commit_and_count(
         &self,
         worktree: &Path,
         message: &str,
+        early: Option<&EarlyStatus>,
     ) -> Result<Changes, IsolationError> {
         // One `git status` first: an attempt that changed nothing and committed nothing (a
         // failed or stopped one, often) is then counted without the three commands below.
-        let status = run_git(
-            worktree,
-            &[
-                "status",
-                "--porcelain=v2",
-                "--branch",
-                "--untracked-files=all",
-                "-z",
-            ]
-            .map(OsStr::new),
-        )?;
+        let status = match early.and_then(EarlyStatus::take) {
+            Some(output) => output,
+            None => run_git(worktree, &STATUS.map(OsStr::new))?,
+        };
         let (head, dirty) = read_status(&status.stdout).map_err(|why| IsolationError::Output {
             command: "status --porcelain=v2".to_owned(),
             why,
@@ -466,7 +511,7 @@ mod tests {
         r.add_worktree(&wt, "agentrun/t/0").unwrap();
         fs::write(wt.join("a.txt"), "a\nb\n").unwrap();
         fs::write(wt.join("new.txt"), "x\n").unwrap();
-        let changes = r.commit_and_count(&wt, "attempt 0").unwrap();
+        let changes = r.commit_and_count(&wt, "attempt 0", None).unwrap();
         assert_eq!(
             (changes.files, changes.insertions, changes.deletions),
             (2, 2, 0)
@@ -494,19 +539,56 @@ mod tests {
             |wt: &Path| stdout_line(&run_git(wt, &["rev-parse", "HEAD"].map(OsStr::new)).unwrap());
         let wt = tmp.path().join("wt");
         r.add_worktree(&wt, "agentrun/t/0").unwrap();
-        assert_eq!(r.commit_and_count(&wt, "m").unwrap(), Changes::default());
+        assert_eq!(
+            r.commit_and_count(&wt, "m", None).unwrap(),
+            Changes::default()
+        );
         assert_eq!(head(&wt), r.base, "nothing was committed");
         // The agent committed on its own and left the tree clean: its commit is counted.
         sh(&wt, "echo b >> a.txt && git commit -qam mine");
-        let changes = r.commit_and_count(&wt, "m").unwrap();
+        let changes = r.commit_and_count(&wt, "m", None).unwrap();
         assert_eq!((changes.files, changes.insertions), (1, 1));
         // An untracked file in a new directory is found and committed too.
         fs::create_dir(wt.join("d")).unwrap();
         fs::write(wt.join("d/n.txt"), "n\n").unwrap();
-        let changes = r.commit_and_count(&wt, "m").unwrap();
+        let changes = r.commit_and_count(&wt, "m", None).unwrap();
         assert_eq!((changes.files, changes.insertions), (2, 2));
         let clean = run_git(&wt, &["status", "--porcelain"].map(OsStr::new)).unwrap();
         assert!(clean.stdout.is_empty(), "{:?}", clean.stdout);
+    }
+
+    #[test]
+    fn an_early_status_is_the_count_of_the_worktree_as_of_its_last_start() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        fs::create_dir(&repo).unwrap();
+        sh(
+            &repo,
+            "git init -q && echo a > a.txt && git add a.txt && git commit -qm base",
+        );
+        let r = Repo::discover(&repo).unwrap().expect("a repository");
+        let wt = tmp.path().join("wt");
+        r.add_worktree(&wt, "agentrun/t/0").unwrap();
+        let early = EarlyStatus::default();
+        // Started on the untouched tree (a first run), then again after the change (its
+        // retry): the second start is the one counted.
+        early.start(&wt);
+        early.start(&wt);
+        assert_eq!(
+            r.commit_and_count(&wt, "m", Some(&early)).unwrap(),
+            Changes::default()
+        );
+        // Started before a change (a run that a retry follows), then after it: the later
+        // status is the one counted.
+        early.start(&wt);
+        fs::write(wt.join("new.txt"), "x\n").unwrap();
+        early.start(&wt);
+        let changes = r.commit_and_count(&wt, "m", Some(&early)).unwrap();
+        assert_eq!((changes.files, changes.insertions), (1, 1));
+        // Nothing started: the count runs the status itself.
+        fs::write(wt.join("a.txt"), "a\nb\n").unwrap();
+        let changes = r.commit_and_count(&wt, "m", Some(&early)).unwrap();
+        assert_eq!((changes.files, changes.insertions), (2, 2));
     }
 
     #[test]
