@@ -496,16 +496,22 @@ mod tests {
         assert!(ok, "{script}");
     }
 
-    #[test]
-    fn a_worktree_gets_the_attempts_commit_and_is_removed_with_its_branch() {
-        let tmp = tempfile::tempdir().unwrap();
-        let repo = tmp.path().join("repo");
+    /// A repository of one commit (`a.txt`) under `dir`, and agentrun's view of it.
+    fn repo_with_base(dir: &Path) -> (PathBuf, Repo) {
+        let repo = dir.join("repo");
         fs::create_dir(&repo).unwrap();
         sh(
             &repo,
             "git init -q && echo a > a.txt && git add a.txt && git commit -qm base",
         );
         let r = Repo::discover(&repo).unwrap().expect("a repository");
+        (repo, r)
+    }
+
+    #[test]
+    fn a_worktree_gets_the_attempts_commit_and_is_removed_with_its_branch() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (repo, r) = repo_with_base(tmp.path());
         assert_eq!(r.base.len(), 40, "{}", r.base);
         let wt = tmp.path().join("wt");
         r.add_worktree(&wt, "agentrun/t/0").unwrap();
@@ -528,13 +534,7 @@ mod tests {
     #[test]
     fn an_untouched_worktree_counts_nothing_and_an_agents_own_commit_counts() {
         let tmp = tempfile::tempdir().unwrap();
-        let repo = tmp.path().join("repo");
-        fs::create_dir(&repo).unwrap();
-        sh(
-            &repo,
-            "git init -q && echo a > a.txt && git add a.txt && git commit -qm base",
-        );
-        let r = Repo::discover(&repo).unwrap().expect("a repository");
+        let (_, r) = repo_with_base(tmp.path());
         let head =
             |wt: &Path| stdout_line(&run_git(wt, &["rev-parse", "HEAD"].map(OsStr::new)).unwrap());
         let wt = tmp.path().join("wt");
@@ -560,13 +560,7 @@ mod tests {
     #[test]
     fn an_early_status_is_the_count_of_the_worktree_as_of_its_last_start() {
         let tmp = tempfile::tempdir().unwrap();
-        let repo = tmp.path().join("repo");
-        fs::create_dir(&repo).unwrap();
-        sh(
-            &repo,
-            "git init -q && echo a > a.txt && git add a.txt && git commit -qm base",
-        );
-        let r = Repo::discover(&repo).unwrap().expect("a repository");
+        let (_, r) = repo_with_base(tmp.path());
         let wt = tmp.path().join("wt");
         r.add_worktree(&wt, "agentrun/t/0").unwrap();
         let early = EarlyStatus::default();
