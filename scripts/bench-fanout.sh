@@ -10,7 +10,8 @@
 #             (a worktree on a new branch, a private result sink, the harness run with every
 #             stream retained and decoded, the record; losers' worktrees and branches removed)
 #   script:   `git worktree add -b BRANCH DIR HEAD`, the same `claude` with stdout and stderr
-#             to files in a temporary directory, `git worktree remove`, `git branch -D`.
+#             to files, `git worktree remove`, `git branch -D`, in a temporary directory
+#             under WORKDIR (agentrun's store is there too, so both work on one file system).
 # Each round runs every contender once, each on a new repository, and which goes first turns
 # from round to round; the medians of the per-attempt wall time (total / N) and the ratio are
 # printed. Then one fan-out of 32 attempts at once (`--jobs 32`, each harness
@@ -31,7 +32,7 @@ attempts=${ATTEMPTS:-16}
 rounds=${ROUNDS:-5}
 hold=${HOLD:-2}
 
-export AGENTRUN_HOME=$work/store
+export AGENTRUN_HOME
 export HOME=$work/home
 mkdir -p "$HOME" "$work/bin"
 export GIT_CONFIG_GLOBAL=$work/gitconfig GIT_CONFIG_NOSYSTEM=1
@@ -49,11 +50,14 @@ SH
 chmod +x "$work/bin/claude"
 export PATH=$work/bin:$PATH
 
-# A repository of 200 files, new for every round (kept worktrees and branches of earlier
-# rounds would otherwise slow the later ones).
+# A repository of 200 files and a store, new for every round (kept worktrees and branches of
+# earlier rounds would otherwise slow the later ones), in new directories: nothing is deleted
+# until the end, because ext4 without a journal skips recently freed inodes when it allocates
+# (a minute or more), so a round creating files where the round before deleted thousands
+# pays for those (measured: most of git's time in `find_inode_bit`).
 new_repo() {
-    repo=$work/repo
-    rm -rf "$repo" "$work/store"
+    repo=$(mktemp -d "$work/repo.XXXXXX")/repo
+    AGENTRUN_HOME=$(mktemp -d "$work/store.XXXXXX")
     git init -q "$repo"
     for i in $(seq 200); do echo "line $i" > "$repo/file$i.txt"; done
     git -C "$repo" add -A
@@ -65,7 +69,8 @@ now() { date +%s.%N; }
 # The hand-written equivalent, one attempt after another.
 script_round() {
     local out
-    out=$(mktemp -d)
+    # Beside agentrun's store: both sides' worktrees on the same file system.
+    out=$(mktemp -d "$work/script.XXXXXX")
     for i in $(seq "$attempts"); do
         git -C "$repo" worktree add -q -b "bench/$1/$i" "$out/wt$i" HEAD
         (cd "$out/wt$i" && claude -p "say done" --output-format stream-json --verbose \
@@ -136,3 +141,4 @@ rec = json.load(open(sys.argv[1]))
 print(f"32 attempts recorded: {len(rec.get('attempts', []))}")
 PY
 echo "32 attempts at once: peak RSS $((rss / 1024)) MiB ($rss KiB), wall $wall s (each harness held ${hold} s)"
+rm -rf "$work"/repo.* "$work"/store.* "$work"/script.*
