@@ -235,7 +235,14 @@ impl Remote {
                                 .map(|(_, v)| (*v).to_owned())
                                 .or_else(|| std::env::var(name).ok())
                         };
-                        let mut b = object_store::aws::AmazonS3Builder::new();
+                        // Every upload carries the SHA-256 of its bytes (of each part, for
+                        // a multipart upload), which the bucket checks as it stores them: a
+                        // part damaged on the way is refused, not stored. (Without one, S3
+                        // and S3-compatible servers fall back to a whole-object CRC64 of
+                        // their own, which some compute slowly.) AWS_CHECKSUM_ALGORITHM
+                        // overrides it.
+                        let mut b = object_store::aws::AmazonS3Builder::new()
+                            .with_checksum_algorithm(object_store::aws::Checksum::SHA256);
                         if let Some(profile) = crate::aws_profile::load(&env)? {
                             for (k, v) in profile.settings {
                                 b = b.with_config(k.parse().map_err(|_| unknown(k))?, v);

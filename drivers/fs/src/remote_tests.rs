@@ -336,6 +336,23 @@ fn fresh_page(object: &crate::read::Object, offset: u64) -> Vec<u8> {
 }
 
 #[test]
+fn an_output_larger_than_one_put_goes_up_in_parts_and_reads_back_whole() {
+    // Over the multipart threshold: uploaded in several parts, each with its SHA-256 in S3's
+    // checksum headers, which the server accepts.
+    let bucket = Bucket::s3();
+    let (_tmp, ha, hb) = homes();
+    let (a, b) = (bucket.machine(&ha), bucket.machine(&hb));
+    let content = lines(800_000, "big");
+    assert!(content.len() as u64 > crate::remote::MULTIPART_THRESHOLD + (2 << 20));
+    let record = capture(&a, &content);
+    let uri = single_uri(&record);
+    let mut whole = Vec::new();
+    assert_eq!(b.copy_to(&uri, &mut whole).unwrap(), content.len() as u64);
+    assert!(whole == content, "the object read back differs");
+    assert!(b.verify().unwrap().is_healthy());
+}
+
+#[test]
 fn identical_output_on_two_machines_is_stored_once() {
     for bucket in Bucket::both() {
         let (_tmp, ha, hb) = homes();
