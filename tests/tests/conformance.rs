@@ -1913,6 +1913,19 @@ fn the_ended_hook_comes_after_the_exit_and_before_the_record<D: Driver>() {
         1,
         "not called for a failed spawn"
     );
+    // A hook that panics: the record is published all the same, then the panic goes on in
+    // the caller.
+    let store = env.store.clone();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        D::run_with_ended(&store, sh("printf kept"), || panic!("hook panicked"))
+    }));
+    let payload = panicked.expect_err("the hook's panic reaches the caller");
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"hook panicked"));
+    assert_eq!(
+        env.store.records().unwrap().len(),
+        2,
+        "the run's record is kept"
+    );
 }
 
 /// A harness's stop signals (`RunOptions::stop_signals`, e.g. SIGINT then SIGTERM): on a

@@ -23,12 +23,16 @@
 //!
 //! 1. A lease naming every digest the record will reference is written (and renewed every
 //!    third of [`LEASE`] by a thread while the publication runs).
-//! 2. Each object: its index sidecar first, then the object (one `PUT` up to
+//! 2. Each object the spool holds: its index sidecar first, then the object (one `PUT` up to
 //!    [`MULTIPART_THRESHOLD`], else a multipart upload of [`PART_SIZE`] parts, at most
 //!    [`PARTS_IN_FLIGHT`] in flight, so memory stays bounded). A new object is put with
 //!    `PutMode::Create`, so two machines storing the same bytes store them once; an existing
 //!    copy counts as a hit when its sidecar equals ours byte for byte and its size is the
-//!    indexed size, and is replaced (overwritten, content-addressed bytes) otherwise.
+//!    indexed size, and is replaced (overwritten, content-addressed bytes) otherwise (never
+//!    by a spool copy that does not hash to its name). An object the record keeps that the
+//!    spool cannot give (a compaction's reference to another machine's output) is not
+//!    uploaded: the bucket must hold it, and it is confirmed as an old hit is, below; its
+//!    compaction has held a lease naming it since it checked it.
 //! 3. The record, last: when it exists, everything it names is in the bucket. (Should the
 //!    lease's renewals have failed for two thirds of its length first, a fresh lease is
 //!    written and every object confirmed as an old hit is, below, before the record.)
@@ -240,9 +244,16 @@ impl Remote {
                         // part damaged on the way is refused, not stored. (Without one, S3
                         // and S3-compatible servers fall back to a whole-object CRC64 of
                         // their own, which some compute slowly.) AWS_CHECKSUM_ALGORITHM
-                        // overrides it.
-                        let mut b = object_store::aws::AmazonS3Builder::new()
-                            .with_checksum_algorithm(object_store::aws::Checksum::SHA256);
+                        // overrides it; `none` sends none, for a server that refuses S3's
+                        // checksum headers.
+                        let no_checksum = env("AWS_CHECKSUM_ALGORITHM")
+                            .is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
+                        let mut b = object_store::aws::AmazonS3Builder::new();
+                        if !no_checksum {
+                            b = b.with_checksum_algorithm(object_store::aws::Checksum::SHA256);
+                        }
+                        let is_checksum =
+                            |k: &str| k.eq_ignore_ascii_case("aws_checksum_algorithm");
                         if let Some(profile) = crate::aws_profile::load(&env)? {
                             for (k, v) in profile.settings {
                                 b = b.with_config(k.parse().map_err(|_| unknown(k))?, v);
@@ -250,6 +261,7 @@ impl Remote {
                         }
                         for (k, v) in std::env::vars() {
                             if k.starts_with("AWS_")
+                                && !(no_checksum && is_checksum(&k))
                                 && let Ok(key) = k.to_ascii_lowercase().parse()
                             {
                                 b = b.with_config(key, v);
@@ -257,6 +269,9 @@ impl Remote {
                         }
                         let mut b = b.with_url(base);
                         for (k, v) in options {
+                            if no_checksum && is_checksum(k) {
+                                continue;
+                            }
                             b = b.with_config(k.parse().map_err(|_| unknown(k))?, *v);
                         }
                         Arc::new(b.build().map_err(client_err)?)
@@ -521,18 +536,20 @@ impl Remote {
         let lease = Lease::acquire(self, &digests, None)?;
         crate::fault::point("remote: after the lease, before the objects");
         let mut old_hits = Vec::new();
-        // Artifacts the record keeps that only the bucket holds (a compaction's references to
-        // other runs' output): nothing to upload, and nothing to upload again below.
-        let mut bucket_only = Vec::new();
+        // Artifacts the record keeps that the spool cannot give (a compaction's references to
+        // other runs' output, which only the bucket holds): nothing to upload, and nothing to
+        // upload again below. The same test as `Store::readable`'s: a spool copy that does
+        // not open (its object gone or of another size) is never uploaded.
+        let mut bucket_only = HashSet::new();
         for digest in &digests {
-            if !crate::layout::exists(&spool.layout.index(digest))? {
+            if Object::open(&spool.layout, digest).is_err() {
                 if !self.holds(digest) {
                     return Err(StoreError::KeptArtifactMissing {
                         url: self.url().to_owned(),
                         digest: *digest,
                     });
                 }
-                bucket_only.push(*digest);
+                bucket_only.insert(*digest);
             } else if let Some(old) = self.publish_object(&spool.layout, digest)? {
                 old_hits.push((*digest, old));
             }
@@ -590,7 +607,7 @@ impl Remote {
 
     /// After a lease naming `digests` has settled: each is still in the bucket, else the
     /// record that would keep it is refused (its bytes are not on this machine to put back).
-    fn confirm_bucket_only(&self, digests: &[Digest]) -> Result<(), StoreError> {
+    fn confirm_bucket_only(&self, digests: &HashSet<Digest>) -> Result<(), StoreError> {
         for digest in digests {
             if self.head(&self.object_key(digest))?.is_none() {
                 return Err(StoreError::KeptArtifactMissing {
@@ -615,7 +632,7 @@ impl Remote {
     /// Puts `digest`'s sidecar and object unless an intact copy is there. Returns the age
     /// of an existing copy that is old enough for a GC to collect (a hit that needs
     /// confirming), `None` otherwise.
-    fn publish_object(
+    pub(crate) fn publish_object(
         &self,
         spool: &Layout,
         digest: &Digest,
@@ -629,15 +646,25 @@ impl Remote {
             let ikey = self.index_key(digest);
             let same_index = self.get_all(&ikey)?.is_some_and(|b| b[..] == local_idx[..]);
             // Up to the multipart threshold the stored bytes are compared with ours too (one
-            // GET): a flipped byte is replaced. Larger copies are checked by size and sidecar
-            // only; `verify` checks every block of every object.
+            // GET): a flipped byte in the bucket is replaced, and a damaged spool copy (an old
+            // one a compaction keeps) never replaces a sound bucket copy. Larger copies are
+            // checked by size and sidecar only; `verify` checks every block of every object.
             let same_bytes = || -> Result<bool, StoreError> {
                 if header.total_bytes > MULTIPART_THRESHOLD {
                     return Ok(true);
                 }
                 let path = spool.object(digest);
                 let ours = fs::read(&path).at("read", &path)?;
-                Ok(self.get_all(&okey)?.is_some_and(|b| b[..] == ours[..]))
+                Ok(match self.get_all(&okey)? {
+                    Some(theirs) if theirs[..] == ours[..] => true,
+                    Some(theirs) if Digest::of(&ours) != *digest => {
+                        if Digest::of(&theirs) != *digest {
+                            return Err(spool_damaged(&path));
+                        }
+                        true
+                    }
+                    _ => false,
+                })
             };
             if same_index && meta.size == header.total_bytes && same_bytes()? {
                 let modified: SystemTime = meta.last_modified.into();
@@ -668,6 +695,9 @@ impl Remote {
         if len <= MULTIPART_THRESHOLD {
             let mut bytes = Vec::with_capacity(len as usize);
             file.read_to_end(&mut bytes).at("read", &path)?;
+            if Digest::of(&bytes) != *digest {
+                return Err(spool_damaged(&path));
+            }
             self.put(&key, bytes, PutMode::Overwrite)?;
             return Ok(());
         }
@@ -1324,6 +1354,16 @@ impl Drop for Lease {
     fn drop(&mut self) {
         self.stop_renewing();
     }
+}
+
+/// A spool copy whose bytes do not hash to its name: never put in the bucket.
+fn spool_damaged(path: &FsPath) -> StoreError {
+    IoError::at(
+        "publish",
+        path,
+        io::Error::other("the spool's copy does not hash to its name (damaged on disk)"),
+    )
+    .into()
 }
 
 /// Reads until `buf` is full or the file ends.

@@ -350,6 +350,56 @@ fn an_output_larger_than_one_put_goes_up_in_parts_and_reads_back_whole() {
     assert_eq!(b.copy_to(&uri, &mut whole).unwrap(), content.len() as u64);
     assert!(whole == content, "the object read back differs");
     assert!(b.verify().unwrap().is_healthy());
+    // `none` turns the checksum headers off (for a server that refuses them).
+    let Bucket::S3 { name } = &bucket else {
+        unreachable!()
+    };
+    let endpoint = format!("http://127.0.0.1:{}", moto().port);
+    let plain = Store::open_url_with(
+        &format!("s3://{name}/team/agentrun"),
+        ha.join("plain"),
+        &[
+            ("aws_access_key_id", "test"),
+            ("aws_secret_access_key", "test"),
+            ("aws_region", "us-east-1"),
+            ("aws_endpoint", &endpoint),
+            ("aws_allow_http", "true"),
+            ("aws_checksum_algorithm", "none"),
+        ],
+    )
+    .unwrap();
+    let other = lines(800_000, "plain");
+    let record = capture(&plain, &other);
+    let mut whole = Vec::new();
+    b.copy_to(&single_uri(&record), &mut whole).unwrap();
+    assert!(whole == other, "the object read back differs");
+}
+
+#[test]
+fn a_damaged_spool_copy_never_replaces_a_sound_copy_in_the_bucket() {
+    use std::os::unix::fs::PermissionsExt;
+    let bucket = Bucket::file();
+    let (_tmp, ha, _) = homes();
+    let a = bucket.machine(&ha);
+    let content = lines(2_000, "sound");
+    let digest = Digest::of(&content);
+    capture(&a, &content);
+    // Another spool holding the same output, one byte flipped on its disk.
+    let spool = Store::open(ha.join("other")).unwrap();
+    capture(&spool, &content);
+    let path = spool.layout.object(&digest);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[100] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    let remote = a.remote.as_ref().unwrap();
+    // The bucket's copy is sound: it counts as the hit, and ours is not put over it.
+    remote.publish_object(&spool.layout, &digest).unwrap();
+    assert!(remote.upload_object(&spool.layout, &digest).is_err());
+    let mut out = Vec::new();
+    a.copy_to(&ArtifactUri::new(digest), &mut out).unwrap();
+    assert!(out == content, "the bucket's copy was replaced");
+    assert!(a.verify().unwrap().is_healthy());
 }
 
 #[test]

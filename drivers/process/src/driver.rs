@@ -263,12 +263,15 @@ impl<'a, R: Runtime> RunBuilder<'a, R> {
         self
     }
 
-    /// Calls `ended` once the child's group has ended and its output pipes are drained (or
-    /// given up on, as the run's end decides), before the result sink is read and the record
-    /// published: work that needs only what the child left behind (the files it wrote) can
-    /// start then, beside the publication, instead of after it. It is called on the blocking
-    /// thread that ends the run, so it must not block for long; it is not called when the
-    /// spawn fails or the run's future is dropped.
+    /// Calls `ended` once the run has ended as the run's end decides (the child exited and
+    /// its group is empty or was killed, unless `keep_background` leaves it running; the
+    /// output pipes drained, or given up on when a process outside the group holds them) and
+    /// before the result sink is read and the record published: work that needs only what the
+    /// child left behind (the files it wrote) can start then, beside the publication, instead
+    /// of after it. It is called on the blocking thread that ends the run, so it must not
+    /// block for long; it is not called when the spawn fails or the run's future is dropped.
+    /// A panic in `ended` is resumed in the task awaiting the run once the record is
+    /// published.
     pub fn on_ended(mut self, ended: impl FnOnce() + Send + 'static) -> Self {
         self.ended = Some(Box::new(ended));
         self
@@ -392,19 +395,33 @@ async fn run<R: Runtime>(
                 pumps_done,
                 ..
             } = guard.disarm();
-            let (result, tap_panic) = rt
+            let (result, tap_panic, hook_panic) = rt
                 .spawn_blocking(move || {
                     if let Some(watchdog) = watchdog {
                         watchdog.stand_down();
                     }
                     let tap_panics = run.tap_panics();
+                    // A hook that panics must not cost the run its record: caught here, it
+                    // goes on below, once the record is published.
+                    let hook_panic = Arc::new(std::sync::Mutex::new(None));
+                    let ended = ended.map(|ended| {
+                        let slot = hook_panic.clone();
+                        Box::new(move || {
+                            let caught =
+                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(ended));
+                            if let Err(panic) = caught {
+                                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(panic);
+                            }
+                        }) as Box<dyn FnOnce() + Send>
+                    });
                     let result = run.finish(ending, Some(&pumps_done), ended);
-                    (result, TapPanics::take(&tap_panics))
+                    let hook_panic = hook_panic.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    (result, TapPanics::take(&tap_panics), hook_panic)
                 })
                 .await?;
-            // The run is over and its record published: a tap's panic goes on here, as if
-            // the tap had been called by the caller.
-            if let Some(panic) = tap_panic {
+            // The run is over and its record published: a tap's (or the hook's) panic goes on
+            // here, as if it had been called by the caller.
+            if let Some(panic) = tap_panic.or(hook_panic) {
                 std::panic::resume_unwind(panic);
             }
             return result;

@@ -900,8 +900,15 @@ async fn attempt<R: Runtime>(
         runner
             .runtime
             .spawn_blocking(move || match &ctx.repo {
+                // After an error the last run may have ended without its hook (a retry
+                // that failed to start its pipes): the early status could be of the run
+                // before it, so the count runs its own.
                 Some(repo) => repo
-                    .commit_and_count(&worktree, &message, early.as_deref())
+                    .commit_and_count(
+                        &worktree,
+                        &message,
+                        early.as_deref().filter(|_| end != AgentEnd::Error),
+                    )
                     .map(Some),
                 None => Ok(isolation::count_copy(&ctx.workspace, &worktree)),
             })

@@ -499,7 +499,8 @@ impl LiveRun {
     /// capture (incomplete when stopped) and assembles the result.
     ///
     /// `ended` is called once the pumps have stopped, before the sink is read and the record
-    /// published ([`RunBuilder::on_ended`](crate::RunBuilder::on_ended)).
+    /// published ([`RunBuilder::on_ended`](crate::RunBuilder::on_ended)); it must not panic
+    /// (the driver catches a caller's panic around it).
     pub(crate) fn finish(
         mut self,
         ending: Ending,

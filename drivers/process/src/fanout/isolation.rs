@@ -176,6 +176,17 @@ impl EarlyStatus {
     }
 }
 
+impl Drop for EarlyStatus {
+    /// A status nobody took (the attempt was dropped, or ended in an error) is stopped and
+    /// reaped, so that a long-lived caller (the MCP server) keeps no zombie.
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Runs `git -C dir ARGS`, returning its output when it exits 0; a failure caused by a lock
 /// another git holds is retried (up to five times, 200 ms apart).
 fn run_git(dir: &Path, args: &[&OsStr]) -> Result<Output, IsolationError> {
