@@ -117,7 +117,14 @@ pub(crate) fn publish_object(
     index: &Path,
 ) -> Result<Published, IoError> {
     let dir = layout.object_dir(digest);
-    layout::create_private_dir(&dir)?;
+    if !layout::exists(&dir)? {
+        layout::create_private_dir(&dir)?;
+        // The new `objects/<2 hex>` entry must be durable before a record names what is in it.
+        if let Some(objects) = dir.parent() {
+            fault::point("before syncing a new object directory's parent");
+            fsync_dir(objects)?;
+        }
+    }
     let object = layout.object(digest);
     let object_idx = layout.index(digest);
     let published = if !layout::exists(&object)? {

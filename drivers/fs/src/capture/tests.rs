@@ -143,6 +143,41 @@ fn each_published_file_is_synced_just_before_its_rename_and_a_dedupe_hit_syncs_o
 }
 
 #[test]
+fn a_new_object_directory_is_made_durable_in_objects_before_it_is_used() {
+    let (_tmp, store) = temp_store();
+    let mut s = store
+        .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
+        .unwrap();
+    s.write_channel(&named("stdout"), b"out\n").unwrap();
+    s.write_channel(&named("stderr"), b"err\n").unwrap();
+    crate::fault::log_points();
+    let record = s.finish(done()).unwrap();
+    let points = crate::fault::take_points();
+    // A fresh store has no `objects/<2 hex>` yet: one sync of `objects/` per new one.
+    let prefixes: std::collections::HashSet<String> = record
+        .artifacts()
+        .iter()
+        .chain(record.streams().iter().map(|st| &st.sha256))
+        .map(|d| d.to_hex()[..2].to_owned())
+        .collect();
+    let synced = points
+        .iter()
+        .filter(|p| **p == "before syncing a new object directory's parent")
+        .count();
+    assert_eq!(synced, prefixes.len(), "{points:?}");
+    // The same output again: every directory exists, nothing more is synced for it.
+    let mut s = store
+        .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
+        .unwrap();
+    s.write_channel(&named("stdout"), b"out\n").unwrap();
+    s.write_channel(&named("stderr"), b"err\n").unwrap();
+    crate::fault::log_points();
+    s.finish(done()).unwrap();
+    let points = crate::fault::take_points();
+    assert!(!points.contains(&"before syncing a new object directory's parent"));
+}
+
+#[test]
 fn a_failed_publication_takes_back_only_what_nothing_else_refers_to() {
     let (_tmp, store) = temp_store();
     let layout = &store.layout;
