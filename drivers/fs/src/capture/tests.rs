@@ -107,7 +107,12 @@ fn a_stream_index_of_another_session_is_a_typed_error_not_a_panic() {
 
 /// The file syncs and renames (in order) a two-stream capture's publication makes, as
 /// `S` (a file `fsync`) and `R` (a rename).
-fn syncs_and_renames_of_a_capture(store: &Store, out: &[u8], err: &[u8]) -> String {
+/// A two-stream capture of `out` and `err`, and the fault points its publication passed.
+fn points_of_a_capture(
+    store: &Store,
+    out: &[u8],
+    err: &[u8],
+) -> (agentrun_core::ResultRecord, Vec<&'static str>) {
     let mut s = store
         .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
         .unwrap();
@@ -117,6 +122,11 @@ fn syncs_and_renames_of_a_capture(store: &Store, out: &[u8], err: &[u8]) -> Stri
     let record = s.finish(done()).unwrap();
     let points = crate::fault::take_points();
     assert_eq!(read_stream(store, &record, "stdout"), out);
+    (record, points)
+}
+
+fn syncs_and_renames_of_a_capture(store: &Store, out: &[u8], err: &[u8]) -> String {
+    let (_, points) = points_of_a_capture(store, out, err);
     points
         .iter()
         .filter_map(|p| match *p {
@@ -145,14 +155,7 @@ fn each_published_file_is_synced_just_before_its_rename_and_a_dedupe_hit_syncs_o
 #[test]
 fn a_new_object_directory_is_made_durable_in_objects_before_it_is_used() {
     let (_tmp, store) = temp_store();
-    let mut s = store
-        .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
-        .unwrap();
-    s.write_channel(&named("stdout"), b"out\n").unwrap();
-    s.write_channel(&named("stderr"), b"err\n").unwrap();
-    crate::fault::log_points();
-    let record = s.finish(done()).unwrap();
-    let points = crate::fault::take_points();
+    let (record, points) = points_of_a_capture(&store, b"out\n", b"err\n");
     // A fresh store has no `objects/<2 hex>` yet: one sync of `objects/` per new one.
     let prefixes: std::collections::HashSet<String> = record
         .artifacts()
@@ -166,14 +169,7 @@ fn a_new_object_directory_is_made_durable_in_objects_before_it_is_used() {
         .count();
     assert_eq!(synced, prefixes.len(), "{points:?}");
     // The same output again: every directory exists, nothing more is synced for it.
-    let mut s = store
-        .begin_capture(OutputDeclaration::stdout_stderr(), PreviewLimits::default())
-        .unwrap();
-    s.write_channel(&named("stdout"), b"out\n").unwrap();
-    s.write_channel(&named("stderr"), b"err\n").unwrap();
-    crate::fault::log_points();
-    s.finish(done()).unwrap();
-    let points = crate::fault::take_points();
+    let (_, points) = points_of_a_capture(&store, b"out\n", b"err\n");
     assert!(!points.contains(&"before syncing a new object directory's parent"));
 }
 
