@@ -5,10 +5,12 @@
 //! it into place, `fsync` the directory. A SIGKILL (or power loss) at any point leaves either
 //! no file under the final name or the complete one, never a partial one.
 
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::SystemTime;
 
 use agentrun_core::Digest;
@@ -138,6 +140,13 @@ pub(crate) fn publish_object(
         fault::point("before refreshing the mtime of a deduplicated object");
         f.set_modified(SystemTime::now())
             .at("refresh the mtime of", &object)?;
+        // Another process may have renamed it into place and not yet synced the directory:
+        // the record about to name it must not become durable before the object's entry.
+        let found = (*digest, f.metadata().at("inspect", &object)?.ino());
+        if !layout.synced_objects().contains(&found) {
+            fsync_dir(&dir)?;
+            layout.synced_objects().insert(found);
+        }
         return Ok(Published::Deduplicated);
     } else {
         Published::Repaired
@@ -156,7 +165,43 @@ pub(crate) fn publish_object(
     fault::fail_io("publishing an object").at("publish object", &object)?;
     rename(data, &object, "publish object")?;
     fsync_dir(&dir)?;
+    if let Ok(meta) = fs::symlink_metadata(&object) {
+        layout.synced_objects().insert((*digest, meta.ino()));
+    }
     Ok(published)
+}
+
+/// The objects of one store that this process published, or found and synced, and whose
+/// directory it has synced since, by digest and inode (an object GC removed and another
+/// process published again is another file): a dedupe hit on one of them needs no directory
+/// sync of its own. Bounded: when full it starts over (a forgotten entry only costs a
+/// directory sync).
+#[derive(Debug, Default)]
+pub(crate) struct SyncedObjects(Mutex<HashSet<(Digest, u64)>>);
+
+impl SyncedObjects {
+    const MAX: usize = 4096;
+
+    fn contains(&self, object: &(Digest, u64)) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(object)
+    }
+
+    fn insert(&self, object: (Digest, u64)) {
+        let mut set = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if set.len() >= Self::MAX {
+            set.clear();
+        }
+        set.insert(object);
+    }
+
+    /// Forgets everything, as a process that published nothing would know (tests).
+    #[cfg(test)]
+    pub(crate) fn forget(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
 }
 
 /// Removes a directory sitting where a file is about to be renamed (a rename cannot replace

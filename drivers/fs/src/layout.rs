@@ -40,11 +40,21 @@ const MAX_RUN_ID_LEN: usize = 128;
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {
     root: PathBuf,
+    /// Shared by the clones of this layout (one store's handles in this process).
+    synced: std::sync::Arc<crate::atomic::SyncedObjects>,
 }
 
 impl Layout {
     pub(crate) fn new(root: PathBuf) -> Self {
-        Self { root }
+        Self {
+            root,
+            synced: Default::default(),
+        }
+    }
+
+    /// The objects whose directory entry this process knows to be durable.
+    pub(crate) fn synced_objects(&self) -> &crate::atomic::SyncedObjects {
+        &self.synced
     }
 
     pub(crate) fn root(&self) -> &Path {

@@ -174,6 +174,27 @@ fn a_new_object_directory_is_made_durable_in_objects_before_it_is_used() {
 }
 
 #[test]
+fn a_dedupe_hit_on_an_object_another_process_published_syncs_its_directory() {
+    let (_tmp, store) = temp_store();
+    let dir_syncs = |points: &[&str]| {
+        points
+            .iter()
+            .filter(|p| **p == "before a directory sync")
+            .count()
+    };
+    points_of_a_capture(&store, b"x\n", b"y\n");
+    // Published by this process, its directories synced: a hit syncs none of them again.
+    let (_, here) = points_of_a_capture(&store, b"x\n", b"y\n");
+    // As if another process had published them (it may not have synced their directory
+    // yet): the hit syncs each object's directory (stdout, stderr, manifest), once.
+    store.layout.synced_objects().forget();
+    let (_, elsewhere) = points_of_a_capture(&store, b"x\n", b"y\n");
+    assert_eq!(dir_syncs(&elsewhere), dir_syncs(&here) + 3, "{elsewhere:?}");
+    let (_, again) = points_of_a_capture(&store, b"x\n", b"y\n");
+    assert_eq!(dir_syncs(&again), dir_syncs(&here));
+}
+
+#[test]
 fn a_failed_publication_takes_back_only_what_nothing_else_refers_to() {
     let (_tmp, store) = temp_store();
     let layout = &store.layout;
