@@ -357,6 +357,16 @@ impl ResultRecord {
         ArtifactUris(uris)
     }
 
+    /// The URI of every stream that holds bytes, in order: what a report lists as a run's
+    /// retained output (an empty stream has nothing to read back).
+    pub fn nonempty_stream_uris(&self) -> Vec<ArtifactUri> {
+        self.streams()
+            .iter()
+            .filter(|s| s.bytes > 0)
+            .map(|s| self.stream_uri(s))
+            .collect()
+    }
+
     /// Every artifact the record references: the GC roots it contributes (the output's, then
     /// [`keeps`](Self::keeps)).
     pub fn artifacts(&self) -> Vec<Digest> {

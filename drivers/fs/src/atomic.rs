@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -38,13 +38,10 @@ pub(crate) fn sync_file(file: &File, path: &Path) -> Result<(), IoError> {
     Ok(())
 }
 
-/// Makes the bytes of the file at `path` (one of this process's capture files) durable.
+/// Makes the bytes of the file at `path` (one of this process's capture files) durable
+/// (`fsync` through a read-only handle syncs the file's data all the same).
 fn sync_path(path: &Path) -> Result<(), IoError> {
-    let file = File::options()
-        .write(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(path)
-        .at("open", path)?;
+    let file = crate::read::open_no_follow(path).at("open", path)?;
     sync_file(&file, path)
 }
 

@@ -138,21 +138,23 @@ impl Bucket {
 
     /// A machine: a store on this bucket with its own local home.
     fn machine(&self, home: &Path) -> Store {
+        self.machine_with(home, &[])
+    }
+
+    /// A machine whose store is opened with `extra` options too (S3 only).
+    fn machine_with(&self, home: &Path, extra: &[(&str, &str)]) -> Store {
         match self {
             Bucket::S3 { name } => {
                 let endpoint = format!("http://127.0.0.1:{}", moto().port);
-                Store::open_url_with(
-                    &format!("s3://{name}/team/agentrun"),
-                    home,
-                    &[
-                        ("aws_access_key_id", "test"),
-                        ("aws_secret_access_key", "test"),
-                        ("aws_region", "us-east-1"),
-                        ("aws_endpoint", &endpoint),
-                        ("aws_allow_http", "true"),
-                    ],
-                )
-                .unwrap()
+                let mut options = vec![
+                    ("aws_access_key_id", "test"),
+                    ("aws_secret_access_key", "test"),
+                    ("aws_region", "us-east-1"),
+                    ("aws_endpoint", &endpoint),
+                    ("aws_allow_http", "true"),
+                ];
+                options.extend_from_slice(extra);
+                Store::open_url_with(&format!("s3://{name}/team/agentrun"), home, &options).unwrap()
             }
             Bucket::File { url, .. } => Store::open_url(url, home).unwrap(),
         }
@@ -351,23 +353,7 @@ fn an_output_larger_than_one_put_goes_up_in_parts_and_reads_back_whole() {
     assert!(whole == content, "the object read back differs");
     assert!(b.verify().unwrap().is_healthy());
     // `none` turns the checksum headers off (for a server that refuses them).
-    let Bucket::S3 { name } = &bucket else {
-        unreachable!()
-    };
-    let endpoint = format!("http://127.0.0.1:{}", moto().port);
-    let plain = Store::open_url_with(
-        &format!("s3://{name}/team/agentrun"),
-        ha.join("plain"),
-        &[
-            ("aws_access_key_id", "test"),
-            ("aws_secret_access_key", "test"),
-            ("aws_region", "us-east-1"),
-            ("aws_endpoint", &endpoint),
-            ("aws_allow_http", "true"),
-            ("aws_checksum_algorithm", "none"),
-        ],
-    )
-    .unwrap();
+    let plain = bucket.machine_with(&ha.join("plain"), &[("aws_checksum_algorithm", "none")]);
     let other = lines(800_000, "plain");
     let record = capture(&plain, &other);
     let mut whole = Vec::new();

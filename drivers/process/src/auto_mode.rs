@@ -367,14 +367,10 @@ fn turn_error(harness: Harness, e: AgentError) -> TurnError {
     }
 }
 
-fn artifact_uris(result: &ProcessResult) -> Vec<String> {
-    result
-        .record
-        .streams()
-        .iter()
-        .filter(|s| s.bytes > 0)
-        .map(|s| result.record.stream_uri(s).to_string())
-        .collect()
+/// The URIs of a run's non-empty streams, as the reports list them.
+pub(crate) fn artifact_uris(result: &ProcessResult) -> Vec<String> {
+    let uris = result.record.nonempty_stream_uris();
+    uris.iter().map(ToString::to_string).collect()
 }
 
 /// The auto-mode channel over a session directory; see the module documentation.
@@ -539,23 +535,8 @@ impl<'a, R: Runtime> AutoModeChannel<'a, R> {
             .duration_since(SystemTime::now())
             .unwrap_or(Duration::ZERO);
         let sleep = self.runtime.sleep_until(self.runtime.now() + remaining);
-        let Some(stop) = &self.stop else {
-            sleep.await;
-            return Ok(());
-        };
-        let mut stop = std::pin::pin!(stop.stream());
-        let stopped = futures_lite::future::or(
-            async {
-                sleep.await;
-                false
-            },
-            async {
-                futures_lite::StreamExt::next(&mut stop).await;
-                true
-            },
-        )
-        .await;
-        if stopped {
+        let stop = self.stop.as_ref().map(|stop| stop.stream());
+        if crate::agent::wait_unless_stopped(sleep, stop).await {
             return Err(ChannelError::Interrupted);
         }
         Ok(())

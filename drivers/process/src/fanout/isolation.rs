@@ -163,9 +163,8 @@ impl EarlyStatus {
             &mut *self.0.lock().unwrap_or_else(|p| p.into_inner()),
             child,
         );
-        if let Some(mut old) = old {
-            let _ = old.kill();
-            let _ = old.wait();
+        if let Some(old) = old {
+            stop(old);
         }
     }
 
@@ -180,11 +179,16 @@ impl Drop for EarlyStatus {
     /// A status nobody took (the attempt was dropped, or ended in an error) is stopped and
     /// reaped, so that a long-lived caller (the MCP server) keeps no zombie.
     fn drop(&mut self) {
-        if let Some(mut child) = self.0.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = self.0.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+            stop(child);
         }
     }
+}
+
+/// Stops a status no longer wanted and reaps it.
+fn stop(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// Runs `git -C dir ARGS`, returning its output when it exits 0; a failure caused by a lock

@@ -1,0 +1,247 @@
+//! Publication of a spooled run to the bucket, in the crash-safe order of the
+//! [module documentation](super): the lease, each object (sidecar, then bytes), the record.
+
+use super::*;
+
+impl Remote {
+    /// Publishes the run whose local record is `record` (its objects are in `spool`), then
+    /// removes the local record. See the module documentation for the order.
+    pub(crate) fn publish_run(
+        self: &Arc<Self>,
+        spool: &crate::Store,
+        record: &ResultRecord,
+    ) -> Result<(), StoreError> {
+        let mut digests: Vec<Digest> = Vec::new();
+        let mut seen = HashSet::new();
+        let mut stack = record.artifacts();
+        while let Some(d) = stack.pop() {
+            if !seen.insert(d) {
+                continue;
+            }
+            digests.push(d);
+            // Kept manifests (a compaction's) root their streams: those must be there too.
+            if let Ok(Some(m)) = spool.local_manifest(&d) {
+                stack.extend(m.streams.iter().map(|s| s.sha256));
+            }
+        }
+        let lease = Lease::acquire(self, &digests, None)?;
+        crate::fault::point("remote: after the lease, before the objects");
+        let mut old_hits = Vec::new();
+        // Artifacts the record keeps that the spool cannot give (a compaction's references to
+        // other runs' output, which only the bucket holds): nothing to upload, and nothing to
+        // upload again below. A spool copy that does not open (its object gone or of another
+        // size) is never uploaded.
+        let mut bucket_only = HashSet::new();
+        for digest in &digests {
+            if spool.only_in_bucket(digest) {
+                if !self.holds(digest) {
+                    return Err(self.kept_but_missing(digest));
+                }
+                bucket_only.insert(*digest);
+            } else if let Some(old) = self.publish_object(&spool.layout, digest)? {
+                old_hits.push((*digest, old));
+            }
+        }
+        // Old hits: confirmed only when every GC delete decided without our lease has landed.
+        if !old_hits.is_empty() || !bucket_only.is_empty() {
+            lease.settle();
+            for (digest, _) in &old_hits {
+                if self.head(&self.object_key(digest))?.is_none() {
+                    // A GC took it meanwhile: we still have the bytes.
+                    self.upload_object(&spool.layout, digest)?;
+                }
+            }
+            self.confirm_bucket_only(&bucket_only)?;
+        }
+        crate::fault::point("remote: after the objects, before the record");
+        let local = spool.layout.record(&record.run_id);
+        let json = fs::read(&local).at("read", &local)?;
+        let key = self.record_key(&record.run_id);
+        let lease = if lease.lapsed() {
+            // Renewals failed long enough that a GC may have stopped counting the lease: a
+            // fresh one, then every object is confirmed as an old hit is.
+            drop(lease);
+            let fresh = Lease::acquire(self, &digests, None)?;
+            fresh.settle();
+            for digest in digests.iter().filter(|d| !bucket_only.contains(d)) {
+                if self.head(&self.object_key(digest))?.is_none() {
+                    self.upload_object(&spool.layout, digest)?;
+                }
+            }
+            self.confirm_bucket_only(&bucket_only)?;
+            fresh
+        } else {
+            lease
+        };
+        self.put(&key, json, PutMode::Overwrite)?;
+        crate::fault::point("remote: after the record, before the lease is released");
+        // Not deleted: a GC that listed the records before this one was written keeps
+        // counting the lease until it ends.
+        drop(lease);
+        // The bucket has the run now; the spool's copy becomes garbage for the local gc.
+        let _ = fs::remove_file(&local);
+        Ok(())
+    }
+
+    /// Whether the bucket holds `digest` whole: its index sidecar is sound and the object is
+    /// there with the size the sidecar gives (a publisher that died between the two leaves
+    /// only the sidecar).
+    pub(crate) fn holds(self: &Arc<Self>, digest: &Digest) -> bool {
+        let Ok((_, _, header)) = self.cached_index(digest) else {
+            return false;
+        };
+        matches!(self.head(&self.object_key(digest)), Ok(Some(meta)) if meta.size == header.total_bytes)
+    }
+
+    /// After a lease naming `digests` has settled: each is still in the bucket, else the
+    /// record that would keep it is refused (its bytes are not on this machine to put back).
+    fn confirm_bucket_only(&self, digests: &HashSet<Digest>) -> Result<(), StoreError> {
+        for digest in digests {
+            if self.head(&self.object_key(digest))?.is_none() {
+                return Err(self.kept_but_missing(digest));
+            }
+        }
+        Ok(())
+    }
+
+    fn kept_but_missing(&self, digest: &Digest) -> StoreError {
+        StoreError::KeptArtifactMissing {
+            url: self.url().to_owned(),
+            digest: *digest,
+        }
+    }
+
+    /// A lease naming objects that only the bucket holds, before they are checked: once it
+    /// has settled ([`Lease::settle`]) no GC deletes them while it is renewed. A compaction
+    /// holds one from the moment it confirms references to other runs' output until its
+    /// record is in the bucket.
+    pub(crate) fn protect(self: &Arc<Self>, digests: &[Digest]) -> Result<Lease, StoreError> {
+        let lease = Lease::acquire(self, digests, None)?;
+        lease.settle();
+        Ok(lease)
+    }
+
+    /// Puts `digest`'s sidecar and object unless an intact copy is there. Returns the age
+    /// of an existing copy that is old enough for a GC to collect (a hit that needs
+    /// confirming), `None` otherwise.
+    pub(crate) fn publish_object(
+        &self,
+        spool: &Layout,
+        digest: &Digest,
+    ) -> Result<Option<Duration>, StoreError> {
+        let local_idx_path = spool.index(digest);
+        let local_idx = fs::read(&local_idx_path).at("read", &local_idx_path)?;
+        let header = IndexHeader::decode(&local_idx[..HEADER_LEN.min(local_idx.len())])
+            .map_err(|e| IoError::at("read", &local_idx_path, io::Error::other(e.to_string())))?;
+        let okey = self.object_key(digest);
+        if let Some(meta) = self.head(&okey)? {
+            let ikey = self.index_key(digest);
+            let same_index = self.get_all(&ikey)?.is_some_and(|b| b[..] == local_idx[..]);
+            // Up to the multipart threshold the stored bytes are compared with ours too (one
+            // GET): a flipped byte in the bucket is replaced, and a damaged spool copy (an old
+            // one a compaction keeps) never replaces a sound bucket copy. Larger copies are
+            // checked by size and sidecar only; `verify` checks every block of every object.
+            let same_bytes = || -> Result<bool, StoreError> {
+                if header.total_bytes > MULTIPART_THRESHOLD {
+                    return Ok(true);
+                }
+                let path = spool.object(digest);
+                let ours = fs::read(&path).at("read", &path)?;
+                Ok(match self.get_all(&okey)? {
+                    Some(theirs) if theirs[..] == ours[..] => true,
+                    Some(theirs) if Digest::of(&ours) != *digest => {
+                        if Digest::of(&theirs) != *digest {
+                            return Err(spool_damaged(&path));
+                        }
+                        true
+                    }
+                    _ => false,
+                })
+            };
+            if same_index && meta.size == header.total_bytes && same_bytes()? {
+                let modified: SystemTime = meta.last_modified.into();
+                let age = SystemTime::now()
+                    .duration_since(modified)
+                    .unwrap_or_default();
+                let safe = MIN_GRACE.saturating_sub(2 * CLOCK_SKEW + HIT_WAIT);
+                return Ok((age >= safe).then_some(age));
+            }
+            // A damaged copy (different size or sidecar): replaced below.
+            self.upload_object(spool, digest)?;
+            return Ok(None);
+        }
+        self.upload_object(spool, digest)?;
+        Ok(None)
+    }
+
+    /// Uploads the sidecar, then the object (replacing what is there).
+    pub(crate) fn upload_object(&self, spool: &Layout, digest: &Digest) -> Result<(), StoreError> {
+        let idx_path = spool.index(digest);
+        let idx = fs::read(&idx_path).at("read", &idx_path)?;
+        self.put(&self.index_key(digest), idx, PutMode::Overwrite)?;
+        crate::fault::point("remote: after an index sidecar, before its object");
+        let path = spool.object(digest);
+        let mut file = File::open(&path).at("open", &path)?;
+        let len = file.metadata().at("read", &path)?.len();
+        let key = self.object_key(digest);
+        if len <= MULTIPART_THRESHOLD {
+            let mut bytes = Vec::with_capacity(len as usize);
+            file.read_to_end(&mut bytes).at("read", &path)?;
+            if Digest::of(&bytes) != *digest {
+                return Err(spool_damaged(&path));
+            }
+            self.put(&key, bytes, PutMode::Overwrite)?;
+            return Ok(());
+        }
+        let result: Result<(), StoreError> = self.block_on(async {
+            let upload = self
+                .client
+                .put_multipart(&key)
+                .await
+                .map_err(|e| self.err("start a multipart upload of", &key, e))?;
+            let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+            let mut buf = vec![0u8; PART_SIZE];
+            loop {
+                let n = read_full(&mut file, &mut buf).at("read", &path)?;
+                if n == 0 {
+                    break;
+                }
+                writer
+                    .wait_for_capacity(PARTS_IN_FLIGHT)
+                    .await
+                    .map_err(|e| self.err("upload a part of", &key, e))?;
+                writer.write(&buf[..n]);
+            }
+            writer
+                .finish()
+                .await
+                .map_err(|e| self.err("complete the multipart upload of", &key, e))?;
+            Ok(())
+        });
+        result
+    }
+}
+
+/// A spool copy whose bytes do not hash to its name: never put in the bucket.
+fn spool_damaged(path: &FsPath) -> StoreError {
+    IoError::at(
+        "publish",
+        path,
+        io::Error::other("the spool's copy does not hash to its name (damaged on disk)"),
+    )
+    .into()
+}
+
+/// Reads until `buf` is full or the file ends.
+fn read_full(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
