@@ -25,11 +25,14 @@
 //!    third of [`LEASE`] by a thread while the publication runs).
 //! 2. Each object the spool holds: its index sidecar first, then the object (one `PUT` up to
 //!    [`MULTIPART_THRESHOLD`], else a multipart upload of [`PART_SIZE`] parts, at most
-//!    [`PARTS_IN_FLIGHT`] in flight, so memory stays bounded). A new object is put with
-//!    `PutMode::Create`, so two machines storing the same bytes store them once; an existing
-//!    copy counts as a hit when its sidecar equals ours byte for byte and its size is the
-//!    indexed size, and is replaced (overwritten, content-addressed bytes) otherwise (never
-//!    by a spool copy that does not hash to its name). An object the record keeps that the
+//!    [`PARTS_IN_FLIGHT`] in flight, so memory stays bounded). An object the bucket does not
+//!    hold yet is put with `PutMode::Create` when it takes one request, so two machines
+//!    storing the same bytes store them once (a multipart upload cannot be conditional
+//!    through `object_store`; it puts the same bytes over the same bytes); an existing copy
+//!    counts as a hit when its sidecar equals ours byte for byte and its size is the indexed
+//!    size, and is replaced (overwritten, content-addressed bytes) otherwise. A spool copy is
+//!    checked as it is read (every block against its sidecar's CRC-32, the sidecar whole), so
+//!    one damaged on disk is never put in the bucket. An object the record keeps that the
 //!    spool cannot give (a compaction's reference to another machine's output) is not
 //!    uploaded: the bucket must hold it, and it is confirmed as an old hit is, below; its
 //!    compaction has held a lease naming it since it checked it.
@@ -106,6 +109,8 @@ mod publish;
 pub(crate) use backend::RemoteBackend;
 use lease::from_unix_ms;
 pub(crate) use lease::{Lease, LeaseBody};
+#[cfg(test)]
+pub(crate) use publish::Upload;
 
 /// How long a lease lasts without renewal.
 pub const LEASE: Duration = Duration::from_secs(60);

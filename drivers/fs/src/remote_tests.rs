@@ -17,7 +17,7 @@ use agentrun_core::{
 };
 use object_store::PutMode;
 
-use crate::remote::LeaseBody;
+use crate::remote::{LeaseBody, Upload};
 use crate::{GcOptions, ReadError, Store};
 
 /// A moto server for the whole test binary. It runs under a wrapper shell that waits on a
@@ -363,7 +363,6 @@ fn an_output_larger_than_one_put_goes_up_in_parts_and_reads_back_whole() {
 
 #[test]
 fn a_damaged_spool_copy_never_replaces_a_sound_copy_in_the_bucket() {
-    use std::os::unix::fs::PermissionsExt;
     let bucket = Bucket::file();
     let (_tmp, ha, _) = homes();
     let a = bucket.machine(&ha);
@@ -373,19 +372,110 @@ fn a_damaged_spool_copy_never_replaces_a_sound_copy_in_the_bucket() {
     // Another spool holding the same output, one byte flipped on its disk.
     let spool = Store::open(ha.join("other")).unwrap();
     capture(&spool, &content);
-    let path = spool.layout.object(&digest);
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let mut bytes = std::fs::read(&path).unwrap();
-    bytes[100] ^= 1;
-    std::fs::write(&path, &bytes).unwrap();
+    flip_on_disk(&spool.layout.object(&digest), 100);
     let remote = a.remote.as_ref().unwrap();
     // The bucket's copy is sound: it counts as the hit, and ours is not put over it.
     remote.publish_object(&spool.layout, &digest).unwrap();
-    assert!(remote.upload_object(&spool.layout, &digest).is_err());
+    assert!(
+        remote
+            .upload_object(&spool.layout, &digest, Upload::Replace)
+            .is_err()
+    );
     let mut out = Vec::new();
     a.copy_to(&ArtifactUri::new(digest), &mut out).unwrap();
     assert!(out == content, "the bucket's copy was replaced");
     assert!(a.verify().unwrap().is_healthy());
+}
+
+/// Flips one byte of a spooled file (spool files are read-only for the owner).
+fn flip_on_disk(path: &Path, at: usize) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[at] ^= 1;
+    std::fs::write(path, &bytes).unwrap();
+}
+
+#[test]
+fn a_large_spool_copy_damaged_on_disk_is_never_uploaded() {
+    let bucket = Bucket::s3();
+    let (_tmp, ha, _) = homes();
+    let a = bucket.machine(&ha);
+    let spool = Store::open(ha.join("spool")).unwrap();
+    let content = lines(800_000, "rot");
+    assert!(content.len() as u64 > crate::remote::MULTIPART_THRESHOLD + (2 << 20));
+    let digest = Digest::of(&content);
+    capture(&spool, &content);
+    // Past the first part: the upload is under way when the damaged block is read.
+    flip_on_disk(&spool.layout.object(&digest), content.len() - 1000);
+    let remote = a.remote.as_ref().unwrap();
+    let err = remote
+        .upload_object(&spool.layout, &digest, Upload::New)
+        .unwrap_err();
+    assert!(err.to_string().contains("damaged on disk"), "{err}");
+    assert!(remote.head(&remote.object_key(&digest)).unwrap().is_none());
+    // The multipart upload was aborted, not left behind.
+    let Bucket::S3 { name } = &bucket else {
+        unreachable!()
+    };
+    let uploads = http(moto().port, "GET", &format!("/{name}?uploads")).unwrap();
+    assert!(uploads.starts_with("HTTP/1.1 200"), "{uploads}");
+    assert!(!uploads.contains("<UploadId>"), "{uploads}");
+}
+
+#[test]
+fn a_damaged_spool_sidecar_never_replaces_a_sound_one() {
+    for bucket in Bucket::both() {
+        let (_tmp, ha, _) = homes();
+        let a = bucket.machine(&ha);
+        let content = lines(20_000, "sidecar");
+        let digest = Digest::of(&content);
+        capture(&a, &content);
+        let spool = Store::open(ha.join("other")).unwrap();
+        capture(&spool, &content);
+        // A byte of an entry (the header is checked by every reader already).
+        let idx = spool.layout.index(&digest);
+        flip_on_disk(&idx, agentrun_core::index::HEADER_LEN + 20);
+        let remote = a.remote.as_ref().unwrap();
+        let err = remote.publish_object(&spool.layout, &digest).unwrap_err();
+        assert!(err.to_string().contains("damaged on disk"), "{err}");
+        let sidecar = remote.get_all(&remote.index_key(&digest)).unwrap().unwrap();
+        assert!(sidecar[..] != std::fs::read(&idx).unwrap()[..]);
+        assert!(a.verify().unwrap().is_healthy());
+    }
+}
+
+#[test]
+fn a_new_object_is_created_only_if_still_absent() {
+    for bucket in Bucket::both() {
+        let (_tmp, ha, _) = homes();
+        let a = bucket.machine(&ha);
+        let spool = Store::open(ha.join("spool")).unwrap();
+        let content = lines(20_000, "race");
+        let digest = Digest::of(&content);
+        capture(&spool, &content);
+        // Another publisher's copy lands between our look and our put (damaged here, so
+        // that a put over it would show).
+        let remote = a.remote.as_ref().unwrap();
+        let mut theirs = content.clone();
+        theirs[5] ^= 1;
+        let key = remote.object_key(&digest);
+        remote
+            .put(&key, theirs.clone(), PutMode::Overwrite)
+            .unwrap();
+        let created = remote
+            .upload_object(&spool.layout, &digest, Upload::New)
+            .unwrap();
+        assert!(
+            !created,
+            "a conditional put over an existing copy succeeded"
+        );
+        assert!(remote.get_all(&key).unwrap().unwrap()[..] == theirs[..]);
+        // Publishing judges the copy that is there: damaged, so it is replaced.
+        assert_eq!(remote.publish_object(&spool.layout, &digest).unwrap(), None);
+        assert!(remote.get_all(&key).unwrap().unwrap()[..] == content[..]);
+        assert!(a.verify().unwrap().is_healthy());
+    }
 }
 
 #[test]
@@ -476,8 +566,12 @@ fn gc_keeps_what_records_and_live_leases_name_and_collects_the_rest() {
         let leased = capture(&spool, &lines(3_000, "leased")).streams()[0].sha256;
         let orphan = capture(&spool, &lines(3_000, "orphan")).streams()[0].sha256;
         let remote = a.remote.as_ref().unwrap();
-        remote.upload_object(&spool.layout, &leased).unwrap();
-        remote.upload_object(&spool.layout, &orphan).unwrap();
+        remote
+            .upload_object(&spool.layout, &leased, Upload::Replace)
+            .unwrap();
+        remote
+            .upload_object(&spool.layout, &orphan, Upload::Replace)
+            .unwrap();
         let body = LeaseBody {
             expires_unix_ms: unix_ms(SystemTime::now() + Duration::from_secs(600)),
             digests: vec![leased.to_hex()],
@@ -759,7 +853,7 @@ fn a_record_written_after_a_gc_listed_the_records_keeps_its_objects_from_that_gc
         a.remote
             .as_ref()
             .unwrap()
-            .upload_object(&spool.layout, &digest)
+            .upload_object(&spool.layout, &digest, Upload::Replace)
             .unwrap();
         // While B's GC is between its record listing and its lease read, A publishes the
         // same output: a hit on that object, its record written, its lease left to lapse.

@@ -1,6 +1,8 @@
 //! Publication of a spooled run to the bucket, in the crash-safe order of the
 //! [module documentation](super): the lease, each object (sidecar, then bytes), the record.
 
+use agentrun_core::index::{self, IndexEntry};
+
 use super::*;
 
 impl Remote {
@@ -48,7 +50,7 @@ impl Remote {
             for (digest, _) in &old_hits {
                 if self.head(&self.object_key(digest))?.is_none() {
                     // A GC took it meanwhile: we still have the bytes.
-                    self.upload_object(&spool.layout, digest)?;
+                    self.upload_object(&spool.layout, digest, Upload::Replace)?;
                 }
             }
             self.confirm_bucket_only(&bucket_only)?;
@@ -65,7 +67,7 @@ impl Remote {
             fresh.settle();
             for digest in digests.iter().filter(|d| !bucket_only.contains(d)) {
                 if self.head(&self.object_key(digest))?.is_none() {
-                    self.upload_object(&spool.layout, digest)?;
+                    self.upload_object(&spool.layout, digest, Upload::Replace)?;
                 }
             }
             self.confirm_bucket_only(&bucket_only)?;
@@ -134,7 +136,15 @@ impl Remote {
         let header = IndexHeader::decode(&local_idx[..HEADER_LEN.min(local_idx.len())])
             .map_err(|e| IoError::at("read", &local_idx_path, io::Error::other(e.to_string())))?;
         let okey = self.object_key(digest);
-        if let Some(meta) = self.head(&okey)? {
+        // Twice at most: a copy another publisher created between our look and our
+        // conditional put is judged as any existing copy is.
+        for _ in 0..2 {
+            let Some(meta) = self.head(&okey)? else {
+                if self.upload_object(spool, digest, Upload::New)? {
+                    return Ok(None);
+                }
+                continue;
+            };
             let ikey = self.index_key(digest);
             let same_index = self.get_all(&ikey)?.is_some_and(|b| b[..] == local_idx[..]);
             // Up to the multipart threshold the stored bytes are compared with ours too (one
@@ -166,32 +176,54 @@ impl Remote {
                 let safe = MIN_GRACE.saturating_sub(2 * CLOCK_SKEW + HIT_WAIT);
                 return Ok((age >= safe).then_some(age));
             }
-            // A damaged copy (different size or sidecar): replaced below.
-            self.upload_object(spool, digest)?;
+            // A damaged copy (different size or sidecar): replaced.
+            self.upload_object(spool, digest, Upload::Replace)?;
             return Ok(None);
         }
-        self.upload_object(spool, digest)?;
+        // Created by another publisher, then gone again (a GC's delete of an older copy
+        // landing after it): ours goes up.
+        self.upload_object(spool, digest, Upload::Replace)?;
         Ok(None)
     }
 
-    /// Uploads the sidecar, then the object (replacing what is there).
-    pub(crate) fn upload_object(&self, spool: &Layout, digest: &Digest) -> Result<(), StoreError> {
+    /// Uploads the sidecar, then the object, once both are checked against each other: the
+    /// sidecar whole (header and every entry's own checksum), the object block by block
+    /// against the sidecar's CRC-32s as it is read (and, up to the multipart threshold,
+    /// against its SHA-256), so a spool copy damaged on disk is never put in the bucket; a
+    /// multipart upload that finds a damaged block is aborted.
+    ///
+    /// [`Upload::New`] puts a single-request object with `PutMode::Create` (the bucket
+    /// stores identical bytes once even when two machines race) and returns `false`, having
+    /// written nothing but the sidecar, when a copy is already there. A multipart upload
+    /// cannot be made conditional through `object_store`: it always completes (identical
+    /// bytes over identical bytes, the name being their digest).
+    pub(crate) fn upload_object(
+        &self,
+        spool: &Layout,
+        digest: &Digest,
+        upload: Upload,
+    ) -> Result<bool, StoreError> {
         let idx_path = spool.index(digest);
         let idx = fs::read(&idx_path).at("read", &idx_path)?;
-        self.put(&self.index_key(digest), idx, PutMode::Overwrite)?;
-        crate::fault::point("remote: after an index sidecar, before its object");
         let path = spool.object(digest);
         let mut file = File::open(&path).at("open", &path)?;
         let len = file.metadata().at("read", &path)?.len();
+        let Some(blocks) = SpoolBlocks::new(&idx, digest, len) else {
+            return Err(spool_damaged(&idx_path));
+        };
+        self.put(&self.index_key(digest), idx.clone(), PutMode::Overwrite)?;
+        crate::fault::point("remote: after an index sidecar, before its object");
         let key = self.object_key(digest);
         if len <= MULTIPART_THRESHOLD {
             let mut bytes = Vec::with_capacity(len as usize);
             file.read_to_end(&mut bytes).at("read", &path)?;
-            if Digest::of(&bytes) != *digest {
+            if !blocks.check(0, &bytes) || Digest::of(&bytes) != *digest {
                 return Err(spool_damaged(&path));
             }
-            self.put(&key, bytes, PutMode::Overwrite)?;
-            return Ok(());
+            return Ok(match upload {
+                Upload::New => self.put_new(&key, bytes)?,
+                Upload::Replace => self.put(&key, bytes, PutMode::Overwrite)?,
+            });
         }
         let result: Result<(), StoreError> = self.block_on(async {
             let upload = self
@@ -200,17 +232,30 @@ impl Remote {
                 .await
                 .map_err(|e| self.err("start a multipart upload of", &key, e))?;
             let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
-            let mut buf = vec![0u8; PART_SIZE];
+            // Whole blocks per read, so each read is checked against the sidecar on its own.
+            let mut buf = vec![0u8; blocks.read_size(PART_SIZE)];
+            let mut offset = 0u64;
             loop {
                 let n = read_full(&mut file, &mut buf).at("read", &path)?;
                 if n == 0 {
                     break;
                 }
+                if !blocks.check(offset, &buf[..n]) {
+                    // Best effort: an upload left unfinished is removed by the bucket's
+                    // lifecycle rule (see the guide).
+                    let _ = writer.abort().await;
+                    return Err(spool_damaged(&path));
+                }
+                offset += n as u64;
                 writer
                     .wait_for_capacity(PARTS_IN_FLIGHT)
                     .await
                     .map_err(|e| self.err("upload a part of", &key, e))?;
                 writer.write(&buf[..n]);
+            }
+            if offset != len {
+                let _ = writer.abort().await;
+                return Err(spool_damaged(&path));
             }
             writer
                 .finish()
@@ -218,16 +263,97 @@ impl Remote {
                 .map_err(|e| self.err("complete the multipart upload of", &key, e))?;
             Ok(())
         });
-        result
+        result.map(|()| true)
+    }
+
+    /// A conditional put (`PutMode::Create`): `false` when the key exists. A server that
+    /// cannot do conditional writes (`AWS_CONDITIONAL_PUT=disabled`) gets a plain put, which
+    /// for content-addressed bytes stores the same thing.
+    fn put_new(&self, key: &ObjPath, bytes: Vec<u8>) -> Result<bool, RemoteError> {
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        let payload = PutPayload::from(bytes);
+        match self.block_on(self.client.put_opts(key, payload.clone(), opts)) {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(object_store::Error::NotImplemented { .. }) => {
+                let opts = PutOptions::default();
+                match self.block_on(self.client.put_opts(key, payload, opts)) {
+                    Ok(_) => Ok(true),
+                    Err(e) => Err(self.err("write", key, e)),
+                }
+            }
+            Err(e) => Err(self.err("write", key, e)),
+        }
     }
 }
 
-/// A spool copy whose bytes do not hash to its name: never put in the bucket.
+/// How [`Remote::upload_object`] writes the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Upload {
+    /// No copy was there when we looked: created only if still absent.
+    New,
+    /// A damaged copy, or one a GC took: overwritten.
+    Replace,
+}
+
+/// A spool sidecar that describes its object (`digest`, `len` bytes) and is sound whole,
+/// against which the object's bytes are checked as they are read.
+struct SpoolBlocks<'a> {
+    idx: &'a [u8],
+    header: IndexHeader,
+}
+
+impl<'a> SpoolBlocks<'a> {
+    fn new(idx: &'a [u8], digest: &Digest, len: u64) -> Option<Self> {
+        let header = IndexHeader::decode(idx).ok()?;
+        let entries = usize::try_from(header.block_count()).ok()?;
+        let sound = header.digest == *digest
+            && header.total_bytes == len
+            && idx.len() == HEADER_LEN + entries * ENTRY_LEN
+            && (0..header.block_count()).all(|b| Self::entry(idx, b).is_some());
+        sound.then_some(Self { idx, header })
+    }
+
+    fn entry(idx: &[u8], block: u64) -> Option<IndexEntry> {
+        let at = usize::try_from(index::entry_offset(block)).ok()?;
+        IndexEntry::decode(block, idx.get(at..)?).ok()
+    }
+
+    /// The largest number of whole blocks that fits in `limit` bytes (one block at least).
+    fn read_size(&self, limit: usize) -> usize {
+        let bs = self.header.block_size as usize;
+        (limit / bs).max(1) * bs
+    }
+
+    /// Whether `bytes`, read at `offset` (a block boundary), match their blocks' CRC-32s.
+    fn check(&self, offset: u64, bytes: &[u8]) -> bool {
+        let bs = u64::from(self.header.block_size);
+        if !offset.is_multiple_of(bs) || offset + bytes.len() as u64 > self.header.total_bytes {
+            return false;
+        }
+        bytes
+            .chunks(bs as usize)
+            .zip(offset / bs..)
+            .all(|(chunk, block)| {
+                let (start, end) = self.header.block_range(block);
+                chunk.len() as u64 == end - start
+                    && Self::entry(self.idx, block)
+                        .is_some_and(|e| e.crc == index::block_crc(chunk))
+            })
+    }
+}
+
+/// A spool copy that does not match its name or its sidecar: never put in the bucket.
 fn spool_damaged(path: &FsPath) -> StoreError {
     IoError::at(
         "publish",
         path,
-        io::Error::other("the spool's copy does not hash to its name (damaged on disk)"),
+        io::Error::other(
+            "the spool's copy is damaged on disk (it does not match its name or its index)",
+        ),
     )
     .into()
 }
