@@ -89,7 +89,7 @@ use agentrun_core::{Digest, Manifest, ResultRecord};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use object_store::path::Path as ObjPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
+use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{

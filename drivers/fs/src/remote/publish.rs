@@ -226,39 +226,53 @@ impl Remote {
             });
         }
         let result: Result<(), StoreError> = self.block_on(async {
-            let upload = self
+            let mut upload = self
                 .client
                 .put_multipart(&key)
                 .await
                 .map_err(|e| self.err("start a multipart upload of", &key, e))?;
-            let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
-            // Whole blocks per read, so each read is checked against the sidecar on its own.
-            let mut buf = vec![0u8; blocks.read_size(PART_SIZE)];
-            let mut offset = 0u64;
-            loop {
-                let n = read_full(&mut file, &mut buf).at("read", &path)?;
-                if n == 0 {
-                    break;
+            // Each part is read into a buffer of its own and handed over whole (no copy), at
+            // most PARTS_IN_FLIGHT being sent while the next is read: memory stays at
+            // PARTS_IN_FLIGHT + 1 parts. The parts are tasks, so they go on sending whenever
+            // this loop waits.
+            let mut parts = tokio::task::JoinSet::new();
+            let part_error = |e| self.err("upload a part of", &key, e);
+            let sent = async {
+                let mut offset = 0u64;
+                loop {
+                    let mut part = vec![0u8; blocks.read_size(PART_SIZE)];
+                    let n = read_full(&mut file, &mut part).at("read", &path)?;
+                    if n == 0 {
+                        break;
+                    }
+                    part.truncate(n);
+                    if !blocks.check(offset, &part) {
+                        return Err(spool_damaged(&path));
+                    }
+                    offset += n as u64;
+                    while parts.len() >= PARTS_IN_FLIGHT {
+                        joined(parts.join_next().await).map_err(part_error)?;
+                    }
+                    parts.spawn(upload.put_part(PutPayload::from(part)));
                 }
-                if !blocks.check(offset, &buf[..n]) {
-                    // Best effort: an upload left unfinished is removed by the bucket's
-                    // lifecycle rule (see the guide).
-                    let _ = writer.abort().await;
+                if offset != len {
                     return Err(spool_damaged(&path));
                 }
-                offset += n as u64;
-                writer
-                    .wait_for_capacity(PARTS_IN_FLIGHT)
-                    .await
-                    .map_err(|e| self.err("upload a part of", &key, e))?;
-                writer.write(&buf[..n]);
+                while let Some(done) = parts.join_next().await {
+                    joined(Some(done)).map_err(part_error)?;
+                }
+                Ok(())
             }
-            if offset != len {
-                let _ = writer.abort().await;
-                return Err(spool_damaged(&path));
+            .await;
+            if let Err(e) = sent {
+                // Best effort: an upload left unfinished is removed by the bucket's
+                // lifecycle rule (see the guide).
+                parts.abort_all();
+                let _ = upload.abort().await;
+                return Err(e);
             }
-            writer
-                .finish()
+            upload
+                .complete()
                 .await
                 .map_err(|e| self.err("complete the multipart upload of", &key, e))?;
             Ok(())
@@ -356,6 +370,20 @@ fn spool_damaged(path: &FsPath) -> StoreError {
         ),
     )
     .into()
+}
+
+/// The outcome of a finished part upload task (a panic or a cancellation is an error too).
+fn joined(
+    done: Option<Result<object_store::Result<()>, tokio::task::JoinError>>,
+) -> object_store::Result<()> {
+    match done {
+        None => Ok(()),
+        Some(Ok(r)) => r,
+        Some(Err(e)) => Err(object_store::Error::Generic {
+            store: "multipart upload",
+            source: Box::new(e),
+        }),
+    }
 }
 
 /// Reads until `buf` is full or the file ends.
