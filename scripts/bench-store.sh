@@ -24,6 +24,10 @@
 # BREAKDOWN_ONLY=1 runs only those. PAGING_ONLY=1 skips the publishing rounds.
 # SHOW_REQUESTS=1 prints the requests counted.
 # AGENTRUN_BIN=PATH measures that build instead of building this tree in release mode.
+# SERVER=s3s-fs runs the publishing rounds (and BREAKDOWN) against s3s-fs instead (an S3-API
+#     server in Rust, keeping objects in WORKDIR; installed by scripts/install-s3s-fs.sh), where
+#     the server's own cost is small and the clients' costs show; the paging part counts
+#     moto's request log, so it is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -39,6 +43,11 @@ else
     cargo build --release -q -p agentrun
     bin=$(release_dir)/agentrun
 fi
+SERVER=${SERVER:-moto}
+case $SERVER in
+    moto | s3s-fs) ;;
+    *) echo "bench-store.sh: SERVER is moto or s3s-fs, not '$SERVER'" >&2; exit 2 ;;
+esac
 moto_server=$(bash scripts/install-moto.sh --with-awscli --print-path)
 aws=$(dirname "$moto_server")/aws
 
@@ -46,18 +55,24 @@ text=$work/text-1g.txt
 make_log_text "$text"
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-log=$work/moto.log
-# moto keeps objects over 16 MiB in spooled temporary files: keep them on WORKDIR's disk.
-mkdir -p "$work/tmp"
-TMPDIR=$work/tmp "$moto_server" -H 127.0.0.1 -p "$port" > "$log" 2>&1 &
-moto_pid=$!
-trap 'kill $moto_pid 2>/dev/null || true' EXIT
+log=$work/$SERVER.log
+if [ "$SERVER" = moto ]; then
+    # moto keeps objects over 16 MiB in spooled temporary files: keep them on WORKDIR's disk.
+    mkdir -p "$work/tmp"
+    TMPDIR=$work/tmp "$moto_server" -H 127.0.0.1 -p "$port" > "$log" 2>&1 &
+else
+    rm -rf "$work/s3s-fs-root"; mkdir -p "$work/s3s-fs-root"
+    "$(bash scripts/install-s3s-fs.sh --print-path)" --host 127.0.0.1 --port "$port" \
+        --access-key test --secret-key test "$work/s3s-fs-root" > "$log" 2>&1 &
+fi
+server_pid=$!
+trap 'kill $server_pid 2>/dev/null || true' EXIT
 until curl -s -o /dev/null "http://127.0.0.1:$port/"; do sleep 0.2; done
 
 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
 export AWS_DEFAULT_REGION=us-east-1 AWS_ENDPOINT_URL=http://127.0.0.1:$port AWS_ALLOW_HTTP=true
 export AWS_CONFIG_FILE=$work/no-aws-config AWS_SHARED_CREDENTIALS_FILE=$work/no-aws-credentials
-curl -s -X PUT "http://127.0.0.1:$port/bench" > /dev/null
+"$aws" s3 mb s3://bench > /dev/null
 
 median() {
     printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {printf "%.3f", a[int((NR+1)/2)]}'
@@ -89,7 +104,11 @@ publish_agentrun() {
 machine_line
 echo "SHA extensions (sha_ni): $(grep -qw sha_ni /proc/cpuinfo && echo yes || echo no)"
 echo "memory: $(free -g | awk '/^Mem:/ {print $2}') GiB; filesystem of $work: $(df -T "$work" | awk 'NR==2 {print $2}')"
-echo "moto $("$(dirname "$moto_server")/python" -c 'import moto; print(moto.__version__)'); $("$aws" --version 2>&1)"
+if [ "$SERVER" = moto ]; then
+    echo "server: moto $("$(dirname "$moto_server")/python" -c 'import moto; print(moto.__version__)'); $("$aws" --version 2>&1)"
+else
+    echo "server: s3s-fs $("$(bash scripts/install-s3s-fs.sh --print-path)" --version | awk '{print $2}'); $("$aws" --version 2>&1)"
+fi
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "== publishing 1 GiB: agentrun run (capture included) vs aws s3 cp =="
@@ -128,7 +147,7 @@ if [ -n "${BREAKDOWN:-}${BREAKDOWN_ONLY:-}" ]; then
 fi
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-[ -z "${BREAKDOWN_ONLY:-}" ] || exit 0
+[ -z "${BREAKDOWN_ONLY:-}" ] && [ "$SERVER" = moto ] || exit 0
 
 echo "== paging a 2000-line page of the 1 GiB artifact =="
 lines=$(wc -l < "$text")
