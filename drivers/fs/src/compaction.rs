@@ -143,13 +143,23 @@ impl RetentionSession {
         self.keeper.protect_more(&digests)?;
         // On a shared store the keeper protects only the spool: what only the bucket holds is
         // named by a lease, settled before it is checked and held until the record is
-        // published (the record then keeps it).
+        // published (the record then keeps it). That includes the streams of a manifest the
+        // spool holds, which the bucket alone may hold.
         if let Some(remote) = &self.store.remote {
-            let outside: Vec<Digest> = digests
-                .iter()
-                .copied()
-                .filter(|d| self.store.only_in_bucket(d))
-                .collect();
+            let mut outside = Vec::new();
+            for d in &digests {
+                if self.store.only_in_bucket(d) {
+                    outside.push(*d);
+                } else if let Ok(Some(manifest)) = self.store.local_manifest(d) {
+                    outside.extend(
+                        manifest
+                            .streams
+                            .iter()
+                            .map(|s| s.sha256)
+                            .filter(|s| self.store.only_in_bucket(s)),
+                    );
+                }
+            }
             if !outside.is_empty() {
                 self.leases.push(remote.protect(&outside)?);
             }

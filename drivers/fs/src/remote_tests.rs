@@ -330,6 +330,54 @@ fn a_compaction_whose_bucket_only_reference_vanished_publishes_no_record() {
     assert_eq!(b.records().unwrap(), vec![record.run_id]);
 }
 
+#[test]
+fn a_compaction_leases_the_bucket_only_streams_of_a_manifest_its_spool_holds() {
+    use agentrun_core::StreamName;
+    use agentrun_core::compaction::{Claim, Holds};
+    let bucket = Bucket::file();
+    let (_tmp, ha, _) = homes();
+    let a = bucket.machine(&ha);
+    let out = StreamName::new("stdout").unwrap();
+    let mut s = a
+        .begin_capture(
+            OutputDeclaration::named(["stdout"]).unwrap(),
+            PreviewLimits::default(),
+        )
+        .unwrap();
+    s.write_channel(&OutputChannel::Named(out), &lines(300, "named"))
+        .unwrap();
+    let record = s.finish(done()).unwrap();
+    let uri = record.stream_uri(&record.streams()[0]);
+    let stream = record.streams()[0].sha256;
+    assert_ne!(uri.digest, stream, "a stream of a manifest");
+    // The spool keeps the manifest; its stream is in the bucket only.
+    std::fs::remove_file(a.layout.object(&stream)).unwrap();
+    assert!(a.only_in_bucket(&stream) && !a.only_in_bucket(&uri.digest));
+    let remote = a.remote.as_ref().unwrap();
+    let leases = || -> Vec<_> { remote.list("leases/").unwrap() };
+    // The publication's own lease (left to lapse) names the stream too: not counted.
+    let before: Vec<_> = leases().into_iter().map(|m| m.location).collect();
+    let mut session = a.begin_retention().unwrap();
+    let confirmed = session
+        .confirm(vec![Claim {
+            uri,
+            holds: Holds::Readable,
+        }])
+        .unwrap();
+    assert_eq!(confirmed.len(), 1);
+    // A lease names the stream from the moment it was confirmed.
+    let leased: Vec<String> = leases()
+        .into_iter()
+        .filter(|meta| !before.contains(&meta.location))
+        .flat_map(|meta| {
+            let body = remote.get_all(&meta.location).unwrap().unwrap();
+            serde_json::from_slice::<LeaseBody>(&body).unwrap().digests
+        })
+        .collect();
+    assert!(leased.contains(&stream.to_string()), "{leased:?}");
+    drop(session);
+}
+
 fn fresh_page(object: &crate::read::Object, offset: u64) -> Vec<u8> {
     object
         .page_for_tests(PageRequest::new(offset, 2000).unwrap())
