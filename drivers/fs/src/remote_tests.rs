@@ -3,13 +3,11 @@
 //! object_store's local-file backend (`file://`). Every scenario runs on both. Each "machine"
 //! is a [`Store`] with its own local home (spool and sidecar cache) on the same bucket.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use agentrun_core::{
     ArtifactUri, CaptureCompletion, CaptureStatus, Digest, OutputChannel, OutputDeclaration,
@@ -20,66 +18,17 @@ use object_store::PutMode;
 use crate::remote::{LeaseBody, Upload};
 use crate::{GcOptions, ReadError, Store};
 
-/// A moto server for the whole test binary. It runs under a wrapper shell that waits on a
-/// pipe only this process writes: when the test binary exits, the pipe closes and the
-/// wrapper stops the server.
-struct Moto {
-    port: u16,
-    _child: Child,
-}
+// moto's start (install when missing, a free port on 127.0.0.1, a wrapper that stops it),
+// shared with the CLI's tests.
+#[path = "../../cli/tests/support/moto.rs"]
+mod moto_server;
+use moto_server::{Moto, http};
 
+/// One moto server for the whole test binary: its wrapper shell waits on a pipe only this
+/// process writes, so the server stops when the test binary exits.
 fn moto() -> &'static Moto {
     static MOTO: OnceLock<Moto> = OnceLock::new();
-    MOTO.get_or_init(|| {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install-moto.sh");
-        let out = Command::new("bash")
-            .arg(&script)
-            .arg("--print-path")
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run scripts/install-moto.sh");
-        assert!(out.status.success(), "scripts/install-moto.sh failed");
-        let server = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg(
-                "\"$0\" -H 127.0.0.1 -p \"$1\" >/dev/null 2>&1 & pid=$!; cat >/dev/null; kill $pid",
-            )
-            .arg(&server)
-            .arg(port.to_string())
-            .stdin(Stdio::piped())
-            .spawn()
-            .expect("start moto_server");
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while http(port, "GET", "/").is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "moto_server did not start on port {port}"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Moto {
-            port,
-            _child: child,
-        }
-    })
-}
-
-/// One plain HTTP request (moto accepts unsigned requests for bucket creation).
-fn http(port: u16, method: &str, path: &str) -> std::io::Result<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out)
+    MOTO.get_or_init(Moto::start)
 }
 
 /// A bucket: on moto (`s3://`) or in a directory (`file://`).
@@ -101,8 +50,7 @@ impl Bucket {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         );
-        let reply = http(moto().port, "PUT", &format!("/{name}")).unwrap();
-        assert!(reply.starts_with("HTTP/1.1 200"), "create bucket: {reply}");
+        moto().create_bucket(&name);
         Bucket::S3 { name }
     }
 

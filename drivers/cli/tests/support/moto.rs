@@ -1,6 +1,7 @@
 //! moto's S3-API server for the tests of the shared store on object storage: installed by
 //! `scripts/install-moto.sh` when missing, started on 127.0.0.1 on a free port, stopped when
-//! dropped; and the standard `AWS_*` environment that points a client at it.
+//! dropped; and the standard `AWS_*` environment that points a client at it. The store's own
+//! tests (agentrun-fs, `remote_tests.rs`) include this file too.
 
 #![allow(dead_code)]
 
