@@ -225,6 +225,16 @@ enum Command {
   agentrun gc --dry-run                     say what would go
   agentrun gc --retention 7d                keep only the last week")]
     Gc(store_cmds::GcArgs),
+    /// Send the runs a shared store's spool holds to the bucket, when their publication failed.
+    ///
+    /// On a shared store (--store s3://…) each run is captured into the local spool and
+    /// published to the bucket as it ends. When the bucket cannot be reached (or refuses the
+    /// credentials) the run stays complete in the spool and the run fails with that error;
+    /// `agentrun publish` sends every such run, oldest first, once the bucket is back.
+    #[command(after_help = "Examples:
+  agentrun --store s3://team-bucket/agentrun publish
+  agentrun publish --json                   with AGENTRUN_STORE or [store] in the config")]
+    Publish(store_cmds::PublishArgs),
     /// Check every object's digest and index and every record's references.
     #[command(after_help = "Examples:
   agentrun verify
@@ -330,6 +340,7 @@ impl Command {
             Command::Runs(a) => (a.json, "runs"),
             Command::Gc(a) => (a.json, "gc"),
             Command::Verify(a) => (a.json, "verify"),
+            Command::Publish(a) => (a.json, "publish"),
             Command::Config(a) => (a.json, "config"),
             Command::Interpret(a) => (a.json, "interpret"),
             Command::Agent(a) => (a.json, "agent"),
@@ -414,6 +425,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Runs(args) => store_cmds::runs(&settings()?, args),
         Command::Gc(args) => store_cmds::gc(&settings()?, args),
         Command::Verify(args) => store_cmds::verify(&settings()?, args),
+        Command::Publish(args) => store_cmds::publish(&settings()?, args),
         // Before the settings are read: the file it writes need not exist yet.
         Command::Config(args) if args.init => settings::init(&global, &args),
         Command::Config(args) => settings::show(&settings()?, args),

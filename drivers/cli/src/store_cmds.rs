@@ -207,6 +207,94 @@ pub(crate) struct VerifyArgs {
     pub(crate) json: bool,
 }
 
+/// Arguments of `agentrun publish`.
+#[derive(Debug, Args)]
+pub(crate) struct PublishArgs {
+    /// Print what was published as JSON: `{"published": [RUN_ID...], "failed": [{"run_id",
+    /// "error"}]}`.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `publish --json`.
+#[derive(Serialize)]
+struct PublishJson {
+    published: Vec<String>,
+    failed: Vec<PublishFailure>,
+}
+
+#[derive(Serialize)]
+struct PublishFailure {
+    run_id: String,
+    error: String,
+}
+
+/// `agentrun publish`: every run the spool of a shared store holds that is not in the bucket
+/// yet, published, oldest first. Exit 0 when all went up (or there was nothing to publish), 1
+/// when one could not.
+pub(crate) fn publish(settings: &Settings, args: PublishArgs) -> Result<ExitCode, Failure> {
+    let Some(store) = settings.existing_store()? else {
+        let root = settings.store_root()?.value;
+        say!(
+            "agentrun: there is no store at {}; nothing to publish",
+            root.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    };
+    if store.url().is_none() {
+        say!(
+            "agentrun: the store at {} is a local store: its runs are where they are read;              publish sends a shared store's runs to its bucket (--store s3://BUCKET/PREFIX)",
+            store.root().display()
+        );
+    }
+    let mut report = PublishJson {
+        published: Vec::new(),
+        failed: Vec::new(),
+    };
+    for run_id in store.unpublished().map_err(Failure::runtime)? {
+        match store.publish(&run_id) {
+            Ok(()) => {
+                if !args.json {
+                    say!("agentrun: published {run_id}");
+                }
+                report.published.push(run_id);
+            }
+            // Published meanwhile by its own capture.
+            Err(agentrun_fs::StoreError::UnknownRun(_)) => {}
+            Err(e) => {
+                if !args.json {
+                    say!("agentrun: cannot publish {run_id}: {e}");
+                }
+                report.failed.push(PublishFailure {
+                    run_id,
+                    error: e.to_string(),
+                });
+            }
+        }
+    }
+    if args.json {
+        let text = crate::json_out::document(&report)?;
+        write_or_quiet(&mut io::stdout().lock(), text.as_bytes())?;
+    } else if let Some(url) = store.url() {
+        let mut line = match report.published.len() {
+            0 if report.failed.is_empty() => format!("every run of the spool is in {url}"),
+            n => format!("published {} to {url}", plural(n as u64, "run", "runs")),
+        };
+        if !report.failed.is_empty() {
+            line.push_str(&format!(
+                "; {} could not be, and stay in the spool",
+                plural(report.failed.len() as u64, "run", "runs")
+            ));
+        }
+        say!("agentrun: {line}");
+    }
+    Ok(if report.failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
 /// `agentrun show RUN|SESSION`: for a run, the recorded preview on stdout and the footer on stderr, as the
 /// run printed them (from the record alone: nothing is rerun).
 pub(crate) fn show(settings: &Settings, args: ShowArgs) -> Result<ExitCode, Failure> {

@@ -74,3 +74,43 @@ fn one_machine_runs_and_another_pages_reads_lists_shows_verifies_and_collects() 
     ));
     assert_eq!(again, "200000\n");
 }
+
+#[test]
+fn a_run_the_bucket_refused_is_published_later_by_agentrun_publish() {
+    let moto = Moto::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    // The bucket does not exist yet: the run is captured, its publication fails.
+    let url = "s3://later/agentrun";
+    let run = agentrun(&moto, &a, Some(url), &["run", "--", "seq", "1", "5000"]);
+    assert!(!run.status.success(), "{run:?}");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("later"), "{err}");
+    assert!(
+        err.contains("is complete in the local spool but could not be published")
+            && err.contains("`agentrun publish` sends it"),
+        "{err}"
+    );
+    moto.create_bucket("later");
+    assert!(!ok(&agentrun(&moto, &b, Some(url), &["runs", "--json"])).contains("seq"));
+    let publish = agentrun(&moto, &a, Some(url), &["publish", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&ok(&publish)).unwrap();
+    let published = json["published"].as_array().unwrap();
+    assert_eq!(published.len(), 1, "{json}");
+    assert_eq!(json["failed"].as_array().unwrap().len(), 0, "{json}");
+    let run_id = published[0].as_str().unwrap();
+    // The other machine lists it and reads it whole.
+    let show = ok(&agentrun(&moto, &b, Some(url), &["show", run_id]));
+    assert!(show.starts_with("[stdout]\n1\n2\n"), "{show}");
+    ok(&agentrun(&moto, &b, Some(url), &["verify"]));
+    // Nothing left to publish.
+    let again = agentrun(&moto, &a, Some(url), &["publish"]);
+    ok(&again);
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        said.contains("every run of the spool is in s3://later/agentrun"),
+        "{said}"
+    );
+}

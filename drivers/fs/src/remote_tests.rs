@@ -475,6 +475,49 @@ fn a_new_object_is_created_only_if_still_absent() {
 }
 
 #[test]
+fn a_run_whose_publication_failed_stays_in_the_spool_until_published() {
+    // A bucket that does not exist yet: every request to it is refused.
+    let name = format!("t{}-missing", std::process::id());
+    let bucket = Bucket::S3 { name: name.clone() };
+    let (_tmp, ha, hb) = homes();
+    let (a, b) = (bucket.machine(&ha), bucket.machine(&hb));
+    let content = lines(3_000, "later");
+    let mut s = a
+        .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+        .unwrap();
+    s.write_channel(&OutputChannel::Single, &content).unwrap();
+    let err = s.finish(done()).unwrap_err();
+    assert!(err.to_string().contains(&name), "{err}");
+    let pending = a.unpublished().unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert!(
+        matches!(&err, crate::StoreError::NotPublished { run_id, .. } if *run_id == pending[0]),
+        "{err:?}"
+    );
+    // A local gc of the spool keeps it (its record is a root there).
+    a.local_only().gc(&gc_later()).unwrap();
+    moto().create_bucket(&name);
+    assert!(b.records().unwrap().is_empty());
+    a.publish(&pending[0]).unwrap();
+    assert!(a.unpublished().unwrap().is_empty());
+    assert_eq!(b.records().unwrap(), pending);
+    let record = b.record(&pending[0]).unwrap();
+    let mut whole = Vec::new();
+    b.copy_to(&single_uri(&record), &mut whole).unwrap();
+    assert!(whole == content, "the published run reads back differently");
+    assert!(b.verify().unwrap().is_healthy());
+    // Published once: the spool no longer holds it.
+    let again = a.publish(&pending[0]).unwrap_err();
+    assert!(
+        matches!(again, crate::StoreError::UnknownRun(_)),
+        "{again:?}"
+    );
+    // A local store has nothing to publish.
+    let local = Store::open(ha.join("local")).unwrap();
+    assert!(local.unpublished().unwrap().is_empty());
+}
+
+#[test]
 fn identical_output_on_two_machines_is_stored_once() {
     for bucket in Bucket::both() {
         let (_tmp, ha, hb) = homes();

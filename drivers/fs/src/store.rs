@@ -260,6 +260,21 @@ pub enum StoreError {
         /// The artifact.
         digest: Digest,
     },
+    /// On a shared store: the run was captured and recorded in the local spool, but could not
+    /// be published to the bucket (unreachable, credentials refused). It stays complete in
+    /// the spool; [`Store::unpublished`] lists it and [`Store::publish`] sends it later.
+    #[error(
+        "run {run_id} is complete in the local spool but could not be published to {url}: \
+         {source}; `agentrun publish` sends it once the bucket can be reached"
+    )]
+    NotPublished {
+        /// The run.
+        run_id: String,
+        /// The store's URL.
+        url: String,
+        /// Why the publication failed.
+        source: Box<StoreError>,
+    },
     /// A captured stream's file does not hold the bytes that were accepted for it.
     #[error("capture file {} is shorter than the {expected} bytes accepted for it", .path.display())]
     CaptureFileTruncated {
@@ -409,6 +424,31 @@ impl Store {
     /// The run ids of all persisted records, oldest first (run ids sort by start time).
     pub fn records(&self) -> Result<Vec<String>, StoreError> {
         self.with_backend(record_ids)
+    }
+
+    /// On a shared store: the runs the spool holds whose publication to the bucket has not
+    /// finished, oldest first. A capture publishes its run as it ends; when that fails (the
+    /// bucket unreachable, credentials refused) the run stays complete in the spool, and is
+    /// listed here until [`Store::publish`] succeeds. Runs being published right now are
+    /// listed too. Empty on a local store.
+    pub fn unpublished(&self) -> Result<Vec<String>, StoreError> {
+        if self.remote.is_none() {
+            return Ok(Vec::new());
+        }
+        self.local_only().records()
+    }
+
+    /// Publishes an [unpublished](Store::unpublished) run to the bucket, in the order a
+    /// capture does (objects, then the record), then removes it from the spool's records.
+    /// Publishing a run twice at once (say, beside its own capture) is harmless. On a local
+    /// store there is nothing to publish: `Ok`. [`StoreError::UnknownRun`] when the spool
+    /// does not hold `run_id` (published meanwhile, or never captured here).
+    pub fn publish(&self, run_id: &str) -> Result<(), StoreError> {
+        let Some(remote) = &self.remote else {
+            return Ok(());
+        };
+        let record = self.local_only().record(run_id)?;
+        remote.publish_run(self, &record)
     }
 }
 

@@ -84,7 +84,7 @@ pub enum RunError {
     /// The program ran to its end, but its output could not be published or its record
     /// written (the store's disk is full even after the room set aside for it, say). How it
     /// ended is still told; what was captured stays in the store for `agentrun gc` to clear.
-    #[error("the program {}, but its result could not be recorded: {source}", ended(.exit))]
+    #[error("the program {}, but {}", ended(.exit), unrecorded(.source))]
     Unrecorded {
         /// How the program ended (`None` if that is unknown).
         exit: Option<Exit>,
@@ -94,6 +94,15 @@ pub enum RunError {
     /// Talking to the child failed.
     #[error("process I/O failed: {0}")]
     Io(#[from] io::Error),
+}
+
+/// Why the result of a program that ran was not recorded, for an error message. A run the
+/// spool of a shared store holds was recorded, only not published: its error says so.
+fn unrecorded(source: &StoreError) -> String {
+    match source {
+        StoreError::NotPublished { .. } => source.to_string(),
+        _ => format!("its result could not be recorded: {source}"),
+    }
 }
 
 /// How a program ended, for an error message.

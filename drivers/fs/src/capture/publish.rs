@@ -308,7 +308,15 @@ impl CaptureSession {
         // A shared store: the run is in the spool now, complete and crash-safe; then it goes
         // to the bucket (objects, then the record). A failure leaves it in the spool.
         if !kept_by_keeper && let Some(remote) = &store.remote {
-            remote.publish_run(&store, &record)?;
+            remote.publish_run(&store, &record).map_err(|e| match e {
+                // Publishing again cannot mend that one: said as it is.
+                e @ StoreError::KeptArtifactMissing { .. } => e,
+                e => StoreError::NotPublished {
+                    run_id: record.run_id.clone(),
+                    url: remote.url().to_owned(),
+                    source: Box::new(e),
+                },
+            })?;
         }
         Ok(record)
     }

@@ -57,7 +57,13 @@ impl Remote {
         }
         crate::fault::point("remote: after the objects, before the record");
         let local = spool.layout.record(&record.run_id);
-        let json = fs::read(&local).at("read", &local)?;
+        let json = match fs::read(&local) {
+            Ok(json) => json,
+            // Another publisher of the same run (its capture, or `Store::publish` beside it)
+            // removed it: only once the bucket had the record.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(IoError::at("read", &local, e).into()),
+        };
         let key = self.record_key(&record.run_id);
         let lease = if lease.lapsed() {
             // Renewals failed long enough that a GC may have stopped counting the lease: a
