@@ -243,7 +243,8 @@ pub(crate) fn publish(settings: &Settings, args: PublishArgs) -> Result<ExitCode
     };
     if store.url().is_none() {
         say!(
-            "agentrun: the store at {} is a local store: its runs are where they are read;              publish sends a shared store's runs to its bucket (--store s3://BUCKET/PREFIX)",
+            "agentrun: the store at {} is a local store: its runs are where they are read; \
+             publish sends a shared store's runs to its bucket (--store s3://BUCKET/PREFIX)",
             store.root().display()
         );
     }

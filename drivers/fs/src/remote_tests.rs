@@ -398,11 +398,11 @@ fn a_large_spool_copy_damaged_on_disk_is_never_uploaded() {
     let (_tmp, ha, _) = homes();
     let a = bucket.machine(&ha);
     let spool = Store::open(ha.join("spool")).unwrap();
-    let content = lines(800_000, "rot");
-    assert!(content.len() as u64 > crate::remote::MULTIPART_THRESHOLD + (2 << 20));
+    let content = lines(1_600_000, "rot");
+    assert!(content.len() > 6 * crate::remote::PART_SIZE);
     let digest = Digest::of(&content);
     capture(&spool, &content);
-    // Past the first part: the upload is under way when the damaged block is read.
+    // In the last part: the parts before it are on their way when the damaged block is read.
     flip_on_disk(&spool.layout.object(&digest), content.len() - 1000);
     let remote = a.remote.as_ref().unwrap();
     let err = remote
@@ -433,10 +433,16 @@ fn a_damaged_spool_sidecar_never_replaces_a_sound_one() {
         let idx = spool.layout.index(&digest);
         flip_on_disk(&idx, agentrun_core::index::HEADER_LEN + 20);
         let remote = a.remote.as_ref().unwrap();
-        let err = remote.publish_object(&spool.layout, &digest).unwrap_err();
+        // The bucket's sound copy counts as the hit: the run publishes, nothing is put over it.
+        let before = remote.get_all(&remote.index_key(&digest)).unwrap().unwrap();
+        remote.publish_object(&spool.layout, &digest).unwrap();
+        let after = remote.get_all(&remote.index_key(&digest)).unwrap().unwrap();
+        assert!(before == after && after[..] != std::fs::read(&idx).unwrap()[..]);
+        // Asked to upload it anyway: refused.
+        let err = remote
+            .upload_object(&spool.layout, &digest, Upload::Replace)
+            .unwrap_err();
         assert!(err.to_string().contains("damaged on disk"), "{err}");
-        let sidecar = remote.get_all(&remote.index_key(&digest)).unwrap().unwrap();
-        assert!(sidecar[..] != std::fs::read(&idx).unwrap()[..]);
         assert!(a.verify().unwrap().is_healthy());
     }
 }

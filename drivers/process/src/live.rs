@@ -84,6 +84,8 @@ pub enum RunError {
     /// The program ran to its end, but its output could not be published or its record
     /// written (the store's disk is full even after the room set aside for it, say). How it
     /// ended is still told; what was captured stays in the store for `agentrun gc` to clear.
+    /// On a shared store whose bucket refused the run ([`StoreError::NotPublished`]) the run
+    /// is recorded in the spool and waits for `agentrun publish` instead.
     #[error("the program {}, but {}", ended(.exit), unrecorded(.source))]
     Unrecorded {
         /// How the program ended (`None` if that is unknown).

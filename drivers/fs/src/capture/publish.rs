@@ -309,13 +309,14 @@ impl CaptureSession {
         // to the bucket (objects, then the record). A failure leaves it in the spool.
         if !kept_by_keeper && let Some(remote) = &store.remote {
             remote.publish_run(&store, &record).map_err(|e| match e {
-                // Publishing again cannot mend that one: said as it is.
-                e @ StoreError::KeptArtifactMissing { .. } => e,
-                e => StoreError::NotPublished {
+                // The bucket refused or could not be reached: publishing later can mend that.
+                // Anything else (a kept artifact gone, a damaged spool copy) is said as it is.
+                e @ StoreError::Remote(_) => StoreError::NotPublished {
                     run_id: record.run_id.clone(),
                     url: remote.url().to_owned(),
                     source: Box::new(e),
                 },
+                e => e,
             })?;
         }
         Ok(record)

@@ -133,15 +133,26 @@ impl Remote {
     /// of an existing copy that is old enough for a GC to collect (a hit that needs
     /// confirming), `None` otherwise.
     pub(crate) fn publish_object(
-        &self,
+        self: &Arc<Self>,
         spool: &Layout,
         digest: &Digest,
     ) -> Result<Option<Duration>, StoreError> {
         let local_idx_path = spool.index(digest);
         let local_idx = fs::read(&local_idx_path).at("read", &local_idx_path)?;
-        let header = IndexHeader::decode(&local_idx[..HEADER_LEN.min(local_idx.len())])
-            .map_err(|e| IoError::at("read", &local_idx_path, io::Error::other(e.to_string())))?;
+        let object_path = spool.object(digest);
+        let len = fs::metadata(&object_path).at("read", &object_path)?.len();
         let okey = self.object_key(digest);
+        let Some(blocks) = SpoolBlocks::new(&local_idx, digest, len) else {
+            // A damaged spool sidecar: a sound copy in the bucket is the hit, and nothing is
+            // put over it; without one, the run cannot be published from this spool.
+            if let Some(meta) = self.head(&okey)?
+                && self.holds(digest)
+            {
+                return Ok(hit_age(&meta));
+            }
+            return Err(spool_damaged(&local_idx_path));
+        };
+        let header = blocks.header;
         // Twice at most: a copy another publisher created between our look and our
         // conditional put is judged as any existing copy is.
         for _ in 0..2 {
@@ -175,12 +186,7 @@ impl Remote {
                 })
             };
             if same_index && meta.size == header.total_bytes && same_bytes()? {
-                let modified: SystemTime = meta.last_modified.into();
-                let age = SystemTime::now()
-                    .duration_since(modified)
-                    .unwrap_or_default();
-                let safe = MIN_GRACE.saturating_sub(2 * CLOCK_SKEW + HIT_WAIT);
-                return Ok((age >= safe).then_some(age));
+                return Ok(hit_age(&meta));
             }
             // A damaged copy (different size or sidecar): replaced.
             self.upload_object(spool, digest, Upload::Replace)?;
@@ -260,6 +266,9 @@ impl Remote {
                         joined(parts.join_next().await).map_err(part_error)?;
                     }
                     parts.spawn(upload.put_part(PutPayload::from(part)));
+                    // On this one-thread runtime a task runs only while this loop waits: let
+                    // the new part start sending before the next is read.
+                    tokio::task::yield_now().await;
                 }
                 if offset != len {
                     return Err(spool_damaged(&path));
@@ -270,17 +279,18 @@ impl Remote {
                 Ok(())
             }
             .await;
+            // Best effort on failure: every part task ended first (none lands after the
+            // abort), then the upload aborted; what a crash leaves unfinished is removed by
+            // the bucket's lifecycle rule (see the guide).
             if let Err(e) = sent {
-                // Best effort: an upload left unfinished is removed by the bucket's
-                // lifecycle rule (see the guide).
-                parts.abort_all();
+                parts.shutdown().await;
                 let _ = upload.abort().await;
                 return Err(e);
             }
-            upload
-                .complete()
-                .await
-                .map_err(|e| self.err("complete the multipart upload of", &key, e))?;
+            if let Err(e) = upload.complete().await {
+                let _ = upload.abort().await;
+                return Err(self.err("complete the multipart upload of", &key, e).into());
+            }
             Ok(())
         });
         result.map(|()| true)
@@ -310,6 +320,17 @@ impl Remote {
     }
 }
 
+/// The age of an existing copy counted as a hit when it is old enough for a GC to collect
+/// (the hit then needs confirming), `None` otherwise.
+fn hit_age(meta: &object_store::ObjectMeta) -> Option<Duration> {
+    let modified: SystemTime = meta.last_modified.into();
+    let age = SystemTime::now()
+        .duration_since(modified)
+        .unwrap_or_default();
+    let safe = MIN_GRACE.saturating_sub(2 * CLOCK_SKEW + HIT_WAIT);
+    (age >= safe).then_some(age)
+}
+
 /// How [`Remote::upload_object`] writes the object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Upload {
@@ -330,7 +351,8 @@ impl<'a> SpoolBlocks<'a> {
     fn new(idx: &'a [u8], digest: &Digest, len: u64) -> Option<Self> {
         let header = IndexHeader::decode(idx).ok()?;
         let entries = usize::try_from(header.block_count()).ok()?;
-        let sound = header.digest == *digest
+        let sound = header.block_size == BLOCK_SIZE
+            && header.digest == *digest
             && header.total_bytes == len
             && idx.len() == HEADER_LEN + entries * ENTRY_LEN
             && (0..header.block_count()).all(|b| Self::entry(idx, b).is_some());
