@@ -254,14 +254,14 @@ pub(crate) fn publish(settings: &Settings, args: PublishArgs) -> Result<ExitCode
     };
     for run_id in store.unpublished().map_err(Failure::runtime)? {
         match store.publish(&run_id) {
-            Ok(()) => {
+            Ok(true) => {
                 if !args.json {
                     say!("agentrun: published {run_id}");
                 }
                 report.published.push(run_id);
             }
-            // Published meanwhile by its own capture.
-            Err(agentrun_fs::StoreError::UnknownRun(_)) => {}
+            // Being published by another process (its own capture), or published meanwhile.
+            Ok(false) | Err(agentrun_fs::StoreError::UnknownRun(_)) => {}
             Err(e) => {
                 if !args.json {
                     say!("agentrun: cannot publish {run_id}: {e}");

@@ -504,7 +504,13 @@ fn a_run_whose_publication_failed_stays_in_the_spool_until_published() {
     a.local_only().gc(&gc_later()).unwrap();
     moto().create_bucket(&name);
     assert!(b.records().unwrap().is_empty());
-    a.publish(&pending[0]).unwrap();
+    // Another publisher of the run (its capture, say) holds it: left to that one.
+    let other = std::fs::File::open(a.layout.record(&pending[0])).unwrap();
+    other.lock().unwrap();
+    assert!(!a.publish(&pending[0]).unwrap());
+    assert!(b.records().unwrap().is_empty() && bucket_objects(&b).is_empty());
+    drop(other);
+    assert!(a.publish(&pending[0]).unwrap());
     assert!(a.unpublished().unwrap().is_empty());
     assert_eq!(b.records().unwrap(), pending);
     let record = b.record(&pending[0]).unwrap();

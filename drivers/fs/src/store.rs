@@ -430,7 +430,8 @@ impl Store {
     /// finished, oldest first. A capture publishes its run as it ends; when that fails (the
     /// bucket unreachable, credentials refused) the run stays complete in the spool, and is
     /// listed here until [`Store::publish`] succeeds. Runs being published right now are
-    /// listed too. Empty on a local store.
+    /// listed too ([`Store::publish`] leaves those to their publisher). Empty on a local
+    /// store.
     pub fn unpublished(&self) -> Result<Vec<String>, StoreError> {
         if self.remote.is_none() {
             return Ok(Vec::new());
@@ -440,15 +441,16 @@ impl Store {
 
     /// Publishes an [unpublished](Store::unpublished) run to the bucket, in the order a
     /// capture does (objects, then the record), then removes it from the spool's records.
-    /// Publishing a run twice at once (say, beside its own capture) is harmless. On a local
-    /// store there is nothing to publish: `Ok`. [`StoreError::UnknownRun`] when the spool
-    /// does not hold `run_id` (published meanwhile, or never captured here).
-    pub fn publish(&self, run_id: &str) -> Result<(), StoreError> {
+    /// `Ok(false)` when another process is publishing it right now (its own capture, say):
+    /// one publisher per run at a time, so nothing is uploaded twice. On a local store there
+    /// is nothing to publish: `Ok(false)`. [`StoreError::UnknownRun`] when the spool does not
+    /// hold `run_id` (published meanwhile, or never captured here).
+    pub fn publish(&self, run_id: &str) -> Result<bool, StoreError> {
         let Some(remote) = &self.remote else {
-            return Ok(());
+            return Ok(false);
         };
         let record = self.local_only().record(run_id)?;
-        remote.publish_run(self, &record)
+        remote.publish_run(self, &record, false)
     }
 }
 

@@ -308,16 +308,18 @@ impl CaptureSession {
         // A shared store: the run is in the spool now, complete and crash-safe; then it goes
         // to the bucket (objects, then the record). A failure leaves it in the spool.
         if !kept_by_keeper && let Some(remote) = &store.remote {
-            remote.publish_run(&store, &record).map_err(|e| match e {
-                // The bucket refused or could not be reached: publishing later can mend that.
-                // Anything else (a kept artifact gone, a damaged spool copy) is said as it is.
-                e @ StoreError::Remote(_) => StoreError::NotPublished {
-                    run_id: record.run_id.clone(),
-                    url: remote.url().to_owned(),
-                    source: Box::new(e),
-                },
-                e => e,
-            })?;
+            remote
+                .publish_run(&store, &record, true)
+                .map_err(|e| match e {
+                    // The bucket refused or could not be reached: publishing later can mend that.
+                    // Anything else (a kept artifact gone, a damaged spool copy) is said as it is.
+                    e @ StoreError::Remote(_) => StoreError::NotPublished {
+                        run_id: record.run_id.clone(),
+                        url: remote.url().to_owned(),
+                        source: Box::new(e),
+                    },
+                    e => e,
+                })?;
         }
         Ok(record)
     }

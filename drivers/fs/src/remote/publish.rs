@@ -8,11 +8,21 @@ use super::*;
 impl Remote {
     /// Publishes the run whose local record is `record` (its objects are in `spool`), then
     /// removes the local record. See the module documentation for the order.
+    ///
+    /// One publisher per run at a time, by a `flock` on the local record: `wait` blocks
+    /// until another publisher of the run is done (then publishes what it left, if
+    /// anything), else returns `Ok(false)` at once when one holds it. `Ok(false)` too when
+    /// the spool no longer holds the record (published meanwhile).
     pub(crate) fn publish_run(
         self: &Arc<Self>,
         spool: &crate::Store,
         record: &ResultRecord,
-    ) -> Result<(), StoreError> {
+        wait: bool,
+    ) -> Result<bool, StoreError> {
+        let local = spool.layout.record(&record.run_id);
+        let Some(_publishing) = lock_record(&local, wait)? else {
+            return Ok(false);
+        };
         let mut digests: Vec<Digest> = Vec::new();
         let mut seen = HashSet::new();
         let mut stack = record.artifacts();
@@ -56,14 +66,7 @@ impl Remote {
             self.confirm_bucket_only(&bucket_only)?;
         }
         crate::fault::point("remote: after the objects, before the record");
-        let local = spool.layout.record(&record.run_id);
-        let json = match fs::read(&local) {
-            Ok(json) => json,
-            // Another publisher of the same run (its capture, or `Store::publish` beside it)
-            // removed it: only once the bucket had the record.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(IoError::at("read", &local, e).into()),
-        };
+        let json = fs::read(&local).at("read", &local)?;
         let key = self.record_key(&record.run_id);
         let lease = if lease.lapsed() {
             // Renewals failed long enough that a GC may have stopped counting the lease: a
@@ -87,8 +90,9 @@ impl Remote {
         // counting the lease until it ends.
         drop(lease);
         // The bucket has the run now; the spool's copy becomes garbage for the local gc.
+        // Removed while the lock is held: a publisher waiting on it then finds it gone.
         let _ = fs::remove_file(&local);
-        Ok(())
+        Ok(true)
     }
 
     /// Whether the bucket holds `digest` whole: its index sidecar is sound and the object is
@@ -411,6 +415,36 @@ fn joined(
             store: "multipart upload",
             source: Box::new(e),
         }),
+    }
+}
+
+/// The `flock` of one run's publication, on its local record; `None` when the record is gone
+/// (published) or, without `wait`, another publisher holds it.
+fn lock_record(local: &FsPath, wait: bool) -> Result<Option<File>, StoreError> {
+    let file = match File::open(local) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(IoError::at("open", local, e).into()),
+    };
+    if wait {
+        file.lock().at("lock", local)?;
+    } else {
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(IoError::at("lock", local, e).into());
+            }
+        }
+    }
+    // Locked, but perhaps only after its publisher removed it: then there is nothing to do.
+    use std::os::unix::fs::MetadataExt;
+    let held = file.metadata().at("read", local)?;
+    match fs::metadata(local) {
+        Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => Ok(Some(file)),
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(IoError::at("read", local, e).into()),
     }
 }
 
