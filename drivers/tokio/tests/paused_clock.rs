@@ -82,12 +82,18 @@ fn run_on_a_paused_clock() -> (Result<ProcessResult, RunError>, String) {
         let after_term = output.seen.find("got-term").unwrap() + "got-term".len();
         output.wait_for(&mut run, "alive", after_term).await;
         // Past the grace: SIGKILL. From here small steps, for the lifecycle's own short
-        // waits (probes of the group, the pipes' drain), until the run is over.
+        // waits (probes of the group, the pipes' drain), until the run is over. The clock
+        // never runs ahead of the real one here: the killed shell takes real time to die and
+        // be reaped (more on a busy machine), and a virtual minute without its exit would end
+        // the run with the exit unknown.
         tokio::time::advance(HOUR).await;
         let result = loop {
             tokio::select! {
+                biased;
                 result = run.as_mut() => break result,
-                () = tokio::time::advance(Duration::from_millis(50)) => {}
+                () = tokio::time::advance(Duration::from_millis(10)) => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
             }
         };
         while let Ok(chunk) = output.chunks.try_recv() {
