@@ -233,7 +233,8 @@ enum Command {
     /// `agentrun publish` sends every such run, oldest first, once the bucket is back.
     #[command(after_help = "Examples:
   agentrun --store s3://team-bucket/agentrun publish
-  agentrun publish --json                   with AGENTRUN_STORE or [store] in the config")]
+  agentrun publish --json                   with AGENTRUN_STORE or [store] in the config
+  agentrun publish --discard RUN_ID         give up a run that can never be published")]
     Publish(store_cmds::PublishArgs),
     /// Check every object's digest and index and every record's references.
     #[command(after_help = "Examples:

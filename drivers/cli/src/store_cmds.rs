@@ -214,6 +214,11 @@ pub(crate) struct PublishArgs {
     /// "error"}]}`.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Instead of publishing, give up RUN_ID, a run that can never be published (`publish`
+    /// says why): its record leaves the spool and the next `agentrun gc` collects its output.
+    /// The run is lost.
+    #[arg(long, value_name = "RUN_ID", conflicts_with = "json")]
+    pub(crate) discard: Option<String>,
 }
 
 /// `publish --json`.
@@ -247,6 +252,27 @@ pub(crate) fn publish(settings: &Settings, args: PublishArgs) -> Result<ExitCode
              publish sends a shared store's runs to its bucket (--store s3://BUCKET/PREFIX)",
             store.root().display()
         );
+        if args.discard.is_some() {
+            return Err(Failure::usage(
+                "--discard gives up a shared store's unpublished run",
+            ));
+        }
+    }
+    if let Some(run_id) = &args.discard {
+        return match store.discard_unpublished(run_id) {
+            Ok(true) => {
+                say!("agentrun: discarded {run_id}: the next `agentrun gc` removes its output");
+                Ok(ExitCode::SUCCESS)
+            }
+            Ok(false) => Err(Failure::runtime(format!(
+                "{run_id} is being published by another process right now; not discarded"
+            ))),
+            Err(agentrun_fs::StoreError::UnknownRun(_)) => Err(Failure::runtime(format!(
+                "the spool holds no unpublished run {run_id} (`agentrun publish` lists them \
+                 as it tries each)"
+            ))),
+            Err(e) => Err(Failure::runtime(e)),
+        };
     }
     let mut report = PublishJson {
         published: Vec::new(),
@@ -265,6 +291,12 @@ pub(crate) fn publish(settings: &Settings, args: PublishArgs) -> Result<ExitCode
             Err(e) => {
                 if !args.json {
                     say!("agentrun: cannot publish {run_id}: {e}");
+                    if !matches!(e, agentrun_fs::StoreError::Remote(_)) {
+                        say!(
+                            "agentrun: if it can never go up, `agentrun publish --discard \
+                             {run_id}` gives it up"
+                        );
+                    }
                 }
                 report.failed.push(PublishFailure {
                     run_id,

@@ -113,4 +113,19 @@ fn a_run_the_bucket_refused_is_published_later_by_agentrun_publish() {
         said.contains("every run of the spool is in s3://later/agentrun"),
         "{said}"
     );
+    // A run to a bucket that never comes: given up by --discard.
+    let never = "s3://never/agentrun";
+    let run = agentrun(&moto, &a, Some(never), &["run", "--", "seq", "1", "10"]);
+    assert!(!run.status.success(), "{run:?}");
+    let failed = agentrun(&moto, &a, Some(never), &["publish", "--json"]);
+    assert_eq!(failed.status.code(), Some(1), "{failed:?}");
+    let json: serde_json::Value = serde_json::from_slice(&failed.stdout).unwrap();
+    let run_id = json["failed"][0]["run_id"].as_str().unwrap().to_owned();
+    let discard = agentrun(&moto, &a, Some(never), &["publish", "--discard", &run_id]);
+    ok(&discard);
+    assert!(String::from_utf8_lossy(&discard.stderr).contains(&format!("discarded {run_id}")));
+    ok(&agentrun(&moto, &a, Some(never), &["publish"]));
+    let again = agentrun(&moto, &a, Some(never), &["publish", "--discard", &run_id]);
+    assert!(!again.status.success(), "{again:?}");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("holds no unpublished run"));
 }

@@ -111,6 +111,7 @@ use lease::from_unix_ms;
 pub(crate) use lease::{Lease, LeaseBody};
 #[cfg(test)]
 pub(crate) use publish::Upload;
+pub(crate) use publish::discard_local_record;
 
 /// How long a lease lasts without renewal.
 pub const LEASE: Duration = Duration::from_secs(60);

@@ -527,6 +527,36 @@ fn a_run_whose_publication_failed_stays_in_the_spool_until_published() {
     // A local store has nothing to publish.
     let local = Store::open(ha.join("local")).unwrap();
     assert!(local.unpublished().unwrap().is_empty());
+    assert!(!local.discard_unpublished(&pending[0]).unwrap());
+    // A run given up: its record leaves the spool, whose gc then collects its output.
+    let gone = Bucket::S3 {
+        name: format!("t{}-never", std::process::id()),
+    };
+    let c = gone.machine(&hb.join("c"));
+    let lost = lines(2_000, "lost");
+    let mut s = c
+        .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
+        .unwrap();
+    s.write_channel(&OutputChannel::Single, &lost).unwrap();
+    assert!(s.finish(done()).is_err());
+    let [run_id] = &c.unpublished().unwrap()[..] else {
+        panic!("one unpublished run")
+    };
+    let held = std::fs::File::open(c.layout.record(run_id)).unwrap();
+    held.lock().unwrap();
+    assert!(
+        !c.discard_unpublished(run_id).unwrap(),
+        "a publisher holds it"
+    );
+    drop(held);
+    assert!(c.discard_unpublished(run_id).unwrap());
+    assert!(c.unpublished().unwrap().is_empty());
+    assert!(matches!(
+        c.discard_unpublished(run_id),
+        Err(crate::StoreError::UnknownRun(_))
+    ));
+    c.local_only().gc(&gc_later()).unwrap();
+    assert!(!c.layout.object(&Digest::of(&lost)).exists());
 }
 
 #[test]

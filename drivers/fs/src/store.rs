@@ -452,6 +452,22 @@ impl Store {
         let record = self.local_only().record(run_id)?;
         remote.publish_run(self, &record, false)
     }
+
+    /// Gives up an [unpublished](Store::unpublished) run that can never be published (a
+    /// compaction's kept artifact gone from the bucket, its spool copy damaged with no copy
+    /// in the bucket): its record leaves the spool, and the spool's next `gc` collects its
+    /// output. The run is lost. [`StoreError::UnknownRun`] when the spool does not hold it;
+    /// `Ok(false)` when another process is publishing it right now, or on a local store
+    /// (whose records are never dropped this way).
+    pub fn discard_unpublished(&self, run_id: &str) -> Result<bool, StoreError> {
+        if self.remote.is_none() {
+            return Ok(false);
+        }
+        if !layout::valid_run_id(run_id) {
+            return Err(StoreError::InvalidRunId(run_id.to_owned()));
+        }
+        crate::remote::discard_local_record(&self.layout.record(run_id), run_id)
+    }
 }
 
 /// The run ids of every record `backend` holds, oldest first.

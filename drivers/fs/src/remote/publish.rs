@@ -418,6 +418,24 @@ fn joined(
     }
 }
 
+/// Removes the spool's record of `run_id` (at `local`) unless a publisher holds it: `false`
+/// then. [`StoreError::UnknownRun`] when it is not there.
+pub(crate) fn discard_local_record(local: &FsPath, run_id: &str) -> Result<bool, StoreError> {
+    if !local.exists() {
+        return Err(StoreError::UnknownRun(run_id.to_owned()));
+    }
+    let Some(_held) = lock_record(local, false)? else {
+        // Held by a publisher, or published meanwhile.
+        return if local.exists() {
+            Ok(false)
+        } else {
+            Err(StoreError::UnknownRun(run_id.to_owned()))
+        };
+    };
+    fs::remove_file(local).at("remove", local)?;
+    Ok(true)
+}
+
 /// The `flock` of one run's publication, on its local record; `None` when the record is gone
 /// (published) or, without `wait`, another publisher holds it.
 fn lock_record(local: &FsPath, wait: bool) -> Result<Option<File>, StoreError> {
