@@ -38,6 +38,7 @@ mod interpret;
 mod interrupts;
 mod json_out;
 mod mcp;
+mod publish;
 mod read;
 mod run;
 mod sessions;
@@ -235,7 +236,7 @@ enum Command {
   agentrun --store s3://team-bucket/agentrun publish
   agentrun publish --json                   with AGENTRUN_STORE or [store] in the config
   agentrun publish --discard RUN_ID         give up a run that can never be published")]
-    Publish(store_cmds::PublishArgs),
+    Publish(publish::PublishArgs),
     /// Check every object's digest and index and every record's references.
     #[command(after_help = "Examples:
   agentrun verify
@@ -426,7 +427,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Runs(args) => store_cmds::runs(&settings()?, args),
         Command::Gc(args) => store_cmds::gc(&settings()?, args),
         Command::Verify(args) => store_cmds::verify(&settings()?, args),
-        Command::Publish(args) => store_cmds::publish(&settings()?, args),
+        Command::Publish(args) => publish::publish(&settings()?, args),
         // Before the settings are read: the file it writes need not exist yet.
         Command::Config(args) if args.init => settings::init(&global, &args),
         Command::Config(args) => settings::show(&settings()?, args),

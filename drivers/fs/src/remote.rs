@@ -437,14 +437,14 @@ impl Remote {
     pub(crate) fn put(
         &self,
         key: &ObjPath,
-        bytes: Vec<u8>,
+        bytes: impl Into<PutPayload>,
         mode: PutMode,
     ) -> Result<bool, RemoteError> {
         let opts = PutOptions {
             mode,
             ..Default::default()
         };
-        match self.block_on(self.client.put_opts(key, PutPayload::from(bytes), opts)) {
+        match self.block_on(self.client.put_opts(key, bytes.into(), opts)) {
             Ok(_) => Ok(true),
             Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
             Err(e) => Err(self.err("write", key, e)),

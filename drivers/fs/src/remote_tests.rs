@@ -123,13 +123,21 @@ fn lines(n: u64, tag: &str) -> Vec<u8> {
 }
 
 fn capture(store: &Store, bytes: &[u8]) -> agentrun_core::ResultRecord {
+    try_capture(store, bytes).unwrap()
+}
+
+/// A capture whose end (its publication, on a bucket) may fail.
+fn try_capture(
+    store: &Store,
+    bytes: &[u8],
+) -> Result<agentrun_core::ResultRecord, crate::StoreError> {
     let mut s = store
         .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
         .unwrap();
     for piece in bytes.chunks(1 << 20) {
         s.write_channel(&OutputChannel::Single, piece).unwrap();
     }
-    s.finish(done()).unwrap()
+    s.finish(done())
 }
 
 fn single_uri(record: &agentrun_core::ResultRecord) -> ArtifactUri {
@@ -488,11 +496,7 @@ fn a_run_whose_publication_failed_stays_in_the_spool_until_published() {
     let (_tmp, ha, hb) = homes();
     let (a, b) = (bucket.machine(&ha), bucket.machine(&hb));
     let content = lines(3_000, "later");
-    let mut s = a
-        .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
-        .unwrap();
-    s.write_channel(&OutputChannel::Single, &content).unwrap();
-    let err = s.finish(done()).unwrap_err();
+    let err = try_capture(&a, &content).unwrap_err();
     assert!(err.to_string().contains(&name), "{err}");
     let pending = a.unpublished().unwrap();
     assert_eq!(pending.len(), 1, "{pending:?}");
@@ -534,11 +538,7 @@ fn a_run_whose_publication_failed_stays_in_the_spool_until_published() {
     };
     let c = gone.machine(&hb.join("c"));
     let lost = lines(2_000, "lost");
-    let mut s = c
-        .begin_capture(OutputDeclaration::Single, PreviewLimits::default())
-        .unwrap();
-    s.write_channel(&OutputChannel::Single, &lost).unwrap();
-    assert!(s.finish(done()).is_err());
+    assert!(try_capture(&c, &lost).is_err());
     let [run_id] = &c.unpublished().unwrap()[..] else {
         panic!("one unpublished run")
     };

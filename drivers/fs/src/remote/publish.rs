@@ -220,7 +220,7 @@ impl Remote {
         upload: Upload,
     ) -> Result<bool, StoreError> {
         let idx_path = spool.index(digest);
-        let idx = fs::read(&idx_path).at("read", &idx_path)?;
+        let idx = Bytes::from(fs::read(&idx_path).at("read", &idx_path)?);
         let path = spool.object(digest);
         let mut file = File::open(&path).at("open", &path)?;
         let len = file.metadata().at("read", &path)?.len();
@@ -304,22 +304,13 @@ impl Remote {
     /// cannot do conditional writes (`AWS_CONDITIONAL_PUT=disabled`) gets a plain put, which
     /// for content-addressed bytes stores the same thing.
     fn put_new(&self, key: &ObjPath, bytes: Vec<u8>) -> Result<bool, RemoteError> {
-        let opts = PutOptions {
-            mode: PutMode::Create,
-            ..Default::default()
-        };
+        // Shared, not copied, by the retry.
         let payload = PutPayload::from(bytes);
-        match self.block_on(self.client.put_opts(key, payload.clone(), opts)) {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
-            Err(object_store::Error::NotImplemented { .. }) => {
-                let opts = PutOptions::default();
-                match self.block_on(self.client.put_opts(key, payload, opts)) {
-                    Ok(_) => Ok(true),
-                    Err(e) => Err(self.err("write", key, e)),
-                }
+        match self.put(key, payload.clone(), PutMode::Create) {
+            Err(e) if matches!(*e.source, object_store::Error::NotImplemented { .. }) => {
+                self.put(key, payload, PutMode::Overwrite)
             }
-            Err(e) => Err(self.err("write", key, e)),
+            created => created,
         }
     }
 }
@@ -421,11 +412,8 @@ fn joined(
 /// Removes the spool's record of `run_id` (at `local`) unless a publisher holds it: `false`
 /// then. [`StoreError::UnknownRun`] when it is not there.
 pub(crate) fn discard_local_record(local: &FsPath, run_id: &str) -> Result<bool, StoreError> {
-    if !local.exists() {
-        return Err(StoreError::UnknownRun(run_id.to_owned()));
-    }
     let Some(_held) = lock_record(local, false)? else {
-        // Held by a publisher, or published meanwhile.
+        // Held by a publisher, or not there (never, or published meanwhile).
         return if local.exists() {
             Ok(false)
         } else {
