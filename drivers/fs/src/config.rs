@@ -284,12 +284,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
             input: s.to_owned(),
             source,
         })?;
-    let seconds = match unit {
-        "" | "s" => value,
-        "ms" => value / 1000.0,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        "d" => value * 86_400.0,
+    // The unit as a fraction of a second: numerator, denominator.
+    let (per, of) = match unit {
+        "" | "s" => (1, 1),
+        "ms" => (1, 1000),
+        "m" => (60, 1),
+        "h" => (3600, 1),
+        "d" => (86_400, 1),
         _ => {
             return Err(DurationError::UnknownUnit {
                 input: s.to_owned(),
@@ -297,10 +298,40 @@ pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
             });
         }
     };
-    Duration::try_from_secs_f64(seconds).map_err(|source| DurationError::OutOfRange {
-        input: s.to_owned(),
-        source,
-    })
+    let seconds = value * f64::from(per) / f64::from(of);
+    let approximate =
+        Duration::try_from_secs_f64(seconds).map_err(|source| DurationError::OutOfRange {
+            input: s.to_owned(),
+            source,
+        })?;
+    // The float only judges the form and the range: the value itself is read from the digits,
+    // so that `933333333299ms` is exactly that many milliseconds, as printed.
+    Ok(exact_duration(number, per, of).unwrap_or(approximate))
+}
+
+/// `number` (digits with at most one point, already read as a float) times `per / of`
+/// seconds, to the nanosecond (finer digits are dropped); `None` past what a `Duration` holds.
+fn exact_duration(number: &str, per: u32, of: u32) -> Option<Duration> {
+    // The number in trillionths, so that a millisecond's digits reach the nanosecond.
+    const PLACES: usize = 12;
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let whole: u128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().ok()?
+    };
+    let fraction = fraction
+        .bytes()
+        .chain(std::iter::repeat(b'0'))
+        .take(PLACES)
+        .fold(0u128, |acc, digit| acc * 10 + u128::from(digit - b'0'));
+    let trillionths = whole.checked_mul(10u128.pow(PLACES as u32))? + fraction;
+    let nanos = trillionths.checked_mul(u128::from(per))? / u128::from(of) / 1000;
+    let secs = u64::try_from(nanos / 1_000_000_000).ok()?;
+    Some(Duration::new(
+        secs,
+        u32::try_from(nanos % 1_000_000_000).ok()?,
+    ))
 }
 
 /// Why a retention period ([`parse_retention`]) cannot be read: not a duration, nor `never`.
@@ -469,6 +500,40 @@ mod tests {
         }
         assert_eq!(format_duration(Duration::from_secs(90)), "90s");
         assert_eq!(format_duration(Duration::ZERO), "0s");
+    }
+
+    #[test]
+    fn durations_are_read_from_their_digits_not_through_a_float() {
+        // Through an f64 these come out a few hundred nanoseconds off.
+        assert_eq!(
+            parse_duration("933333333299ms"),
+            Ok(Duration::from_millis(933_333_333_299))
+        );
+        assert_eq!(
+            parse_duration("933333333.3"),
+            Ok(Duration::from_millis(933_333_333_300))
+        );
+        assert_eq!(parse_duration("0.1m"), Ok(Duration::from_secs(6)));
+        assert_eq!(parse_duration(".5h"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_duration("2."), Ok(Duration::from_secs(2)));
+        assert_eq!(
+            parse_duration("1.0000015ms"),
+            Ok(Duration::from_nanos(1_000_001))
+        );
+        assert_eq!(
+            parse_duration("0.0000000019"),
+            Ok(Duration::from_nanos(1)),
+            "past the nanosecond, digits are dropped"
+        );
+        // The largest float below 2^64 seconds is still a Duration, read exactly.
+        assert_eq!(
+            parse_duration("18446744073709549568"),
+            Ok(Duration::from_secs(18_446_744_073_709_549_568))
+        );
+        assert!(matches!(
+            parse_duration(&u64::MAX.to_string()),
+            Err(DurationError::OutOfRange { .. })
+        ));
     }
 
     #[test]
