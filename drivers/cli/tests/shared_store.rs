@@ -93,6 +93,29 @@ fn a_run_the_bucket_refused_is_published_later_by_agentrun_publish() {
             && err.contains("`agentrun publish` sends it"),
         "{err}"
     );
+    // A run of the local store in the same home is not the bucket's.
+    ok(&agentrun(&moto, &a, None, &["run", "--", "echo", "mine"]));
+    let local_runs = || -> Vec<serde_json::Value> {
+        let json = ok(&agentrun(&moto, &a, None, &["runs", "--json"]));
+        serde_json::from_str::<serde_json::Value>(&json)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let before = local_runs();
+    assert_eq!(
+        before.len(),
+        2,
+        "the local run and the spooled one: {before:?}"
+    );
+    let mine = before
+        .iter()
+        .find(|r| r.to_string().contains("echo"))
+        .unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     moto.create_bucket("later");
     assert!(!ok(&agentrun(&moto, &b, Some(url), &["runs", "--json"])).contains("seq"));
     let publish = agentrun(&moto, &a, Some(url), &["publish", "--json"]);
@@ -101,6 +124,18 @@ fn a_run_the_bucket_refused_is_published_later_by_agentrun_publish() {
     assert_eq!(published.len(), 1, "{json}");
     assert_eq!(json["failed"].as_array().unwrap().len(), 0, "{json}");
     let run_id = published[0].as_str().unwrap();
+    // The local run stays in the local store, and is not given up for the bucket either.
+    let left = local_runs();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0]["run_id"], mine.as_str());
+    let refused = agentrun(&moto, &a, Some(url), &["publish", "--discard", &mine]);
+    assert_eq!(refused.status.code(), Some(125), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("it is a run of the local store there"),
+        "{said}"
+    );
+    assert_eq!(local_runs().len(), 1);
     // The other machine lists it and reads it whole.
     let show = ok(&agentrun(&moto, &b, Some(url), &["show", run_id]));
     assert!(show.starts_with("[stdout]\n1\n2\n"), "{show}");

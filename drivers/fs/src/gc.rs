@@ -19,8 +19,9 @@
 //! published and no capture directory is being created while it decides; it removes capture
 //! directories whose lock it can take (their process is gone) and stray temporary files, and
 //! the result-sink directories `runtime/<run_id>/` of runs whose capture is not live (a run
-//! removes its own; these are left by a crash). On a bucket, where no lock spans machines,
-//! leases are re-read before deletes instead.
+//! removes its own; these are left by a crash), and outbox marks that name no record
+//! ([`crate::outbox`]). On a bucket, where no lock spans machines, leases are re-read before
+//! deletes instead.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, TryLockError};
@@ -236,6 +237,12 @@ impl Store {
             let spool = collect(&LocalBackend(&self.layout), options)?;
             report.captures_removed += spool.captures_removed;
             report.runtime_dirs_removed += spool.runtime_dirs_removed;
+        }
+        if !options.dry_run {
+            // Marks of spooled runs that crashed publishers left without a record (or
+            // without their removal); the exclusive lock keeps captures between the two.
+            let _excluded = crate::lock::GcLock::exclusive(&self.layout)?;
+            crate::outbox::sweep(&self.layout)?;
         }
         Ok(report)
     }

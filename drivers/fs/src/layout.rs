@@ -7,6 +7,8 @@
 //! <root>/captures/<run_id>/           one live capture: lock, s<i>, s<i>.idx, protect
 //! <root>/records/<run_id>.json        terminal result records: the GC roots
 //! <root>/runtime/                     reserved for per-run runtime directories
+//! <root>/outbox/<run_id>              of a shared store's spool: the bucket a record
+//!                                     waits for (crate::outbox)
 //! ```
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
@@ -79,6 +81,16 @@ impl Layout {
 
     pub(crate) fn runtime(&self) -> PathBuf {
         self.root.join("runtime")
+    }
+
+    /// Of a shared store's spool: the marks saying which bucket each record waits for
+    /// (created with the first one).
+    pub(crate) fn outbox(&self) -> PathBuf {
+        self.root.join("outbox")
+    }
+
+    pub(crate) fn outbox_entry(&self, run_id: &str) -> PathBuf {
+        self.outbox().join(run_id)
     }
 
     /// The directories [`crate::Store::open`] creates and checks, root first.

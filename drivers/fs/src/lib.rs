@@ -118,6 +118,7 @@ mod lock;
 #[allow(unsafe_code)]
 mod mapped;
 pub mod names;
+mod outbox;
 mod read;
 mod record_file;
 pub mod remote;

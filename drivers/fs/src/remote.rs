@@ -2,7 +2,8 @@
 //!
 //! A remote [`Store`](crate::Store) is a local store (the *spool*, under the local home) plus a
 //! bucket. Captures run exactly as on a local store (bounded memory, streaming digest and line
-//! index, crash-safe local publication); once the local record is written the run is
+//! index, crash-safe local publication, the run marked as waiting for this bucket before its
+//! record is written: [`crate::outbox`]); once the local record is written the run is
 //! published to the bucket and its local record removed (its spooled objects are then
 //! unreferenced and the next `gc` removes them from the spool). Reads, records, runs, `show`,
 //! `gc` and `verify` go to the bucket, through the logic the local store runs too: the bucket
@@ -196,6 +197,9 @@ pub fn is_store_url(s: &str) -> bool {
 #[derive(Debug)]
 pub(crate) struct Remote {
     url: String,
+    /// The URL without what does not change the store (trailing slashes): what the spool's
+    /// outbox names ([`crate::outbox`]).
+    identity: String,
     client: Arc<dyn ObjectStore>,
     prefix: ObjPath,
     runtime: tokio::runtime::Runtime,
@@ -315,6 +319,16 @@ impl Remote {
             }
             _ => return Err(UrlError::Scheme(url.to_owned())),
         };
+        let identity = match scheme {
+            "file" => format!("file:///{}", rest.trim_matches('/')),
+            _ => {
+                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+                match prefix.trim_matches('/') {
+                    "" => format!("{scheme}://{bucket}"),
+                    prefix => format!("{scheme}://{bucket}/{prefix}"),
+                }
+            }
+        };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -327,6 +341,7 @@ impl Remote {
         layout::create_private_dir(&cache)?;
         Ok(Self {
             url: url.to_owned(),
+            identity,
             client,
             prefix: ObjPath::from(prefix.trim_matches('/')),
             runtime,
@@ -337,6 +352,11 @@ impl Remote {
     /// The URL the store was opened with.
     pub(crate) fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The store's URL as the spool's outbox names it: `s3://b/p/` and `s3://b/p` are one.
+    pub(crate) fn identity(&self) -> &str {
+        &self.identity
     }
 
     pub(crate) fn key(&self, rel: &str) -> ObjPath {

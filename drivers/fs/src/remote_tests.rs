@@ -92,21 +92,24 @@ impl Bucket {
     /// A machine whose store is opened with `extra` options too (S3 only).
     fn machine_with(&self, home: &Path, extra: &[(&str, &str)]) -> Store {
         match self {
-            Bucket::S3 { name } => {
-                let endpoint = format!("http://127.0.0.1:{}", moto().port);
-                let mut options = vec![
-                    ("aws_access_key_id", "test"),
-                    ("aws_secret_access_key", "test"),
-                    ("aws_region", "us-east-1"),
-                    ("aws_endpoint", &endpoint),
-                    ("aws_allow_http", "true"),
-                ];
-                options.extend_from_slice(extra);
-                Store::open_url_with(&format!("s3://{name}/team/agentrun"), home, &options).unwrap()
-            }
+            Bucket::S3 { name } => open_s3(&format!("s3://{name}/team/agentrun"), home, extra),
             Bucket::File { url, .. } => Store::open_url(url, home).unwrap(),
         }
     }
+}
+
+/// The store `url` on moto, spooling in `home`, opened with `extra` options too.
+fn open_s3(url: &str, home: &Path, extra: &[(&str, &str)]) -> Store {
+    let endpoint = format!("http://127.0.0.1:{}", moto().port);
+    let mut options = vec![
+        ("aws_access_key_id", "test"),
+        ("aws_secret_access_key", "test"),
+        ("aws_region", "us-east-1"),
+        ("aws_endpoint", &endpoint),
+        ("aws_allow_http", "true"),
+    ];
+    options.extend_from_slice(extra);
+    Store::open_url_with(url, home, &options).unwrap()
 }
 
 fn done() -> CaptureCompletion {
@@ -559,6 +562,70 @@ fn a_run_whose_publication_failed_stays_in_the_spool_until_published() {
     assert!(!c.layout.object(&Digest::of(&lost)).exists());
 }
 
+/// The spool's home may also be a local store's, and the spool of other buckets: a bucket is
+/// sent only the runs captured for it; the others are neither published to it nor given up
+/// for it, and stay where they are.
+#[test]
+fn the_spool_sends_a_bucket_only_the_runs_captured_for_it() {
+    let pid = std::process::id();
+    let (x, y) = (format!("t{pid}-outbox-x"), format!("t{pid}-outbox-y"));
+    let (_tmp, home, hb) = homes();
+    let local = Store::open(&home).unwrap();
+    let local_run = capture(&local, &lines(100, "local")).run_id;
+    // Neither bucket exists yet: each run stays in the spool, waiting for its own.
+    let sx = Bucket::S3 { name: x.clone() }.machine(&home);
+    let sy = Bucket::S3 { name: y.clone() }.machine(&home);
+    let pending = |err: crate::StoreError| match err {
+        crate::StoreError::NotPublished { run_id, .. } => run_id,
+        e => panic!("{e:?}"),
+    };
+    let run_x = pending(try_capture(&sx, &lines(200, "x")).unwrap_err());
+    let run_y = pending(try_capture(&sy, &lines(300, "y")).unwrap_err());
+    assert_eq!(sx.unpublished().unwrap(), std::slice::from_ref(&run_x));
+    assert_eq!(sy.unpublished().unwrap(), std::slice::from_ref(&run_y));
+    // The same bucket named with a trailing slash is the same store.
+    let slash = open_s3(&format!("s3://{x}/team/agentrun/"), &home, &[]);
+    assert_eq!(slash.unpublished().unwrap(), std::slice::from_ref(&run_x));
+    moto().create_bucket(&x);
+    let y_url = format!("s3://{y}/team/agentrun");
+    for (run, captured_for) in [(&local_run, None), (&run_y, Some(y_url))] {
+        for result in [sx.publish(run), sx.discard_unpublished(run)] {
+            let e = result.unwrap_err();
+            let said = e.to_string();
+            assert!(said.contains(&x) && said.contains(run.as_str()), "{said}");
+            let crate::StoreError::NotWaitingForThisStore {
+                run_id, waits_for, ..
+            } = e
+            else {
+                panic!("{run}: {e:?}")
+            };
+            assert_eq!((&run_id, &waits_for), (run, &captured_for));
+        }
+    }
+    assert!(sx.publish(&run_x).unwrap());
+    assert_eq!(
+        Bucket::S3 { name: x.clone() }
+            .machine(&hb)
+            .records()
+            .unwrap(),
+        std::slice::from_ref(&run_x)
+    );
+    assert!(sx.unpublished().unwrap().is_empty());
+    // The others are where they were: the local run in the local store, Y's in the spool.
+    assert_eq!(local.records().unwrap(), [local_run.clone(), run_y.clone()]);
+    assert_eq!(sy.unpublished().unwrap(), std::slice::from_ref(&run_y));
+    // Marks go with their records; one a crash left without its record is swept by gc.
+    let outbox = home.join("outbox");
+    std::fs::write(outbox.join("0000000000001-0000001-000000"), "s3://gone").unwrap();
+    sx.gc(&gc_later()).unwrap();
+    let marks: Vec<String> = std::fs::read_dir(&outbox)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(marks, std::slice::from_ref(&run_y));
+    local.record(&local_run).unwrap();
+}
+
 #[test]
 fn identical_output_on_two_machines_is_stored_once() {
     for bucket in Bucket::both() {
@@ -788,6 +855,10 @@ fn following_continuations_reproduces_every_stream_on_the_object_store() {
 /// environment, and is killed at fault point N.
 const CHILD_VAR: &str = "AGENTRUN_FS_REMOTE_CRASH";
 
+/// Lines of the crash sequence's larger output: a few index blocks (its publication steps
+/// are the same at any size below the multipart threshold, which its own tests cover).
+const CRASH_LINES: u64 = 4_000;
+
 /// In a child process: the store its parent named in `var` (`URL\nHOME`).
 fn child_store(var: &str) -> Option<Store> {
     let spec = std::env::var_os(var)?.into_string().unwrap();
@@ -800,8 +871,8 @@ fn remote_crash_child() {
     let Some(store) = child_store(CHILD_VAR) else {
         return;
     };
-    capture(&store, &lines(40_000, "crash"));
-    capture(&store, &lines(40_000, "crash"));
+    capture(&store, &lines(CRASH_LINES, "crash"));
+    capture(&store, &lines(CRASH_LINES, "crash"));
     capture(&store, &lines(100, "small"));
 }
 
@@ -899,7 +970,7 @@ fn sigkill_at_every_step(make: fn() -> Bucket) {
         check_bucket(&bucket, &tmp.path().join("c"), at, "after the crash");
         // The sequence then runs to completion on that bucket (and that spool), GC beside it.
         let a = bucket.machine(&ha);
-        capture(&a, &lines(40_000, "crash"));
+        capture(&a, &lines(CRASH_LINES, "crash"));
         capture(&a, &lines(100, "small"));
         let runs = collector.stop();
         assert!(runs > 0, "fault {at}: no GC ran beside the publisher");

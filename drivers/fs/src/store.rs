@@ -275,6 +275,33 @@ pub enum StoreError {
         /// Why the publication failed.
         source: Box<StoreError>,
     },
+    /// On a shared store: the spool holds a record of the run, but not one waiting for this
+    /// bucket: a run of the local store in the same home, or one captured for another bucket.
+    /// It is neither published to this bucket nor given up for it.
+    #[error(
+        "run {run_id} in the local spool does not wait for {url}: {}",
+        describe_destination(.waits_for)
+    )]
+    NotWaitingForThisStore {
+        /// The run.
+        run_id: String,
+        /// The store's URL.
+        url: String,
+        /// The bucket the run was captured for; `None` for a run of the local store.
+        waits_for: Option<String>,
+    },
+    /// A file in the spool's outbox (which says the bucket a spooled run waits for) is not
+    /// one agentrun wrote.
+    #[error(
+        "{} is damaged ({detail}): it should hold the URL of the bucket its run waits for",
+        .path.display()
+    )]
+    CorruptOutboxMark {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// A captured stream's file does not hold the bytes that were accepted for it.
     #[error("capture file {} is shorter than the {expected} bytes accepted for it", .path.display())]
     CaptureFileTruncated {
@@ -430,13 +457,44 @@ impl Store {
     /// finished, oldest first. A capture publishes its run as it ends; when that fails (the
     /// bucket unreachable, credentials refused) the run stays complete in the spool, and is
     /// listed here until [`Store::publish`] succeeds. Runs being published right now are
-    /// listed too ([`Store::publish`] leaves those to their publisher). Empty on a local
+    /// listed too ([`Store::publish`] leaves those to their publisher). Only runs captured
+    /// for this store are listed: the spool's home may also hold a local store's runs, or
+    /// runs waiting for other buckets, and those stay where they are. Empty on a local
     /// store.
     pub fn unpublished(&self) -> Result<Vec<String>, StoreError> {
-        if self.remote.is_none() {
+        let Some(remote) = &self.remote else {
             return Ok(Vec::new());
+        };
+        let mut waiting = Vec::new();
+        for run_id in self.local_only().records()? {
+            if crate::outbox::destination(&self.layout, &run_id)?.as_deref()
+                == Some(remote.identity())
+            {
+                waiting.push(run_id);
+            }
         }
-        self.local_only().records()
+        Ok(waiting)
+    }
+
+    /// `Ok(())` when the spool's `run_id` waits for this store's bucket, else
+    /// [`StoreError::NotWaitingForThisStore`] (after [`StoreError::UnknownRun`] when the
+    /// spool holds no record of it).
+    fn check_waiting(
+        &self,
+        remote: &crate::remote::Remote,
+        run_id: &str,
+    ) -> Result<(), StoreError> {
+        if !layout::exists(&self.layout.record(run_id))? {
+            return Err(StoreError::UnknownRun(run_id.to_owned()));
+        }
+        match crate::outbox::destination(&self.layout, run_id)? {
+            Some(identity) if identity == remote.identity() => Ok(()),
+            waits_for => Err(StoreError::NotWaitingForThisStore {
+                run_id: run_id.to_owned(),
+                url: remote.url().to_owned(),
+                waits_for,
+            }),
+        }
     }
 
     /// Publishes an [unpublished](Store::unpublished) run to the bucket, in the order a
@@ -444,12 +502,15 @@ impl Store {
     /// `Ok(false)` when another process is publishing it right now (its own capture, say):
     /// one publisher per run at a time, so nothing is uploaded twice. On a local store there
     /// is nothing to publish: `Ok(false)`. [`StoreError::UnknownRun`] when the spool does not
-    /// hold `run_id` (published meanwhile, or never captured here).
+    /// hold `run_id` (published meanwhile, or never captured here);
+    /// [`StoreError::NotWaitingForThisStore`] when it holds a run that was not captured for
+    /// this store.
     pub fn publish(&self, run_id: &str) -> Result<bool, StoreError> {
         let Some(remote) = &self.remote else {
             return Ok(false);
         };
         let record = self.local_only().record(run_id)?;
+        self.check_waiting(remote, run_id)?;
         remote.publish_run(self, &record, false)
     }
 
@@ -458,15 +519,25 @@ impl Store {
     /// in the bucket): its record leaves the spool, and the spool's next `gc` collects its
     /// output. The run is lost. [`StoreError::UnknownRun`] when the spool does not hold it;
     /// `Ok(false)` when another process is publishing it right now, or on a local store
-    /// (whose records are never dropped this way).
+    /// (whose records are never dropped this way). [`StoreError::NotWaitingForThisStore`]
+    /// when the spool's run was not captured for this store (a local run is never dropped).
     pub fn discard_unpublished(&self, run_id: &str) -> Result<bool, StoreError> {
-        if self.remote.is_none() {
+        let Some(remote) = &self.remote else {
             return Ok(false);
-        }
+        };
         if !layout::valid_run_id(run_id) {
             return Err(StoreError::InvalidRunId(run_id.to_owned()));
         }
-        crate::remote::discard_local_record(&self.layout.record(run_id), run_id)
+        self.check_waiting(remote, run_id)?;
+        crate::remote::discard_local_record(&self.layout, run_id)
+    }
+}
+
+/// What [`StoreError::NotWaitingForThisStore`] says of the run.
+fn describe_destination(waits_for: &Option<String>) -> String {
+    match waits_for {
+        Some(other) => format!("it was captured for {other}"),
+        None => "it is a run of the local store there".to_owned(),
     }
 }
 

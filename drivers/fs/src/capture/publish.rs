@@ -261,6 +261,13 @@ impl CaptureSession {
             if kept_by_keeper {
                 return Ok(record);
             }
+            // A shared store's run is marked as waiting for its bucket before its record
+            // exists, so the spool never holds a record of it that looks like a local run.
+            if let Some(remote) = &store.remote {
+                with_room(&mut reserve, || {
+                    Ok(crate::outbox::mark(layout, &run_id, remote.identity())?)
+                })?;
+            }
             let name = format!("{run_id}{RECORD_SUFFIX}");
             let json = record_json(layout, &run_id, &record)?;
             let written = match reserve.as_ref() {

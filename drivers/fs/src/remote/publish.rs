@@ -91,7 +91,11 @@ impl Remote {
         drop(lease);
         // The bucket has the run now; the spool's copy becomes garbage for the local gc.
         // Removed while the lock is held: a publisher waiting on it then finds it gone.
-        let _ = fs::remove_file(&local);
+        // The mark after the record: a crash between the two leaves a mark naming no record
+        // (swept by the spool's gc), never a spooled record that looks like a local run.
+        if fs::remove_file(&local).is_ok() {
+            crate::outbox::clear(&spool.layout, &record.run_id);
+        }
         Ok(true)
     }
 
@@ -409,9 +413,10 @@ fn joined(
     }
 }
 
-/// Removes the spool's record of `run_id` (at `local`) unless a publisher holds it: `false`
-/// then. [`StoreError::UnknownRun`] when it is not there.
-pub(crate) fn discard_local_record(local: &FsPath, run_id: &str) -> Result<bool, StoreError> {
+/// Removes the spool's record of `run_id`, then its outbox mark, unless a publisher holds
+/// it: `false` then. [`StoreError::UnknownRun`] when it is not there.
+pub(crate) fn discard_local_record(spool: &Layout, run_id: &str) -> Result<bool, StoreError> {
+    let local = &spool.record(run_id);
     let Some(_held) = lock_record(local, false)? else {
         // Held by a publisher, or not there (never, or published meanwhile).
         return if local.exists() {
@@ -421,6 +426,7 @@ pub(crate) fn discard_local_record(local: &FsPath, run_id: &str) -> Result<bool,
         };
     };
     fs::remove_file(local).at("remove", local)?;
+    crate::outbox::clear(spool, run_id);
     Ok(true)
 }
 
