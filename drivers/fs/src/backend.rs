@@ -153,6 +153,9 @@ pub(crate) trait Backend {
     fn read_record(&self, run_id: &str) -> Result<Option<StoredRecord>, StoreError>;
     /// Removes an entry of the records' place (an expired record, a temporary leftover).
     fn delete_record_entry(&self, entry: &RecordEntry) -> Result<(), StoreError>;
+    /// Whether run `run_id`'s record is a spooled run still waiting for its bucket, which no
+    /// retention expires (no bucket holds it yet). Only a local spool has such records.
+    fn awaits_publication(&self, run_id: &str) -> bool;
 
     /// The digests live writers protect; dead writers' leftovers are cleared on the way (the
     /// local store: dead capture and result-sink directories; a bucket: expired leases),
@@ -307,6 +310,11 @@ impl Backend for LocalBackend<'_> {
 
     fn delete_record_entry(&self, entry: &RecordEntry) -> Result<(), StoreError> {
         remove_file(&entry.location)
+    }
+
+    fn awaits_publication(&self, run_id: &str) -> bool {
+        // A damaged mark may still be one: the run is kept, not guessed away.
+        !matches!(crate::outbox::destination(self.0, run_id), Ok(None))
     }
 
     fn writers(

@@ -7,7 +7,8 @@
 //!   directory whose lock is held (a live run); on a bucket the digests of every lease that
 //!   has not expired (see [`crate::remote`]);
 //! * every artifact of every record: its output and what it keeps (records older than
-//!   [`GcOptions::expire_records`], when set, are removed first and root nothing). A record
+//!   [`GcOptions::expire_records`], when set, are removed first and root nothing, except a
+//!   shared store's spooled runs that have not reached their bucket yet). A record
 //!   GC cannot read (larger than any record is, or unparseable), or whose format it does not
 //!   know (a newer agentrun's, which may keep artifacts in fields this version ignores),
 //!   stops GC before it removes anything;
@@ -51,7 +52,8 @@ pub struct GcOptions {
     pub now: SystemTime,
     /// Forget records older than this first (by modification time), so the output of old
     /// runs becomes collectable. `None` (the default) keeps every record: records are the
-    /// roots, and nothing a record references is ever removed.
+    /// roots, and nothing a record references is ever removed. A shared store's spooled run
+    /// that has not reached its bucket yet ([`Store::unpublished`]) is never forgotten.
     pub expire_records: Option<Duration>,
 }
 
@@ -284,12 +286,14 @@ pub(crate) fn collect(backend: &dyn Backend, options: &GcOptions) -> Result<GcRe
         if let Some(what) = stat.not_a_file {
             return Err(refused(format!("is {what}, not a record file")));
         }
-        // Records older than the retention are forgotten first and root nothing.
+        // Records older than the retention are forgotten first and root nothing; except a
+        // spooled run still waiting for its bucket, which no other place holds.
         if let Some(max_age) = options.expire_records
             && options
                 .now
                 .checked_sub(max_age)
                 .is_some_and(|c| stat.modified < c)
+            && !backend.awaits_publication(&run_id)
         {
             report.records_expired += 1;
             leftovers.push(entry);

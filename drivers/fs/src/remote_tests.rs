@@ -624,6 +624,26 @@ fn the_spool_sends_a_bucket_only_the_runs_captured_for_it() {
         .collect();
     assert_eq!(marks, std::slice::from_ref(&run_y));
     local.record(&local_run).unwrap();
+    // A retention forgets old records, but never a run that has not reached its bucket:
+    // neither the shared store's gc (of its spool) nor the local store's expires it.
+    let expire = GcOptions {
+        expire_records: Some(Duration::from_secs(1)),
+        ..gc_later()
+    };
+    sx.gc(&expire).unwrap();
+    assert_eq!(local.records().unwrap(), std::slice::from_ref(&run_y));
+    let report = local.gc(&expire).unwrap();
+    assert_eq!(
+        (report.records, report.records_expired),
+        (1, 0),
+        "{report:?}"
+    );
+    assert_eq!(sy.unpublished().unwrap(), std::slice::from_ref(&run_y));
+    let mut whole = Vec::new();
+    local
+        .copy_to(&single_uri(&local.record(&run_y).unwrap()), &mut whole)
+        .unwrap();
+    assert!(whole == lines(300, "y"));
 }
 
 #[test]

@@ -303,6 +303,10 @@ impl Backend for RemoteBackend<'_> {
         Ok(())
     }
 
+    fn awaits_publication(&self, _run_id: &str) -> bool {
+        false
+    }
+
     fn writers(
         &self,
         options: &GcOptions,
