@@ -4,6 +4,8 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     default: 60 seconds, every target
 #
+# FUZZ_JOBS targets run at a time (default: the number of CPUs), each for SECONDS.
+#
 # cargo-fuzz needs nightly compiler flags (sanitizer coverage). The active toolchain is told
 # to accept them with RUSTC_BOOTSTRAP=1, so no nightly download is needed (to fuzz with a
 # nightly compiler instead: `rustup run nightly scripts/fuzz.sh`). cargo-fuzz itself is
@@ -51,12 +53,11 @@ fi
 # One build for all targets; each `run` below then only checks it is fresh.
 cargo fuzz build --sanitizer "$sanitizer"
 
-failed=()
-for target in "${targets[@]}"; do
-    work="target/corpus/$target"
-    seeds="corpus/$target"
+# Fuzzes one target, printing its report; a failure also leaves target/<target>.status.
+fuzz_one() {
+    local target=$1
+    local work="target/corpus/$target" seeds="corpus/$target" marker start runs rss found input
     mkdir -p "$work" "artifacts/$target"
-    [ -d "$seeds" ] || { echo "fuzz.sh: $target has no seed corpus fuzz/$seeds" >&2; exit 1; }
     marker=$(mktemp)
     echo "== fuzzing $target for ${seconds}s (sanitizer: $sanitizer)"
     start=$SECONDS
@@ -67,8 +68,8 @@ for target in "${targets[@]}"; do
         rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "target/$target.log")
         echo "   ok: ${runs:-?} executions in $((SECONDS - start))s, peak RSS ${rss:-?} MB"
     else
+        echo failed >"target/$target.status"
         tail -40 "target/$target.log"
-        failed+=("$target")
         found=$(find "artifacts/$target" -type f -newer "$marker")
         if [ -z "$found" ]; then
             echo "!! $target failed without saving an input (log: fuzz/target/$target.log)"
@@ -84,6 +85,28 @@ EOF
         done
     fi
     rm -f "$marker"
+}
+
+for target in "${targets[@]}"; do
+    [ -d "corpus/$target" ] || { echo "fuzz.sh: $target has no seed corpus fuzz/corpus/$target" >&2; exit 1; }
+    rm -f "target/$target.status"
+done
+# FUZZ_JOBS targets at a time (default: one per CPU, as each libFuzzer process uses one),
+# each for the full time; the reports are printed in target order once all are done.
+parallel=${FUZZ_JOBS:-$(nproc)}
+for target in "${targets[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do
+        wait -n || true
+    done
+    fuzz_one "$target" >"target/$target.report" 2>&1 &
+done
+wait
+failed=()
+for target in "${targets[@]}"; do
+    cat "target/$target.report"
+    if [ -e "target/$target.status" ]; then
+        failed+=("$target")
+    fi
 done
 
 if [ ${#failed[@]} -gt 0 ]; then
