@@ -235,7 +235,8 @@ enum Command {
     #[command(after_help = "Examples:
   agentrun --store s3://team-bucket/agentrun publish
   agentrun publish --json                   with AGENTRUN_STORE or [store] in the config
-  agentrun publish --discard RUN_ID         give up a run that can never be published")]
+  agentrun publish --discard RUN_ID         give up a run that can never be published
+  agentrun publish --adopt RUN_ID           send a run of this home that waits for no bucket")]
     Publish(publish::PublishArgs),
     /// Check every object's digest and index and every record's references.
     #[command(after_help = "Examples:

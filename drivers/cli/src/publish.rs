@@ -22,6 +22,11 @@ pub(crate) struct PublishArgs {
     /// The run is lost.
     #[arg(long, value_name = "RUN_ID", conflicts_with = "json")]
     pub(crate) discard: Option<String>,
+    /// Before publishing, make RUN_ID, a run of this home that waits for no bucket (recorded
+    /// while it was a local store, or spooled by an agentrun that did not yet note the bucket
+    /// of each run), one that waits for this store; then publish as usual.
+    #[arg(long, value_name = "RUN_ID", conflicts_with = "discard")]
+    pub(crate) adopt: Option<String>,
 }
 
 /// `publish --json`.
@@ -59,6 +64,26 @@ pub(crate) fn publish(settings: &Settings, args: PublishArgs) -> Result<ExitCode
             return Err(Failure::usage(
                 "--discard gives up a shared store's unpublished run",
             ));
+        }
+        if args.adopt.is_some() {
+            return Err(Failure::usage(
+                "--adopt gives a local run to a shared store (--store s3://BUCKET/PREFIX)",
+            ));
+        }
+    }
+    if let Some(run_id) = &args.adopt {
+        match store.adopt_unpublished(run_id) {
+            Ok(true) => say!(
+                "agentrun: {run_id} now waits for {}",
+                store.url().unwrap_or("")
+            ),
+            Ok(false) => {}
+            Err(agentrun_fs::StoreError::UnknownRun(_)) => {
+                return Err(Failure::runtime(format!(
+                    "the spool holds no run {run_id} (`agentrun runs` lists a local store's runs)"
+                )));
+            }
+            Err(e) => return Err(Failure::runtime(e)),
         }
     }
     if let Some(run_id) = &args.discard {
@@ -113,7 +138,7 @@ pub(crate) fn publish(settings: &Settings, args: PublishArgs) -> Result<ExitCode
         write_or_quiet(&mut io::stdout().lock(), text.as_bytes())?;
     } else if let Some(url) = store.url() {
         let mut line = match report.published.len() {
-            0 if report.failed.is_empty() => format!("every run of the spool is in {url}"),
+            0 if report.failed.is_empty() => format!("every run captured for {url} is in it"),
             n => format!("published {} to {url}", plural(n as u64, "run", "runs")),
         };
         if !report.failed.is_empty() {

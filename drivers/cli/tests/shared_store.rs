@@ -136,6 +136,17 @@ fn a_run_the_bucket_refused_is_published_later_by_agentrun_publish() {
         "{said}"
     );
     assert_eq!(local_runs().len(), 1);
+    // Adopted, it is the bucket's: published and gone from the local store.
+    let adopted = agentrun(
+        &moto,
+        &a,
+        Some(url),
+        &["publish", "--adopt", &mine, "--json"],
+    );
+    let json: serde_json::Value = serde_json::from_str(&ok(&adopted)).unwrap();
+    assert_eq!(json["published"], serde_json::json!([mine]), "{json}");
+    assert!(local_runs().is_empty());
+    ok(&agentrun(&moto, &b, Some(url), &["show", &mine]));
     // The other machine lists it and reads it whole.
     let show = ok(&agentrun(&moto, &b, Some(url), &["show", run_id]));
     assert!(show.starts_with("[stdout]\n1\n2\n"), "{show}");
@@ -145,7 +156,7 @@ fn a_run_the_bucket_refused_is_published_later_by_agentrun_publish() {
     ok(&again);
     let said = String::from_utf8_lossy(&again.stderr);
     assert!(
-        said.contains("every run of the spool is in s3://later/agentrun"),
+        said.contains("every run captured for s3://later/agentrun is in it"),
         "{said}"
     );
     // A run to a bucket that never comes: given up by --discard.

@@ -236,7 +236,13 @@ impl Store {
     pub fn gc(&self, options: &GcOptions) -> Result<GcReport, StoreError> {
         let mut report = self.with_backend(|backend| collect(backend, options))?;
         if self.remote.is_some() {
-            let spool = collect(&LocalBackend(&self.layout), options)?;
+            // No retention in the spool: each of its records waits for a bucket (and is never
+            // forgotten) or is the local store's, whose own gc applies its own retention.
+            let spool_options = GcOptions {
+                expire_records: None,
+                ..options.clone()
+            };
+            let spool = collect(&LocalBackend(&self.layout), &spool_options)?;
             report.captures_removed += spool.captures_removed;
             report.runtime_dirs_removed += spool.runtime_dirs_removed;
         }

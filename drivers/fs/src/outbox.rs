@@ -19,18 +19,23 @@ use crate::layout::{self, Layout, TEMP_SUFFIX};
 use crate::special::{Links, OpenError, open_regular};
 use crate::store::StoreError;
 
-/// Longest mark read back: far longer than any bucket identity.
+/// Longest mark read back: a header and the longest store identity.
 const MAX_MARK_BYTES: u64 = 4096;
 
-/// Marks `run_id` as waiting for the bucket `identity`, durably. The caller holds the GC
-/// lock shared (so the spool's `gc` never sees the mark before the record exists).
+/// The first line of every mark: what it is, and its format's version.
+const HEADER: &str = "agentrun outbox mark 1\n";
+
+/// Marks `run_id` as waiting for the store `identity` (one line, at most
+/// [`MAX_IDENTITY_BYTES`](crate::remote::MAX_IDENTITY_BYTES)), durably. The caller holds the
+/// GC lock shared (so the spool's `gc` never sees the mark before the record exists).
 pub(crate) fn mark(layout: &Layout, run_id: &str, identity: &str) -> Result<(), IoError> {
+    debug_assert!(identity.len() <= crate::remote::MAX_IDENTITY_BYTES && !identity.contains('\n'));
     let dir = layout.outbox();
     if !layout::exists(&dir)? {
         layout::create_private_dir(&dir)?;
         fsync_dir(layout.root())?;
     }
-    write_atomic(&dir, run_id, identity.as_bytes())
+    write_atomic(&dir, run_id, format!("{HEADER}{identity}\n").as_bytes())
 }
 
 /// The bucket identity `run_id`'s mark names; `None` when the run has no mark (a local run).
@@ -55,9 +60,12 @@ pub(crate) fn destination(layout: &Layout, run_id: &str) -> Result<Option<String
     if bytes.len() as u64 > MAX_MARK_BYTES {
         return Err(corrupt(format!("it is longer than {MAX_MARK_BYTES} bytes")));
     }
-    String::from_utf8(bytes)
-        .map(Some)
-        .map_err(|_| corrupt("it is not UTF-8".to_owned()))
+    let text = String::from_utf8(bytes).map_err(|_| corrupt("it is not UTF-8".to_owned()))?;
+    text.strip_prefix(HEADER)
+        .and_then(|rest| rest.strip_suffix('\n'))
+        .filter(|identity| !identity.is_empty() && !identity.contains('\n'))
+        .map(|identity| Some(identity.to_owned()))
+        .ok_or_else(|| corrupt("it is not an outbox mark this agentrun writes".to_owned()))
 }
 
 /// Removes `run_id`'s mark, once its spool record is gone. A mark already gone is fine.
@@ -129,11 +137,22 @@ mod tests {
         fs::create_dir(layout.outbox_entry("r3")).unwrap();
         std::os::unix::fs::symlink(layout.outbox_entry("r1"), layout.outbox_entry("r4")).unwrap();
         fs::write(layout.outbox_entry("r5"), [0xff, 0xfe]).unwrap();
+        // A bare URL (no header), an empty identity, two lines.
+        fs::write(layout.outbox_entry("r6"), "s3://b/p").unwrap();
+        fs::write(layout.outbox_entry("r7"), format!("{HEADER}\n")).unwrap();
+        fs::write(
+            layout.outbox_entry("r8"),
+            format!("{HEADER}s3://a\ns3://b\n"),
+        )
+        .unwrap();
         for (run, says) in [
             ("r2", "longer than 4096 bytes"),
             ("r3", "a directory"),
             ("r4", "a symbolic link"),
             ("r5", "not UTF-8"),
+            ("r6", "not an outbox mark"),
+            ("r7", "not an outbox mark"),
+            ("r8", "not an outbox mark"),
         ] {
             let err = destination(&layout, run).unwrap_err();
             assert!(

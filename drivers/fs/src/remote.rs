@@ -184,6 +184,29 @@ pub enum UrlError {
     /// The AWS profile (`AWS_PROFILE`, else `default`) cannot be used.
     #[error(transparent)]
     Profile(#[from] crate::aws_profile::ProfileError),
+    /// The URL (with its endpoint) is longer than any store's needs to be.
+    #[error("store URL {0:?} is longer than {MAX_IDENTITY_BYTES} bytes")]
+    TooLong(String),
+}
+
+/// Longest store identity (URL, endpoint, account): far longer than any real one, and
+/// bounded because the spool's outbox stores it ([`crate::outbox`]).
+pub const MAX_IDENTITY_BYTES: usize = 2048;
+
+/// What tells one store from another: the URL without what does not change the store
+/// (repeated and trailing slashes), and where its bucket is (`located`: an S3 endpoint, an
+/// Azure account), as ` at LOCATION`.
+pub(crate) fn store_identity(scheme: &str, rest: &str, located: Option<&str>) -> String {
+    let path: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
+    let mut identity = match scheme {
+        "file" => format!("file:///{}", path.join("/")),
+        _ => format!("{scheme}://{}", path.join("/")),
+    };
+    if let Some(at) = located.filter(|l| !l.is_empty()) {
+        identity.push_str(" at ");
+        identity.push_str(at.trim_end_matches('/'));
+    }
+    identity
 }
 
 /// Whether `s` names an object store (a URL with a scheme) rather than a local directory.
@@ -224,6 +247,9 @@ impl Remote {
             url: url.to_owned(),
             source,
         };
+        // Where the bucket is, beyond its name: an S3 endpoint (MinIO, R2 and AWS may hold
+        // buckets of one name), an Azure account.
+        let mut located = None;
         let (client, prefix): (Arc<dyn ObjectStore>, &str) = match scheme {
             "file" => {
                 if !rest.starts_with('/') {
@@ -296,6 +322,8 @@ impl Remote {
                                 b = b.with_checksum_algorithm(object_store::aws::Checksum::SHA256);
                             }
                         }
+                        located =
+                            b.get_config_value(&object_store::aws::AmazonS3ConfigKey::Endpoint);
                         Arc::new(b.build().map_err(client_err)?)
                     }
                     "gs" => {
@@ -312,6 +340,8 @@ impl Remote {
                         for (k, v) in options {
                             b = b.with_config(k.parse().map_err(|_| unknown(k))?, *v);
                         }
+                        located =
+                            b.get_config_value(&object_store::azure::AzureConfigKey::AccountName);
                         Arc::new(b.build().map_err(client_err)?)
                     }
                 };
@@ -319,16 +349,10 @@ impl Remote {
             }
             _ => return Err(UrlError::Scheme(url.to_owned())),
         };
-        let identity = match scheme {
-            "file" => format!("file:///{}", rest.trim_matches('/')),
-            _ => {
-                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-                match prefix.trim_matches('/') {
-                    "" => format!("{scheme}://{bucket}"),
-                    prefix => format!("{scheme}://{bucket}/{prefix}"),
-                }
-            }
-        };
+        let identity = store_identity(scheme, rest, located.as_deref());
+        if identity.len() > MAX_IDENTITY_BYTES {
+            return Err(UrlError::TooLong(url.to_owned()));
+        }
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

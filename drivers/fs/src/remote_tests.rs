@@ -553,6 +553,10 @@ fn a_run_whose_publication_failed_stays_in_the_spool_until_published() {
     );
     drop(held);
     assert!(c.discard_unpublished(run_id).unwrap());
+    assert!(
+        !c.layout.outbox_entry(run_id).exists(),
+        "the mark went with the record"
+    );
     assert!(c.unpublished().unwrap().is_empty());
     assert!(matches!(
         c.discard_unpublished(run_id),
@@ -587,7 +591,7 @@ fn the_spool_sends_a_bucket_only_the_runs_captured_for_it() {
     let slash = open_s3(&format!("s3://{x}/team/agentrun/"), &home, &[]);
     assert_eq!(slash.unpublished().unwrap(), std::slice::from_ref(&run_x));
     moto().create_bucket(&x);
-    let y_url = format!("s3://{y}/team/agentrun");
+    let y_url = sy.remote.as_ref().unwrap().identity().to_owned();
     for (run, captured_for) in [(&local_run, None), (&run_y, Some(y_url))] {
         for result in [sx.publish(run), sx.discard_unpublished(run)] {
             let e = result.unwrap_err();
@@ -603,6 +607,10 @@ fn the_spool_sends_a_bucket_only_the_runs_captured_for_it() {
         }
     }
     assert!(sx.publish(&run_x).unwrap());
+    assert!(
+        !home.join("outbox").join(&run_x).exists(),
+        "the mark went with the record"
+    );
     assert_eq!(
         Bucket::S3 { name: x.clone() }
             .machine(&hb)
@@ -624,26 +632,96 @@ fn the_spool_sends_a_bucket_only_the_runs_captured_for_it() {
         .collect();
     assert_eq!(marks, std::slice::from_ref(&run_y));
     local.record(&local_run).unwrap();
-    // A retention forgets old records, but never a run that has not reached its bucket:
-    // neither the shared store's gc (of its spool) nor the local store's expires it.
+    // A damaged mark may be this store's: its run is listed, and publishing it says why not.
+    std::fs::write(outbox.join(&run_y), "garbage").unwrap();
+    assert_eq!(sx.unpublished().unwrap(), std::slice::from_ref(&run_y));
+    let damaged = sx.publish(&run_y).unwrap_err();
+    assert!(
+        matches!(damaged, crate::StoreError::CorruptOutboxMark { .. }),
+        "{damaged:?}"
+    );
+    crate::outbox::mark(&sy.layout, &run_y, sy.remote.as_ref().unwrap().identity()).unwrap();
+    // Only a run that waits for no store is adopted.
+    let other = sx.adopt_unpublished(&run_y).unwrap_err();
+    assert!(
+        matches!(
+            &other,
+            crate::StoreError::NotWaitingForThisStore {
+                waits_for: Some(_),
+                ..
+            }
+        ),
+        "{other:?}"
+    );
+    assert!(matches!(
+        sx.adopt_unpublished("0000000000002-0000001-000000"),
+        Err(crate::StoreError::UnknownRun(_))
+    ));
+    // A shared store's gc applies no retention to its spool: its records wait for a bucket
+    // or are the local store's. The local store's gc forgets its own old runs, but never one
+    // that has not reached its bucket.
     let expire = GcOptions {
         expire_records: Some(Duration::from_secs(1)),
         ..gc_later()
     };
     sx.gc(&expire).unwrap();
-    assert_eq!(local.records().unwrap(), std::slice::from_ref(&run_y));
+    assert_eq!(local.records().unwrap(), [local_run.clone(), run_y.clone()]);
     let report = local.gc(&expire).unwrap();
     assert_eq!(
         (report.records, report.records_expired),
-        (1, 0),
+        (1, 1),
         "{report:?}"
     );
+    assert_eq!(local.records().unwrap(), std::slice::from_ref(&run_y));
     assert_eq!(sy.unpublished().unwrap(), std::slice::from_ref(&run_y));
     let mut whole = Vec::new();
     local
         .copy_to(&single_uri(&local.record(&run_y).unwrap()), &mut whole)
         .unwrap();
     assert!(whole == lines(300, "y"));
+    // A run adopted by a store is then its to publish.
+    let adopted = capture(&local, &lines(50, "adopted")).run_id;
+    assert!(sx.unpublished().unwrap().is_empty());
+    assert!(sx.adopt_unpublished(&adopted).unwrap());
+    assert!(!sx.adopt_unpublished(&adopted).unwrap());
+    assert_eq!(sx.unpublished().unwrap(), std::slice::from_ref(&adopted));
+    assert!(sx.publish(&adopted).unwrap());
+    assert!(local.record(&adopted).is_err());
+}
+
+/// A store is known by its URL, less what does not change it, and by where its bucket is: an
+/// S3 endpoint, an Azure account. A URL longer than any store's is refused.
+#[test]
+fn a_store_is_known_by_its_url_and_where_its_bucket_is() {
+    use crate::remote::store_identity;
+    assert_eq!(
+        store_identity("s3", "b/team//agentrun/", None),
+        "s3://b/team/agentrun"
+    );
+    assert_eq!(store_identity("s3", "b", None), "s3://b");
+    assert_eq!(store_identity("gs", "b/", Some("")), "gs://b");
+    assert_eq!(store_identity("file", "/tmp//x/", None), "file:///tmp/x");
+    assert_eq!(
+        store_identity("az", "c/p", Some("acct")),
+        "az://c/p at acct"
+    );
+    let (_tmp, home, _) = homes();
+    let on_moto = open_s3("s3://b/p/", &home, &[]);
+    assert_eq!(
+        on_moto.remote.as_ref().unwrap().identity(),
+        format!("s3://b/p at http://127.0.0.1:{}", moto().port)
+    );
+    let elsewhere = open_s3("s3://b/p", &home, &[("aws_endpoint", "http://127.0.0.1:1")]);
+    assert_eq!(
+        elsewhere.remote.as_ref().unwrap().identity(),
+        "s3://b/p at http://127.0.0.1:1"
+    );
+    let long = format!("s3://b/{}", "p".repeat(crate::remote::MAX_IDENTITY_BYTES));
+    let err = Store::open_url(&long, &home).unwrap_err();
+    assert!(
+        err.to_string().contains("is longer than 2048 bytes"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -988,8 +1066,14 @@ fn sigkill_at_every_step(make: fn() -> Bucket) {
             "the child died elsewhere: {stderr}"
         );
         check_bucket(&bucket, &tmp.path().join("c"), at, "after the crash");
-        // The sequence then runs to completion on that bucket (and that spool), GC beside it.
+        // Every run the crash left in the spool still waits for the bucket.
         let a = bucket.machine(&ha);
+        assert_eq!(
+            a.unpublished().unwrap(),
+            a.local_only().records().unwrap(),
+            "fault {at}: a spooled run without its mark"
+        );
+        // The sequence then runs to completion on that bucket (and that spool), GC beside it.
         capture(&a, &lines(CRASH_LINES, "crash"));
         capture(&a, &lines(100, "small"));
         let runs = collector.stop();

@@ -293,7 +293,8 @@ pub enum StoreError {
     /// A file in the spool's outbox (which says the bucket a spooled run waits for) is not
     /// one agentrun wrote.
     #[error(
-        "{} is damaged ({detail}): it should hold the URL of the bucket its run waits for",
+        "{} is damaged ({detail}); remove it, and its run counts as a local one (which \
+         `agentrun publish --adopt RUN_ID` gives to a shared store)",
         .path.display()
     )]
     CorruptOutboxMark {
@@ -467,13 +468,41 @@ impl Store {
         };
         let mut waiting = Vec::new();
         for run_id in self.local_only().records()? {
-            if crate::outbox::destination(&self.layout, &run_id)?.as_deref()
-                == Some(remote.identity())
-            {
-                waiting.push(run_id);
+            match crate::outbox::destination(&self.layout, &run_id) {
+                Ok(Some(identity)) if identity == remote.identity() => waiting.push(run_id),
+                Ok(_) => {}
+                // It may be this store's: listed, so that publishing it says what is wrong.
+                Err(StoreError::CorruptOutboxMark { .. }) => waiting.push(run_id),
+                Err(e) => return Err(e),
             }
         }
         Ok(waiting)
+    }
+
+    /// Makes the spool's local run `run_id` one that waits for this store, so that
+    /// [`Store::publish`] sends it: for a run recorded while the directory was a local store,
+    /// or spooled by an agentrun that did not yet mark the bucket a run was captured for.
+    /// `Ok(true)` once marked, `Ok(false)` when it already waits for this store (or on a local
+    /// store); [`StoreError::NotWaitingForThisStore`] when it waits for another one.
+    pub fn adopt_unpublished(&self, run_id: &str) -> Result<bool, StoreError> {
+        let Some(remote) = &self.remote else {
+            return Ok(false);
+        };
+        if !layout::valid_run_id(run_id) {
+            return Err(StoreError::InvalidRunId(run_id.to_owned()));
+        }
+        // Shared, as a capture marks: the spool's gc is not between the mark and its check.
+        let _gc = crate::lock::GcLock::shared(&self.layout)?;
+        match self.check_waiting(remote, run_id) {
+            Ok(()) => Ok(false),
+            Err(StoreError::NotWaitingForThisStore {
+                waits_for: None, ..
+            }) => {
+                crate::outbox::mark(&self.layout, run_id, remote.identity())?;
+                Ok(true)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// `Ok(())` when the spool's `run_id` waits for this store's bucket, else

@@ -1,6 +1,7 @@
 //! Publication of a spooled run to the bucket, in the crash-safe order of the
 //! [module documentation](super): the lease, each object (sidecar, then bytes), the record.
 
+use crate::atomic::fsync_dir;
 use agentrun_core::index::{self, IndexEntry};
 
 use super::*;
@@ -93,7 +94,7 @@ impl Remote {
         // Removed while the lock is held: a publisher waiting on it then finds it gone.
         // The mark after the record: a crash between the two leaves a mark naming no record
         // (swept by the spool's gc), never a spooled record that looks like a local run.
-        if fs::remove_file(&local).is_ok() {
+        if fs::remove_file(&local).is_ok() && fsync_dir(&spool.layout.records()).is_ok() {
             crate::outbox::clear(&spool.layout, &record.run_id);
         }
         Ok(true)
@@ -426,6 +427,9 @@ pub(crate) fn discard_local_record(spool: &Layout, run_id: &str) -> Result<bool,
         };
     };
     fs::remove_file(local).at("remove", local)?;
+    // The record's removal durable first: a mark that outlives it is swept, a record that
+    // outlives its mark would look like a local run.
+    fsync_dir(&spool.records())?;
     crate::outbox::clear(spool, run_id);
     Ok(true)
 }
