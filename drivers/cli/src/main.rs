@@ -231,7 +231,9 @@ enum Command {
     /// On a shared store (--store s3://…) each run is captured into the local spool and
     /// published to the bucket as it ends. When the bucket cannot be reached (or refuses the
     /// credentials) the run stays complete in the spool and the run fails with that error;
-    /// `agentrun publish` sends every such run, oldest first, once the bucket is back.
+    /// `agentrun publish` sends every such run, oldest first, once the bucket is back: only the
+    /// runs captured for this store (its URL, and its endpoint when one is configured); a
+    /// local store's runs in the same home stay local unless adopted (--adopt).
     #[command(after_help = "Examples:
   agentrun --store s3://team-bucket/agentrun publish
   agentrun publish --json                   with AGENTRUN_STORE or [store] in the config

@@ -80,7 +80,10 @@ pub(crate) fn publish(settings: &Settings, args: PublishArgs) -> Result<ExitCode
             Ok(false) => {}
             Err(agentrun_fs::StoreError::UnknownRun(_)) => {
                 return Err(Failure::runtime(format!(
-                    "the spool holds no run {run_id} (`agentrun runs` lists a local store's runs)"
+                    "the spool at {} holds no run {run_id} (`agentrun --store {} runs` lists \
+                     the runs it holds)",
+                    store.root().display(),
+                    store.root().display()
                 )));
             }
             Err(e) => return Err(Failure::runtime(e)),
@@ -119,7 +122,13 @@ pub(crate) fn publish(settings: &Settings, args: PublishArgs) -> Result<ExitCode
             Err(e) => {
                 if !args.json {
                     say!("agentrun: cannot publish {run_id}: {e}");
-                    if !matches!(e, agentrun_fs::StoreError::Remote(_)) {
+                    // Not for what publishing later can mend, nor for a damaged mark, which
+                    // --discard cannot get past either (its message says what to do).
+                    if !matches!(
+                        e,
+                        agentrun_fs::StoreError::Remote(_)
+                            | agentrun_fs::StoreError::CorruptOutboxMark { .. }
+                    ) {
                         say!(
                             "agentrun: if it can never go up, `agentrun publish --discard \
                              {run_id}` gives it up"

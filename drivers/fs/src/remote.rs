@@ -187,6 +187,9 @@ pub enum UrlError {
     /// The URL (with its endpoint) is longer than any store's needs to be.
     #[error("store URL {0:?} is longer than {MAX_IDENTITY_BYTES} bytes")]
     TooLong(String),
+    /// The URL or its endpoint holds control characters (a newline, a tab).
+    #[error("store {0:?} (its URL, endpoint or account) holds control characters")]
+    ControlCharacters(String),
 }
 
 /// Longest store identity (URL, endpoint, account): far longer than any real one, and
@@ -322,8 +325,11 @@ impl Remote {
                                 b = b.with_checksum_algorithm(object_store::aws::Checksum::SHA256);
                             }
                         }
-                        located =
-                            b.get_config_value(&object_store::aws::AmazonS3ConfigKey::Endpoint);
+                        // The S3-only endpoint wins over the general one, as in `build`.
+                        use object_store::aws::AmazonS3ConfigKey as Key;
+                        located = b
+                            .get_config_value(&Key::S3Endpoint)
+                            .or_else(|| b.get_config_value(&Key::Endpoint));
                         Arc::new(b.build().map_err(client_err)?)
                     }
                     "gs" => {
@@ -352,6 +358,9 @@ impl Remote {
         let identity = store_identity(scheme, rest, located.as_deref());
         if identity.len() > MAX_IDENTITY_BYTES {
             return Err(UrlError::TooLong(url.to_owned()));
+        }
+        if identity.chars().any(char::is_control) {
+            return Err(UrlError::ControlCharacters(identity));
         }
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -716,6 +716,18 @@ fn a_store_is_known_by_its_url_and_where_its_bucket_is() {
         elsewhere.remote.as_ref().unwrap().identity(),
         "s3://b/p at http://127.0.0.1:1"
     );
+    // The S3-only endpoint wins over the general one, as it does for the requests.
+    let s3_only = open_s3(
+        "s3://b/p",
+        &home,
+        &[("aws_endpoint_url_s3", "http://127.0.0.1:2")],
+    );
+    assert_eq!(
+        s3_only.remote.as_ref().unwrap().identity(),
+        "s3://b/p at http://127.0.0.1:2"
+    );
+    let err = Store::open_url("s3://b/p\nq", &home).unwrap_err();
+    assert!(err.to_string().contains("control characters"), "{err}");
     let long = format!("s3://b/{}", "p".repeat(crate::remote::MAX_IDENTITY_BYTES));
     let err = Store::open_url(&long, &home).unwrap_err();
     assert!(

@@ -285,9 +285,10 @@ pub enum StoreError {
     NotWaitingForThisStore {
         /// The run.
         run_id: String,
-        /// The store's URL.
+        /// This store: its URL, and its endpoint or account when one is configured.
         url: String,
-        /// The bucket the run was captured for; `None` for a run of the local store.
+        /// The store the run was captured for (likewise); `None` for a run of the local
+        /// store.
         waits_for: Option<String>,
     },
     /// A file in the spool's outbox (which says the bucket a spooled run waits for) is not
@@ -520,7 +521,9 @@ impl Store {
             Some(identity) if identity == remote.identity() => Ok(()),
             waits_for => Err(StoreError::NotWaitingForThisStore {
                 run_id: run_id.to_owned(),
-                url: remote.url().to_owned(),
+                // With its endpoint: a run captured for the same URL at another endpoint
+                // must not read as waiting for "the same" store.
+                url: remote.identity().to_owned(),
                 waits_for,
             }),
         }
