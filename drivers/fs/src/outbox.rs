@@ -10,13 +10,13 @@
 //! A crash between the mark and the record, or between the record's removal and the mark's,
 //! leaves a mark that names no record: the spool's `gc` removes it.
 
-use std::fs::{self, File};
-use std::io::{self, Read};
+use std::fs;
+use std::io;
 
 use crate::atomic::{fsync_dir, write_atomic};
 use crate::error::{IoContext, IoError};
 use crate::layout::{self, Layout, TEMP_SUFFIX};
-use crate::special::{Links, OpenError, open_regular};
+use crate::special::{Links, RegularReadError, read_regular};
 use crate::store::StoreError;
 
 /// Longest mark read back: a header and the longest store identity.
@@ -45,21 +45,18 @@ pub(crate) fn destination(layout: &Layout, run_id: &str) -> Result<Option<String
         path: path.clone(),
         detail,
     };
-    let file = match open_regular(&path, Links::Refuse) {
-        Ok((file, _)) => file,
-        Err(OpenError::NotRegular(what)) => {
+    let bytes = match read_regular(&path, Links::Refuse, MAX_MARK_BYTES) {
+        Ok((bytes, _)) => bytes,
+        Err(RegularReadError::NotRegular(what)) => {
             return Err(corrupt(format!("it is {what}, not a file agentrun wrote")));
         }
-        Err(OpenError::Io(e)) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(OpenError::Io(e)) => return Err(IoError::at("open", &path, e).into()),
+        Err(RegularReadError::TooLarge(_)) => {
+            return Err(corrupt(format!("it is longer than {MAX_MARK_BYTES} bytes")));
+        }
+        Err(RegularReadError::Open(e)) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(RegularReadError::Open(e)) => return Err(IoError::at("open", &path, e).into()),
+        Err(RegularReadError::Read(e)) => return Err(IoError::at("read", &path, e).into()),
     };
-    let mut bytes = Vec::new();
-    File::take(file, MAX_MARK_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .at("read", &path)?;
-    if bytes.len() as u64 > MAX_MARK_BYTES {
-        return Err(corrupt(format!("it is longer than {MAX_MARK_BYTES} bytes")));
-    }
     let text = String::from_utf8(bytes).map_err(|_| corrupt("it is not UTF-8".to_owned()))?;
     text.strip_prefix(HEADER)
         .and_then(|rest| rest.strip_suffix('\n'))

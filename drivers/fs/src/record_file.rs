@@ -5,14 +5,14 @@
 //! [`Store::record`]: crate::Store::record
 //! [`Store::recent_runs`]: crate::Store::recent_runs
 
-use std::fs::{self, File};
-use std::io::{self, Read};
+use std::fs;
+use std::io;
 use std::path::Path;
 
 use agentrun_core::record::MAX_RECORD_BYTES;
 
-use crate::error::{IoContext, IoError};
-use crate::special::{Links, OpenError, open_regular};
+use crate::error::IoError;
+use crate::special::{Links, RegularReadError, read_regular};
 use crate::store::StoreError;
 
 /// The bytes of a record file, and what `fstat` said about the file they were read from.
@@ -40,34 +40,20 @@ pub(crate) fn is_not_found(e: &StoreError) -> bool {
 /// [`read`] with the limit as a parameter, so tests can exercise it on small files.
 fn read_bounded(path: &Path, limit: u64) -> Result<RecordFile, StoreError> {
     // No final symlink followed, and no waiting for a writer on a FIFO: both are refused.
-    let (file, meta) = match open_regular(path, Links::Refuse) {
-        Ok(opened) => opened,
-        Err(OpenError::NotRegular(what)) => {
-            return Err(StoreError::CorruptRecord {
-                path: path.to_owned(),
-                detail: format!("it is {what}, not a record file"),
-            });
-        }
-        Err(OpenError::Io(e)) => return Err(IoError::at("open", path, e).into()),
-    };
-    let too_large = |size: u64| StoreError::RecordTooLarge {
-        path: path.to_owned(),
-        size,
-        limit,
-    };
-    if meta.len() > limit {
-        return Err(too_large(meta.len()));
+    match read_regular(path, Links::Refuse, limit) {
+        Ok((bytes, meta)) => Ok(RecordFile { bytes, meta }),
+        Err(RegularReadError::NotRegular(what)) => Err(StoreError::CorruptRecord {
+            path: path.to_owned(),
+            detail: format!("it is {what}, not a record file"),
+        }),
+        Err(RegularReadError::TooLarge(size)) => Err(StoreError::RecordTooLarge {
+            path: path.to_owned(),
+            size,
+            limit,
+        }),
+        Err(RegularReadError::Open(e)) => Err(IoError::at("open", path, e).into()),
+        Err(RegularReadError::Read(e)) => Err(IoError::at("read", path, e).into()),
     }
-    // Sized from fstat (at most the limit); one byte past the limit shows a file that grew
-    // since, or whose size fstat does not tell.
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    File::take(file, limit.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .at("read", path)?;
-    if bytes.len() as u64 > limit {
-        return Err(too_large(bytes.len() as u64));
-    }
-    Ok(RecordFile { bytes, meta })
 }
 
 #[cfg(test)]

@@ -223,8 +223,8 @@ pub fn is_store_url(s: &str) -> bool {
 #[derive(Debug)]
 pub(crate) struct Remote {
     url: String,
-    /// The URL without what does not change the store (trailing slashes): what the spool's
-    /// outbox names ([`crate::outbox`]).
+    /// What tells this store from another ([`store_identity`]): what the spool's outbox
+    /// names ([`crate::outbox`]).
     identity: String,
     client: Arc<dyn ObjectStore>,
     prefix: ObjPath,
@@ -387,7 +387,8 @@ impl Remote {
         &self.url
     }
 
-    /// The store's URL as the spool's outbox names it: `s3://b/p/` and `s3://b/p` are one.
+    /// The store as the spool's outbox names it ([`store_identity`]): `s3://b/p/` and
+    /// `s3://b/p` are one, the same URL at two endpoints two.
     pub(crate) fn identity(&self) -> &str {
         &self.identity
     }

@@ -101,6 +101,48 @@ pub(crate) fn describe(t: FileType) -> &'static str {
     }
 }
 
+/// Why [`read_regular`] gave no bytes.
+#[derive(Debug)]
+pub(crate) enum RegularReadError {
+    /// As [`OpenError::NotRegular`].
+    NotRegular(&'static str),
+    /// The file holds more than the limit: its size (at least the limit plus one).
+    TooLarge(u64),
+    /// The open or the `fstat` failed (`NotFound`: nothing is there).
+    Open(io::Error),
+    /// A read failed.
+    Read(io::Error),
+}
+
+/// Reads the regular file at `path` whole, at most `limit` bytes: a larger one is
+/// [`RegularReadError::TooLarge`] without being read past the limit. Returns what `fstat` said
+/// about the file too.
+pub(crate) fn read_regular(
+    path: &Path,
+    links: Links,
+    limit: u64,
+) -> Result<(Vec<u8>, fs::Metadata), RegularReadError> {
+    let (file, meta) = open_regular(path, links).map_err(|e| match e {
+        OpenError::NotRegular(what) => RegularReadError::NotRegular(what),
+        OpenError::Io(e) => RegularReadError::Open(e),
+    })?;
+    if meta.len() > limit {
+        return Err(RegularReadError::TooLarge(meta.len()));
+    }
+    // Sized from fstat (at most the limit); one byte past the limit shows a file that grew
+    // since, or whose size fstat does not tell.
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    io::Read::read_to_end(
+        &mut io::Read::take(file, limit.saturating_add(1)),
+        &mut bytes,
+    )
+    .map_err(RegularReadError::Read)?;
+    if bytes.len() as u64 > limit {
+        return Err(RegularReadError::TooLarge(bytes.len() as u64));
+    }
+    Ok((bytes, meta))
+}
+
 /// An [`OpenError`] as an `io::Error` (a refused type is `InvalidInput`, naming the type).
 pub(crate) fn into_io(e: OpenError) -> io::Error {
     match e {
